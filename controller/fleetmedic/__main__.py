@@ -1,0 +1,3 @@
+from fleetmedic.cli import main
+
+main()

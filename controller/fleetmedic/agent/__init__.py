@@ -1,0 +1,1 @@
+"""The node agent: runs checks, keeps strikes on its own Node, fences it."""

@@ -1,0 +1,76 @@
+"""The ``fleetmedic`` command line.
+
+Subcommands live in their own modules and are imported only when invoked, so
+``fleetmedic scan`` does not pay for importing the Kubernetes client and
+``--help`` stays fast. Each entry maps a name to ``module:attribute`` where the
+attribute is a ``click.Command``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from fleetmedic import __version__
+from fleetmedic.errors import FleetmedicError
+
+# name -> (module:click-command, one-line help shown in `fleetmedic --help`)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "scan": ("fleetmedic.scan.cli:scan", "Classify GPU faults in kernel logs (files or stdin)."),
+    "check": ("fleetmedic.checks.cli:check", "Run every health check on this node once (exit 0/1/2)."),
+    "agent": ("fleetmedic.agent.cli:agent", "Run the node agent: checks, strikes, fencing."),
+    "run": ("fleetmedic.controller.cli:run", "Run the remediation controller."),
+    "status": ("fleetmedic.controller.cli:status", "Show nodes by repair state."),
+    "plan": ("fleetmedic.controller.cli:plan", "Show what the next cycle would do, changing nothing."),
+    "release": ("fleetmedic.controller.cli:release", "Return a node in manual repair to service."),
+    "reset": ("fleetmedic.controller.cli:reset", "Remove every fleetmedic taint (only ours)."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(SUBCOMMANDS) | set(super().list_commands(ctx)))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in SUBCOMMANDS:
+            return super().get_command(ctx, name)
+        target, short_help = SUBCOMMANDS[name]
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                return _unavailable(name, short_help)
+            raise
+        command = getattr(module, attr)
+        command.short_help = command.short_help or short_help
+        return command
+
+
+def _unavailable(name: str, short_help: str) -> click.Command:
+    @click.command(name=name, short_help=f"{short_help} (not built yet)")
+    def _cmd() -> None:
+        raise click.ClickException(f"'{name}' is not part of this build yet")
+
+    return _cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fleetmedic")
+def cli() -> None:
+    """fleetmedic keeps a GPU fleet healthy.
+
+    Nodes with GPU, driver or network faults are fenced with Kubernetes
+    NoSchedule taints; a controller repairs them with Ansible over SSH
+    (reboot, then driver/ROCm reinstall, then a human with the evidence).
+    """
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except FleetmedicError as exc:  # pragma: no cover - commands map their own
+        click.echo(f"fleetmedic: error: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,1 @@
+"""The remediation controller: watch, decide, act, record, escalate."""

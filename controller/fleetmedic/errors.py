@@ -1,0 +1,35 @@
+"""The one small error taxonomy. Adapters map third-party errors into these.
+
+- ``TemporaryError``: worth retrying after ``delay`` seconds (API 409/429/5xx,
+  SMTP relay down, SSH timeout).
+- ``PermanentError``: retrying will not help (403, bad config, unknown node).
+- ``ConfigError``: the configuration is invalid; the message is one line.
+"""
+
+from __future__ import annotations
+
+
+class FleetmedicError(Exception):
+    """Base class. ``str(err)`` is always one line fit for an operator."""
+
+
+class TemporaryError(FleetmedicError):
+    def __init__(self, message: str, delay: float = 1.0) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class PermanentError(FleetmedicError):
+    pass
+
+
+class ConfigError(PermanentError):
+    pass
+
+
+class ConflictError(TemporaryError):
+    """The object changed under us (HTTP 409): re-read and retry."""
+
+
+class NotFoundError(PermanentError):
+    """The object does not exist (HTTP 404), e.g. an unknown node name."""

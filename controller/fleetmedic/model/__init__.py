@@ -1,0 +1,1 @@
+"""Pure data types shared by every layer: taint vocabulary, node state, config."""

@@ -1,0 +1,83 @@
+"""Taint names fleetmedic writes and reads, as data (see data/vocabulary.yaml).
+
+Everything that asks "is this one of our taints?" goes through
+:class:`Vocabulary`, so the controller, the agent and the inventory plugin can
+never disagree about which taints are ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from importlib import resources
+from typing import Any, Mapping
+
+import yaml
+
+EFFECT = "NoSchedule"
+REPAIR_STATES = ("reboot", "reimage", "manual")  # ladder order
+
+
+@dataclasses.dataclass(frozen=True)
+class TaintName:
+    key: str
+    value: str
+
+    def matches(self, taint: Mapping[str, Any]) -> bool:
+        return (
+            taint.get("key") == self.key
+            and (taint.get("value") or "") == self.value
+            and taint.get("effect", EFFECT) == EFFECT
+        )
+
+    def as_taint(self) -> dict[str, str]:
+        return {"key": self.key, "value": self.value, "effect": EFFECT}
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    reboot: TaintName
+    reimage: TaintName
+    manual: TaintName
+    slow_network: TaintName
+
+    def repair(self, state: str) -> TaintName:
+        if state not in REPAIR_STATES:
+            raise ValueError(f"unknown repair state {state!r}")
+        return getattr(self, state)
+
+    def all(self) -> tuple[TaintName, ...]:
+        return (self.reboot, self.reimage, self.manual, self.slow_network)
+
+    def is_ours(self, taint: Mapping[str, Any]) -> bool:
+        """True for a taint fleetmedic owns (exact key, value and effect)."""
+        return any(name.matches(taint) for name in self.all())
+
+    def repair_state_of(self, taints: list[Mapping[str, Any]]) -> str | None:
+        """The furthest ladder step any of ``taints`` names, or None."""
+        found = [s for s in REPAIR_STATES if any(self.repair(s).matches(t) for t in taints)]
+        return found[-1] if found else None
+
+    def has_slow_network(self, taints: list[Mapping[str, Any]]) -> bool:
+        return any(self.slow_network.matches(t) for t in taints)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Mapping[str, str]]) -> "Vocabulary":
+        missing = {"reboot", "reimage", "manual", "slow_network"} - set(data)
+        if missing:
+            raise ValueError(f"taint vocabulary lacks {', '.join(sorted(missing))}")
+        return cls(**{k: TaintName(str(v["key"]), str(v.get("value", ""))) for k, v in data.items()
+                      if k in {"reboot", "reimage", "manual", "slow_network"}})
+
+
+@cache
+def presets() -> dict[str, Vocabulary]:
+    text = resources.files("fleetmedic.data").joinpath("vocabulary.yaml").read_text()
+    return {name: Vocabulary.from_mapping(body) for name, body in yaml.safe_load(text).items()}
+
+
+def preset(name: str = "default") -> Vocabulary:
+    try:
+        return presets()[name]
+    except KeyError:
+        raise ValueError(f"unknown taint preset {name!r}; known: {', '.join(sorted(presets()))}") from None

@@ -1,0 +1,1 @@
+"""Kernel-log scanner and fault catalog."""
