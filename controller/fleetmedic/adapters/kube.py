@@ -1,0 +1,220 @@
+"""Thin Kubernetes adapter that speaks plain JSON dicts.
+
+kubernetes-client 37 returns pydantic models; every caller here wants the API's
+own JSON shape (so pure code can work on it and tests can build it by hand), so
+each call asks for the raw response (``_preload_content=False``) and decodes it.
+Third-party errors are mapped into :mod:`fleetmedic.errors` at this boundary:
+
+=========================  =====================================
+HTTP / transport            fleetmedic error
+=========================  =====================================
+404                        NotFoundError
+409                        ConflictError (re-read and retry)
+410                        Expired (list again)
+401, 403, 422              PermanentError
+429, 5xx, connection       TemporaryError
+=========================  =====================================
+
+Every request carries ``_request_timeout``: a hung API server must never hang
+the controller or the agent.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import random
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from fleetmedic.errors import (ConfigError, ConflictError, FleetmedicError, NotFoundError,
+                               PermanentError, TemporaryError)
+from fleetmedic.model.nodeedit import merge_patch
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT = 15.0  # seconds for any non-watch call
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class Expired(TemporaryError):
+    """A watch's resourceVersion is too old (HTTP 410 Gone): list again."""
+
+
+def _error_from(status: int | None, reason: str, body: str | None, what: str) -> FleetmedicError:
+    detail = reason or ""
+    try:
+        detail = json.loads(body or "").get("message") or detail
+    except (ValueError, AttributeError):
+        pass
+    msg = f"{what}: HTTP {status} {detail}".strip()
+    if status == 404:
+        return NotFoundError(msg)
+    if status == 409:
+        return ConflictError(msg, delay=0.05)
+    if status == 410:
+        return Expired(msg, delay=0)
+    if status in (401, 403, 400, 422):
+        return PermanentError(msg)
+    return TemporaryError(msg, delay=2.0)
+
+
+class Kube:
+    """A connection to one API server. Create it with :func:`connect`."""
+
+    def __init__(self, api_client: client.ApiClient, server: str) -> None:
+        self.api_client = api_client
+        self.server = server
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
+
+    # -- plumbing ---------------------------------------------------------
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn`` for its raw JSON; map every failure into our errors."""
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        kwargs["_preload_content"] = False
+        try:
+            resp = fn(*args, **kwargs)
+        except ApiException as exc:
+            raise _error_from(exc.status, exc.reason or "", exc.body, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TemporaryError(f"{what}: API server {self.server} unreachable: "
+                                 f"{type(exc).__name__}", delay=2.0) from None
+        if not 200 <= resp.status <= 299:
+            raise _error_from(resp.status, resp.reason or "", resp.data.decode(errors="replace"), what)
+        return json.loads(resp.data) if resp.data else {}
+
+    # -- nodes ------------------------------------------------------------
+    def list_nodes(self, label_selector: str | None = None) -> tuple[list[dict], str]:
+        """All nodes (matching ``label_selector``) and the list's resourceVersion."""
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        body = self._call("list nodes", self.core.list_node, **kwargs)
+        return body.get("items") or [], body["metadata"].get("resourceVersion", "")
+
+    def get_node(self, name: str) -> dict:
+        return self._call(f"get node {name}", self.core.read_node, name)
+
+    def watch_nodes(self, resource_version: str, timeout: int = 300,
+                    label_selector: str | None = None) -> Iterator[tuple[str, dict]]:
+        """Yield ``(type, node)`` from a watch with bookmarks until ``timeout``.
+
+        Types are ADDED, MODIFIED, DELETED and BOOKMARK. Raises :class:`Expired`
+        when the server says the resourceVersion is gone (list again then).
+        """
+        kwargs: dict[str, Any] = dict(watch=True, allow_watch_bookmarks=True,
+                                      resource_version=resource_version, timeout_seconds=timeout,
+                                      _request_timeout=(REQUEST_TIMEOUT, timeout + 15),
+                                      _preload_content=False)
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        try:
+            resp = self.core.list_node(**kwargs)
+        except ApiException as exc:
+            raise _error_from(exc.status, exc.reason or "", exc.body, "watch nodes") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TemporaryError(f"watch nodes: API server {self.server} unreachable: "
+                                 f"{type(exc).__name__}") from None
+        if not 200 <= resp.status <= 299:
+            raise _error_from(resp.status, resp.reason or "", resp.data.decode(errors="replace"),
+                              "watch nodes")
+        try:
+            for line in _lines(resp):
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise _error_from(obj.get("code"), obj.get("reason", ""), json.dumps(obj),
+                                      "watch nodes")
+                yield event["type"], obj
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            # A dropped stream is normal (API server restart, timeout): the
+            # caller resumes from its last resourceVersion.
+            log.debug("watch stream ended: %s", exc)
+        finally:
+            resp.release_conn()
+
+    def update_node(self, name: str, mutate: Callable[[dict], bool | None],
+                    retries: int = 20) -> dict:
+        """Read-modify-write a node, guarded by its resourceVersion.
+
+        ``mutate`` edits a deep copy in place (see :mod:`fleetmedic.model.nodeedit`)
+        and returns False to skip the write. On 409 the node is read again and
+        ``mutate`` runs again on the fresh copy, so concurrent writers (other
+        taints, kubelet status) never lose updates.
+        """
+        for attempt in range(retries):
+            node = self.get_node(name)
+            new = copy.deepcopy(node)
+            if mutate(new) is False:
+                return node
+            patch = merge_patch(node, new)
+            if not patch:
+                return node
+            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+            try:
+                return self._call(f"patch node {name}", self.core.patch_node, name, patch,
+                                  _content_type=MERGE_PATCH)
+            except ConflictError:
+                time.sleep(min(0.5, 0.01 * 2 ** attempt) * random.uniform(0.5, 1.5))
+        raise TemporaryError(f"node {name} kept changing under us; gave up after {retries} conflicts")
+
+    # -- events -----------------------------------------------------------
+    def post_event(self, node: dict, reason: str, message: str, type: str = "Normal",
+                   component: str = "fleetmedic") -> None:
+        """Record a core/v1 Event on the Node. Never raises: events are best effort."""
+        meta = node.get("metadata") or {}
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{meta.get('name', 'node')}.fleetmedic.", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "apiVersion": "v1", "name": meta.get("name"),
+                               "uid": meta.get("uid")},
+            "reason": reason, "message": message[:1024], "type": type,
+            "source": {"component": component}, "reportingComponent": component,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            self._call("post event", self.core.create_namespaced_event, "default", body)
+        except FleetmedicError as exc:
+            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
+
+
+def _lines(resp: urllib3.HTTPResponse) -> Iterator[bytes]:
+    buf = b""
+    for chunk in resp.stream(amt=65536, decode_content=True):
+        buf += chunk
+        *complete, buf = buf.split(b"\n")
+        yield from (line for line in complete if line.strip())
+    if buf.strip():
+        yield buf
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None,
+            in_cluster: bool = False) -> Kube:
+    """Connect with a kubeconfig file (or in-cluster credentials).
+
+    Raises :class:`ConfigError` with a one-line message when the kubeconfig is
+    missing or malformed. Reachability is checked on first use, not here.
+    """
+    cfg = client.Configuration()
+    try:
+        if in_cluster:
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(config_file=kubeconfig, context=context,
+                                    client_configuration=cfg, persist_config=False)
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        where = "in-cluster config" if in_cluster else f"kubeconfig {kubeconfig or '~/.kube/config'}"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{where}: {first}") from None
+    except Exception as exc:  # yaml errors and the like; still one line
+        raise ConfigError(f"kubeconfig {kubeconfig}: {type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    cfg.retries = False  # we retry ourselves, with our own error mapping
+    return Kube(client.ApiClient(cfg), cfg.host)
