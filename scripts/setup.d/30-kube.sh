@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Build the test Kubernetes binaries from the Go modules pinned in tests/kube:
+# kube-apiserver, an embedded etcd, and kwok. Output goes to a cache directory keyed
+# by the content of the pins, so a second run builds nothing:
+#   ${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}/kube-bin-<kubernetes version>-<key>/
+# tests/harness/kube.py computes the same key (keep the file list in sync).
+# Env: FLEETMEDIC_BUILD_JOBS (go build -p, default 2), FLEETMEDIC_KUBE_SKIP=1 to skip.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+src="$ROOT/tests/kube"
+log() { printf '[30-kube] %s\n' "$*" >&2; }
+
+[[ ${FLEETMEDIC_KUBE_SKIP:-} == 1 ]] && { log "skipped (FLEETMEDIC_KUBE_SKIP=1)"; exit 0; }
+command -v go >/dev/null || PATH="/usr/local/go/bin:$PATH"
+command -v go >/dev/null || { log "go not found (need Go >= $(sed -n 's/^go //p' "$src/go.mod"))"; exit 1; }
+
+# The key: sha256 over the files that define the build (same list as the harness).
+files=(go.mod go.sum cmd/etcd/main.go cmd/etcd/version.go kwok/go.mod kwok/go.sum)
+key="$(cd "$src" && sha256sum "${files[@]}" | sha256sum | cut -c1-12)"
+kube="$(sed -n 's#^[[:space:]]*k8s.io/kubernetes \(v[^ ]*\).*#\1#p' "$src/go.mod")"
+kwokv="$(sed -n 's#^[[:space:]]*sigs.k8s.io/kwok \(v[^ ]*\).*#\1#p' "$src/kwok/go.mod")"
+out="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}/kube-bin-$kube-$key"
+
+if [[ -x $out/kube-apiserver && -x $out/etcd && -x $out/kwok && -f $out/VERSIONS ]]; then
+  log "cached: $out ($(tr '\n' ' ' < "$out/VERSIONS"| sed 's/ $//'))"
+  exit 0
+fi
+
+log "building kube-apiserver $kube, etcd, kwok $kwokv into $out (cold build: several minutes)"
+start=$SECONDS
+tmp="$out.tmp.$$"
+rm -rf "$tmp"; mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+jobs="${FLEETMEDIC_BUILD_JOBS:-2}"
+minor="${kube#v1.}"; minor="${minor%%.*}"
+cb=k8s.io/component-base/version
+ldk="-s -w -X $cb.gitVersion=$kube -X $cb.gitMajor=1 -X $cb.gitMinor=$minor -X $cb.gitTreeState=clean -X $cb.buildDate=1970-01-01T00:00:00Z"
+(cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "$ldk" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+(cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd)
+(cd "$src/kwok" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
+
+etcdv="$("$tmp/etcd" --version 2>&1)"
+{
+  echo "kube-apiserver $("$tmp/kube-apiserver" --version 2>&1 | awk '{print $2}')"
+  echo "$etcdv"
+  echo "kwok $kwokv"
+  echo "$(go env GOVERSION)"
+} > "$tmp/VERSIONS"
+rm -rf "$out"; mv "$tmp" "$out"; trap - EXIT
+log "built in $((SECONDS - start))s: $out ($(tr '\n' ' ' < "$out/VERSIONS" | sed 's/ $//'))"
