@@ -165,6 +165,55 @@ class Kube:
                 time.sleep(min(0.5, 0.01 * 2 ** attempt) * random.uniform(0.5, 1.5))
         raise TemporaryError(f"node {name} kept changing under us; gave up after {retries} conflicts")
 
+    # -- pods and eviction (drain) ----------------------------------------
+    def list_pods_on_node(self, node_name: str) -> list[dict]:
+        body = self._call(f"list pods on {node_name}", self.core.list_pod_for_all_namespaces,
+                          field_selector=f"spec.nodeName={node_name}")
+        return body.get("items") or []
+
+    def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Evict through the Eviction API. A PDB that forbids it raises
+        TemporaryError (HTTP 429); a pod already gone counts as evicted."""
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": name, "namespace": namespace}}
+        if grace_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+        try:
+            self._call(f"evict pod {namespace}/{name}", self.core.create_namespaced_pod_eviction,
+                       name, namespace, body)
+        except NotFoundError:
+            pass
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete without asking PDBs (the drain's ``force`` mode)."""
+        try:
+            self._call(f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace)
+        except NotFoundError:
+            pass
+
+    # -- leases -----------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> dict:
+        return self._call(f"get lease {namespace}/{name}",
+                          self.coordination.read_namespaced_lease, name, namespace)
+
+    def create_lease(self, namespace: str, body: dict) -> dict:
+        return self._call(f"create lease {namespace}/{body['metadata']['name']}",
+                          self.coordination.create_namespaced_lease, namespace, body)
+
+    def replace_lease(self, namespace: str, body: dict) -> dict:
+        """Replace guarded by body.metadata.resourceVersion (409 if it moved)."""
+        return self._call(f"update lease {namespace}/{body['metadata']['name']}",
+                          self.coordination.replace_namespaced_lease,
+                          body["metadata"]["name"], namespace, body)
+
+    # -- config maps (pause switch) ---------------------------------------
+    def get_config_map(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self._call(f"get configmap {namespace}/{name}",
+                              self.core.read_namespaced_config_map, name, namespace)
+        except NotFoundError:
+            return None
+
     # -- events -----------------------------------------------------------
     def post_event(self, node: dict, reason: str, message: str, type: str = "Normal",
                    component: str = "fleetmedic") -> None:

@@ -1,0 +1,120 @@
+"""coordination.k8s.io Leases: the controller's leader lock and per-node locks.
+
+Written here rather than taken from ``kubernetes.leaderelection`` because one
+small primitive serves both uses: the library's LeaderElection owns its own
+threads and callbacks and has no notion of short per-node locks, which an
+ad-hoc ``ansible-playbook`` run (through ``fleetmedic lock``) and the
+controller both need. Every write is a compare-and-swap on resourceVersion,
+so two holders can never both believe they hold a lease.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime, timedelta, timezone
+
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.errors import ConflictError, NotFoundError
+
+MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _fmt(t: datetime) -> str:
+    return t.strftime(MICROTIME)
+
+
+def _parse(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.strptime(value.replace("+00:00", "Z"), MICROTIME).replace(tzinfo=timezone.utc)
+    except ValueError:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+
+
+def node_lease_name(node: str, prefix: str = "fleetmedic-node-") -> str:
+    """A valid Lease name for a node: DNS-1123, at most 253 chars, stable."""
+    base = re.sub(r"[^a-z0-9.-]", "-", (prefix + node).lower()).strip("-.")
+    if len(base) <= 253 and base == (prefix + node):
+        return base
+    digest = hashlib.sha256(node.encode()).hexdigest()[:10]
+    return f"{base[:240].rstrip('-.')}-{digest}"
+
+
+class Lease:
+    """One named Lease held by ``holder`` for ``duration`` seconds at a time."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str, holder: str, duration: int) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        self.holder, self.duration = holder, duration
+
+    def _body(self, existing: dict | None, acquire: bool) -> dict:
+        now = _fmt(_now())
+        spec = dict((existing or {}).get("spec") or {})
+        if acquire:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if existing else 0)
+        spec.update(holderIdentity=self.holder, leaseDurationSeconds=self.duration, renewTime=now)
+        meta = {"name": self.name, "namespace": self.namespace}
+        if existing:
+            meta["resourceVersion"] = existing["metadata"]["resourceVersion"]
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+
+    def holder_of(self, lease: dict) -> str | None:
+        """The current holder, or None when the lease is free or expired."""
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+        duration = int(spec.get("leaseDurationSeconds") or 0)
+        if not holder or renewed is None or renewed + timedelta(seconds=duration) < _now():
+            return None
+        return holder
+
+    def try_acquire(self) -> bool:
+        """Take or renew the lease. False when someone else holds it or won a race."""
+        try:
+            existing = self.kube.get_lease(self.namespace, self.name)
+        except NotFoundError:
+            try:
+                self.kube.create_lease(self.namespace, self._body(None, acquire=True))
+                return True
+            except ConflictError:
+                return False
+        current = self.holder_of(existing)
+        if current not in (None, self.holder):
+            return False
+        try:
+            self.kube.replace_lease(self.namespace, self._body(existing, acquire=current is None))
+            return True
+        except ConflictError:
+            return False
+
+    def current_holder(self) -> str | None:
+        try:
+            return self.holder_of(self.kube.get_lease(self.namespace, self.name))
+        except NotFoundError:
+            return None
+
+    def release(self) -> None:
+        """Give the lease up if we hold it (so a successor need not wait it out)."""
+        try:
+            existing = self.kube.get_lease(self.namespace, self.name)
+        except NotFoundError:
+            return
+        if (existing.get("spec") or {}).get("holderIdentity") != self.holder:
+            return
+        body = self._body(existing, acquire=False)
+        body["spec"]["holderIdentity"] = None
+        body["spec"]["renewTime"] = None
+        try:
+            self.kube.replace_lease(self.namespace, body)
+        except ConflictError:
+            pass
