@@ -1,0 +1,350 @@
+# Copyright: fleetmedic developers
+# Apache License 2.0 (see galaxy.yml)
+"""Dynamic inventory of Kubernetes Nodes grouped by fleetmedic repair state."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: k8s_nodes
+short_description: Kubernetes Nodes grouped by fleetmedic repair state
+description:
+  - Lists the Nodes of a Kubernetes cluster (optionally by label selector) and puts each one in
+    groups by its fleetmedic state, read from its taints on the client side
+    (V(repair_reboot), V(repair_reimage), V(repair_manual), V(slow_network), V(healthy)),
+    and by GPU vendor (V(vendor_nvidia), V(vendor_amd), V(vendor_unknown)).
+    V(in_repair) is the parent of the three C(repair_*) groups.
+  - A node's state is computed by C(fleetmedic.model.nodestate.view), the same function the
+    controller and C(fleetmedic status) use, so the three can never disagree.
+  - V(healthy) holds nodes with no fleetmedic taint at all. A node with only the slow-network
+    taint is in V(slow_network) but not in V(healthy).
+  - Uses a YAML configuration file whose name ends in C(.k8s_nodes.yml) or C(.k8s_nodes.yaml).
+  - Host variables are C(ansible_host) (the node's InternalIP, or the override below),
+    C(fleetmedic_state) (V(healthy), V(reboot), V(reimage) or V(manual)), C(fleetmedic_slow_network),
+    C(fleetmedic_vendor) (V(nvidia), V(amd) or V(unknown)), C(fleetmedic_unschedulable),
+    C(fleetmedic_foreign_signals), C(k8s_labels), C(k8s_taints) and C(fleetmedic_annotations)
+    (only the C(fleetmedic.io/) annotations, raw strings). Values read from the cluster are
+    marked unsafe, so a label can never be evaluated as a template.
+requirements:
+  - fleetmedic (the Python package, in the Python that runs Ansible)
+extends_documentation_fragment:
+  - constructed
+  - inventory_cache
+notes:
+  - Node field selectors cannot select by taint, so taints are filtered here, after the list call.
+  - The API call has a fixed timeout (see C(fleetmedic.adapters.kube)); an unreachable API server
+    or a bad kubeconfig fails the inventory with a one-line error.
+options:
+  plugin:
+    description: Token that marks this file as a source for this plugin.
+    required: true
+    type: str
+    choices: [fleetmedic.fleet.k8s_nodes, k8s_nodes]
+  kubeconfig:
+    description:
+      - Path to the kubeconfig file. May be a template. A relative path is relative to the
+        directory of this inventory file.
+      - When unset, C($KUBECONFIG) and then C(~/.kube/config) are used, as kubectl does.
+    type: str
+    env:
+      - name: FLEETMEDIC_KUBECONFIG
+      - name: K8S_AUTH_KUBECONFIG
+  context:
+    description: Context in the kubeconfig to use. Default is the kubeconfig's current context.
+    type: str
+    env:
+      - name: K8S_AUTH_CONTEXT
+  label_selector:
+    description:
+      - Kubernetes label selector sent with the list call, for example
+        C(node-role.kubernetes.io/gpu=true,fleetmedic.io/gpu-vendor in (nvidia,amd)).
+      - Empty selects every node.
+    type: str
+    default: ''
+  names:
+    description:
+      - Only these node names (after the list call). Empty means every node the selector returns.
+      - The controller uses this to build an inventory of exactly the nodes it acts on.
+    type: list
+    elements: str
+    default: []
+  states:
+    description:
+      - Include a node when one of its states is in this list. A node's states are its repair
+        state (V(reboot), V(reimage) or V(manual)) when it has one, V(slow_network) when it
+        carries that taint, and V(healthy) when it has neither.
+      - Leave out V(healthy) for an inventory of only the broken nodes.
+    type: list
+    elements: str
+    choices: [healthy, reboot, reimage, manual, slow_network]
+    default: [healthy, reboot, reimage, manual, slow_network]
+  vendors:
+    description: Only nodes of these GPU vendors (from the C(fleetmedic.io/gpu-vendor) label). Empty means all.
+    type: list
+    elements: str
+    choices: [nvidia, amd, unknown]
+    default: []
+    aliases: [vendor]
+  taint_preset:
+    description:
+      - Name of the taint vocabulary preset that says which taints mean which state.
+      - V(default) uses C(fleetmedic.io/repair=reboot|reimage|manual) and C(fleetmedic.io/slow-network=true);
+        V(ossci) uses C(repair-reboot), C(repair-reimage), C(repair-manual) and C(slow-network), each C(=true).
+    type: str
+    default: default
+  taint_names:
+    description:
+      - Custom taint names, overriding O(taint_preset). Must match the controller's config.
+      - Keys V(reboot), V(reimage), V(manual) and V(slow_network), each a dict with C(key) and C(value).
+    type: dict
+  foreign_signals:
+    description:
+      - Signals from other tools to report in C(fleetmedic_foreign_signals) (they do not change the
+        state; the controller decides what they mean). Each is a dict with C(kind) (V(taint) or
+        V(condition)), C(key) and optionally C(value).
+      - 'For example C({kind: taint, key: trainy.konduktor.ai/faulty}) or
+        C({kind: condition, key: GPUProblem, value: "True"}).'
+    type: list
+    elements: dict
+    default: []
+  address_label:
+    description:
+      - Name of a node label whose value, when present, is used as C(ansible_host).
+      - Takes precedence over O(address_annotation) and the InternalIP.
+    type: str
+  address_annotation:
+    description:
+      - Name of a node annotation whose value, when present, is used as C(ansible_host).
+      - The C(fleetmedic.io/ssh-host) annotation is always honoured before the InternalIP, since
+        the controller reads it too.
+    type: str
+    default: fleetmedic.io/ssh-host
+"""
+
+EXAMPLES = r"""
+# inventory/tainted.k8s_nodes.yml: only nodes fleetmedic has fenced, from $KUBECONFIG
+plugin: fleetmedic.fleet.k8s_nodes
+states: [reboot, reimage, manual, slow_network]
+
+# Every GPU node of one pool, with an explicit kubeconfig and context, the OSSCI taint names,
+# and the SSH address from a label set by the provisioning system.
+plugin: fleetmedic.fleet.k8s_nodes
+kubeconfig: /etc/fleetmedic/kubeconfig
+context: prod-east
+label_selector: pool=h100
+taint_preset: ossci
+address_label: example.com/bmc-ssh-address
+
+# Only AMD nodes waiting for a reinstall, plus constructed groups and variables.
+plugin: fleetmedic.fleet.k8s_nodes
+states: [reimage]
+vendors: [amd]
+strict: false
+compose:
+  ansible_user: "'ops'"
+  gpu_count: k8s_labels['fleetmedic.io/expected-gpus'] | default(0) | int
+keyed_groups:
+  - prefix: zone
+    key: k8s_labels['topology.kubernetes.io/zone'] | default('none')
+groups:
+  cordoned: fleetmedic_unschedulable
+
+# Cache the node list for five minutes (refresh with --flush-cache).
+plugin: fleetmedic.fleet.k8s_nodes
+cache: true
+cache_plugin: ansible.builtin.jsonfile
+cache_connection: ~/.cache/fleetmedic-inventory
+cache_timeout: 300
+"""
+
+import os
+import sys
+
+from ansible.errors import AnsibleError
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.utils.unsafe_proxy import wrap_var
+
+try:
+    from fleetmedic.errors import FleetmedicError
+    from fleetmedic.model import keys, nodestate, vocabulary
+except ImportError as _exc:  # reported by parse(), so ansible-doc still works without it
+    FLEETMEDIC_IMPORT_ERROR = _exc
+else:
+    FLEETMEDIC_IMPORT_ERROR = None
+
+STATE_GROUPS = {"reboot": "repair_reboot", "reimage": "repair_reimage", "manual": "repair_manual"}
+ALL_GROUPS = ("in_repair", "repair_reboot", "repair_reimage", "repair_manual", "slow_network", "healthy")
+
+
+def _one_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def node_tags(view):
+    """The states a NodeView counts as for O(states): repair state, slow_network, or healthy."""
+    tags = []
+    if view.state != "healthy":
+        tags.append(view.state)
+    if view.slow_network:
+        tags.append("slow_network")
+    return tags or ["healthy"]
+
+
+def host_groups(view):
+    """Groups for a NodeView: one per state tag, plus vendor_<vendor>."""
+    groups = [STATE_GROUPS.get(tag, tag) for tag in node_tags(view)]
+    return groups + ["vendor_" + view.vendor]
+
+
+def ansible_address(view, address_label=None, address_annotation=None):
+    """SSH address: the label override, the annotation override, else the view's address."""
+    if address_label and view.labels.get(address_label):
+        return view.labels[address_label]
+    if address_annotation and view.annotations.get(address_annotation):
+        return view.annotations[address_annotation]
+    return view.address
+
+
+def host_vars(view, address):
+    """Host variables for a NodeView (plain data; the caller marks it unsafe)."""
+    hostvars = {
+        "fleetmedic_state": view.state,
+        "fleetmedic_slow_network": view.slow_network,
+        "fleetmedic_vendor": view.vendor,
+        "fleetmedic_unschedulable": view.unschedulable,
+        "fleetmedic_foreign_signals": list(view.foreign_signals),
+        "k8s_labels": dict(view.labels),
+        "k8s_taints": [dict(t) for t in view.taints],
+        "fleetmedic_annotations": {k: v for k, v in view.annotations.items() if k.startswith(keys.PREFIX)},
+    }
+    if address:
+        hostvars["ansible_host"] = address
+    return hostvars
+
+
+class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+
+    NAME = "fleetmedic.fleet.k8s_nodes"
+
+    def verify_file(self, path):
+        """Accept only readable files named *.k8s_nodes.yml or *.k8s_nodes.yaml."""
+        if super().verify_file(path) and path.endswith((".k8s_nodes.yml", ".k8s_nodes.yaml")):
+            return True
+        self.display.debug("k8s_nodes inventory filename must end with '.k8s_nodes.yml' or '.k8s_nodes.yaml'")
+        return False
+
+    def parse(self, inventory, loader, path, cache=True):
+        super().parse(inventory, loader, path, cache)
+        self._read_config_data(path)
+        if FLEETMEDIC_IMPORT_ERROR is not None:
+            raise AnsibleError(
+                "The fleetmedic.fleet.k8s_nodes inventory plugin needs the fleetmedic Python package in "
+                "the Python that runs Ansible (%s): %s" % (sys.executable, _one_line(FLEETMEDIC_IMPORT_ERROR)))
+        vocab = self._vocabulary()
+        foreign = self._foreign_signals()
+
+        cache_key = self.get_cache_key(path)
+        use_cache = self.get_option("cache") and cache
+        update_cache = self.get_option("cache") and not cache
+        nodes = None
+        if use_cache:
+            try:
+                nodes = self._cache[cache_key]
+            except KeyError:
+                update_cache = True
+        if nodes is None:
+            kubeconfig = self._templated("kubeconfig")
+            if kubeconfig and not os.path.isabs(kubeconfig):
+                kubeconfig = os.path.join(os.path.dirname(os.path.abspath(path)), kubeconfig)
+            nodes = self._list_nodes(kubeconfig, self._templated("context"),
+                                     self._templated("label_selector") or None)
+        if update_cache:
+            self._cache[cache_key] = nodes
+        self._populate(nodes, vocab, foreign)
+
+    # -- options -------------------------------------------------------------
+    def _templated(self, option):
+        value = self.get_option(option)
+        if isinstance(value, str) and self.templar.is_template(value):
+            value = self.templar.template(value)
+        if option == "kubeconfig" and value:
+            value = os.path.expanduser(str(value))
+        return value or None
+
+    def _vocabulary(self):
+        custom = self.get_option("taint_names")
+        try:
+            if custom:
+                return vocabulary.Vocabulary.from_mapping(custom)
+            return vocabulary.preset(self.get_option("taint_preset"))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise AnsibleError("k8s_nodes: bad taint names: %s" % _one_line(exc))
+
+    def _foreign_signals(self):
+        signals = []
+        for entry in self.get_option("foreign_signals") or []:
+            if not isinstance(entry, dict) or entry.get("kind") not in ("taint", "condition") or not entry.get("key"):
+                raise AnsibleError("k8s_nodes: each foreign_signals entry needs kind (taint or condition) "
+                                   "and key, got %r" % (entry,))
+            value = entry.get("value")
+            signals.append(nodestate.ForeignSignal(entry["kind"], str(entry["key"]),
+                                                   None if value is None else str(value)))
+        return signals
+
+    # -- the data source (the only seam unit tests replace) ------------------
+    def _list_nodes(self, kubeconfig, context, label_selector):
+        """Nodes as plain JSON dicts, from fleetmedic's Kubernetes adapter."""
+        try:
+            from fleetmedic.adapters import kube
+        except ImportError as exc:
+            raise AnsibleError("k8s_nodes: cannot load fleetmedic's Kubernetes adapter: %s" % _one_line(exc))
+        try:
+            api = kube.connect(kubeconfig, context)
+        except FleetmedicError as exc:  # ConfigError: missing or malformed kubeconfig, unknown context
+            raise AnsibleError("k8s_nodes: %s" % _one_line(exc))
+        except Exception as exc:  # anything the adapter did not map; still one line
+            raise AnsibleError("k8s_nodes: kubeconfig %s: %s: %s" % (kubeconfig, type(exc).__name__, _one_line(exc)))
+        try:
+            nodes, _resource_version = api.list_nodes(label_selector)
+        except FleetmedicError as exc:  # unreachable, 401/403, 5xx: the adapter's one-line message
+            raise AnsibleError("k8s_nodes: cannot list nodes: %s" % _one_line(exc))
+        except Exception as exc:
+            raise AnsibleError("k8s_nodes: cannot list nodes: %s: %s" % (type(exc).__name__, _one_line(exc)))
+        return nodes
+
+    # -- building the inventory ----------------------------------------------
+    def _wanted(self, view):
+        names = self.get_option("names") or []
+        vendors = self.get_option("vendors") or []
+        states = self.get_option("states") or []
+        return ((not names or view.name in names)
+                and (not vendors or view.vendor in vendors)
+                and any(tag in states for tag in node_tags(view)))
+
+    def _populate(self, nodes, vocab, foreign):
+        for group in ALL_GROUPS:
+            self.inventory.add_group(group)
+        for group in STATE_GROUPS.values():
+            self.inventory.add_child("in_repair", group)
+        strict = self.get_option("strict")
+        for node in sorted(nodes, key=lambda n: (n.get("metadata") or {}).get("name") or ""):
+            if not (node.get("metadata") or {}).get("name"):
+                continue
+            view = nodestate.view(node, vocab, foreign)
+            if not self._wanted(view):
+                continue
+            address = ansible_address(view, self.get_option("address_label"), self.get_option("address_annotation"))
+            if not address:
+                self.display.warning("k8s_nodes: node %s has no InternalIP and no address override; "
+                                     "connecting by its name" % view.name)
+            hostvars = wrap_var(host_vars(view, address))
+            name = view.name
+            self.inventory.add_host(name)
+            for group in host_groups(view):
+                self.inventory.add_group(group)
+                self.inventory.add_child(group, name)
+            for key, value in hostvars.items():
+                self.inventory.set_variable(name, key, value)
+            self._set_composite_vars(self.get_option("compose"), hostvars, name, strict=strict)
+            self._add_host_to_composed_groups(self.get_option("groups"), hostvars, name, strict=strict)
+            self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, name, strict=strict)
