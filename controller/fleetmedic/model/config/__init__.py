@@ -1,0 +1,161 @@
+"""The controller's configuration: one YAML file, validated once at start-up.
+
+Every field's docstring says why its default is what it is (``Config.model_json_schema()``
+shows them as descriptions). :func:`load` turns any problem into a one-line
+:class:`~fleetmedic.errors.ConfigError`, e.g.
+``config /etc/fleetmedic/controller.yaml: smtp.port: must be 1..65535, got 0``.
+
+- Durations are seconds or strings like ``90s``, ``10m``, ``1h30m``, ``7d``.
+- Relative paths are relative to the config file's directory.
+- Secrets are never in the file: a path or a systemd credential name
+  (``LoadCredential=``, read from ``$CREDENTIALS_DIRECTORY``) points at them.
+- :meth:`Config.missing_files` is the start-up check that named files exist.
+
+The annotated example is ``fleetmedic/data/controller.example.yaml``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import ValidationError
+
+from fleetmedic.errors import ConfigError
+from fleetmedic.model.config.ladder import (PHASES, AnsibleConfig, LadderConfig,
+                                            PlaybookConfig, PlaybooksConfig, StepConfig)
+from fleetmedic.model.config.safety import (BreakerConfig, DrainConfig, FlapConfig,
+                                            SafetyConfig)
+from fleetmedic.model.config.sections import (DEFAULT_FOREIGN, ForeignSignalConfig,
+                                              KubeConfig, LeaderElectionConfig, MetricsConfig,
+                                              SmtpConfig, TaintsConfig)
+from fleetmedic.model.config.types import (Section, Window, credential_path, parse_duration,
+                                           quantity_of)
+from fleetmedic.model.nodestate import ForeignSignal
+from fleetmedic.model.vocabulary import Vocabulary
+
+__all__ = [
+    "PHASES", "AnsibleConfig", "BreakerConfig", "Config", "DrainConfig", "FlapConfig",
+    "ForeignSignalConfig", "KubeConfig", "LadderConfig", "LeaderElectionConfig",
+    "MetricsConfig", "PlaybookConfig", "PlaybooksConfig", "SafetyConfig", "SmtpConfig",
+    "StepConfig", "TaintsConfig", "Window", "credential_path", "load", "parse",
+    "parse_duration", "quantity_of", "secret_path",
+]
+
+
+class Config(Section):
+    kube: KubeConfig = KubeConfig()
+    taints: TaintsConfig = TaintsConfig()
+    foreign_signals: tuple[ForeignSignalConfig, ...] = DEFAULT_FOREIGN
+    """Other tools' verdicts accepted as entry into `reboot` on a healthy node: Konduktor's
+    faulty taint, the AWS GPU health check's taint, node-problem-detector's GPUProblem."""
+    ladder: LadderConfig = LadderConfig()
+    ansible: AnsibleConfig = AnsibleConfig()
+    smtp: SmtpConfig | None = None
+    """Unset: no email; escalations are only recorded on the Node (and logged loudly)."""
+    safety: SafetyConfig = SafetyConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    leader_election: LeaderElectionConfig = LeaderElectionConfig()
+    dry_run: bool = False
+    """Decide and log, change nothing (`fleetmedic run --dry-run` sets it too)."""
+
+    def vocabulary(self) -> Vocabulary:
+        return self.taints.vocabulary()
+
+    def foreign(self) -> tuple[ForeignSignal, ...]:
+        return tuple(f.signal() for f in self.foreign_signals)
+
+    def playbook_path(self, phase_playbook: PlaybookConfig) -> Path:
+        return self.ansible.playbook_dir / phase_playbook.playbook
+
+    def missing_files(self, environ: Mapping[str, str] = os.environ) -> list[str]:
+        """Start-up check: named files that do not exist, as ``field: path`` strings."""
+        pb = self.ladder.playbooks
+        wanted: list[tuple[str, Path | None]] = [
+            (f"ladder.playbooks.{name}", self.playbook_path(getattr(pb, name)))
+            for name in pb.model_fields]
+        wanted += [
+            ("ansible.config_file", self.ansible.config_file),
+            ("ansible.ssh_key", secret_path(self.ansible.ssh_key_file,
+                                            self.ansible.ssh_key_credential, environ)),
+            ("kube.kubeconfig", secret_path(self.kube.kubeconfig,
+                                            self.kube.kubeconfig_credential, environ)),
+        ]
+        if self.smtp:
+            wanted.append(("smtp.password", secret_path(self.smtp.password_file,
+                                                        self.smtp.password_credential, environ)))
+        return [f"{name}: {path}" for name, path in wanted if path and not path.exists()]
+
+
+def parse(data: Any, source: str = "config", base: Path | None = None) -> Config:
+    """Validate already-loaded YAML data; ConfigError (one line) on any problem."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: must be a mapping at the top level")
+    try:
+        return Config.model_validate(data, context={"base": base})
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_one_line(exc)}") from None
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read and validate the config file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"config {path}: {where}invalid YAML: {problem}") from None
+    return parse(data, f"config {path}", path.parent.absolute())
+
+
+def secret_path(file: Path | None, credential: str | None,
+                environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The file holding a secret: the systemd credential if named, else the file."""
+    return credential_path(credential, environ) if credential else file
+
+
+def _one_line(exc: ValidationError) -> str:
+    # An unknown key is usually a typo that also causes a "required": report it first.
+    errs = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+    first = errs[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top)"
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"{loc}: {_message(first)}{more}".replace("\n", " ")
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    if kind == "missing":
+        return "required"
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][-1]), _field_names(), n=1)
+        return "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+    shown = err.get("input")
+    got = f", got {shown!r}" if isinstance(shown, (str, int, float, bool)) else ""
+    return msg[:1].lower() + msg[1:] + got
+
+
+def _field_names() -> list[str]:
+    models: list[type[Section]] = [Config]
+    names: set[str] = set()
+    while models:
+        model = models.pop()
+        for name, field in model.model_fields.items():
+            names.add(field.alias or name)
+            for sub in getattr(field.annotation, "__args__", ()) + (field.annotation,):
+                if isinstance(sub, type) and issubclass(sub, Section) and sub is not model:
+                    models.append(sub)
+    return sorted(names)

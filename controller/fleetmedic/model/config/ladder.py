@@ -1,0 +1,113 @@
+"""Config sections for the ladder (steps, phases, playbooks) and for Ansible."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fleetmedic.model.config.types import ConfigPath, Duration, Section
+
+PHASES = ("diagnose", "drain", "reinstall", "reboot", "verify")
+
+
+class StepConfig(Section):
+    phases: tuple[Literal["diagnose", "drain", "reinstall", "reboot", "verify"], ...]
+    """What one attempt does, in order. It must end in `verify`: only a passing verify
+    clears a node, never "the reboot returned"."""
+    retries: int = Field(0, ge=0, le=5)
+    """Extra attempts of this step before climbing. 0: a second identical reboot rarely
+    fixes what the first did not, and each attempt costs the node's jobs."""
+
+    @field_validator("phases")
+    @classmethod
+    def _ends_in_verify(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v or v[-1] != "verify" or len(set(v)) != len(v):
+            raise ValueError(f"must be distinct phases ending in verify, got {list(v)}")
+        return v
+
+
+class PlaybookConfig(Section):
+    playbook: str
+    """Path relative to ansible.playbook_dir (or absolute)."""
+    timeout: Duration | None = None
+    """Job timeout for this phase (ansible-runner timeout=). Unset: ansible.job_timeout."""
+
+
+class PlaybooksConfig(Section):
+    diagnose: PlaybookConfig = PlaybookConfig(playbook="diagnose.yml", timeout=600)
+    """Evidence capture; 10 min covers nvidia-bug-report on an 8-GPU node."""
+    reboot: PlaybookConfig = PlaybookConfig(playbook="reboot.yml", timeout=1200)
+    """20 min: a GPU server's POST plus memory training can take 10+ minutes. Also how long
+    an unreachable node may stay away after a reboot before it counts as failed."""
+    reinstall_nvidia: PlaybookConfig = PlaybookConfig(playbook="reinstall_nvidia.yml",
+                                                      timeout=2400)
+    """NVIDIA driver reinstall incl. DKMS build: 40 min is generous on a slow mirror."""
+    reinstall_amd: PlaybookConfig = PlaybookConfig(playbook="reinstall_rocm.yml", timeout=2400)
+    """ROCm reinstall (amdgpu-dkms): as long as the NVIDIA one, for the same reasons."""
+    verify: PlaybookConfig = PlaybookConfig(playbook="verify.yml", timeout=600)
+    """The same checks the agent runs, so pass means what fencing meant."""
+
+
+class LadderConfig(Section):
+    reboot: StepConfig = StepConfig(phases=("diagnose", "drain", "reboot", "verify"))
+    """Evidence before the reboot wipes it; drain so running jobs end cleanly."""
+    reimage: StepConfig = StepConfig(phases=("diagnose", "drain", "reinstall", "reboot",
+                                             "verify"))
+    """The driver/ROCm (chosen by the node's gpu-vendor label) is reinstalled, then booted."""
+    playbooks: PlaybooksConfig = PlaybooksConfig()
+    probe_timeout: Duration = 60
+    """Reading a node's boot_id over SSH; a minute covers a slow SSH login."""
+    probe_interval: Duration = 15
+    """While a rebooted node is unreachable after a controller restart, re-probe this often."""
+    foreign_grace: Duration = 600
+    """After fleetmedic cleared a node, ignore foreign signals this long so the other tool can
+    re-check; otherwise a stale signal would send a repaired node straight back."""
+    history_limit: int = Field(40, ge=8, le=200)
+    """Attempts kept in the history annotation; 40 (~8 KB) keeps several episodes for flap
+    damping while staying far below the 256 KB annotation limit."""
+
+
+class AnsibleConfig(Section):
+    playbook_dir: ConfigPath = Path("/usr/share/fleetmedic/playbooks")
+    """Where the controller role installs the collection's playbooks."""
+    config_file: ConfigPath | None = None
+    """ansible.cfg to use (ANSIBLE_CONFIG); the controller role installs one with the
+    collection and roles paths. Unset: Ansible's own search order."""
+    run_dir: ConfigPath = Path("/var/lib/fleetmedic/runs")
+    """A fresh private_data_dir per run is made here (the unit's StateDirectory)."""
+    keep_runs: int = Field(500, ge=1)
+    """Run directories kept for post-mortems; the oldest go first."""
+    remote_user: str | None = None
+    """SSH user. Unset: Ansible's default (ansible.cfg, else the local user)."""
+    become: bool = False
+    """Use become (sudo) on nodes; off because the usual setup logs in as root."""
+    ssh_key_file: ConfigPath | None = None
+    """Private key for SSH. Unset: ssh's own defaults / agent."""
+    ssh_key_credential: str | None = None
+    """systemd credential holding the SSH key; wins over ssh_key_file."""
+    known_hosts_file: ConfigPath = Path("/var/lib/fleetmedic/known_hosts")
+    """Host keys checked strictly: a node whose key changed is not trusted with root."""
+    extra_ssh_args: tuple[str, ...] = ()
+    """Appended to ansible_ssh_common_args, e.g. ["-o", "ProxyJump=bastion2"]."""
+    server_alive_interval: int = Field(3, ge=1)
+    """With server_alive_count_max, a node that vanishes mid-task fails in ~30 s instead of
+    hanging 10+ minutes (measured)."""
+    server_alive_count_max: int = Field(2, ge=1)
+    forks: int = Field(20, ge=1, le=500)
+    """Hosts per run in parallel; the budget keeps runs small, 20 is Ansible's common value."""
+    job_timeout: Duration = 3600
+    """Backstop for any run whose phase sets no timeout: a hung ssh never blocks forever."""
+    env: dict[str, str] = {}
+    """Extra environment for ansible-playbook (e.g. ANSIBLE_STDOUT_CALLBACK)."""
+
+    @model_validator(mode="after")
+    def _known_hosts_on(self) -> "AnsibleConfig":
+        bad = [a for a in self.extra_ssh_args if re.search(r"StrictHostKeyChecking|"
+                                                            r"UserKnownHostsFile", a, re.I)]
+        if bad:
+            raise ValueError("extra_ssh_args must not change host key checking "
+                             f"(use known_hosts_file), got {bad[0]!r}")
+        return self

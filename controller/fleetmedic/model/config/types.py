@@ -1,0 +1,156 @@
+"""Small value types and the section base used by the controller config.
+
+Each validator's message is written to read well after ``section.field:``,
+e.g. ``smtp.port: must be 1..65535, got 0``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, time, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal, Mapping
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo,
+                      field_validator)
+
+from fleetmedic.errors import ConfigError
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string like ``90s``, ``10m``, ``1h30m``, ``7d``."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a duration like 30s, 10m or 2h, got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip().replace(" ", "")
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            seconds = float(text)
+        elif re.fullmatch(f"(?:{_DURATION.pattern})+", text):
+            seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(text))
+        else:
+            raise ValueError(f"must be a duration like 30s, 10m or 2h, got {value!r}")
+    else:
+        raise ValueError(f"must be a duration like 30s, 10m or 2h, got {value!r}")
+    if seconds <= 0:
+        raise ValueError(f"must be positive, got {value!r}")
+    return seconds
+
+
+def _port(v: int) -> int:
+    if not 1 <= v <= 65535:
+        raise ValueError(f"must be 1..65535, got {v}")
+    return v
+
+
+def _percent(v: float) -> float:
+    if not 0 <= v <= 100:
+        raise ValueError(f"must be 0..100, got {v:g}")
+    return v
+
+
+def _quantity(v: Any) -> int | str:
+    """A count (``3``) or a share of the pool (``"50%"``)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    if isinstance(v, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", v)
+        if m and float(m.group(1)) <= 100:
+            return f"{float(m.group(1)):g}%"
+        if v.strip().isdigit():
+            return int(v)
+    raise ValueError(f"must be a count (e.g. 3) or a percentage (e.g. \"50%\"), got {v!r}")
+
+
+def _taint_key(v: str) -> str:
+    # A qualified name: optional DNS prefix "/" then a name (as Kubernetes validates keys).
+    name = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+    prefix = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
+    if not re.fullmatch(f"({prefix}/)?{name}", v):
+        raise ValueError(f"must be a valid taint key like example.com/name, got {v!r}")
+    return v
+
+
+def _label_value(v: str) -> str:
+    if v and not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", v):
+        raise ValueError(f"must be a valid label value (<=63 of A-Za-z0-9._-), got {v!r}")
+    return v
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors (typos must not pass
+    silently), values are immutable, and attribute docstrings become descriptions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+                              populate_by_name=True)
+
+
+def _resolve(p: Path, info: ValidationInfo) -> Path:
+    base = (info.context or {}).get("base")
+    return p if p.is_absolute() or base is None else Path(base) / p
+
+
+ConfigPath = Annotated[Path, AfterValidator(_resolve)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Port = Annotated[int, AfterValidator(_port)]
+Percent = Annotated[float, AfterValidator(_percent)]
+Quantity = Annotated[int | str, BeforeValidator(_quantity)]
+TaintKey = Annotated[str, AfterValidator(_taint_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+
+
+def quantity_of(value: int | str, pool: int, *, round_up: bool) -> int:
+    """Resolve a Quantity against a pool size."""
+    if isinstance(value, int):
+        return value
+    share = float(value.rstrip("%")) * pool / 100
+    whole = int(share)
+    return whole + 1 if round_up and share > whole else whole
+
+
+class Window(BaseModel):
+    """A weekly window, e.g. ``{days: [sat, sun], start: "02:00", end: "06:00"}``.
+
+    ``end`` before ``start`` runs past midnight; ``days`` name the day it starts.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    days: tuple[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], ...] = DAYS
+    start: time
+    end: time
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {v!r}") from None
+        return v
+
+    def contains(self, when: datetime) -> bool:
+        local = when.astimezone(ZoneInfo(self.timezone))
+        now = local.time().replace(tzinfo=None)
+        if self.start <= self.end:
+            return DAYS[local.weekday()] in self.days and self.start <= now < self.end
+        if now >= self.start:
+            return DAYS[local.weekday()] in self.days
+        yesterday = local - timedelta(days=1)
+        return now < self.end and DAYS[yesterday.weekday()] in self.days
+
+
+def credential_path(name: str, environ: Mapping[str, str] = os.environ) -> Path:
+    """``$CREDENTIALS_DIRECTORY/name`` (systemd LoadCredential=)."""
+    directory = environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        raise ConfigError(f"credential {name!r} named but $CREDENTIALS_DIRECTORY is not set "
+                          "(LoadCredential= in the unit provides it)")
+    return Path(directory) / name
