@@ -21,7 +21,7 @@ kube="$(sed -n 's#^[[:space:]]*k8s.io/kubernetes \(v[^ ]*\).*#\1#p' "$src/go.mod
 kwokv="$(sed -n 's#^[[:space:]]*sigs.k8s.io/kwok \(v[^ ]*\).*#\1#p' "$src/kwok/go.mod")"
 out="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}/kube-bin-$kube-$key"
 
-if [[ -x $out/kube-apiserver && -x $out/etcd && -x $out/kwok && -f $out/VERSIONS ]]; then
+if [[ -x $out/kube-apiserver && -x $out/etcd && -x $out/kwok && -f $out/kwok-stages.yaml && -f $out/VERSIONS ]]; then
   log "cached: $out ($(tr '\n' ' ' < "$out/VERSIONS"| sed 's/ $//'))"
   exit 0
 fi
@@ -39,6 +39,14 @@ ldk="-s -w -X $cb.gitVersion=$kube -X $cb.gitMajor=1 -X $cb.gitMinor=$minor -X $
 (cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "$ldk" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
 (cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd)
 (cd "$src/kwok" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
+
+# kwok (the controller) has no built-in stages; take the "fast" node/pod stages
+# from the pinned kwok module (kwokctl embeds the same files).
+stages="$(cd "$src/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage"
+for f in node/fast/node-initialize.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+  printf -- '---\n'; cat "$stages/$f"
+done > "$tmp/kwok-stages.yaml"
+cp "$stages/node/heartbeat/node-heartbeat.yaml" "$tmp/kwok-stage-heartbeat.yaml"
 
 etcdv="$("$tmp/etcd" --version 2>&1)"
 {
