@@ -1,0 +1,103 @@
+"""The circuit breaker: too many nodes turning unhealthy at once stops automation.
+
+More than ``threshold_percent`` of the pool (and at least ``min_nodes``)
+turning unhealthy within ``window`` trips it. While open, ``budget.admit``
+holds every action; :func:`observe` reports the trip once (``tripped_now``),
+so exactly one storm email goes out. A human resets it (or ``cooldown`` does).
+
+Level-triggered, so nothing is replayed: the breaker only remembers *which*
+nodes were unhealthy and *when it first saw each turn*; on reset that memory is
+kept as the new baseline and the storm's transitions are dropped, so they
+neither re-trip it nor count again. The first observation after a start is a
+baseline too, so a restart never looks like a storm. The state is plain data
+(``to_json``/``from_json``) the controller may keep on its pause ConfigMap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from fleetmedic.model.config import BreakerConfig
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy.history import parse_time, stamp
+
+
+@dataclasses.dataclass(frozen=True)
+class BreakerState:
+    primed: bool = False                        # a baseline has been taken
+    unhealthy: frozenset[str] = frozenset()     # nodes unhealthy at the last observation
+    turned: tuple[tuple[str, str], ...] = ()    # (node, when it turned unhealthy), in window
+    tripped_at: str | None = None
+    reset_at: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.tripped_at is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"primed": self.primed, "unhealthy": sorted(self.unhealthy),
+                "turned": [list(t) for t in self.turned], "tripped_at": self.tripped_at,
+                "reset_at": self.reset_at}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "BreakerState":
+        """Tolerant: anything unreadable starts from a fresh baseline."""
+        try:
+            return cls(primed=bool(data["primed"]), unhealthy=frozenset(data["unhealthy"]),
+                       turned=tuple((str(n), str(t)) for n, t in data["turned"]),
+                       tripped_at=data.get("tripped_at"), reset_at=data.get("reset_at"))
+        except (KeyError, TypeError, ValueError):
+            return cls()
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    state: BreakerState
+    tripped_now: bool   # send the storm email (exactly once per trip)
+    recent: int         # nodes that turned unhealthy within the window
+    limit: int          # more than this many trips it
+
+
+def unhealthy_names(views: Iterable[NodeView]) -> frozenset[str]:
+    """In repair, or flagged by a foreign signal."""
+    return frozenset(v.name for v in views if v.state != "healthy" or v.foreign_signals)
+
+
+def limit(pool: int, cfg: BreakerConfig) -> int:
+    """The largest number of recent turns that does not trip the breaker."""
+    return max(cfg.min_nodes - 1, int(pool * cfg.threshold_percent / 100))
+
+
+def observe(state: BreakerState, unhealthy: frozenset[str], pool: int, now: datetime,
+            cfg: BreakerConfig) -> Observation:
+    cap = limit(pool, cfg)
+    if not state.primed:
+        return Observation(BreakerState(primed=True, unhealthy=unhealthy,
+                                        reset_at=state.reset_at), False, 0, cap)
+    since = now - timedelta(seconds=cfg.window)
+    at = stamp(now)
+    turned = [(n, t) for n, t in state.turned if (parse_time(t) or now) >= since]
+    turned += [(n, at) for n in sorted(unhealthy - state.unhealthy)]
+    recent = len({n for n, _ in turned})
+    tripped_at = state.tripped_at
+    if tripped_at and cfg.cooldown and now - parse_time(tripped_at) >= timedelta(  # type: ignore
+            seconds=cfg.cooldown):
+        return Observation(reset(state, now, unhealthy), False, 0, cap)
+    tripped_now = cfg.enabled and not tripped_at and recent > cap
+    new = dataclasses.replace(state, unhealthy=unhealthy, turned=tuple(turned),
+                              tripped_at=at if tripped_now else tripped_at)
+    return Observation(new, tripped_now, recent, cap)
+
+
+def reset(state: BreakerState, now: datetime,
+          unhealthy: frozenset[str] | None = None) -> BreakerState:
+    """Close the breaker; the storm's transitions are forgotten, not replayed."""
+    return BreakerState(primed=True, unhealthy=state.unhealthy if unhealthy is None else unhealthy,
+                        turned=(), tripped_at=None, reset_at=stamp(now))
+
+
+def reason(state: BreakerState) -> str | None:
+    """Why automation is stopped (for budget.admit), or None when closed."""
+    return f"circuit breaker open since {state.tripped_at}" if state.open else None

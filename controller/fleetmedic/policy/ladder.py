@@ -1,0 +1,210 @@
+"""The repair ladder for one node, as three pure functions.
+
+The controller loop, for each node it is not already working on::
+
+    action = decide(view, now, cfg)                    # what next?
+    upd = begin(view, action, now, cfg, run_id)        # write BEFORE acting (may be None)
+    view = write(upd)                                  # the Node as written
+    outcome = execute(action)                          # runner / drain / email
+    upd = complete(view, action, outcome, now, cfg)    # write AFTER (None: stale, re-decide)
+
+``WRITE`` actions only carry ``action.update``; ``WAIT``/``NONE`` do nothing.
+All state lives on the Node (taints, in-flight marker, history, escalation
+record; see inflight.py), so the loop can be killed anywhere and ``decide`` on
+the re-read Node picks up safely: a finished reboot is never repeated, one
+under way is never forgotten. Steps and phases come from ``cfg.ladder``:
+``reboot`` -> ``reimage`` -> ``manual``; unreachable and timeout count as failure.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from fleetmedic.model import keys
+from fleetmedic.model.config import Config, PlaybookConfig
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy import flap
+from fleetmedic.policy.actions import (DRAIN, ESCALATE, HEALTHY, NONE, PROBE, RUN, WAIT, WRITE,
+                                       Action, Event, Outcome, Update)
+from fleetmedic.policy.history import (ESCALATED, FAIL, FLAP_DAMPED, RELEASED, SUPERSEDED,
+                                       Attempt, last_episode, last_pass, short, stamp)
+from fleetmedic.policy.inflight import RUNNING, Escalated, InFlight
+from fleetmedic.policy.steps import (MANUAL, REBOOT, RESULT_OF, NodeCtx, after_drain,
+                                     after_email, after_probe, fail_step, failure_text,
+                                     next_phase)
+
+DISRUPTIVE_PHASES = ("reboot", "reinstall")
+
+
+def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
+    """The next action for this node, from the Node alone (plus the clock and config)."""
+    n = NodeCtx(view, now, cfg)
+    if view.annotations.get(keys.ANN_PAUSE) == "true":
+        return n.action(NONE, f"paused by the {keys.ANN_PAUSE} annotation on the node")
+    try:
+        fl = InFlight.decode(n.raw)
+    except ValueError as exc:
+        return _unreadable(n, str(exc))
+    if view.state == HEALTHY:
+        return _healthy(n, fl)
+    if fl is None:
+        return _entered(n)
+    if fl.step != view.state:
+        note = n.attempt(fl, SUPERSEDED, f"moved to {view.state} by someone else")
+        new = n.first(fl.ep, view.state, 1)
+        return n.write(f"taint says {view.state}, not {fl.step}: following the taint",
+                       annotations={keys.ANN_IN_FLIGHT: new.encode()}, append=(note,))
+    if fl.step == MANUAL:
+        return n.action(ESCALATE, "the ladder ran out: escalate to a human", step=MANUAL, ep=fl.ep)
+    return _continue(n, fl)
+
+
+def _unreadable(n: NodeCtx, why: str) -> Action:
+    if n.view.state == HEALTHY:
+        return n.write(why, annotations={keys.ANN_IN_FLIGHT: None})
+    ep = last_episode(n.history) or 1
+    new = n.first(ep, MANUAL, 1)
+    return n.write(f"{why}: cannot tell what was under way, so a human decides",
+                   state=MANUAL, annotations={keys.ANN_IN_FLIGHT: new.encode()},
+                   events=(Event("RepairRecordUnreadable", why, "Warning"),))
+
+
+def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
+    view, cfg = n.view, n.cfg
+    if fl or n.escalated or view.annotations.get(keys.ANN_CORDONED) == "true":
+        ended = ()
+        if fl:
+            ended = (n.attempt(fl, RELEASED, "repair taint removed by someone else"),)
+        return n.write("our repair taint was removed: forget the repair, undo our cordon",
+                       annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
+                       append=ended, uncordon=True)
+    if not view.foreign_signals:
+        return n.action(NONE, "healthy")
+    passed = last_pass(n.history)
+    grace = timedelta(seconds=cfg.ladder.foreign_grace)
+    if passed and n.now < passed + grace:
+        return n.action(WAIT, f"foreign signal ({', '.join(view.foreign_signals)}) ignored "
+                        "while the other tool re-checks after our repair", not_before=passed + grace)
+    why = f"foreign signal: {', '.join(view.foreign_signals)}"
+    return n.write(why, state=REBOOT, events=(Event("RepairEntered", why, "Warning"),))
+
+
+def _entered(n: NodeCtx) -> Action:
+    """In repair with no in-flight marker: a new episode, or a manual node."""
+    state, now = n.view.state, n.now
+    if state == MANUAL:
+        esc = n.escalated
+        if esc is None:
+            return n.action(ESCALATE, "fenced for manual repair: escalate to a human",
+                            step=MANUAL, ep=last_episode(n.history) + 1)
+        if esc.sent:
+            return n.action(NONE, f"escalated at {esc.sent}; waiting for `fleetmedic release`")
+        retry = esc.retry_time()
+        if retry and now < retry:
+            return n.action(WAIT, f"escalation email failed ({esc.error}); retrying",
+                            not_before=retry)
+        return n.action(ESCALATE, f"escalation email not sent yet (tries: {esc.tries})",
+                        step=MANUAL, ep=esc.ep)
+    ep = last_episode(n.history) + 1
+    fl_cfg = n.cfg.safety.flap
+    if flap.damped(n.history, now, fl_cfg.count, fl_cfg.window):
+        why = flap.reason(fl_cfg.count, fl_cfg.window)
+        stamp_now = stamp(now)
+        mark = Attempt(ep=ep, step=state, attempt=1, start=stamp_now, end=stamp_now,
+                       result=FLAP_DAMPED, message=why)
+        return n.write(why, state=MANUAL, append=(mark,),
+                       annotations={keys.ANN_IN_FLIGHT: n.first(ep, MANUAL, 1).encode(),
+                                    keys.ANN_ESCALATED: None},
+                       events=(Event("RepairFlapDamped", why, "Warning"),))
+    return n.action(WRITE, f"start {state} (episode {ep})", step=state, ep=ep, new_work=True,
+                    update=n.update(annotations={keys.ANN_IN_FLIGHT: n.first(ep, state, 1).encode(),
+                                                 keys.ANN_ESCALATED: None},
+                                    events=(Event("RepairStarted", f"{state}, episode {ep}"),)))
+
+
+def _continue(n: NodeCtx, fl: InFlight) -> Action:
+    view, cfg, now = n.view, n.cfg, n.now
+    phases = n.step_cfg(fl.step).phases
+    if fl.phase not in phases:
+        new = n.first(fl.ep, fl.step, fl.attempt)
+        return n.write(f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
+                       annotations={keys.ANN_IN_FLIGHT: new.encode()})
+    retry = fl.retry_time()
+    if retry and now < retry:
+        return n.action(WAIT, f"{fl.step}/{fl.phase}: back off", step=fl.step, phase=fl.phase,
+                        ep=fl.ep, not_before=retry)
+    resumed = fl.status == RUNNING
+    ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
+    if fl.phase == "reboot" and (resumed or not fl.boot_id):
+        why = ("a reboot was under way before a restart: did it happen?" if resumed
+               else "read boot_id so the reboot can be confirmed after any restart")
+        return n.action(PROBE, why, timeout=cfg.ladder.probe_timeout, **ctx)
+    again = " (again: interrupted by a restart)" if resumed else ""
+    if fl.phase == "drain":
+        drain = cfg.safety.drain
+        return n.action(DRAIN, f"drain before {fl.step}{again}", timeout=drain.timeout,
+                        force=drain.pdb_blocked == "force", disruptive=True, **ctx)
+    pb = _playbook(cfg, fl.phase, view.vendor)
+    if pb is None:
+        msg = (f"no {keys.LABEL_VENDOR} label (nvidia|amd): cannot choose a driver or ROCm "
+               "to reinstall")
+        return n.action(WRITE, msg, update=fail_step(n, fl, FAIL, msg), **ctx)
+    return n.action(RUN, f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
+                    playbook=str(cfg.playbook_path(pb)),
+                    timeout=pb.timeout or cfg.ansible.job_timeout,
+                    hostvars={"fleetmedic_step": fl.step, "fleetmedic_phase": fl.phase,
+                              "fleetmedic_attempt": fl.attempt, "fleetmedic_episode": fl.ep,
+                              "fleetmedic_gpu_vendor": view.vendor},
+                    disruptive=fl.phase in DISRUPTIVE_PHASES, **ctx)
+
+
+def _playbook(cfg: Config, phase: str, vendor: str) -> PlaybookConfig | None:
+    books = cfg.ladder.playbooks
+    if phase == "reinstall":
+        return {"nvidia": books.reinstall_nvidia, "amd": books.reinstall_amd}.get(vendor)
+    return getattr(books, phase)
+
+
+def begin(view: NodeView, action: Action, now: datetime, cfg: Config,
+          run_id: str | None = None) -> Update | None:
+    """What to write before executing ``action`` (None: nothing)."""
+    n = NodeCtx(view, now, cfg)
+    if action.kind in (RUN, DRAIN):
+        fl = InFlight.decode(n.raw)
+        if fl is None:
+            return None
+        started = fl.with_(status=RUNNING, since=stamp(now), run_id=run_id, retry_at=None)
+        return n.update(annotations={keys.ANN_IN_FLIGHT: started.encode()})
+    if action.kind == ESCALATE and n.escalated is None:
+        at = stamp(now)
+        record = Escalated(ep=action.ep, decided=at)
+        mark = Attempt(ep=action.ep, step=MANUAL, attempt=1, start=at, end=at,
+                       result=ESCALATED, message=short(action.reason))
+        return n.update(annotations={keys.ANN_ESCALATED: record.encode(),
+                                     keys.ANN_IN_FLIGHT: None},
+                        append=(mark,),
+                        events=(Event("RepairEscalated", action.reason, "Warning"),))
+    return None
+
+
+def complete(view: NodeView, action: Action, outcome: Outcome, now: datetime,
+             cfg: Config) -> Update | None:
+    """What to write after ``action`` ended with ``outcome``; None if the Node moved on."""
+    n = NodeCtx(view, now, cfg)
+    if action.kind == ESCALATE:
+        return after_email(n, outcome)
+    fl = InFlight.decode(n.raw)
+    if fl is None or (fl.step, fl.phase) != (action.step, action.phase):
+        return None
+    if action.kind == PROBE:
+        return after_probe(n, fl, outcome)
+    if action.kind == DRAIN:
+        return after_drain(n, fl, outcome)
+    if outcome.ok or (fl.phase == "diagnose" and outcome.status == "failed"):
+        # evidence capture is best effort: a failed diagnose must not block the repair
+        note = () if outcome.ok else (f"diagnose failed: {outcome.message}",)
+        return next_phase(n, fl.with_(notes=fl.notes + note, run_id=outcome.run_id or fl.run_id))
+    return fail_step(n, fl, RESULT_OF.get(outcome.status, FAIL),
+                      failure_text(fl.phase, outcome), outcome.run_id)
+
+

@@ -1,0 +1,49 @@
+"""What a human's ``fleetmedic release NODE`` and ``fleetmedic reset`` write.
+
+Both remove only fleetmedic's own taints (exact key, value and effect), undo
+only a cordon fleetmedic made, and end any repair under way in the history, so
+the next episode starts clean and the flap count still sees this one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fleetmedic.model import keys
+from fleetmedic.model.config import Config
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy.actions import HEALTHY, Event, Update
+from fleetmedic.policy.history import RELEASED, Attempt, decode, last_episode, stamp
+from fleetmedic.policy.inflight import InFlight
+
+
+def _ended(view: NodeView, now: datetime, who: str) -> tuple[Attempt, ...]:
+    at = stamp(now)
+    try:
+        fl = InFlight.decode(view.annotations.get(keys.ANN_IN_FLIGHT))
+    except ValueError:
+        fl = None
+    if fl is not None:
+        return (Attempt(ep=fl.ep, step=fl.step, attempt=fl.attempt, start=fl.step_start, end=at,
+                        result=RELEASED, phase=fl.phase, run_id=fl.run_id, message=who),)
+    if view.state == HEALTHY:
+        return ()
+    ep = last_episode(decode(view.annotations.get(keys.ANN_HISTORY))) or 1
+    return (Attempt(ep=ep, step=view.state, attempt=1, start=at, end=at, result=RELEASED,
+                    message=who),)
+
+
+def release(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Update:
+    """Return a node to service: clear our repair taint and records, undo our cordon."""
+    who = f"released by {by}"
+    return Update(node=view.name, at=stamp(now), state=HEALTHY, uncordon=True,
+                  annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
+                  append=_ended(view, now, who), history_limit=cfg.ladder.history_limit,
+                  events=(Event("RepairReleased", f"{view.state} -> healthy, {who}"),))
+
+
+def reset(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Update:
+    """Like :func:`release`, and also remove our slow-network taint."""
+    upd = release(view, now, cfg, by)
+    return Update(**{**upd.__dict__, "remove_slow_network": True,
+                     "events": (Event("RepairReset", f"all fleetmedic taints removed by {by}"),)})

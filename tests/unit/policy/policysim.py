@@ -1,0 +1,201 @@
+"""A pure simulated fleet for driving the policy the way the controller loop will.
+
+Nodes are plain Node dicts, written only through ``Update.apply`` (the same
+mutate the controller passes to ``Kube.update_node``). Behind each node is a
+small "truth": its boot_id, whether it answers, and what fault it has. The
+loop can be "killed" at any point between decide, begin, execute and complete,
+which is how the crash-safety properties are checked.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from fleetmedic.model import keys
+from fleetmedic.model.config import Config, parse
+from fleetmedic.model.nodestate import ForeignSignal, view
+from fleetmedic.model.vocabulary import Vocabulary
+from fleetmedic.policy import budget, ladder
+from fleetmedic.policy.actions import (DRAIN, ESCALATE, PROBE, RUN, WRITE, Action, Outcome,
+                                       Stale, Update)
+from fleetmedic.policy.history import decode
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+FOREIGN_TAINT = {"key": "example.com/other-team", "value": "x", "effect": "NoSchedule"}
+
+# what cures a node: "reboot", "reimage", "never" (hardware), or "none" (it is fine)
+FAULTS = ("none", "reboot", "reimage", "never")
+
+
+def make_node(name: str, vendor: str = "nvidia", taints: list[dict] | None = None,
+              annotations: dict | None = None, unschedulable: bool = False,
+              conditions: list[dict] | None = None) -> dict:
+    return {
+        "metadata": {"name": name, "labels": {keys.LABEL_VENDOR: vendor},
+                     "annotations": dict(annotations or {}), "resourceVersion": "1"},
+        "spec": {"taints": list(taints or []), "unschedulable": unschedulable},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.1"}],
+                   "conditions": list(conditions or [])},
+    }
+
+
+def config(**overrides: Any) -> Config:
+    data: dict[str, Any] = {"safety": {"min_healthy": 0, "breaker": {"enabled": False}},
+                            "ansible": {"playbook_dir": "/pb"},
+                            "ladder": {"history_limit": 200}}
+    for path, value in overrides.items():
+        node = data
+        *parents, leaf = path.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return parse(data)
+
+
+@dataclasses.dataclass
+class Truth:
+    fault: str = "none"
+    boot_id: str = "boot-0"
+    boots: int = 0
+    reachable: bool = True
+    fixed_by: set = dataclasses.field(default_factory=set)  # steps applied so far
+    pdb_blocks: int = 0            # drains that will still be blocked
+
+    @property
+    def healthy(self) -> bool:
+        return (self.fault == "none" or (self.fault == "reboot" and "reboot" in self.fixed_by)
+                or (self.fault == "reimage" and "reinstall" in self.fixed_by and self.boots))
+
+
+class World:
+    def __init__(self, cfg: Config, rng: random.Random | None = None,
+                 foreign: tuple[ForeignSignal, ...] | None = None) -> None:
+        self.cfg, self.vocab = cfg, cfg.vocabulary()
+        self.foreign = cfg.foreign() if foreign is None else foreign
+        self.rng = rng or random.Random(0)
+        self.nodes: dict[str, dict] = {}
+        self.truth: dict[str, Truth] = {}
+        self.now = T0
+        self.reboots: Counter = Counter()      # (node, ep, step, attempt) -> reboots done
+        self.emails: Counter = Counter()       # (node, ep) -> emails delivered
+        self.max_active = 0
+        self.stale = 0
+        self.crash_rate = 0.0
+        self.email_fail_rate = 0.0
+        self.unreachable_rate = 0.0
+
+    # -- building -----------------------------------------------------------
+    def add(self, name: str, fault: str = "none", state: str | None = None, **kw: Any) -> None:
+        taints = list(kw.pop("taints", []))
+        if state:
+            taints.append(self.vocab.repair(state).as_taint())
+        self.nodes[name] = make_node(name, taints=taints, **kw)
+        self.truth[name] = Truth(fault=fault)
+
+    def view(self, name: str):
+        return view(self.nodes[name], self.vocab, self.foreign)
+
+    def views(self):
+        return [self.view(n) for n in sorted(self.nodes)]
+
+    def history(self, name: str):
+        return decode(self.nodes[name]["metadata"]["annotations"].get(keys.ANN_HISTORY))
+
+    # -- the loop -----------------------------------------------------------
+    def write(self, upd: Update | None) -> bool:
+        if upd is None:
+            return False
+        node = copy.deepcopy(self.nodes[upd.node])
+        try:
+            upd.apply(node, self.vocab)
+        except Stale:
+            self.stale += 1
+            return False
+        self.nodes[upd.node] = node
+        return True
+
+    def crashed(self) -> bool:
+        return self.rng.random() < self.crash_rate
+
+    def cycle(self, step: float = 30.0, paused: str | None = None) -> list[Action]:
+        views = self.views()
+        actions = [ladder.decide(v, self.now, self.cfg) for v in views]
+        admission = budget.admit(actions, budget.fleet_of(views), self.cfg.safety, self.now,
+                                 paused=paused)
+        for action in admission.admitted:
+            self.execute(action)
+            self.max_active = max(self.max_active, len(budget.fleet_of(self.views()).active))
+        self.now += timedelta(seconds=step)
+        return list(admission.admitted)
+
+    def execute(self, action: Action) -> None:
+        if action.kind == WRITE:
+            self.write(action.update)
+            return
+        if self.crashed():
+            return                                  # killed before writing the marker
+        self.write(ladder.begin(self.view(action.node), action, self.now, self.cfg, "run-x"))
+        if self.crashed():
+            return                                  # killed before acting
+        outcome = self.act(action)
+        if self.crashed():
+            return                                  # killed before recording the end
+        self.write(ladder.complete(self.view(action.node), action, outcome, self.now, self.cfg))
+
+    def act(self, action: Action) -> Outcome:
+        t = self.truth[action.node]
+        if action.kind == ESCALATE:
+            if self.rng.random() < self.email_fail_rate:
+                return Outcome("failed", message="relay down")
+            self.emails[(action.node, action.ep)] += 1
+            return Outcome("ok")
+        if action.kind == DRAIN:
+            node = self.nodes[action.node]
+            if not node["spec"].get("unschedulable"):
+                node["spec"]["unschedulable"] = True
+                node["metadata"]["annotations"][keys.ANN_CORDONED] = "true"
+            if t.pdb_blocks > 0 and not action.force:
+                t.pdb_blocks -= 1
+                return Outcome("blocked", message="default/web-0 protected by a PDB")
+            return Outcome("ok")
+        if not t.reachable or self.rng.random() < self.unreachable_rate:
+            return Outcome("unreachable", message="ssh: connect timed out")
+        if action.kind == PROBE:
+            return Outcome("ok", boot_id=t.boot_id)
+        assert action.kind == RUN, action
+        if action.phase in ("reboot", "reinstall"):
+            t.fixed_by.add(action.phase)
+        if action.phase == "reboot":
+            ep = action.ep
+            fl = self.view(action.node).annotations[keys.ANN_IN_FLIGHT]
+            import json
+            attempt = json.loads(fl)["attempt"]
+            self.reboots[(action.node, ep, action.step, attempt)] += 1
+            t.boots += 1
+            t.boot_id = f"boot-{t.boots}"
+        if action.phase == "verify" and not t.healthy:
+            return Outcome("failed", run_id="run-x", task="gpu checks", message="Xid 79")
+        return Outcome("ok", run_id="run-x")
+
+    def run(self, cycles: int, **kw: Any) -> None:
+        for _ in range(cycles):
+            self.cycle(**kw)
+
+    def settled(self) -> bool:
+        """Every node healthy, or in manual with its email delivered."""
+        for name in self.nodes:
+            v = self.view(name)
+            if v.state == "manual":
+                esc = v.annotation_json(keys.ANN_ESCALATED) or {}
+                if not esc.get("sent"):
+                    return False
+            elif v.state != "healthy" or keys.ANN_IN_FLIGHT in v.annotations:
+                return False
+            elif v.foreign_signals:
+                return False
+        return True

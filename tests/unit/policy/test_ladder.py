@@ -1,0 +1,326 @@
+"""The ladder, transition by transition (the property tests cover the combinations)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from fleetmedic.model import keys
+from fleetmedic.policy import ladder
+from fleetmedic.policy.actions import (DRAIN, ESCALATE, NONE, PROBE, RUN, WAIT, WRITE, Outcome,
+                                       Stale)
+from fleetmedic.policy.history import encode, Attempt
+from fleetmedic.policy.inflight import InFlight
+
+from policysim import FOREIGN_TAINT, T0, World, config
+
+
+def in_flight(w: World, name: str) -> dict | None:
+    raw = w.nodes[name]["metadata"]["annotations"].get(keys.ANN_IN_FLIGHT)
+    return json.loads(raw) if raw else None
+
+
+def step_until(w: World, name: str, kind: str, phase: str | None = None, limit: int = 20):
+    """Run whole cycles until the node's next decision is ``kind`` (/``phase``)."""
+    for _ in range(limit):
+        action = ladder.decide(w.view(name), w.now, w.cfg)
+        if action.kind == kind and (phase is None or action.phase == phase):
+            return action
+        w.cycle()
+    raise AssertionError(f"{name} never reached {kind} {phase}: {action.describe()}")
+
+
+def test_healthy_node_gets_no_action():
+    w = World(config())
+    w.add("n1")
+    assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == NONE
+
+
+def test_reboot_step_runs_diagnose_drain_probe_reboot_verify_then_clears():
+    w = World(config())
+    w.add("n1", fault="reboot", state="reboot", taints=[FOREIGN_TAINT])
+    kinds = []
+    for _ in range(8):
+        kinds += [(a.kind, a.phase) for a in w.cycle()]
+    assert kinds == [(WRITE, None), (RUN, "diagnose"), (DRAIN, "drain"), (PROBE, "reboot"),
+                     (RUN, "reboot"), (RUN, "verify")]
+    v = w.view("n1")
+    assert v.state == "healthy" and not v.unschedulable
+    assert FOREIGN_TAINT in v.taints, "someone else's taint must survive"
+    assert keys.ANN_IN_FLIGHT not in v.annotations and keys.ANN_CORDONED not in v.annotations
+    assert v.labels[keys.LABEL_STATE] == "healthy"
+    [attempt] = w.history("n1")
+    assert (attempt.step, attempt.result, attempt.ep, attempt.run_id) == ("reboot", "pass", 1, "run-x")
+    assert w.truth["n1"].boots == 1
+
+
+def test_failed_verify_climbs_to_reimage_then_manual_with_one_email():
+    w = World(config())
+    w.add("n1", fault="never", state="reboot")
+    w.run(30)
+    v = w.view("n1")
+    assert v.state == "manual"
+    assert [(a.step, a.result) for a in w.history("n1")] == [
+        ("reboot", "fail"), ("reimage", "fail"), ("manual", "escalated")]
+    assert w.emails == {("n1", 1): 1}
+    assert json.loads(v.annotations[keys.ANN_ESCALATED])["sent"]
+    assert v.unschedulable, "a manual node stays cordoned until a human releases it"
+    assert ladder.decide(v, w.now, w.cfg).kind == NONE
+
+
+def test_reimage_picks_the_playbook_by_vendor():
+    w = World(config())
+    w.add("n1", state="reimage")
+    w.nodes["n1"]["metadata"]["labels"][keys.LABEL_VENDOR] = "amd"
+    action = step_until(w, "n1", RUN, "reinstall")
+    assert action.playbook == "/pb/reinstall_rocm.yml"
+    assert action.hostvars["fleetmedic_gpu_vendor"] == "amd" and action.disruptive
+
+
+def test_reimage_without_vendor_label_fails_the_step_instead_of_guessing():
+    w = World(config())
+    w.add("n1", state="reimage")
+    del w.nodes["n1"]["metadata"]["labels"][keys.LABEL_VENDOR]
+    w.run(3)  # start, diagnose, drain; next comes the reinstall decision
+    action = ladder.decide(w.view("n1"), w.now, w.cfg)
+    assert action.kind == WRITE and "gpu-vendor" in action.reason
+    w.write(action.update)
+    assert w.view("n1").state == "manual"
+    assert w.history("n1")[-1].result == "fail"
+
+
+def test_unreachable_counts_as_failure():
+    w = World(config())
+    w.add("n1", state="reboot")
+    w.truth["n1"].reachable = False
+    w.run(12)
+    assert [(a.step, a.result) for a in w.history("n1")][:2] == [
+        ("reboot", "unreachable"), ("reimage", "unreachable")]
+    assert w.view("n1").state == "manual"
+
+
+def test_retries_repeat_the_step_before_climbing():
+    w = World(config(ladder__reboot={"phases": ["reboot", "verify"], "retries": 1}))
+    w.add("n1", fault="never", state="reboot")
+    w.run(20)
+    hist = [(a.step, a.attempt, a.result) for a in w.history("n1")]
+    assert hist[:3] == [("reboot", 1, "fail"), ("reboot", 2, "fail"), ("reimage", 1, "fail")]
+
+
+def test_failed_diagnose_does_not_block_the_repair():
+    w = World(config())
+    w.add("n1", fault="reboot", state="reboot")
+    action = step_until(w, "n1", RUN, "diagnose")
+    w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "r1"))
+    w.write(ladder.complete(w.view("n1"), action, Outcome("failed", "r1", "nvidia-smi hung"),
+                            w.now, w.cfg))
+    assert in_flight(w, "n1")["phase"] == "drain"
+    w.run(6)
+    [attempt] = w.history("n1")
+    assert attempt.result == "pass" and "diagnose failed: nvidia-smi hung" in attempt.message
+
+
+class TestCrashDuringReboot:
+    """kill -9 between writing the marker and recording the end of the reboot."""
+
+    def _killed_during_reboot(self, reboot_happened: bool) -> World:
+        w = World(config())
+        w.add("n1", fault="reboot", state="reboot")
+        action = step_until(w, "n1", RUN, "reboot")
+        w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))
+        if reboot_happened:
+            w.act(action)
+        assert in_flight(w, "n1")["status"] == "running"
+        return w
+
+    def test_finished_reboot_is_not_repeated(self):
+        w = self._killed_during_reboot(reboot_happened=True)
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == PROBE
+        w.run(4)
+        assert w.truth["n1"].boots == 1
+        assert w.history("n1")[-1].result == "pass"
+        assert "reboot confirmed after a restart" in w.history("n1")[-1].message
+
+    def test_reboot_that_never_started_is_run(self):
+        w = self._killed_during_reboot(reboot_happened=False)
+        w.run(4)
+        assert w.truth["n1"].boots == 1 and w.history("n1")[-1].result == "pass"
+
+    def test_node_still_down_is_probed_until_the_reboot_timeout_then_fails(self):
+        w = self._killed_during_reboot(reboot_happened=True)
+        w.truth["n1"].reachable = False
+        w.run(10)
+        assert not w.history("n1"), "within the reboot timeout it is only probed again"
+        assert in_flight(w, "n1")["retry_at"]
+        w.now += timedelta(seconds=w.cfg.ladder.playbooks.reboot.timeout)
+        w.run(1)
+        assert w.history("n1")[0].result == "unreachable"
+        assert w.view("n1").state == "reimage"
+
+
+def test_interrupted_idempotent_phase_is_simply_run_again():
+    w = World(config())
+    w.add("n1", state="reboot")
+    action = step_until(w, "n1", RUN, "verify")
+    w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))
+    again = ladder.decide(w.view("n1"), w.now, w.cfg)
+    assert (again.kind, again.phase) == (RUN, "verify") and "interrupted" in again.reason
+
+
+def test_complete_on_a_node_that_moved_on_is_stale():
+    w = World(config())
+    w.add("n1", state="reboot")
+    action = step_until(w, "n1", RUN, "diagnose")
+    w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "r"))
+    view_before = w.view("n1")
+    # a human escalates by hand meanwhile
+    w.nodes["n1"]["spec"]["taints"] = [w.vocab.manual.as_taint()]
+    upd = ladder.complete(view_before, action, Outcome("ok"), w.now, w.cfg)
+    with pytest.raises(Stale):
+        upd.apply(w.nodes["n1"], w.vocab)
+
+
+def test_taint_moved_by_a_human_is_followed():
+    w = World(config())
+    w.add("n1", state="reboot")
+    step_until(w, "n1", DRAIN)
+    w.nodes["n1"]["spec"]["taints"] = [w.vocab.reimage.as_taint()]
+    w.run(1)
+    assert in_flight(w, "n1")["step"] == "reimage"
+    assert w.history("n1")[-1].result == "superseded"
+
+
+def test_removed_taint_ends_the_repair_and_undoes_only_our_cordon():
+    w = World(config())
+    w.add("n1", state="reboot")
+    step_until(w, "n1", PROBE)          # drained: cordoned by us
+    assert w.view("n1").unschedulable
+    w.nodes["n1"]["spec"]["taints"] = []
+    w.run(1)
+    v = w.view("n1")
+    assert not v.unschedulable and keys.ANN_IN_FLIGHT not in v.annotations
+    assert w.history("n1")[-1].result == "released"
+
+
+def test_cordon_made_by_someone_else_is_kept():
+    w = World(config())
+    w.add("n1", fault="reboot", state="reboot", unschedulable=True)
+    w.run(8)
+    v = w.view("n1")
+    assert v.state == "healthy" and v.unschedulable
+
+
+class TestForeignSignals:
+    def test_enters_reboot(self):
+        w = World(config())
+        w.add("n1", conditions=[{"type": "GPUProblem", "status": "True"}])
+        action = ladder.decide(w.view("n1"), w.now, w.cfg)
+        assert action.kind == WRITE and "GPUProblem" in action.reason
+        w.write(action.update)
+        assert w.view("n1").state == "reboot"
+
+    def test_ignored_for_a_grace_period_after_our_repair(self):
+        w = World(config())
+        done = Attempt(1, "reboot", 1, "2026-11-21T11:55:00Z", "2026-11-21T11:58:00Z", "pass")
+        w.add("n1", taints=[{"key": "trainy.konduktor.ai/faulty", "effect": "NoSchedule"}],
+              annotations={keys.ANN_HISTORY: encode([done])})
+        action = ladder.decide(w.view("n1"), w.now, w.cfg)
+        assert action.kind == WAIT and action.not_before > w.now
+        w.now += timedelta(seconds=w.cfg.ladder.foreign_grace)
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == WRITE
+
+
+class TestDrainBlocked:
+    def _blocked(self, mode: str) -> World:
+        w = World(config(safety__drain={"pdb_blocked": mode}))
+        w.add("n1", fault="reboot", state="reboot")
+        w.truth["n1"].pdb_blocks = 1
+        step_until(w, "n1", DRAIN)
+        w.cycle()
+        return w
+
+    def test_wait_retries_later(self):
+        w = self._blocked("wait")
+        fl = in_flight(w, "n1")
+        assert fl["phase"] == "drain" and fl["retry_at"]
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == WAIT
+
+    def test_skip_repairs_anyway_and_says_so(self):
+        w = self._blocked("skip")
+        assert in_flight(w, "n1")["phase"] == "reboot"
+        w.run(4)
+        assert "drain incomplete" in w.history("n1")[-1].message
+
+    def test_escalate_goes_to_manual(self):
+        w = self._blocked("escalate")
+        assert w.view("n1").state == "manual"
+        assert w.history("n1")[-1].result == "drain-blocked"
+
+    def test_force_asks_the_drain_to_delete(self):
+        w = World(config(safety__drain={"pdb_blocked": "force"}))
+        w.add("n1", state="reboot")
+        assert step_until(w, "n1", DRAIN).force
+
+
+class TestEscalation:
+    def test_finding_that_needs_hands_escalates_directly(self):
+        w = World(config())
+        w.add("n1", state="manual")
+        action = ladder.decide(w.view("n1"), w.now, w.cfg)
+        assert action.kind == ESCALATE and action.ep == 1
+
+    def test_failed_email_is_recorded_and_retried_not_redecided(self):
+        w = World(config(smtp={"to": ["oncall@example.test"], "retry_interval": 60}))
+        w.add("n1", state="manual")
+        w.email_fail_rate = 1.0
+        w.run(3)
+        esc = json.loads(w.view("n1").annotations[keys.ANN_ESCALATED])
+        assert "sent" not in esc
+        assert esc["tries"] >= 1 and esc["error"] == "relay down"
+        w.email_fail_rate = 0.0
+        w.run(4)
+        assert w.emails == {("n1", 1): 1}
+        assert [a.result for a in w.history("n1")] == ["escalated"]
+
+    def test_unreadable_record_goes_to_a_human(self):
+        w = World(config())
+        w.add("n1", state="reboot", annotations={keys.ANN_IN_FLIGHT: "{not json"})
+        action = ladder.decide(w.view("n1"), w.now, w.cfg)
+        assert action.kind == WRITE
+        w.write(action.update)
+        assert w.view("n1").state == "manual"
+
+
+def test_flap_damped_node_goes_straight_to_manual():
+    w = World(config(safety__flap={"count": 2, "window": "1d"}))
+    old = Attempt(1, "reboot", 1, "2026-11-21T06:00:00Z", "2026-11-21T06:10:00Z", "pass")
+    w.add("n1", state="reboot", annotations={keys.ANN_HISTORY: encode([old])})
+    action = ladder.decide(w.view("n1"), w.now, w.cfg)
+    assert action.kind == WRITE and "2 times" in action.reason and not action.new_work
+    w.run(3)
+    assert w.view("n1").state == "manual"
+    assert [a.result for a in w.history("n1")] == ["pass", "flap-damped", "escalated"]
+
+
+def test_node_pause_annotation_stops_action():
+    w = World(config())
+    w.add("n1", state="reboot", annotations={keys.ANN_PAUSE: "true"})
+    assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == NONE
+
+
+def test_phase_removed_from_config_restarts_the_attempt():
+    w = World(config())
+    fl = InFlight(ep=1, step="reboot", attempt=1, phase="reinstall", status="pending",
+                  step_start="2026-11-21T11:00:00Z", since="2026-11-21T11:00:00Z")
+    w.add("n1", state="reboot", annotations={keys.ANN_IN_FLIGHT: fl.encode()})
+    w.run(1)
+    assert in_flight(w, "n1")["phase"] == "diagnose"
+
+
+def test_start_of_an_episode_takes_a_slot():
+    w = World(config())
+    w.add("n1", state="reboot")
+    action = ladder.decide(w.view("n1"), T0, w.cfg)
+    assert action.new_work and action.kind == WRITE
