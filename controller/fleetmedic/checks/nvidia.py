@@ -17,33 +17,10 @@ import time
 from typing import Any, Mapping
 
 from fleetmedic.checks import nvidia_rules
+from fleetmedic.checks.nvidia_rules import NVML_CALLS
 from fleetmedic.checks.base import CheckResult, with_duration
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.proc import Completed, run_bounded
-
-# worker op -> the NVML entry point behind it, for "which call hung" evidence
-NVML_CALLS = {
-    "init": "nvmlInitWithFlags",
-    "driver_version": "nvmlSystemGetDriverVersion",
-    "count": "nvmlDeviceGetCount_v2",
-    "handle": "nvmlDeviceGetHandleByIndex_v2",
-    "name": "nvmlDeviceGetName",
-    "uuid": "nvmlDeviceGetUUID",
-    "pci_bus_id": "nvmlDeviceGetPciInfo_v3",
-    "ecc_volatile_uncorrected": "nvmlDeviceGetTotalEccErrors",
-    "retired_pages_pending": "nvmlDeviceGetRetiredPagesPendingStatus",
-    "retired_pages_sbe": "nvmlDeviceGetRetiredPages_v2",
-    "retired_pages_dbe": "nvmlDeviceGetRetiredPages_v2",
-    "remapped_rows": "nvmlDeviceGetRemappedRows",
-    "recovery_action": "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)",
-    "pcie_gen": "nvmlDeviceGetCurrPcieLinkGeneration",
-    "pcie_max_gen": "nvmlDeviceGetMaxPcieLinkGeneration",
-    "pcie_width": "nvmlDeviceGetCurrPcieLinkWidth",
-    "pcie_max_width": "nvmlDeviceGetMaxPcieLinkWidth",
-    "nvlink": "nvmlDeviceGetNvLinkState",
-    "clocks_event_reasons": "nvmlDeviceGetCurrentClocksEventReasons",
-    "persistence_mode": "nvmlDeviceGetPersistenceMode",
-}
 
 Reading = Mapping[str, Any]  # {"value": v} or {"error": NAME, "code": n, "message": text}
 

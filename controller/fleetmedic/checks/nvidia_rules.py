@@ -10,12 +10,35 @@ is ``unknown``.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Mapping
 
-from fleetmedic.checks import base
-from fleetmedic.checks.base import CheckResult, not_applicable, ok, problem, unknown
+from fleetmedic.checks.base import CheckResult, ok, problem, unknown
 from fleetmedic.checks.config import CheckConfig
+from fleetmedic.checks.verdicts import Verdict, count_result, fold
+
+# worker op -> the NVML entry point behind it, for "which call hung" evidence
+NVML_CALLS = {
+    "init": "nvmlInitWithFlags",
+    "driver_version": "nvmlSystemGetDriverVersion",
+    "count": "nvmlDeviceGetCount_v2",
+    "handle": "nvmlDeviceGetHandleByIndex_v2",
+    "name": "nvmlDeviceGetName",
+    "uuid": "nvmlDeviceGetUUID",
+    "pci_bus_id": "nvmlDeviceGetPciInfo_v3",
+    "ecc_volatile_uncorrected": "nvmlDeviceGetTotalEccErrors",
+    "retired_pages_pending": "nvmlDeviceGetRetiredPagesPendingStatus",
+    "retired_pages_sbe": "nvmlDeviceGetRetiredPages_v2",
+    "retired_pages_dbe": "nvmlDeviceGetRetiredPages_v2",
+    "remapped_rows": "nvmlDeviceGetRemappedRows",
+    "recovery_action": "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)",
+    "pcie_gen": "nvmlDeviceGetCurrPcieLinkGeneration",
+    "pcie_max_gen": "nvmlDeviceGetMaxPcieLinkGeneration",
+    "pcie_width": "nvmlDeviceGetCurrPcieLinkWidth",
+    "pcie_max_width": "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvlink": "nvmlDeviceGetNvLinkState",
+    "clocks_event_reasons": "nvmlDeviceGetCurrentClocksEventReasons",
+    "persistence_mode": "nvmlDeviceGetPersistenceMode",
+}
 
 NOT_APPLICABLE_ERRORS = frozenset({"NOT_SUPPORTED", "FUNCTION_NOT_FOUND"})
 GPU_FAULT_ERRORS = {"GPU_IS_LOST": "GPU is lost", "RESET_REQUIRED": "GPU requires a reset",
@@ -33,16 +56,6 @@ OTHER_REASONS = {0x1: "GpuIdle", 0x2: "ApplicationsClocksSetting", 0x4: "SwPower
 GPU_IDLE = 0x1
 RECOVERY_ACTIONS = {0: "NONE", 1: "GPU_RESET", 2: "NODE_REBOOT", 3: "DRAIN_P2P",
                     4: "DRAIN_AND_RESET", 5: "RECOVER_IMEX_DOMAIN", 6: "BUS_RESET", 7: "SYSTEM_REBOOT"}
-MAX_LISTED = 3  # GPUs named in a summary before "and N more"
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    status: str                 # ok | problem | unknown | n/a
-    text: str = ""
-    evidence: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    action: str | None = None
-
 
 Judge = Callable[[Mapping[str, Any], CheckConfig], Verdict]
 
@@ -130,7 +143,7 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], Judge, str]] = {
                     _pcie, "PCIe links at full width and speed"),
     "nvidia.nvlink": (("nvlink",), (), _nvlink, "all NVLink links up"),
     "nvidia.slowdown": (("clocks_event_reasons",), (), _slowdown, "no hardware thermal or power slowdown"),
-    "nvidia.persistence": (("persistence_mode",), (), _persistence, "persistence mode on"),
+    "nvidia.persistence": (("persistence_mode",), (), _persistence, "persistence mode enabled"),
 }
 CHECK_NAMES = ("nvidia.driver", "nvidia.count", *RULES)
 
@@ -167,7 +180,7 @@ def _driver(snap: Any) -> CheckResult:
                 faults.append((i, r["error"], op))
                 break
     if faults:
-        text = "; ".join(f"GPU {i}: {GPU_FAULT_ERRORS[e]} ({e} from {op})" for i, e, op in faults)
+        text = "; ".join(f"GPU {i}: {GPU_FAULT_ERRORS[e]} ({e} from {NVML_CALLS.get(op, op)})" for i, e, op in faults)
         return problem("nvidia.driver", text, driver_version=version,
                        faults=[{"gpu": i, "error": e, "call": op} for i, e, op in faults])
     if snap.failure:
@@ -183,17 +196,7 @@ def _count(snap: Any, cfg: CheckConfig) -> CheckResult:
     if "error" in r:
         status = problem if r["error"] in GPU_FAULT_ERRORS else unknown
         return status("nvidia.count", "nvmlDeviceGetCount failed: " + _error_text(r), error=r["error"])
-    n = int(r["value"])
-    ev = {"visible": n, "expected": expected}
-    if expected is None:
-        if n == 0:
-            return problem("nvidia.count", "NVML sees no GPUs", **ev)
-        return ok("nvidia.count", f"{n} GPU(s) visible (no expected count configured)", **ev)
-    if n < expected:
-        return problem("nvidia.count", f"{n} of {expected} expected GPUs visible", **ev)
-    if n > expected:
-        return ok("nvidia.count", f"{n} GPUs visible, more than the {expected} expected (check the label)", **ev)
-    return ok("nvidia.count", f"{n} of {expected} expected GPUs visible", **ev)
+    return count_result("nvidia.count", int(r["value"]), expected, source="NVML")
 
 
 def _gpu_indices(snap: Any) -> list[int]:
@@ -237,25 +240,4 @@ def _gpu_verdict(snap: Any, cfg: CheckConfig, i: int, needs: tuple[str, ...], op
 def _per_gpu(snap: Any, cfg: CheckConfig, name: str, needs: tuple[str, ...], optional: tuple[str, ...],
              judge: Judge, ok_text: str) -> CheckResult:
     verdicts = {i: _gpu_verdict(snap, cfg, i, needs, optional, judge) for i in _gpu_indices(snap)}
-    evidence = {"gpus": {str(i): {"status": v.status, **v.evidence} for i, v in verdicts.items()}}
-    labels = {i: _label(i, snap.gpus.get(i, {})) for i in verdicts}
-
-    def listing(status: str) -> str:
-        hits = [f"{labels[i]}: {v.text}" for i, v in verdicts.items() if v.status == status]
-        more = f"; and {len(hits) - MAX_LISTED} more" if len(hits) > MAX_LISTED else ""
-        return "; ".join(hits[:MAX_LISTED]) + more
-
-    statuses = [v.status for v in verdicts.values()]
-    if "problem" in statuses:
-        actions = [v.action for v in verdicts.values() if v.status == "problem" and v.action]
-        action = max(actions, key=base.ACTIONS.index) if actions else None
-        return problem(name, listing("problem"), action=action, **evidence)
-    if "unknown" in statuses:
-        return unknown(name, listing("unknown"), **evidence)
-    if not verdicts:
-        return not_applicable(name, "no GPUs to check", **evidence)
-    if all(s == "n/a" for s in statuses):
-        return not_applicable(name, "not supported on these GPUs (not applicable)", **evidence)
-    na = statuses.count("n/a")
-    note = f" ({na} GPU(s) do not support it)" if na else ""
-    return ok(name, f"{ok_text} on {len(statuses) - na} GPU(s){note}", **evidence)
+    return fold(name, verdicts, {i: _label(i, snap.gpus.get(i, {})) for i in verdicts}, ok_text)

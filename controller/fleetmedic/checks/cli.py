@@ -1,0 +1,111 @@
+"""``fleetmedic check``: run every check on this node once.
+
+Exit status follows node-problem-detector's custom plugins: 0 healthy,
+1 problem, 2 unknown (a probe timed out or could not tell). The repair
+playbooks' verify step runs ``fleetmedic check --json`` and reads the same.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from fleetmedic.checks.base import CATEGORIES, CheckResult, exit_code, overall
+from fleetmedic.checks.config import CheckConfig
+from fleetmedic.checks.runner import run_checks
+from fleetmedic.errors import ConfigError
+
+
+def _load_config(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise click.BadParameter(f"{path}: {str(exc).splitlines()[0]}", param_hint="--config") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{path}: expected a mapping", param_hint="--config")
+    section = data.get("checks", data)
+    return dict(section) if isinstance(section, dict) else {}
+
+
+def _status_cell(r: CheckResult) -> str:
+    if r.status == "problem":
+        return "PROBLEM"
+    return "ok (n/a)" if r.status == "ok" and not r.applicable else r.status
+
+
+def render_table(results: list[CheckResult]) -> str:
+    if not results:
+        return "no checks ran (nothing configured for this node)"
+    width = max(len(r.name) for r in results)
+    lines = [f"{'CHECK':<{width}}  {'STATUS':<8}  SUMMARY"]
+    for r in results:
+        action = f" [action: {r.action}]" if r.action else ""
+        lines.append(f"{r.name:<{width}}  {_status_cell(r):<8}  {r.summary}{action}")
+    status = overall(results)
+    lines.append(f"\noverall: {status} (exit {exit_code(results)})")
+    return "\n".join(lines)
+
+
+@click.command("check")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON instead of a table.")
+@click.option("--vendor", type=click.Choice(["auto", "nvidia", "amd", "none"]), default=None,
+              help="GPU vendor (default auto; use the node's fleetmedic.io/gpu-vendor label).")
+@click.option("--expected-gpus", type=click.IntRange(min=0), default=None,
+              help="GPUs this node should have (the fleetmedic.io/expected-gpus label).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
+              help="Hard limit per probe in seconds; a probe still running is killed -> unknown.")
+@click.option("--category", "categories", multiple=True, type=click.Choice(CATEGORIES),
+              help="Only these categories (repeatable). Default: all.")
+@click.option("--peer", "peers", multiple=True, metavar="HOST[:PORT]",
+              help="iperf3 server for the throughput probe (repeatable; first that answers).")
+@click.option("--min-mbps", type=click.FloatRange(min=0), default=None,
+              help="Throughput below this (Mbit/s) is a problem.")
+@click.option("--duration", type=click.FloatRange(min=0.5), default=None, help="Seconds of iperf3 traffic.")
+@click.option("--kernel-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Kernel log file to scan instead of the node's own log.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="YAML with check settings (a `checks:` section, or the settings at top level); "
+                   "flags win.")
+def check(as_json: bool, vendor: str | None, expected_gpus: int | None, timeout: float | None,
+          categories: tuple[str, ...], peers: tuple[str, ...], min_mbps: float | None,
+          duration: float | None, kernel_log: Path | None, config_path: Path | None) -> None:
+    """Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown)."""
+    data = _load_config(config_path)
+    for key, value in (("vendor", vendor), ("expected_gpus", expected_gpus), ("timeout", timeout)):
+        if value is not None:
+            data[key] = value
+    net = dict(data.get("network") or {})
+    for key, value in (("peers", list(peers) or None), ("min_mbps", min_mbps), ("duration", duration)):
+        if value is not None:
+            net[key] = value
+    data["network"] = net
+    if kernel_log is not None:
+        data["kernel"] = {**dict(data.get("kernel") or {}), "path": str(kernel_log)}
+    try:
+        cfg = CheckConfig.from_mapping(data)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    results = run_checks(cfg, categories or None)
+    code = exit_code(results)
+    if as_json:
+        doc = {
+            "host": socket.gethostname(),
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "status": overall(results),
+            "exit_code": code,
+            "results": [r.to_dict() for r in results],
+        }
+        click.echo(json.dumps(doc, indent=2, sort_keys=False))
+    else:
+        click.echo(render_table(results))
+    sys.exit(code)
