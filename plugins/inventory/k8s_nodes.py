@@ -124,7 +124,7 @@ EXAMPLES = r"""
 # inventory/tainted.k8s_nodes.yml: only nodes fleetmedic has fenced, from $KUBECONFIG
 plugin: fleetmedic.fleet.k8s_nodes
 states: [reboot, reimage, manual, slow_network]
-
+---
 # Every GPU node of one pool, with an explicit kubeconfig and context, the OSSCI taint names,
 # and the SSH address from a label set by the provisioning system.
 plugin: fleetmedic.fleet.k8s_nodes
@@ -133,7 +133,7 @@ context: prod-east
 label_selector: pool=h100
 taint_preset: ossci
 address_label: example.com/bmc-ssh-address
-
+---
 # Only AMD nodes waiting for a reinstall, plus constructed groups and variables.
 plugin: fleetmedic.fleet.k8s_nodes
 states: [reimage]
@@ -147,7 +147,7 @@ keyed_groups:
     key: k8s_labels['topology.kubernetes.io/zone'] | default('none')
 groups:
   cordoned: fleetmedic_unschedulable
-
+---
 # Cache the node list for five minutes (refresh with --flush-cache).
 plugin: fleetmedic.fleet.k8s_nodes
 cache: true
