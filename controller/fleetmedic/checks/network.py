@@ -60,10 +60,18 @@ def measure(iperf3: str, host: str, port: int, cfg: CheckConfig, timeout: float,
     run = run_bounded(argv, timeout, env=env, key=f"iperf3:{host}:{port}")
     if run.timed_out or run.error:
         return None, run.describe()
+    mbps, why = parse_iperf3(run.stdout)
+    return (mbps, "") if mbps is not None else (None, why or run.describe())
+
+
+def parse_iperf3(text: str) -> tuple[float | None, str]:
+    """iperf3 -J output -> (Mbit/s the receiver got, "") or (None, iperf3's error)."""
     try:
-        data = json.loads(run.stdout)
+        data = json.loads(text)
     except ValueError:
-        return None, run.describe()
+        return None, ""
+    if not isinstance(data, dict):
+        return None, "iperf3 printed no JSON object"
     if data.get("error"):
         return None, str(data["error"])
     end = data.get("end") or {}
