@@ -76,7 +76,7 @@ class Config(Section):
         pb = self.ladder.playbooks
         wanted: list[tuple[str, Path | None]] = [
             (f"ladder.playbooks.{name}", self.playbook_path(getattr(pb, name)))
-            for name in pb.model_fields]
+            for name in type(pb).model_fields]
         wanted += [
             ("ansible.config_file", self.ansible.config_file),
             ("ansible.ssh_key", secret_path(self.ansible.ssh_key_file,

@@ -66,8 +66,8 @@ class LadderConfig(Section):
     """After fleetmedic cleared a node, ignore foreign signals this long so the other tool can
     re-check; otherwise a stale signal would send a repaired node straight back."""
     history_limit: int = Field(40, ge=8, le=200)
-    """Attempts kept in the history annotation; 40 (~8 KB) keeps several episodes for flap
-    damping while staying far below the 256 KB annotation limit."""
+    """Attempts kept in the history annotation; 40 (at most ~17 KB) keeps several episodes
+    for flap damping, far below the 256 KB all annotations of a Node share."""
 
 
 class AnsibleConfig(Section):
@@ -96,6 +96,7 @@ class AnsibleConfig(Section):
     """With server_alive_count_max, a node that vanishes mid-task fails in ~30 s instead of
     hanging 10+ minutes (measured)."""
     server_alive_count_max: int = Field(2, ge=1)
+    """Unanswered keepalives before ssh gives up (see server_alive_interval)."""
     forks: int = Field(20, ge=1, le=500)
     """Hosts per run in parallel; the budget keeps runs small, 20 is Ansible's common value."""
     job_timeout: Duration = 3600

@@ -131,7 +131,9 @@ class LeaderElectionConfig(Section):
     lease_duration: Duration = 15
     """client-go's defaults (15/10/2 s): a dead leader is replaced within ~15 s."""
     renew_deadline: Duration = 10
+    """A leader that cannot renew within this stops acting before its lease can expire."""
     retry_period: Duration = 2
+    """How often a follower tries to take over (and the leader renews)."""
     node_lease_duration: Duration = 120
     """Per-node Lease, renewed while a node is worked on; short so a crash frees it soon."""
 

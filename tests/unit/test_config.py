@@ -1,0 +1,156 @@
+"""The controller config: defaults, the example file, and one-line errors."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from fleetmedic.errors import ConfigError
+from fleetmedic.model import config
+from fleetmedic.model.config import parse_duration, quantity_of
+from fleetmedic.model.nodestate import ForeignSignal
+
+EXAMPLE = resources.files("fleetmedic.data").joinpath("controller.example.yaml")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "controller.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as exc:
+        config.load(write(tmp_path, text))
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_empty_file_gives_documented_defaults(tmp_path):
+    cfg = config.load(write(tmp_path, ""))
+    assert cfg.smtp is None and not cfg.dry_run
+    assert cfg.ladder.reboot.phases == ("diagnose", "drain", "reboot", "verify")
+    assert cfg.ladder.reimage.phases[2] == "reinstall"
+    assert cfg.vocabulary().reboot.key == "fleetmedic.io/repair"
+    assert cfg.foreign() == (
+        ForeignSignal("taint", "trainy.konduktor.ai/faulty"),
+        ForeignSignal("taint", "gpu-healthcheck.aws-samples.io/unhealthy"),
+        ForeignSignal("condition", "GPUProblem", "True"))
+
+
+def test_every_field_says_why():
+    undocumented = []
+    models = [config.Config]
+    while models:
+        model = models.pop()
+        for name, field in model.model_fields.items():
+            sub = [a for a in getattr(field.annotation, "__args__", ()) + (field.annotation,)
+                   if isinstance(a, type) and issubclass(a, config.types.Section)]
+            models += sub
+            if not sub and not field.description and name not in {"password", "key", "value",
+                                                                     "port", "enabled",
+                                                                     "namespace", "lease_name",
+                                                                     "window"}:
+                undocumented.append(f"{model.__name__}.{name}")
+    assert not undocumented
+
+
+def test_example_file_is_valid_and_says_what_it_sets():
+    cfg = config.load(EXAMPLE)
+    assert cfg.smtp.password_credential == "smtp-password"
+    assert cfg.smtp.sender == "fleetmedic@example.com"
+    assert cfg.ansible.ssh_key_credential == "ssh-key"
+
+
+def test_ossci_preset_and_overrides(tmp_path):
+    cfg = config.load(write(tmp_path, "taints:\n  preset: ossci\n"
+                                      "  manual: {key: example.com/hands, value: needed}\n"))
+    vocab = cfg.vocabulary()
+    assert vocab.reboot.key == "repair-reboot" and vocab.manual.key == "example.com/hands"
+
+
+def test_relative_paths_are_relative_to_the_file(tmp_path):
+    cfg = config.load(write(tmp_path, "ansible: {playbook_dir: pb, run_dir: /abs}\n"))
+    assert cfg.ansible.playbook_dir == tmp_path / "pb"
+    assert cfg.ansible.run_dir == Path("/abs")
+    assert cfg.playbook_path(cfg.ladder.playbooks.reboot) == tmp_path / "pb" / "reboot.yml"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("smtp: {port: 0, to: [a@example.test]}", "smtp.port: must be 1..65535, got 0"),
+    ("smtp: {password: hunter2, to: [a@example.test]}",
+     "smtp.password: never put the password in the config file"),
+    ("smtp: {to: [a@example.test], user: bob}", "neither password_file nor password_credential"),
+    ("smtp: {prot: 25, to: [a@example.test]}", "smtp.prot: unknown key (did you mean 'port'?)"),
+    ("smtp: {tls: maybe, to: [a@example.test]}", "smtp.tls: input should be 'none', 'starttls' or 'ssl'"),
+    ("smtp: {}", "smtp.to: required"),
+    ("safety: {min_healthy: 120%}", "safety.min_healthy: must be a count"),
+    ("safety: {max_concurrent: 0}", "safety.max_concurrent: input should be greater than or equal to 1, got 0"),
+    ("safety: {breaker: {window: soon}}", "safety.breaker.window: must be a duration like"),
+    ("safety: {drain: {pdb_blocked: ignore}}", "safety.drain.pdb_blocked: input should be"),
+    ("safety: {maintenance_windows: [{start: '02:00', end: '04:00', timezone: Mars/Base}]}",
+     "safety.maintenance_windows.0.timezone: unknown time zone 'Mars/Base'"),
+    ("ladder: {reboot: {phases: [reboot]}}", "ladder.reboot.phases: must be distinct phases ending in verify"),
+    ("ladder: {reboot: {phases: [reboot, fix, verify]}}", "ladder.reboot.phases.1: input should be"),
+    ("taints: {preset: nope}", "taints.preset: must be one of default, ossci, got 'nope'"),
+    ("taints: {reboot: {key: 'has space'}}", "taints.reboot.key: must be a valid taint key"),
+    ("taints: {reboot: {key: fleetmedic.io/repair, value: reimage}}", "must be distinct taints"),
+    ("ansible: {extra_ssh_args: ['-o', 'StrictHostKeyChecking=no']}",
+     "ansible: extra_ssh_args must not change host key checking"),
+    ("leader_election: {renew_deadline: 1m}", "need retry_period < renew_deadline < lease_duration"),
+    ("foreign_signals: [{kind: label, key: x}]", "foreign_signals.0.kind: input should be"),
+    ("metrics: {port: http}", "metrics.port: input should be a valid integer"),
+    ("- just a list", "must be a mapping at the top level"),
+    ("smtp: [unclosed", "line 1 column"),
+])
+def test_one_line_errors_name_the_file_and_the_field(tmp_path, text, expected):
+    message = error_of(tmp_path, text)
+    assert message.startswith(f"config {tmp_path / 'controller.yaml'}: ")
+    assert expected in message
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match=r"^config /nonexistent.yaml: cannot read: No such file"):
+        config.load("/nonexistent.yaml")
+
+
+def test_secrets_by_systemd_credential(tmp_path):
+    cfg = config.parse({"smtp": {"to": ["a@example.test"], "user": "u",
+                                 "password_credential": "smtp"},
+                        "ansible": {"playbook_dir": str(tmp_path)}})
+    assert config.secret_path(cfg.smtp.password_file, cfg.smtp.password_credential,
+                              {"CREDENTIALS_DIRECTORY": "/run/credentials/x"}) == \
+        Path("/run/credentials/x/smtp")
+    with pytest.raises(ConfigError, match="CREDENTIALS_DIRECTORY is not set"):
+        config.secret_path(None, "smtp", {})
+    missing = cfg.missing_files({"CREDENTIALS_DIRECTORY": str(tmp_path)})
+    assert f"smtp.password: {tmp_path}/smtp" in missing
+    assert f"ladder.playbooks.reboot: {tmp_path}/reboot.yml" in missing
+
+
+def test_password_never_shows_in_repr_or_dump(tmp_path):
+    cfg = config.parse({"smtp": {"to": ["a@example.test"]}})
+    assert "password=" not in repr(cfg.smtp).replace("password_file", "").replace(
+        "password_credential", "")
+    assert "password" not in cfg.smtp.model_dump()
+
+
+@pytest.mark.parametrize("text,seconds", [(30, 30), ("90s", 90), ("10m", 600), ("1h30m", 5400),
+                                          ("7d", 604800), ("2.5", 2.5)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "10x", "-5", 0, True, None, "m"])
+def test_bad_durations(bad):
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+def test_quantities():
+    assert quantity_of(3, 100, round_up=True) == 3
+    assert quantity_of("50%", 5, round_up=True) == 3
+    assert quantity_of("50%", 5, round_up=False) == 2
