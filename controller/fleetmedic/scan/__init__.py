@@ -1,1 +1,32 @@
-"""Kernel-log scanner and fault catalog."""
+"""Kernel-log scanner and fault catalog (``fleetmedic scan``).
+
+The library API the agent uses:
+
+- :class:`Scanner` (``Scanner(catalog=None, *, boot_id=None, dedup=True)``):
+  ``feed(line, lineno=None) -> list[Finding]``, ``scan(lines) -> Iterator[Finding]``,
+  ``scan_binary(stream) -> Iterator[Finding]`` (fast path for files).
+- :class:`Finding`: frozen; ``to_json()`` gives the eight contract fields.
+- :class:`Dedup`: ``admit(finding, boot=None) -> bool``, ``to_state()`` /
+  ``Dedup.from_state(state)`` to keep it across restarts,
+  ``forget_boots_except(boot_id)``.
+- followers: :func:`follow_kmsg`, :func:`follow_file`, :func:`follow_journal`,
+  :func:`follow` (by source name).
+- :func:`load_catalog` and :func:`classify` for one message.
+- :data:`ACTIONS`, :data:`ACTION_RANK`, :data:`JSON_FIELDS`.
+
+Layering: this package may import only :mod:`fleetmedic.model` and
+:mod:`fleetmedic.errors` (import-linter enforces it).
+"""
+
+from fleetmedic.scan.catalog import Catalog
+from fleetmedic.scan.catalog import load as load_catalog
+from fleetmedic.scan.classify import Classified, classify
+from fleetmedic.scan.dedup import Dedup
+from fleetmedic.scan.finding import ACTION_RANK, ACTIONS, JSON_FIELDS, Finding, worst
+from fleetmedic.scan.scanner import Scanner
+from fleetmedic.scan.stream import follow, follow_file, follow_journal, follow_kmsg
+
+__all__ = [
+    "ACTIONS", "ACTION_RANK", "JSON_FIELDS", "Catalog", "Classified", "Dedup", "Finding", "Scanner",
+    "classify", "follow", "follow_file", "follow_journal", "follow_kmsg", "load_catalog", "worst",
+]

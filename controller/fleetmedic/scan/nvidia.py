@@ -1,0 +1,132 @@
+"""Decode NVIDIA Xid and NVSwitch SXid lines (no classification here).
+
+The driver prints an Xid as (open-gpu-kernel-modules, kernel_rc.c)::
+
+    NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s
+
+Older drivers omit ``pid``/``name`` or the ``PCI:`` prefix (the legacy
+``Xid (0000:03:00): 14, Channel 00000001``); ``pid`` may be ``'<unknown>'``
+and ``name`` (the task's ``comm``, at most 15 characters) may hold spaces,
+quotes and parentheses. NVSwitch SXids look like::
+
+    nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from fleetmedic.scan import pci as pcimod
+
+_XID = re.compile(r"\bXid \((?P<dev>[^)]{0,64})\):?\s*(?P<code>\d{1,6})\b,?\s?(?P<rest>.*)", re.S)
+_SXID = re.compile(r"\bSXid \((?P<dev>[^)]{0,64})\):?\s*(?P<code>\d{1,6})\b,?\s?(?P<rest>.*)", re.S)
+_PID = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+|\S*?)(?:,\s?|$)")
+_COMM_MAX = 15
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_TO_HEX = re.compile(r"\bto\s+(0x[0-9a-fA-F]+)")
+_NVL5 = re.compile(r"(?P<unit>[A-Za-z][\w/]*)(?:\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\b)?.*?\((?P<regs>[^)]*)\)", re.S)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class XidLine:
+    """The parts of one Xid line. ``text`` is what follows code, pid and name."""
+
+    code: int
+    pci: str | None
+    pid: int | None
+    process: str | None
+    text: str
+    mig: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SxidLine:
+    """The parts of one SXid line. ``severity`` is the printed word, lowercased."""
+
+    code: int
+    pci: str | None
+    severity: str | None
+    text: str
+
+
+def parse_xid(message: str) -> XidLine | None:
+    """Decode ``NVRM: Xid (...)`` or ``None`` if ``message`` is not an Xid line."""
+    if "NVRM" not in message:
+        return None
+    match = _XID.search(message)
+    if match is None:
+        return None
+    dev = match.group("dev").strip()
+    head, _, mig = dev.partition(" ")
+    pid, process, text = _pid_and_name(match.group("rest"))
+    return XidLine(int(match.group("code")), pcimod.normalize(head), pid, process, text.strip(),
+                   mig.strip() or None)
+
+
+def _pid_and_name(rest: str) -> tuple[int | None, str | None, str]:
+    if not rest.startswith("pid="):
+        return None, None, rest
+    match = _PID.match(rest)
+    if match is None:
+        return None, None, rest
+    raw = match.group("pid")
+    pid = int(raw) if raw.isdigit() else None
+    rest = rest[match.end():]
+    if not rest.startswith("name="):
+        return pid, None, rest
+    rest = rest[len("name="):]
+    if rest.startswith("<unknown>"):
+        return pid, None, rest[len("<unknown>"):].lstrip(", ")
+    # The name is the task comm (<= 15 chars) and may contain ", " itself;
+    # the driver writes ", " after it. Take the first separator within reach.
+    cut = rest.find(", ", 0, _COMM_MAX + 2)
+    if cut == -1:
+        if len(rest) <= _COMM_MAX:
+            return pid, rest or None, ""
+        cut = rest.find(", ")
+        if cut == -1:
+            return pid, rest[:_COMM_MAX], rest[_COMM_MAX:]
+    return pid, rest[:cut] or None, rest[cut + 2:]
+
+
+def parse_sxid(message: str) -> SxidLine | None:
+    """Decode ``SXid (...)`` or ``None`` if ``message`` is not an SXid line."""
+    if "SXid" not in message:
+        return None
+    match = _SXID.search(message)
+    if match is None:
+        return None
+    rest = match.group("rest")
+    word = rest.split(",", 1)[0].strip().lower()
+    severity = word if word in ("fatal", "non-fatal", "nonfatal") else None
+    return SxidLine(int(match.group("code")), pcimod.normalize(match.group("dev")), severity, rest.strip())
+
+
+def recovery_action(text: str) -> int | None:
+    """Xid 154's new recovery action: the hex value after ``to``, never the words.
+
+    ``"GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"``
+    gives ``2``. Without a ``to 0x..`` the last hex value counts; without any
+    hex value the result is ``None``.
+    """
+    match = _TO_HEX.search(text)
+    if match is not None:
+        return int(match.group(1), 16)
+    values = _HEX.findall(text)
+    return int(values[-1], 16) if values else None
+
+
+def nvlink5_fields(text: str) -> tuple[str | None, str | None, list[int]]:
+    """``(unit, severity, registers)`` of an Xid 144-150 line's text.
+
+    ``"SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 0x00000008 ...)"`` gives
+    ``("SAW_MVB", "nonfatal", [1, 8, ...])``; registers are intrInfo,
+    errorStatus, then the debug words.
+    """
+    match = _NVL5.match(text.strip())
+    if match is None:
+        return None, None, []
+    severity = (match.group("sev") or "").lower().replace("-", "") or None
+    regs = [int(value, 16) for value in _HEX.findall(match.group("regs"))]
+    return match.group("unit").upper(), severity, regs

@@ -1,0 +1,187 @@
+"""Split one log line into its timestamp and the kernel message.
+
+:func:`parse` recognises the formats a GPU node's kernel log comes in and
+never raises. Whatever it does not recognise is kept whole as the message.
+
+================================  ===============================================================
+format                            example (prefix only)
+================================  ===============================================================
+dmesg                             ``[ 1843.308145] NVRM: ...``
+dmesg -T / --ctime                ``[Fri Aug 30 11:43:09 2024] NVRM: ...``
+dmesg --time-format iso           ``2025-01-25T10:34:54,859532+00:00 nvidia-nvswitch1: ...``
+dmesg -x (decoded facility)       ``kern  :err   : [ 12.3] ...`` (then any of the above)
+journalctl (short), syslog        ``Feb 14 05:03:41 host kernel: ...`` (``--no-hostname`` too)
+journalctl -o short-iso(-precise) ``2024-02-14T05:03:41+0000 host kernel: ...``
+RFC 5424-ish syslog               ``2024-02-14T05:03:41.123456+00:00 host kernel: ...``
+syslog with kernel time           ``Dec  2 11:49:53 worker4 kernel: [  885.242168] NVRM: ...``
+raw syslog priority               ``<3>Feb 14 05:03:41 host kernel: ...``
+/dev/kmsg                         ``6,1234,5678901,-;NVRM: ...`` (``\\x0a`` escapes are unescaped)
+kubectl logs --timestamps         ``2024-02-14T05:03:41.123456789Z RuntimeError: CUDA error: ...``
+================================  ===============================================================
+
+Timestamps are converted to seconds once per distinct text (cached): the
+kernel's ``[uptime]`` and ``/dev/kmsg`` microseconds on the ``uptime``
+clock, everything else as Unix time on the ``wall`` clock. A syslog stamp has
+no year; the current year is assumed (a known gap across New Year).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from datetime import datetime
+from functools import lru_cache
+
+_KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;")
+_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
+_CTIME = re.compile(r"\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
+_DECODED = re.compile(r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\d)\s*:"
+                      r"\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?")
+_ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+")
+_SYSLOG = re.compile(r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+")
+_PRIORITY = re.compile(r"<\d{1,3}>")
+# "host tag: " or "tag: " after a syslog/journal timestamp. A tag is a program
+# name with an optional [pid]; a host is any token that does not end in ":".
+_HOST_TAG = re.compile(r"(?:(?P<host>[^\s:](?:\S*[^\s:])?)\s+)?(?P<tag>[A-Za-z_][\w.@/-]*)(?:\[\d+\])?:\s?")
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """One parsed line.
+
+    - ``message``: the text after the log prefix (never ``None``).
+    - ``timestamp``: the timestamp as written (without brackets), or ``None``.
+    - ``time`` / ``clock``: seconds on the ``"uptime"`` or ``"wall"`` clock.
+    - ``kmsg``: the line was a ``/dev/kmsg`` record (its continuation lines,
+      which start with a space, carry ``KEY=value`` pairs).
+    - ``seq``: the ``/dev/kmsg`` sequence number.
+    """
+
+    message: str
+    timestamp: str | None = None
+    time: float | None = None
+    clock: str | None = None
+    kmsg: bool = False
+    seq: int | None = None
+
+
+def parse(line: str) -> Record:
+    """Parse one line (a ``/dev/kmsg`` record may carry its continuation lines).
+
+    Never raises; an unknown format yields ``Record(message=line.strip())``.
+    """
+    text = line.rstrip("\r\n")
+    match = _KMSG.match(text)
+    if match is not None:
+        return _parse_kmsg(text, match)
+    text = text.strip()
+    if text.startswith("<"):
+        prio = _PRIORITY.match(text)
+        if prio is not None:
+            text = text[prio.end():]
+    decoded = _DECODED.match(text)
+    if decoded is not None:
+        text = text[decoded.end():]
+    if text.startswith("["):
+        return _parse_bracketed(text)
+    if text[:1].isdigit():
+        match = _ISO.match(text)
+        if match is not None:
+            stamp = match.group(1)
+            rest = _strip_host_tag(text[match.end():])
+            return _with_kernel_time(rest, stamp, _iso_seconds(stamp), "wall")
+    elif text[:1].isupper():
+        match = _SYSLOG.match(text)
+        if match is not None:
+            stamp = match.group(1)
+            rest = _strip_host_tag(text[match.end():])
+            return _with_kernel_time(rest, stamp, _syslog_seconds(stamp), "wall")
+    return Record(text)
+
+
+def _parse_kmsg(text: str, match: re.Match[str]) -> Record:
+    head, _, _dictionary = text.partition("\n")
+    body = head[match.end():]
+    if "\\x" in body:
+        body = _ESCAPE.sub(_unescape, body)
+    usec = int(match.group(3))
+    seconds = usec / 1_000_000
+    return Record(body.strip(), f"{seconds:.6f}", seconds, "uptime", True, int(match.group(2)))
+
+
+def _unescape(match: re.Match[str]) -> str:
+    char = chr(int(match.group(1), 16))
+    return " " if char in "\n\r\t" else char
+
+
+def _parse_bracketed(text: str) -> Record:
+    match = _UPTIME.match(text)
+    if match is not None:
+        stamp = match.group(1)
+        return Record(text[match.end():].strip(), stamp, float(stamp), "uptime")
+    match = _CTIME.match(text)
+    if match is not None:
+        stamp = match.group(1)
+        return Record(text[match.end():].strip(), stamp, _ctime_seconds(stamp), "wall")
+    return Record(text)
+
+
+def _strip_host_tag(rest: str) -> str:
+    """Drop ``host kernel: `` / ``kernel: `` / ``prog[pid]: `` after a timestamp."""
+    match = _HOST_TAG.match(rest)
+    if match is None:
+        return rest
+    # Without a host, "word: text" is ambiguous: journalctl --no-hostname
+    # writes "kernel: ...", but dmesg --time-format iso writes the message
+    # itself ("nvidia-nvswitch1: SXid ..."). Strip only "kernel:" or "prog[pid]:".
+    if match.group("host") is None and match.group("tag") != "kernel" and "[" not in match.group(0):
+        return rest
+    return rest[match.end():]
+
+
+def _with_kernel_time(rest: str, stamp: str, seconds: float | None, clock: str) -> Record:
+    """Keep the outer (wall-clock) stamp; drop an inner ``[uptime]`` if present."""
+    if rest.startswith("["):
+        inner = _UPTIME.match(rest)
+        if inner is not None:
+            rest = rest[inner.end():]
+    return Record(rest.strip(), stamp, seconds, clock if seconds is not None else None)
+
+
+@lru_cache(maxsize=4096)
+def _iso_seconds(stamp: str) -> float | None:
+    text = stamp.replace(",", ".").replace(" ", "T")
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    if len(text) > 5 and text[-5] in "+-" and text[-3] != ":":
+        text = text[:-2] + ":" + text[-2:]
+    head, dot, tail = text.partition(".")
+    if dot:
+        # fromisoformat takes at most 6 fractional digits before Python 3.11.
+        digits = "".join(ch for ch in tail if ch.isdigit())
+        zone = tail[len(digits):]
+        text = f"{head}.{digits[:6]}{zone}"
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _syslog_seconds(stamp: str) -> float | None:
+    head, _, frac = stamp.partition(".")
+    try:
+        parsed = time.strptime(f"{time.localtime().tm_year} {' '.join(head.split())}", "%Y %b %d %H:%M:%S")
+        return time.mktime(parsed) + (float(f"0.{frac}") if frac else 0.0)
+    except (ValueError, OverflowError):
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _ctime_seconds(stamp: str) -> float | None:
+    try:
+        return time.mktime(time.strptime(" ".join(stamp.split()), "%a %b %d %H:%M:%S %Y"))
+    except (ValueError, OverflowError):
+        return None

@@ -1,0 +1,151 @@
+"""The streaming scanner: lines in, :class:`Finding` objects out.
+
+Typical use by the agent (one scanner for the life of the process, its
+dedup state saved between restarts)::
+
+    from fleetmedic.scan import Dedup, Scanner, follow_kmsg
+
+    dedup = Dedup.from_state(saved) if saved else Dedup(replay_guard=True)
+    scanner = Scanner(boot_id=current_boot_id, dedup=dedup)
+    for finding in scanner.scan(follow_kmsg(stop=stop_event)):
+        act_on(finding)
+        saved = dedup.to_state()
+
+and by ``fleetmedic scan`` for files (bulk path, pre-filtered in C)::
+
+    with open(path, "rb") as f:
+        findings = list(Scanner().scan_binary(f))
+
+What the scanner adds on top of :func:`~fleetmedic.scan.classify.classify`:
+
+- line numbers and timestamps (:mod:`fleetmedic.scan.parser`);
+- multi-line messages: ``NVRM: The NVIDIA GPU 0000:b3:00.0`` followed, on the
+  next lines, by ``... has fallen off the bus`` gives the finding that PCI
+  id; a ``/dev/kmsg`` record's ``DEVICE=+pci:...`` dictionary line does the
+  same when the message names no device;
+- boots: with ``boot_id`` given, every finding belongs to that boot and the
+  dedup replay guard is on. Without it, each kernel banner (``Linux
+  version ...``) starts a new boot segment, so a file spanning reboots
+  reports a fault again after each reboot;
+- dedup (:class:`~fleetmedic.scan.dedup.Dedup`), on by default.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import BinaryIO, Iterable, Iterator
+
+from fleetmedic.scan import catalog as catalog_mod
+from fleetmedic.scan import parser, prefilter
+from fleetmedic.scan import pci as pcimod
+from fleetmedic.scan.classify import Classified, classify
+from fleetmedic.scan.dedup import Dedup
+from fleetmedic.scan.finding import Finding
+
+BANNER = "Linux version "
+"""The kernel's first message of every boot (dmesg, journal, /dev/kmsg)."""
+
+_GPU_HEADER = re.compile(r"NVRM: The NVIDIA GPU (\S+)")
+_HINT_LINES = 4
+_DEVICE = re.compile(r"^ DEVICE=\+pci:(\S+)", re.M)
+
+
+class Scanner:
+    """Classify lines one at a time, keeping the little state that needs.
+
+    - ``catalog``: defaults to the packaged catalog (:func:`catalog.load`).
+    - ``boot_id``: the kernel boot id of the lines (``/proc/sys/kernel/random/boot_id``),
+      if known; it becomes part of every finding and of the dedup identity.
+    - ``dedup``: ``True`` (default) for a fresh :class:`Dedup` (replay guard
+      on when ``boot_id`` is given), ``False`` for none, or a :class:`Dedup`
+      to share or restore state.
+    """
+
+    def __init__(self, catalog: catalog_mod.Catalog | None = None, *, boot_id: str | None = None,
+                 dedup: Dedup | bool = True) -> None:
+        self.catalog = catalog or catalog_mod.load()
+        self.boot_id = boot_id or None
+        if dedup is True:
+            self.dedup: Dedup | None = Dedup(replay_guard=self.boot_id is not None)
+        else:
+            self.dedup = dedup if isinstance(dedup, Dedup) else None
+        self.lines_read = 0
+        self._segment = 0
+        self._hint: tuple[int, str] | None = None
+        self.triggers: tuple[str, ...] = (*self.catalog.triggers, BANNER)
+
+    @property
+    def boot_key(self) -> str:
+        """The boot the next finding belongs to (for dedup)."""
+        return self.boot_id or f"segment-{self._segment}"
+
+    def feed(self, line: str | bytes, lineno: int | None = None) -> list[Finding]:
+        """Classify one line (a ``/dev/kmsg`` record may include its dictionary lines).
+
+        ``lineno`` is the 1-based line number; by default the scanner counts.
+        Returns zero or one finding (a list, so callers can ``extend``).
+        Never raises on any input.
+        """
+        if lineno is None:
+            self.lines_read += 1
+            lineno = self.lines_read
+        else:
+            self.lines_read = max(self.lines_read, lineno)
+        text = line.decode("utf-8", "replace") if isinstance(line, (bytes, bytearray)) else line
+        if not any(trigger in text for trigger in self.triggers):
+            return []
+        record = parser.parse(text)
+        message = record.message
+        if message.startswith(BANNER):
+            if self.boot_id is None:
+                self._segment += 1
+                self._hint = None
+            return []
+        found = classify(message, self.catalog)
+        if found is None:
+            header = _GPU_HEADER.search(message)
+            if header is not None:
+                pci = pcimod.normalize(header.group(1))
+                self._hint = (lineno, pci) if pci else None
+            return []
+        finding = self._finding(found, record, lineno, text)
+        if self.dedup is not None and not self.dedup.admit(finding, self.boot_key):
+            return []
+        return [finding]
+
+    def _finding(self, found: Classified, record: parser.Record, lineno: int, text: str) -> Finding:
+        pci = found.pci
+        if pci is None and record.kmsg and "\n" in text:
+            device = _DEVICE.search(text)
+            pci = pcimod.normalize(device.group(1)) if device else None
+        if pci is None and found.vendor == "nvidia" and self._hint is not None:
+            hint_line, hint_pci = self._hint
+            if 0 <= lineno - hint_line <= _HINT_LINES:
+                pci = hint_pci
+        return Finding(line=lineno, vendor=found.vendor, kind=found.kind, code=found.code, pci=pci,
+                       action=found.action, bucket=found.bucket, message=found.message,
+                       timestamp=record.timestamp, time=record.time, clock=record.clock,
+                       pid=found.pid, process=found.process, rule=found.rule, boot_id=self.boot_id,
+                       dedup_kind=found.dedup_kind, dedup_code=found.dedup_code)
+
+    def scan(self, lines: Iterable[str | bytes]) -> Iterator[Finding]:
+        """Findings from an iterable of lines (a list, a file, a follower), lazily."""
+        for line in lines:
+            yield from self.feed(line)
+
+    def scan_binary(self, stream: BinaryIO, chunk_size: int = prefilter.CHUNK_SIZE) -> Iterator[Finding]:
+        """Findings from a binary stream read in big chunks (the fast path for files).
+
+        Same results as :meth:`scan` over the stream's lines; only candidate
+        lines are decoded. Afterwards :attr:`lines_read` is the stream's line count.
+        """
+        triggers = [t.encode() for t in self.triggers]
+        generator = prefilter.candidates(stream, triggers, chunk_size)
+        base = self.lines_read
+        while True:
+            try:
+                lineno, raw = next(generator)
+            except StopIteration as stop:
+                self.lines_read = base + (stop.value or 0)
+                return
+            yield from self.feed(raw, base + lineno)

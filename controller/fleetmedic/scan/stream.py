@@ -1,0 +1,203 @@
+"""Follow a live kernel log: ``/dev/kmsg``, a file (``tail -F``) or ``journalctl -k -f``.
+
+Each follower is a generator of lines (``str``) that runs until its
+``stop`` event is set (or forever), so the agent writes::
+
+    for finding in Scanner(boot_id=boot).scan(follow_kmsg(stop=stop)):
+        ...
+
+They wake up at least every ``poll`` seconds to check ``stop``; while
+waiting they yield nothing. :func:`follow` picks one from a source spec.
+
+- :func:`follow_kmsg` reads whole records (one ``read()`` per record) and
+  yields each with its ``KEY=value`` dictionary lines attached, so the
+  scanner can read ``DEVICE=+pci:...``. Records lost because the ring buffer
+  wrapped (``EPIPE``) are skipped. ``from_start=False`` seeks to the end
+  first (``SEEK_END``), so only new records arrive.
+- :func:`follow_file` behaves like ``tail -F``: it survives rotation (a new
+  inode at the path) and truncation, and yields only complete lines.
+- :func:`follow_journal` runs ``journalctl -k -f -o short-iso-precise``
+  (current boot unless told otherwise) and yields its lines; the process is
+  stopped when the generator is closed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import subprocess
+import threading
+import time
+from typing import Iterator, Sequence
+
+from fleetmedic.errors import PermanentError, TemporaryError
+
+KMSG = "/dev/kmsg"
+KMSG_RECORD_MAX = 8192
+"""A /dev/kmsg read buffer must hold a whole record or read() fails (EINVAL)."""
+
+POLL = 0.5
+"""Seconds between checks of ``stop`` while a source is idle."""
+
+
+def _stopped(stop: threading.Event | None) -> bool:
+    return stop is not None and stop.is_set()
+
+
+def follow_kmsg(path: str = KMSG, *, from_start: bool = True, stop: threading.Event | None = None,
+                poll: float = POLL) -> Iterator[str]:
+    """Yield ``/dev/kmsg`` records (``"6,1234,5678,-;msg\\n SUBSYSTEM=...``) as they come.
+
+    Raises :class:`PermanentError` if ``path`` cannot be opened (one line).
+    Also works on a FIFO or a plain file of records (tests): a line that
+    starts with a space is part of the record before it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise PermanentError(f"cannot open {path}: {exc.strerror}") from None
+    pending = ""
+    try:
+        if not from_start:
+            try:
+                os.lseek(fd, 0, os.SEEK_END)
+            except OSError:
+                pass
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while not _stopped(stop):
+            try:
+                chunk = os.read(fd, KMSG_RECORD_MAX)
+            except BlockingIOError:
+                if pending:
+                    yield pending
+                    pending = ""
+                poller.poll(int(poll * 1000))
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:        # records overwritten before we read them
+                    continue
+                raise TemporaryError(f"reading {path} failed: {exc.strerror}", delay=poll) from None
+            if not chunk:                           # a plain file or FIFO at EOF
+                if pending:
+                    yield pending
+                    pending = ""
+                time.sleep(poll)
+                continue
+            for line in chunk.decode("utf-8", "replace").splitlines():
+                if line.startswith(" ") and pending:
+                    pending += "\n" + line
+                    continue
+                if pending:
+                    yield pending
+                pending = line
+        if pending:
+            yield pending
+    finally:
+        os.close(fd)
+
+
+def follow_file(path: str, *, from_start: bool = True, stop: threading.Event | None = None,
+                poll: float = POLL) -> Iterator[str]:
+    """Yield complete lines appended to ``path``, across rotation and truncation.
+
+    A missing file is waited for. ``from_start=False`` starts at the current end.
+    """
+    handle = None
+    inode = None
+    partial = b""
+    first = True
+    try:
+        while not _stopped(stop):
+            if handle is None:
+                try:
+                    handle = open(path, "rb")
+                    stat = os.fstat(handle.fileno())
+                    inode = (stat.st_dev, stat.st_ino)
+                    if first and not from_start:
+                        handle.seek(0, os.SEEK_END)
+                    first = False
+                except OSError:
+                    handle = None
+                    time.sleep(poll)
+                    continue
+            data = handle.read(1 << 20)
+            if data:
+                lines = (partial + data).split(b"\n")
+                partial = lines.pop()
+                for line in lines:
+                    yield line.rstrip(b"\r").decode("utf-8", "replace")
+                continue
+            try:
+                stat = os.stat(path)
+            except OSError:
+                stat = None
+            if stat is None or (stat.st_dev, stat.st_ino) != inode:
+                handle.close()                       # rotated away: read the new file from its start
+                handle = None
+                partial = b""
+                continue
+            if stat.st_size < handle.tell():        # truncated in place
+                handle.seek(0)
+                partial = b""
+                continue
+            time.sleep(poll)
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def follow_journal(*, args: Sequence[str] = ("-b",), stop: threading.Event | None = None,
+                   poll: float = POLL, journalctl: str = "journalctl") -> Iterator[str]:
+    """Yield lines of ``journalctl -k -f -o short-iso-precise <args>``.
+
+    ``args`` defaults to ``-b`` (this boot from its start); pass ``("-n", "0")``
+    for new lines only. Raises :class:`PermanentError` if journalctl cannot
+    be started.
+    """
+    command = [journalctl, "-k", "-f", "-o", "short-iso-precise", "--no-pager", *args]
+    try:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        raise PermanentError(f"cannot run {journalctl}: {exc.strerror}") from None
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    partial = b""
+    try:
+        while not _stopped(stop):
+            ready, _, _ = select.select([fd], [], [], poll)
+            if not ready:
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                break                                # journalctl exited
+            data = partial + data
+            lines = data.split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+def follow(source: str, *, from_start: bool = True, stop: threading.Event | None = None,
+           poll: float = POLL) -> Iterator[str]:
+    """Follow ``source``: ``"kmsg"`` (or a char device path), ``"journal"``, or a file path."""
+    if source in ("kmsg", KMSG):
+        return follow_kmsg(KMSG, from_start=from_start, stop=stop, poll=poll)
+    if source == "journal":
+        return follow_journal(args=("-b",) if from_start else ("-n", "0"), stop=stop, poll=poll)
+    try:
+        if os.path.exists(source) and not os.path.isfile(source) and not os.path.isdir(source):
+            return follow_kmsg(source, from_start=from_start, stop=stop, poll=poll)
+    except OSError:
+        pass
+    return follow_file(source, from_start=from_start, stop=stop, poll=poll)
