@@ -154,7 +154,11 @@ def evaluate(snap: Any, cfg: CheckConfig) -> list[CheckResult]:
     if "value" not in snap.system.get("init", {}):
         why = f"NVML not available ({driver.summary})"
         return [driver] + [unknown(n, why) for n in CHECK_NAMES[1:]]
-    results = [driver, _count(snap, cfg)]
+    count = _count(snap, cfg)
+    if "value" not in snap.system.get("count", {}):
+        # without the count we cannot know which GPUs were never read: nothing is ok
+        return [driver, count] + [unknown(n, f"GPUs not enumerated ({count.summary})") for n in RULES]
+    results = [driver, count]
     for name, (needs, optional, judge, ok_text) in RULES.items():
         results.append(_per_gpu(snap, cfg, name, needs, optional, judge, ok_text))
     return results
@@ -200,8 +204,7 @@ def _count(snap: Any, cfg: CheckConfig) -> CheckResult:
 
 
 def _gpu_indices(snap: Any) -> list[int]:
-    count = (snap.system.get("count") or {}).get("value")
-    return list(range(count)) if isinstance(count, int) else sorted(snap.gpus)
+    return list(range(int(snap.system["count"]["value"])))
 
 
 def _label(i: int, readings: Mapping[str, Any]) -> str:

@@ -228,3 +228,17 @@ def test_rules_never_raise_and_a_hang_is_never_healthy(overrides, stop):
     if stop is not None:
         assert res["nvidia.driver"].status in ("unknown", "problem")
         assert any(r.status != "ok" for r in res.values())
+
+
+def test_hung_count_leaves_nothing_ok():
+    text = "\n".join([reading("init", True), reading("driver_version", "550"),
+                      json.dumps({"begin": "count", "gpu": None})])
+    res = results(text, timed_out=True)
+    assert all(r.status == "unknown" for r in res.values()), {n: r.status for n, r in res.items()}
+
+
+def test_count_error_leaves_nothing_ok():
+    text = "\n".join([reading("init", True), reading("count", error="UNKNOWN"), json.dumps({"op": "done"})])
+    res = results(text)
+    assert res["nvidia.driver"].status == "ok"
+    assert all(r.status == "unknown" for n, r in res.items() if n != "nvidia.driver")
