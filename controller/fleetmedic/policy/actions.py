@@ -113,6 +113,7 @@ class Action:
     update: Update | None = None               # WRITE: what to write
     not_before: datetime | None = None         # WAIT: when to look again
     force: bool = False                        # DRAIN: delete pods a PDB still protects
+    resumed: bool = False                      # re-run of a phase a restart interrupted
     new_work: bool = False                     # takes a repair slot (budget-gated)
     disruptive: bool = False                   # drains/reboots/reinstalls (window-gated)
 

@@ -31,7 +31,7 @@ from fleetmedic.policy.history import (ESCALATED, FAIL, FLAP_DAMPED, RELEASED, S
 from fleetmedic.policy.inflight import RUNNING, Escalated, InFlight
 from fleetmedic.policy.steps import (MANUAL, REBOOT, RESULT_OF, NodeCtx, after_drain,
                                      after_email, after_probe, fail_step, failure_text,
-                                     next_phase)
+                                     next_phase, still_rebooting)
 
 DISRUPTIVE_PHASES = ("reboot", "reinstall")
 
@@ -152,10 +152,22 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
     return n.action(RUN, f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
                     playbook=str(cfg.playbook_path(pb)),
                     timeout=pb.timeout or cfg.ansible.job_timeout,
-                    hostvars={"fleetmedic_step": fl.step, "fleetmedic_phase": fl.phase,
-                              "fleetmedic_attempt": fl.attempt, "fleetmedic_episode": fl.ep,
-                              "fleetmedic_gpu_vendor": view.vendor},
+                    hostvars=_hostvars(view, fl, phases), resumed=resumed,
                     disruptive=fl.phase in DISRUPTIVE_PHASES, **ctx)
+
+
+def request_id(fl: InFlight) -> str:
+    """Stable for one attempt, unique over the node's life (the start time is in it): the
+    roles act once per request id, so a re-run after a crash never repeats their work."""
+    return f"e{fl.ep}-{fl.step}{fl.attempt}-{fl.step_start.replace('-', '').replace(':', '')}"
+
+
+def _hostvars(view: NodeView, fl: InFlight, phases: tuple[str, ...]) -> dict:
+    return {"fleetmedic_request_id": request_id(fl), "fleetmedic_step": fl.step,
+            "fleetmedic_phase": fl.phase, "fleetmedic_attempt": fl.attempt,
+            "fleetmedic_episode": fl.ep, "fleetmedic_vendor": view.vendor,
+            # the diagnose phase took the evidence already
+            "fleetmedic_collect_evidence": "diagnose" not in phases}
 
 
 def _playbook(cfg: Config, phase: str, vendor: str) -> PlaybookConfig | None:
@@ -173,7 +185,9 @@ def begin(view: NodeView, action: Action, now: datetime, cfg: Config,
         fl = InFlight.decode(n.raw)
         if fl is None:
             return None
-        started = fl.with_(status=RUNNING, since=stamp(now), run_id=run_id, retry_at=None)
+        # a resumed phase keeps its start: its timeout runs from when it first began
+        since = fl.since if fl.status == RUNNING else stamp(now)
+        started = fl.with_(status=RUNNING, since=since, run_id=run_id, retry_at=None)
         return n.update(annotations={keys.ANN_IN_FLIGHT: started.encode()})
     if action.kind == ESCALATE and n.escalated is None:
         at = stamp(now)
@@ -204,6 +218,10 @@ def complete(view: NodeView, action: Action, outcome: Outcome, now: datetime,
         # evidence capture is best effort: a failed diagnose must not block the repair
         note = () if outcome.ok else (f"diagnose failed: {outcome.message}",)
         return next_phase(n, fl.with_(notes=fl.notes + note, run_id=outcome.run_id or fl.run_id))
+    if action.resumed and outcome.status == "unreachable":
+        held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)
+        if held:
+            return held
     return fail_step(n, fl, RESULT_OF.get(outcome.status, FAIL),
                       failure_text(fl.phase, outcome), outcome.run_id)
 

@@ -87,12 +87,17 @@ def after_probe(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
             return next_phase(n, fl.with_(notes=fl.notes + ("reboot confirmed after a restart",)))
         again = fl.with_(status=PENDING, since=stamp(now), run_id=None)
         return n.update(annotations={keys.ANN_IN_FLIGHT: again.encode()})
-    limit = cfg.ladder.playbooks.reboot.timeout or cfg.ansible.job_timeout
-    if now - fl.since_time() < timedelta(seconds=limit):
-        later = now + timedelta(seconds=cfg.ladder.probe_interval)
-        return n.update(annotations={keys.ANN_IN_FLIGHT: fl.with_(retry_at=stamp(later)).encode()})
-    return fail_step(n, fl, UNREACHABLE,
-                      f"not back {limit:g}s after the reboot began: {outcome.message}")
+    held = still_rebooting(n, fl, cfg.ladder.playbooks.reboot.timeout or cfg.ansible.job_timeout)
+    return held or fail_step(n, fl, UNREACHABLE, f"not back after the reboot: {outcome.message}")
+
+
+def still_rebooting(n: NodeCtx, fl: InFlight, limit: float) -> Update | None:
+    """An interrupted phase's node is unreachable: it may be mid-reboot. Look again
+    later, until ``limit`` seconds after the phase began; then None (it failed)."""
+    if n.now - fl.since_time() >= timedelta(seconds=limit):
+        return None
+    later = n.now + timedelta(seconds=n.cfg.ladder.probe_interval)
+    return n.update(annotations={keys.ANN_IN_FLIGHT: fl.with_(retry_at=stamp(later)).encode()})
 
 
 def after_drain(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:

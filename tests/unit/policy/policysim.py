@@ -65,11 +65,12 @@ class Truth:
     reachable: bool = True
     fixed_by: set = dataclasses.field(default_factory=set)  # steps applied so far
     pdb_blocks: int = 0            # drains that will still be blocked
+    requests: set = dataclasses.field(default_factory=set)  # node-side once-per-request marker
 
     @property
     def healthy(self) -> bool:
         return (self.fault == "none" or (self.fault == "reboot" and "reboot" in self.fixed_by)
-                or (self.fault == "reimage" and "reinstall" in self.fixed_by and self.boots))
+                or (self.fault == "reimage" and "reinstall" in self.fixed_by))
 
 
 class World:
@@ -170,14 +171,16 @@ class World:
         assert action.kind == RUN, action
         if action.phase in ("reboot", "reinstall"):
             t.fixed_by.add(action.phase)
-        if action.phase == "reboot":
-            ep = action.ep
-            fl = self.view(action.node).annotations[keys.ANN_IN_FLIGHT]
-            import json
-            attempt = json.loads(fl)["attempt"]
-            self.reboots[(action.node, ep, action.step, attempt)] += 1
+        # reboot.yml always reboots (the policy's boot_id probe guards it); reimage.yml
+        # reboots once per request id, as the real reboot role does
+        request = action.hostvars["fleetmedic_request_id"]
+        if action.phase == "reboot" or (action.phase == "reinstall" and request not in t.requests):
+            t.requests.add(request)
+            attempt = action.hostvars["fleetmedic_attempt"]
+            self.reboots[(action.node, action.ep, action.step, attempt)] += 1
             t.boots += 1
             t.boot_id = f"boot-{t.boots}"
+            t.fixed_by.add("reboot")
         if action.phase == "verify" and not t.healthy:
             return Outcome("failed", run_id="run-x", task="gpu checks", message="Xid 79")
         return Outcome("ok", run_id="run-x")

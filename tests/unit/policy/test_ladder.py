@@ -71,12 +71,14 @@ def test_failed_verify_climbs_to_reimage_then_manual_with_one_email():
 
 
 def test_reimage_picks_the_playbook_by_vendor():
-    w = World(config())
+    w = World(config(ladder__playbooks={"reinstall_amd": {"playbook": "reinstall_rocm.yml"}}))
     w.add("n1", state="reimage")
     w.nodes["n1"]["metadata"]["labels"][keys.LABEL_VENDOR] = "amd"
     action = step_until(w, "n1", RUN, "reinstall")
     assert action.playbook == "/pb/reinstall_rocm.yml"
-    assert action.hostvars["fleetmedic_gpu_vendor"] == "amd" and action.disruptive
+    assert action.hostvars["fleetmedic_vendor"] == "amd" and action.disruptive
+    assert action.hostvars["fleetmedic_collect_evidence"] is False
+    assert action.hostvars["fleetmedic_request_id"] == "e1-reimage1-20261121T120000Z"
 
 
 def test_reimage_without_vendor_label_fails_the_step_instead_of_guessing():
@@ -158,6 +160,31 @@ class TestCrashDuringReboot:
         w.run(1)
         assert w.history("n1")[0].result == "unreachable"
         assert w.view("n1").state == "reimage"
+
+
+def test_interrupted_reinstall_waits_for_a_node_that_is_still_rebooting():
+    w = World(config())
+    w.add("n1", fault="reimage", state="reimage")
+    action = step_until(w, "n1", RUN, "reinstall")
+    w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))   # then killed
+    w.truth["n1"].reachable = False                                       # mid-reboot
+    w.run(5)
+    assert not w.history("n1") and in_flight(w, "n1")["status"] == "running"
+    w.truth["n1"].reachable = True
+    w.run(4)
+    assert w.history("n1")[-1].result == "pass"
+    assert w.truth["n1"].boots == 1, "the role's request-id marker stops a second reboot"
+
+
+def test_interrupted_reinstall_fails_once_its_timeout_is_over():
+    w = World(config())
+    w.add("n1", fault="reimage", state="reimage")
+    action = step_until(w, "n1", RUN, "reinstall")
+    w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))
+    w.truth["n1"].reachable = False
+    w.now += timedelta(seconds=w.cfg.ladder.playbooks.reinstall_nvidia.timeout)
+    w.run(1)
+    assert w.history("n1")[-1].result == "unreachable" and w.view("n1").state == "manual"
 
 
 def test_interrupted_idempotent_phase_is_simply_run_again():

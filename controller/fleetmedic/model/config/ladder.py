@@ -37,31 +37,36 @@ class PlaybookConfig(Section):
 
 
 class PlaybooksConfig(Section):
-    diagnose: PlaybookConfig = PlaybookConfig(playbook="diagnose.yml", timeout=600)
-    """Evidence capture; 10 min covers nvidia-bug-report on an 8-GPU node."""
+    """The collection's playbooks. Each gets ``fleetmedic_request_id`` (stable per node,
+    episode, step and attempt), which the reboot and driver roles use to act once per
+    request, so re-running a phase after a crash never reboots or reinstalls twice."""
+
+    diagnose: PlaybookConfig = PlaybookConfig(playbook="diagnose.yml", timeout=900)
+    """Evidence capture; 15 min covers nvidia-bug-report (up to 10 min) on an 8-GPU node."""
     reboot: PlaybookConfig = PlaybookConfig(playbook="reboot.yml", timeout=1200)
     """20 min: a GPU server's POST plus memory training can take 10+ minutes. Also how long
-    an unreachable node may stay away after a reboot before it counts as failed."""
-    reinstall_nvidia: PlaybookConfig = PlaybookConfig(playbook="reinstall_nvidia.yml",
-                                                      timeout=2400)
-    """NVIDIA driver reinstall incl. DKMS build: 40 min is generous on a slow mirror."""
-    reinstall_amd: PlaybookConfig = PlaybookConfig(playbook="reinstall_rocm.yml", timeout=2400)
-    """ROCm reinstall (amdgpu-dkms): as long as the NVIDIA one, for the same reasons."""
+    a node may stay unreachable after a reboot began before it counts as failed."""
+    reinstall_nvidia: PlaybookConfig = PlaybookConfig(playbook="reimage.yml", timeout=3600)
+    """Driver reinstall incl. DKMS build and the reboot it needs (reimage.yml reboots itself,
+    which is why the default reimage step has no separate reboot phase)."""
+    reinstall_amd: PlaybookConfig = PlaybookConfig(playbook="reimage.yml", timeout=3600)
+    """ROCm reinstall (amdgpu-dkms); the same playbook picks the stack by fleetmedic_vendor."""
     verify: PlaybookConfig = PlaybookConfig(playbook="verify.yml", timeout=600)
-    """The same checks the agent runs, so pass means what fencing meant."""
+    """The same checks the agent runs (`fleetmedic check`), so pass means what fencing meant."""
 
 
 class LadderConfig(Section):
     reboot: StepConfig = StepConfig(phases=("diagnose", "drain", "reboot", "verify"))
     """Evidence before the reboot wipes it; drain so running jobs end cleanly."""
-    reimage: StepConfig = StepConfig(phases=("diagnose", "drain", "reinstall", "reboot",
-                                             "verify"))
-    """The driver/ROCm (chosen by the node's gpu-vendor label) is reinstalled, then booted."""
+    reimage: StepConfig = StepConfig(phases=("diagnose", "drain", "reinstall", "verify"))
+    """The driver or ROCm (by the node's gpu-vendor label) is reinstalled and the node booted
+    into it by the reinstall playbook; add a `reboot` phase if yours does not reboot."""
     playbooks: PlaybooksConfig = PlaybooksConfig()
     probe_timeout: Duration = 60
     """Reading a node's boot_id over SSH; a minute covers a slow SSH login."""
     probe_interval: Duration = 15
-    """While a rebooted node is unreachable after a controller restart, re-probe this often."""
+    """A node unreachable while a phase interrupted by a controller restart may still be
+    rebooting is tried again this often (until that phase's timeout)."""
     foreign_grace: Duration = 600
     """After fleetmedic cleared a node, ignore foreign signals this long so the other tool can
     re-check; otherwise a stale signal would send a repaired node straight back."""
@@ -78,6 +83,9 @@ class AnsibleConfig(Section):
     collection and roles paths. Unset: Ansible's own search order."""
     run_dir: ConfigPath = Path("/var/lib/fleetmedic/runs")
     """A fresh private_data_dir per run is made here (the unit's StateDirectory)."""
+    evidence_dir: ConfigPath = Path("/var/lib/fleetmedic/evidence")
+    """Where the diagnostics role fetches evidence bundles (<dir>/<node>/*.tar.gz); the
+    escalation email attaches them."""
     keep_runs: int = Field(500, ge=1)
     """Run directories kept for post-mortems; the oldest go first."""
     remote_user: str | None = None
