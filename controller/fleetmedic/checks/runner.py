@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-from fleetmedic.checks import amd, network, nvidia, nvidia_rules
+from fleetmedic.checks import amd, kernel, network, nvidia, nvidia_rules
 from fleetmedic.checks.base import CATEGORIES, CheckResult, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
 
@@ -43,14 +43,6 @@ def gpu(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> list[CheckRes
                     "pass the vendor explicitly (none for a CPU node)", vendor="auto")]
 
 
-def kernel(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> list[CheckResult]:
-    try:
-        from fleetmedic.checks import kernel as kernel_check
-    except ImportError:  # the scanner is not part of this build yet
-        return []
-    return kernel_check.run(cfg, env)
-
-
 def probe_limits(cfg: CheckConfig) -> dict[str, float]:
     """Each probe's own worst case (auto may read NVML, then run the AMD tools)."""
     return {"gpu": cfg.timeout * (2 if cfg.vendor == "auto" else 1),
@@ -64,7 +56,7 @@ def round_limit(cfg: CheckConfig) -> float:
 
 
 PROBES: dict[str, Callable[[CheckConfig, Mapping[str, str] | None], list[CheckResult]]] = {
-    "gpu": gpu, "network": network.run, "kernel": kernel,
+    "gpu": gpu, "network": network.run, "kernel": kernel.run,
 }
 
 
