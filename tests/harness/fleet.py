@@ -210,7 +210,9 @@ class Fleet:
         return net.bridge_name(self.octet)
 
     def node(self, key: int | str) -> Node:
-        """``node(2)`` or ``node("node-2")``."""
+        """``node(2)``, ``node("2")`` or ``node("node-2")``."""
+        if isinstance(key, str) and key.isdigit():
+            key = int(key)
         for n in self.nodes:
             if key in (n.index, n.name):
                 return n
@@ -256,6 +258,17 @@ class Fleet:
                 raise FleetError(f"{n.name} {why}; console log at {n.console_log}")
             time.sleep(0.05)
         return time.monotonic() - t0
+
+    def reset_faults(self, timeout: float = 30.0) -> None:
+        """Undo every fault (hang, slow boot, link down, throttle, off) and wait for sshd."""
+        for n in self.nodes:
+            n.set_hang(False)
+            n.set_boot_delay(0)
+            n.link_up()
+            n.throttle(None)
+            if n.status().get("state") in ("off", "failed"):
+                n.power_on()
+        self.wait_ssh(timeout=timeout)
 
     def status(self) -> dict:
         rec = self.record()
@@ -462,6 +475,8 @@ def _write_inventory(fleet: Fleet) -> None:
     inv = {"all": {
         "vars": {
             "ansible_user": "root",
+            # beats ANSIBLE_HOST_KEY_CHECKING=False, which ansible-runner sets by default
+            "ansible_host_key_checking": True,
             "ansible_ssh_private_key_file": str(fleet.private_key),
             "ansible_ssh_common_args": common,
             "ansible_control_path_dir": str(fleet.dir / "cp"),
