@@ -385,3 +385,74 @@ def test_cli_exit_codes_end_to_end(hw, iperf3_server):
     hung = fleetmedic_check(hw.env, "--json", *common)
     assert hung.returncode == 2 and time.monotonic() - start < 3 + 5
     assert json.loads(hung.stdout)["status"] == "unknown"
+
+
+# ==================================================== inside test-fleet nodes
+# The same stand-ins as a node sees them: /usr/lib/libnvidia-ml.so.1 and
+# /usr/local/bin/{amd-smi,rocm-smi,rocminfo} point into the read-only bind mount of
+# tests/fakes/build, scenarios live in the node's /var/lib/fleetmedic-test, and
+# `fleetmedic` is the node's own venv running this checkout.
+def node_check(node, *args, timeout=60):
+    p = node.ssh("fleetmedic check --json " + " ".join(args), check=False, timeout=timeout)
+    try:
+        return p.returncode, {r["name"]: r for r in json.loads(p.stdout)["results"]}
+    except ValueError:
+        raise AssertionError(f"rc={p.returncode} stdout={p.stdout!r} stderr={p.stderr!r}") from None
+
+
+@pytest.fixture
+def fleet_node(fleet, fakes):
+    node = fleet.node(1)
+    yield node
+    for name in ("nvml.json", "amd.json"):
+        (node.state_dir / name).unlink(missing_ok=True)
+
+
+@pytest.mark.fleet
+def test_nvidia_check_inside_a_fleet_node(fleet_node):
+    (fleet_node.state_dir / "nvml.json").write_text(json.dumps(h100()))
+    rc, res = node_check(fleet_node, "--vendor nvidia --expected-gpus 8 --category gpu")
+    assert rc == 0 and {r["status"] for r in res.values()} == {"ok"}, res
+    (fleet_node.state_dir / "nvml.json").write_text(json.dumps(h100(**{"3": {"lost": True}})))
+    rc, res = node_check(fleet_node, "--vendor nvidia --expected-gpus 8 --category gpu")
+    assert rc == 1 and res["nvidia.driver"]["status"] == "problem"
+    (fleet_node.state_dir / "nvml.json").write_text(json.dumps({**h100(), "hang": "nvmlDeviceGetCount_v2"}))
+    start = time.monotonic()
+    rc, res = node_check(fleet_node, "--vendor nvidia --category gpu --timeout 2")
+    assert rc == 2 and res["nvidia.driver"]["status"] == "unknown" and time.monotonic() - start < 15
+
+
+@pytest.mark.fleet
+def test_amd_check_inside_a_fleet_node(fleet_node):
+    (fleet_node.state_dir / "amd.json").write_text(json.dumps(mi300x(8)))
+    rc, res = node_check(fleet_node, "--vendor amd --expected-gpus 8 --category gpu")
+    assert rc == 0, res
+    (fleet_node.state_dir / "amd.json").write_text(json.dumps(mi300x(8, **{"6": {"agent": False}})))
+    rc, res = node_check(fleet_node, "--vendor amd --expected-gpus 8 --category gpu")
+    assert rc == 1 and res["amd.agents"]["status"] == "problem"
+
+
+@pytest.mark.fleet
+def test_throughput_probe_from_a_fleet_node_sees_throttling(fleet, fleet_node):
+    if not shutil.which("iperf3"):
+        pytest.skip("iperf3 is not installed")
+    port = free_port()
+    server = subprocess.Popen(["iperf3", "-s", "-B", fleet.host_address, "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        args = f"--category network --peer {fleet.host_address}:{port} --min-mbps 50 --duration 1"
+        rc, res = node_check(fleet_node, args)
+        assert rc == 0 and res["network.throughput"]["evidence"]["mbps"] > 50, res
+        fleet_node.throttle("10mbit")
+        try:
+            rc, res = node_check(fleet_node, args)
+            assert rc == 1 and res["network.throughput"]["status"] == "problem", res
+            assert res["network.throughput"]["evidence"]["mbps"] < 20
+        finally:
+            fleet_node.throttle(None)
+        rc, res = node_check(fleet_node, args)
+        assert rc == 0, res
+    finally:
+        server.kill()
+        server.wait()
