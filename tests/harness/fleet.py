@@ -385,7 +385,7 @@ def start_fleet(nodes: int = 3, name: str | None = None, *, owned: bool = True,
         teardown_resources(d, read_record(d) or rec, keep_logs=True)
         if isinstance(exc, FleetError | KeyboardInterrupt):
             raise
-        raise FleetError(f"fleet {name}: start failed: {exc}; logs in {d}") from exc
+        raise FleetError(f"fleet {name}: start failed: {net.one_line(str(exc))}; logs in {d}") from exc
     log(f"fleet {name}: {nodes} nodes up in {time.monotonic() - t0:.1f} s "
         f"(192.168.{octet}.0/24); inventory {fleet.inventory}")
     return fleet
@@ -426,7 +426,7 @@ def _write_record(d: Path, rec: dict) -> None:
 def _run(cmd: list[str]) -> None:
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
-        raise FleetError(f"{' '.join(cmd)}: {p.stderr.strip() or p.returncode}")
+        raise FleetError(f"{' '.join(cmd)}: {net.one_line(p.stderr) or p.returncode}")
 
 
 def _keygen(path: Path, comment: str) -> str:
@@ -447,6 +447,7 @@ def _build(fleet: Fleet, lower: str) -> None:
         for sub in ("upper", "work", "root", "state"):
             (n.dir / sub).mkdir(parents=True)
         n.kern_log.touch()
+        n.console_log.touch()
         net.create_node_net(fleet.octet, n.index, n.name)
         _run(["mount", "-t", "overlay", "overlay", "-o",
               f"lowerdir={lower},upperdir={n.dir / 'upper'},workdir={n.dir / 'work'}", str(n.dir / "root")])

@@ -33,8 +33,12 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def _run(cmd: list[str], check: bool) -> subprocess.CompletedProcess:
     p = subprocess.run(cmd, capture_output=True, text=True)
     if check and p.returncode != 0:
-        raise NetError(f"{' '.join(cmd)}: {p.stderr.strip() or p.returncode}")
+        raise NetError(f"{' '.join(cmd)}: {one_line(p.stderr) or p.returncode}")
     return p
+
+
+def one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def bridge_name(octet: int) -> str:
@@ -78,7 +82,7 @@ def create_node_net(octet: int, index: int, node: str) -> None:
     )
     p = subprocess.run(["ip", "-n", ns, "-batch", "-"], input=batch, capture_output=True, text=True)
     if p.returncode != 0:
-        raise NetError(f"ip -n {ns} -batch: {p.stderr.strip()}")
+        raise NetError(f"ip -n {ns} -batch: {one_line(p.stderr)}")
 
 
 def set_node_eth0(octet: int, node: str, up: bool) -> None:

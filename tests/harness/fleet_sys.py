@@ -173,11 +173,16 @@ def teardown_resources(fleet_dir: Path, rec: dict | None, *, by_supervisor: bool
         log(f"{fleet_dir.name}: mounts left, not removing {fleet_dir}")
         return
     if keep_logs:
+        def keep(p: Path) -> bool:  # the fleet's and each node's own logs, not the nodes' files
+            rel = p.relative_to(fleet_dir).parts
+            return (len(rel) == 1 or (len(rel) == 3 and rel[0] == "nodes")) and \
+                (p.suffix == ".log" or p.name in ("fleet.json", "status.json"))
+
         for p in sorted(fleet_dir.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if p.is_symlink() or p.is_file():
-                if not (p.suffix == ".log" or p.name in ("fleet.json", "status.json")):
+            if p.is_symlink() or not p.is_dir():
+                if not keep(p):
                     p.unlink()
-            elif p.is_dir() and not any(p.iterdir()):
+            elif not any(p.iterdir()):
                 p.rmdir()
         if rec:
             rec = {**rec, "state": "failed", "supervisor": None, "failed_at": time.time()}

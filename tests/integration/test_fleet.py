@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -262,6 +263,26 @@ def test_fleet_shaped_network_leftovers_are_swept():
     assert fleet_net.netns_name(octet, "node-1") not in fleet_net.list_netns()
     assert fleet_net.bridge_name(octet) not in fleet_net.list_links()
     assert fleet_net.veth_name(octet, 1) not in fleet_net.list_links()
+
+
+def test_a_node_that_misses_sshd_fails_in_one_line_and_keeps_its_logs():
+    with pytest.raises(FleetError) as err:
+        start_fleet(1, prefix="pytest", boot_timeout=0.0)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "node-1 did not reach sshd within 0 s; console log at " in msg
+    console = Path(msg.rsplit(" ", 1)[1])
+    d = console.parents[2]
+    try:
+        assert console.exists()
+        rec = json.loads((d / "fleet.json").read_text())
+        assert rec["state"] == "failed"
+        assert leftovers(d, rec) == [f"dir {d}"]  # only the logs stay
+        kept = sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+        assert set(kept) <= {"fleet.json", "supervisor.log", "nodes/node-1/console.log",
+                             "nodes/node-1/boots.log", "nodes/node-1/status.json"}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_cli_up_status_down(tmp_path):
