@@ -302,6 +302,13 @@ def test_auto_with_nothing_installed_is_unknown(hw, tmp_path):
     assert res.name == "gpu.vendor" and res.status == "unknown"
 
 
+def test_auto_on_a_node_with_both_stand_ins_follows_the_loaded_driver(hw):
+    # the fake libnvidia-ml is present but has no scenario (driver not loaded); AMD has one
+    hw.set_amd(mi300x(2))
+    res = runner.gpu(CheckConfig(vendor="auto", expected_gpus=2, timeout=5), hw.env)
+    assert [r.name for r in res] == list(amd.CHECK_NAMES) and base.overall(res) == "ok"
+
+
 def test_auto_picks_nvidia(hw):
     hw.set_nvml(h100(2))
     res = runner.gpu(CheckConfig(vendor="auto", expected_gpus=2, timeout=5), hw.env)

@@ -22,9 +22,11 @@ from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.runner import run_checks
 from fleetmedic.errors import ConfigError
 
+DEFAULT_CONFIG = Path("/etc/fleetmedic/check.yaml")
+
 
 def _load_config(path: Path | None) -> dict[str, Any]:
-    if path is None:
+    if path is None or (path == DEFAULT_CONFIG and not path.exists()):
         return {}
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -72,9 +74,11 @@ def render_table(results: list[CheckResult]) -> str:
 @click.option("--duration", type=click.FloatRange(min=0.5), default=None, help="Seconds of iperf3 traffic.")
 @click.option("--kernel-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Kernel log file to scan instead of the node's own log.")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="YAML with check settings (a `checks:` section, or the settings at top level); "
-                   "flags win.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="FLEETMEDIC_CHECK_CONFIG", default=DEFAULT_CONFIG, show_default=True,
+              help="YAML with this node's check settings (a `checks:` section, or the settings at "
+                   "top level), e.g. written by the agent's installer from the Node's labels; "
+                   "ignored if absent. Flags win.")
 def check(as_json: bool, vendor: str | None, expected_gpus: int | None, timeout: float | None,
           categories: tuple[str, ...], peers: tuple[str, ...], min_mbps: float | None,
           duration: float | None, kernel_log: Path | None, config_path: Path | None) -> None:

@@ -102,3 +102,7 @@ def run(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> list[CheckRes
 def library_missing(snap: Snapshot) -> bool:
     """True when libnvidia-ml.so.1 could not be loaded at all: on `auto`, not an NVIDIA node."""
     return (snap.system.get("init") or {}).get("error") == "LIBRARY_NOT_FOUND"
+
+
+def driver_not_loaded(snap: Snapshot) -> bool:
+    return (snap.system.get("init") or {}).get("error") == "DRIVER_NOT_LOADED"

@@ -35,9 +35,12 @@ def gpu(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> list[CheckRes
         return amd.run(cfg, env)
     start = time.monotonic()
     snap = nvidia.collect(cfg.timeout, env)
-    if not nvidia.library_missing(snap):
+    amd_tools = any(amd.tools_present(env).values())
+    # Not NVIDIA: no libnvidia-ml at all, or (the library is there but no NVIDIA driver is
+    # loaded) and ROCm tools are installed, as on a test node that carries both stand-ins.
+    if not (nvidia.library_missing(snap) or (amd_tools and nvidia.driver_not_loaded(snap))):
         return with_duration(nvidia_rules.evaluate(snap, cfg), time.monotonic() - start)
-    if any(amd.tools_present(env).values()):
+    if amd_tools:
         return amd.run(cfg, env)
     return [unknown("gpu.vendor", "no NVIDIA library (libnvidia-ml.so.1) and no AMD tools found; "
                     "pass the vendor explicitly (none for a CPU node)", vendor="auto")]

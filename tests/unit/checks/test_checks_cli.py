@@ -38,3 +38,16 @@ def test_bad_config_is_a_usage_error(tmp_path):
     conf.write_text("checks:\n  vendor: intel\n")
     r = CliRunner().invoke(cli.check, ["--config", str(conf)])
     assert r.exit_code == 2 and "vendor" in r.output
+
+
+def test_node_config_from_the_environment(tmp_path, monkeypatch):
+    conf = tmp_path / "check.yaml"
+    conf.write_text("vendor: none\n")
+    monkeypatch.setenv("FLEETMEDIC_CHECK_CONFIG", str(conf))
+    r = CliRunner().invoke(cli.check, ["--category", "gpu"])
+    assert r.exit_code == 0 and "no checks ran" in r.output
+
+
+def test_explicit_missing_config_is_an_error(tmp_path):
+    r = CliRunner().invoke(cli.check, ["--config", str(tmp_path / "nope.yaml")])
+    assert r.exit_code == 2 and "nope.yaml" in r.output
