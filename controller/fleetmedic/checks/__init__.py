@@ -2,9 +2,35 @@
 
 The API, for ``fleetmedic check``, the agent and the verify playbook::
 
-    from fleetmedic.checks import CheckConfig, run_checks, exit_code
-    results = run_checks(CheckConfig(vendor="nvidia", expected_gpus=8), categories=None)
+    from fleetmedic.checks import CheckConfig, NetworkConfig, run_checks, exit_code, round_limit
+    cfg = CheckConfig(vendor="nvidia", expected_gpus=8, timeout=15,
+                      network=NetworkConfig(peers=("10.0.0.1:5201",), min_mbps=5000))
+    results = run_checks(cfg)                          # every category
+    results = run_checks(cfg, categories={"network"})  # e.g. while a repair taint is on
     for r in results: r.name, r.status, r.summary, r.evidence, r.category, r.action
+
+``run_checks`` never raises and returns within ``round_limit(cfg)`` seconds: each
+probe has its own hard deadline (a hung driver call or tool is killed and its
+checks are ``unknown``). Results map 1:1 onto the policy's ``Observation``
+(category, status, name, action).
+
+Checks (name: what makes it a problem):
+
+- ``nvidia.driver``: NVML init fails (driver not loaded, library missing, version
+  mismatch) or any GPU returns GPU_IS_LOST / RESET_REQUIRED; ``nvidia.count``: fewer
+  GPUs than expected; ``nvidia.ecc``: volatile uncorrectable ECC > 0;
+  ``nvidia.retired_pages``: retirement pending, or too many retired;
+  ``nvidia.remapped_rows``: remap pending, or failed (action ``manual``);
+  ``nvidia.recovery_action``: the driver's GPU recovery action is not NONE;
+  ``nvidia.pcie``: link width (or, on a busy GPU, generation) below max;
+  ``nvidia.nvlink``: a link down; ``nvidia.slowdown``: HW (thermal/power brake)
+  slowdown; ``nvidia.persistence``: persistence mode off.
+- ``amd.count``, ``amd.ecc`` (uncorrectable/deferred), ``amd.bad_pages`` (pending;
+  unreservable: ``manual``), ``amd.pcie``, ``amd.xgmi``, ``amd.agents`` (rocminfo GPU
+  agents missing, or ROCm cannot start).
+- ``network.throughput``: iperf3 to a peer below ``min_mbps``.
+- ``kernel.log``: a catalog finding of this boot whose action is reboot/reimage/manual.
+- ``gpu.vendor`` / ``<category>.probe``: ``unknown`` only (no vendor found; a probe bug).
 
 See :mod:`fleetmedic.checks.base` for the result contract and
 :mod:`fleetmedic.checks.runner` for timeouts. Names are resolved lazily so the

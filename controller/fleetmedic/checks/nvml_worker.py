@@ -45,6 +45,9 @@ def main() -> int:
             emit(op=op, gpu=gpu, error=names.get(exc.value, "UNKNOWN"), code=exc.value,
                  message=str(exc))
             return False, None
+        except Exception as exc:  # a binding bug must cost one reading, not the whole round
+            emit(op=op, gpu=gpu, error="PYTHON_EXCEPTION", code=-2, message=f"{type(exc).__name__}: {exc}")
+            return False, None
         emit(op=op, gpu=gpu, value=value)
         return True, value
 
