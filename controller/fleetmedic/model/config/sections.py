@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fleetmedic.model.config.types import (ConfigPath, Duration, LabelValue, Port, Section,
-                                           TaintKey)
+from fleetmedic.model.config.types import (ConfigPath, Duration, Email, LabelValue, Port,
+                                           Section, TaintKey)
 from fleetmedic.model.nodestate import ForeignSignal
 from fleetmedic.model.vocabulary import TaintName, Vocabulary, preset, presets
 
@@ -94,10 +94,16 @@ class SmtpConfig(Section):
     """File holding the SMTP password (first line)."""
     password_credential: str | None = None
     """systemd credential with the password ($CREDENTIALS_DIRECTORY/NAME); wins over the file."""
-    sender: str = Field("fleetmedic@localhost", alias="from")
-    """From address."""
-    to: tuple[str, ...] = Field(min_length=1)
+    sender: Email = Field("fleetmedic@localhost", alias="from")
+    """From address (also the envelope sender)."""
+    to: tuple[Email, ...] = Field(min_length=1)
     """The on-call list; required because an escalation nobody receives is silent."""
+    ca_file: ConfigPath | None = None
+    """CA bundle for the relay's certificate. Unset: the system's. Certificates are always
+    verified (Python's smtplib would not, by default)."""
+    max_attachment_mb: float = Field(10, gt=0)
+    """Evidence attached up to this total; larger bundles are named (path on the bastion)
+    instead, because relays commonly reject mail over 10-25 MB."""
     retry_interval: Duration = 300
     """A failed email is retried this often; the escalation stays recorded on the Node."""
     timeout: Duration = 30

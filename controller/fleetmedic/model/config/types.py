@@ -98,7 +98,14 @@ def _resolve(p: Path, info: ValidationInfo) -> Path:
 
 
 ConfigPath = Annotated[Path, AfterValidator(_resolve)]
+def _email(v: str) -> str:
+    if not re.fullmatch(r"[^@\s<>,]+@[^@\s<>,]+", v):
+        raise ValueError(f"must be an email address like oncall@example.com, got {v!r}")
+    return v
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+Email = Annotated[str, AfterValidator(_email)]
 Port = Annotated[int, AfterValidator(_port)]
 Percent = Annotated[float, AfterValidator(_percent)]
 Quantity = Annotated[int | str, BeforeValidator(_quantity)]

@@ -1,0 +1,249 @@
+"""Email to the on-call team with yagmail: the escalation (one per node per episode) and
+the storm warning when the circuit breaker trips.
+
+yagmail's traps, handled here once:
+- it wants ``user=`` (else it appends ``@gmail.com``) and reaches for keyring, or
+  even prompts on the terminal, when it has to log in without a password. This
+  client always skips yagmail's login and logs in itself with the password read
+  from a file or ``$CREDENTIALS_DIRECTORY/<name>`` (systemd LoadCredential), so
+  the login name may differ from the From address and nothing is ever prompted;
+- any string in ``contents`` that names an existing file becomes an attachment,
+  so the body is wrapped in ``yagmail.raw`` and files are passed explicitly;
+- ``send()`` returns False after repeated disconnects instead of raising;
+- Python's smtplib does not verify the relay's certificate unless given a context.
+Every SMTP or network failure becomes :class:`TemporaryError` (retry later);
+the password is never logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import io
+import json
+import os
+import smtplib
+import ssl
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yagmail
+from yagmail.error import YagAddressError, YagInvalidEmailAddress
+
+from fleetmedic.errors import ConfigError, TemporaryError
+from fleetmedic.model import keys
+from fleetmedic.model.config import SmtpConfig, secret_path
+from fleetmedic.model.nodestate import NodeView
+
+
+@dataclasses.dataclass(frozen=True)
+class Escalation:
+    """Everything the on-call engineer needs, from the Node and the controller."""
+
+    node: str
+    address: str | None
+    labels: Mapping[str, str]
+    taints: Sequence[Mapping[str, Any]]
+    attempts: Sequence[Mapping[str, Any]]       # the history annotation's entries
+    last_results: Any                           # the agent's last check results
+    last_finding: Any
+    reason: str
+    escalated_at: str
+    episode: int = 0
+    evidence: Sequence[str] = ()                # bundle paths on this machine
+    cluster: str = ""
+
+    @classmethod
+    def of(cls, view: NodeView, reason: str, escalated_at: str, episode: int = 0,
+           evidence: Sequence[str | os.PathLike[str]] = (), cluster: str = "") -> "Escalation":
+        return cls(node=view.name, address=view.address, labels=dict(view.labels),
+                   taints=[dict(t) for t in view.taints],
+                   attempts=view.annotation_json(keys.ANN_HISTORY, []) or [],
+                   last_results=view.annotation_json(keys.ANN_LAST_RESULTS),
+                   last_finding=view.annotation_json(keys.ANN_LAST_FINDING),
+                   reason=reason, escalated_at=escalated_at, episode=episode,
+                   evidence=[str(p) for p in evidence], cluster=cluster)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Storm:
+    pool: int
+    nodes: Sequence[str]      # nodes that turned unhealthy within the window
+    window: float
+    threshold_percent: float
+    tripped_at: str
+    cluster: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    message_id: str
+    refused: Mapping[str, Any]  # recipients the relay refused (others got it)
+    attached: tuple[str, ...]
+    not_attached: tuple[str, ...]  # evidence too big or missing: named in the body instead
+
+
+class _Client(yagmail.SMTP):
+    """yagmail whose login is ours: explicit credentials or none, never keyring."""
+
+    def __init__(self, auth: tuple[str, str] | None, **kwargs: Any) -> None:
+        super().__init__(smtp_skip_login=True, **kwargs)
+        self._auth = auth
+
+    def login(self) -> None:
+        super().login()
+        if self._auth:
+            self.smtp.login(*self._auth)
+
+
+def read_password(smtp: SmtpConfig, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The password's first line, from the credential or the file; None without a user."""
+    if not smtp.user:
+        return None
+    path = secret_path(smtp.password_file, smtp.password_credential, environ)
+    try:
+        return path.read_text().splitlines()[0].strip() if path else None
+    except (OSError, IndexError) as exc:
+        why = getattr(exc, "strerror", None) or "empty file"
+        raise ConfigError(f"smtp password file {path}: cannot read: {why}") from None
+
+
+def send_escalation(esc: Escalation, smtp: SmtpConfig,
+                    environ: Mapping[str, str] = os.environ) -> Sent:
+    where = f" on {esc.cluster}" if esc.cluster else ""
+    subject = f"[fleetmedic] {esc.node}{where} needs hands: {esc.reason}"[:200]
+    report = json.dumps(esc.to_json(), indent=2, default=str).encode()
+    attached, not_attached = _pick(esc.evidence, smtp.max_attachment_mb * 2**20 - len(report))
+    data = io.BytesIO(report)
+    data.name = f"{esc.node}-escalation.json"
+    body = escalation_html(esc, not_attached)
+    msg_id = f"<fleetmedic.{esc.node}.e{esc.episode}.{_token(esc.escalated_at)}@{_domain(smtp)}>"
+    refused = _send(smtp, subject, body, [data, *attached], msg_id, environ)
+    return Sent(msg_id, refused, tuple(attached), tuple(not_attached))
+
+
+def send_storm(storm: Storm, smtp: SmtpConfig, environ: Mapping[str, str] = os.environ) -> Sent:
+    where = f" on {storm.cluster}" if storm.cluster else ""
+    subject = (f"[fleetmedic] circuit breaker open{where}: {len(storm.nodes)} of {storm.pool} "
+               f"nodes unhealthy within {storm.window:g}s; automation paused")
+    body = storm_html(storm)
+    msg_id = f"<fleetmedic.storm.{_token(storm.tripped_at)}@{_domain(smtp)}>"
+    return Sent(msg_id, _send(smtp, subject, body, [], msg_id, environ), (), ())
+
+
+def _send(smtp: SmtpConfig, subject: str, html: str, attachments: list, message_id: str,
+          environ: Mapping[str, str]) -> Mapping[str, Any]:
+    password = read_password(smtp, environ)
+    context = ssl.create_default_context(cafile=str(smtp.ca_file) if smtp.ca_file else None)
+    tls: dict[str, Any] = {"smtp_ssl": smtp.tls == "ssl",
+                           "smtp_starttls": {"context": context} if smtp.tls == "starttls" else False}
+    if smtp.tls == "ssl":
+        tls["context"] = context
+    where = f"smtp {smtp.host}:{smtp.port}"
+    try:
+        client = _Client((smtp.user, password) if smtp.user else None, user=smtp.sender,
+                         host=smtp.host, port=smtp.port, timeout=smtp.timeout,
+                         soft_email_validation=False, **tls)
+    except (YagAddressError, YagInvalidEmailAddress, ValueError) as exc:
+        raise ConfigError(f"{where}: bad sender {smtp.sender!r}: {exc}") from None
+    try:
+        result = client.send(to=list(smtp.to), subject=subject, contents=[yagmail.raw(html)],
+                             attachments=attachments or None, prettify_html=False,
+                             message_id=message_id)
+    except smtplib.SMTPAuthenticationError as exc:
+        raise TemporaryError(f"{where}: login as {smtp.user} refused ({exc.smtp_code})",
+                             smtp.retry_interval) from None
+    except (smtplib.SMTPException, OSError) as exc:
+        raise TemporaryError(f"{where}: {type(exc).__name__}: {_reason(exc)}",
+                             smtp.retry_interval) from None
+    finally:
+        client.close()
+    if result is False:
+        raise TemporaryError(f"{where}: the relay kept disconnecting; not sent",
+                             smtp.retry_interval)
+    return dict(result or {})
+
+
+# -- the message bodies (inline styles: mail clients ignore <style>) -----------------
+_TABLE = 'style="border-collapse:collapse;font:13px sans-serif"'
+_CELL = 'style="border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top"'
+ATTEMPT_COLUMNS = ("ep", "step", "attempt", "start", "end", "result", "phase", "run_id", "message")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th {_CELL}>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td {_CELL}>{html.escape(str(c))}</td>" for c in row)
+                   + "</tr>" for row in rows)
+    return f"<table {_TABLE}><tr>{head}</tr>{body}</table>" if rows else "<p>(none)</p>"
+
+
+def _pre(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
+    return f'<pre style="font:12px monospace">{html.escape(text)}</pre>'
+
+
+def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
+    e = html.escape
+    attempts = [[a.get(c, "") for c in ATTEMPT_COLUMNS] for a in esc.attempts
+                if isinstance(a, Mapping)]
+    taints = [[t.get("key", ""), t.get("value", ""), t.get("effect", "")] for t in esc.taints]
+    evidence = [[Path(p).name, "attached"] for p in esc.evidence if p not in not_attached]
+    evidence += [[p, "not attached: find it on the controller host"] for p in not_attached]
+    parts = [
+        f"<h2>{e(esc.node)} needs a human</h2>",
+        f"<p><b>Why:</b> {e(esc.reason)}<br><b>Address:</b> {e(esc.address or 'unknown')}"
+        f"<br><b>Escalated:</b> {e(esc.escalated_at)} (episode {esc.episode})</p>",
+        "<h3>Automated attempts</h3>", _table(ATTEMPT_COLUMNS, attempts),
+        "<h3>Last check results</h3>", _pre(esc.last_results or "none recorded"),
+        "<h3>Last finding</h3>", _pre(esc.last_finding or "none recorded"),
+        "<h3>Taints</h3>", _table(("key", "value", "effect"), taints),
+        "<h3>Labels</h3>", _table(("label", "value"), sorted(esc.labels.items())),
+        "<h3>Evidence</h3>", _table(("bundle", "where"), evidence),
+        f"<p>When the node is fixed: <code>fleetmedic release {e(esc.node)}</code>. "
+        "The attached JSON holds all of the above.</p>",
+    ]
+    return "".join(parts)
+
+
+def storm_html(storm: Storm) -> str:
+    e = html.escape
+    return "".join([
+        f"<h2>Circuit breaker open: {len(storm.nodes)} of {storm.pool} nodes turned "
+        f"unhealthy within {storm.window:g}s</h2>",
+        f"<p>More than {storm.threshold_percent:g}% of the pool at once looks systemic (network, "
+        f"driver rollout, API server), not like single GPUs. fleetmedic stopped all automated "
+        f"repair at {e(storm.tripped_at)}; nodes stay fenced.</p>",
+        _table(("node",), [[n] for n in storm.nodes]),
+        "<p>Find the common cause, then reset the breaker to resume automation.</p>"])
+
+
+def _pick(paths: Sequence[str], budget: float) -> tuple[list[str], list[str]]:
+    """Attach what exists and fits, newest evidence first; name the rest."""
+    attached, named = [], []
+    for path in paths:
+        p = Path(path)
+        size = p.stat().st_size if p.is_file() else None
+        if size is not None and size <= budget:
+            attached.append(str(p))
+            budget -= size
+        else:
+            named.append(str(p) + (" (missing)" if size is None else f" ({size} bytes)"))
+    return attached, named
+
+
+def _reason(exc: BaseException) -> str:
+    text = getattr(exc, "smtp_error", None) or getattr(exc, "strerror", None) or str(exc)
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return " ".join(str(text).split())[:200] or "no detail"
+
+
+def _token(text: str) -> str:
+    return "".join(c for c in text if c.isalnum())
+
+
+def _domain(smtp: SmtpConfig) -> str:
+    return smtp.sender.rsplit("@", 1)[-1]
