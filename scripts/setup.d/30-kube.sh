@@ -46,7 +46,7 @@ stages="$(cd "$src/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize
 for f in node/fast/node-initialize.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
   printf -- '---\n'; cat "$stages/$f"
 done > "$tmp/kwok-stages.yaml"
-cp "$stages/node/heartbeat/node-heartbeat.yaml" "$tmp/kwok-stage-heartbeat.yaml"
+cat "$stages/node/heartbeat/node-heartbeat.yaml" > "$tmp/kwok-stage-heartbeat.yaml"
 
 etcdv="$("$tmp/etcd" --version 2>&1)"
 {

@@ -90,7 +90,11 @@ def apiserver_flags(c: "KubeCluster") -> list[str]:
         f"--service-account-issuer={SA_ISSUER}",
         f"--service-account-key-file={p / 'sa.pub'}",
         f"--service-account-signing-key-file={p / 'sa.key'}",
-        # No controller-manager: nothing would rotate or clean up after us anyway.
+        # TaintNodesByCondition puts node.kubernetes.io/not-ready:NoSchedule on every
+        # new Node; the controller-manager's node-lifecycle controller removes it once
+        # the node is Ready. We run none, so it would stay forever. Off, nodes look
+        # like a real cluster's steady state; tests add such taints when they mean it.
+        "--disable-admission-plugins=TaintNodesByCondition",
         "--profiling=false",
         # The API server writes nothing else to disk; keep its stray files here.
         f"--cert-dir={c.workdir / 'apiserver-certs'}",
@@ -283,7 +287,7 @@ class KubeCluster:
         self.port = 0
         self.etcd_url = ""
         self.kwok_port = 0
-        self.kubeconfig = self.workdir / "admin.kubeconfig"
+        self.kubeconfig_path = self.workdir / "admin.kubeconfig"
         self.procs: dict[str, subprocess.Popen] = {}
         self.spawned: list[int] = []  # every pid ever started (for leak checks)
         self.start_seconds: float | None = None
@@ -296,11 +300,16 @@ class KubeCluster:
         return f"https://127.0.0.1:{self.port}"
 
     @property
+    def kubeconfig(self) -> str:
+        """Admin kubeconfig path (a str: the kubernetes client wants one)."""
+        return str(self.kubeconfig_path)
+
+    @property
     def ca_file(self) -> Path:
         return self.pki / "ca.crt"
 
     def __fspath__(self) -> str:
-        return str(self.kubeconfig)
+        return self.kubeconfig
 
     def __enter__(self) -> "KubeCluster":
         return self.start()
@@ -334,7 +343,7 @@ class KubeCluster:
                 self._spawn("etcd", [str(self.bin.etcd), f"--data-dir={self.workdir / 'etcd'}",
                                      f"--listen-client-url={self.etcd_url}",
                                      f"--listen-peer-url=http://127.0.0.1:{etcd_peer}"])
-                self._write_kubeconfig(self.kubeconfig, {
+                self._write_kubeconfig(self.kubeconfig_path, {
                     "client-certificate-data": _b64(self.pki / "admin.crt"),
                     "client-key-data": _b64(self.pki / "admin.key")}, user="admin")
                 self._spawn("kube-apiserver", [str(self.bin.apiserver), *apiserver_flags(self)])
@@ -377,6 +386,17 @@ class KubeCluster:
         raise KubeError(f"kube-apiserver not ready after {self.start_timeout:.0f}s ({last}); "
                         f"log: {self.log('kube-apiserver')}")
 
+    def restart_apiserver(self) -> float:
+        """Stop and start kube-apiserver on the same port (etcd and kwok keep
+        running), as in an upgrade or a crash. Its watch cache starts afresh, so
+        watches resumed from before the restart get 410 Gone. Returns seconds taken."""
+        t0 = time.monotonic()
+        self._stop_one("kube-apiserver")
+        self._local = threading.local()
+        self._spawn("kube-apiserver", [str(self.bin.apiserver), *apiserver_flags(self)])
+        self._wait_ready(t0)
+        return time.monotonic() - t0
+
     def start_kwok(self, heartbeat: bool = False) -> None:
         """Start kwok. ``heartbeat`` adds kwok's node-heartbeat stage (a status
         update per node every 20-45 s), off by default to keep watches quiet."""
@@ -415,25 +435,28 @@ class KubeCluster:
 
     def _stop_procs(self) -> None:
         for name in ("kwok", "kube-apiserver", "etcd"):
-            proc = self.procs.pop(name, None)
-            if proc is None:
-                continue
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-            # Anything left in its process group (there should be none).
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            self._stop_one(name)
         self._local = threading.local()
+
+    def _stop_one(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        # Anything left in its process group (there should be none).
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self.procs.items() if p.poll() is None}

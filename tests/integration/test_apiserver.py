@@ -134,16 +134,29 @@ def test_watch_with_bookmarks_sees_added_modified_deleted(kube, core):
     assert cordoned
 
 
-def test_watch_from_a_too_old_resource_version_is_410_gone(kube, core):
-    # Make some history so resourceVersion 1 is well outside the watch cache.
-    kube.delete_nodes(n["metadata"]["name"] for n in kube.make_nodes(2, prefix=f"old-{uid()}", wait=False))
+def test_watch_resumed_from_before_an_apiserver_restart_is_410_gone(kube, core):
+    # The API server serves watches from its watch cache, which starts afresh at
+    # the current resourceVersion when the server restarts (and forgets old events
+    # as it fills up): a watch resumed from an older resourceVersion gets 410 Gone,
+    # and the client must list again.
+    tag = uid()
+    sel = f"gone={tag}"
+    rv = call(core.list_node, label_selector=sel)["metadata"]["resourceVersion"]
+    kube.make_nodes(1, prefix=f"gone-{tag}", labels={"gone": tag}, wait=False)
+    kube.restart_apiserver()
     try:
-        events = _watch(core, "1", "", lambda evs: True, timeout=5)
+        events = _watch(core, rv, sel, lambda evs: True, timeout=5)
     except ApiException as exc:  # some versions answer the request itself with 410
         assert exc.status == 410
-        return
-    assert events[0]["type"] == "ERROR", events[:1]
-    assert events[0]["object"]["code"] == 410 and events[0]["object"]["reason"] in ("Expired", "Gone")
+    else:
+        assert events[0]["type"] == "ERROR", events[:1]
+        assert events[0]["object"]["code"] == 410 and events[0]["object"]["reason"] == "Expired"
+    listed = call(core.list_node, label_selector=sel)
+    assert [n["metadata"]["name"] for n in listed["items"]] == [f"gone-{tag}-0"]
+    kube.delete_nodes([f"gone-{tag}-0"])
+    events = _watch(core, listed["metadata"]["resourceVersion"], sel,
+                    lambda evs: evs[-1]["type"] == "DELETED")
+    assert events[-1]["type"] == "DELETED"
 
 
 def test_eviction_respects_the_pdb_and_kwok_completes_the_deletion(kube, core, api):
