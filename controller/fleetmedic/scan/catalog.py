@@ -35,6 +35,8 @@ from fleetmedic.scan.finding import ACTIONS
 
 FILES = ("xid_catalog.yaml", "sxid_catalog.yaml", "amdgpu_catalog.yaml", "workload_catalog.yaml")
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when present: 10x faster start-up
+
 TRIGGER_NVRM = "NVRM"
 TRIGGER_SXID = "SXid"
 TRIGGER_AMDGPU = "amdgpu"
@@ -172,7 +174,7 @@ def _read(directory: Path | None, name: str) -> dict[str, Any]:
             text = resources.files("fleetmedic.data").joinpath(name).read_text(encoding="utf-8")
         else:
             text = (directory / name).read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LOADER)
     except (OSError, yaml.YAMLError) as exc:
         raise _fail(name, f"cannot be read: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), dict):

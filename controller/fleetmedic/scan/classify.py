@@ -99,8 +99,14 @@ def _nvlink5(xid: nvidia.XidLine, catalog: Catalog) -> tuple[str, str, str]:
 def _classify_sxid(sxid: nvidia.SxidLine, catalog: Catalog) -> Classified:
     entry = catalog.sxids.get(sxid.code)
     printed = catalog.sxid_printed.get(sxid.severity or "")
-    action = entry.action if entry else catalog.unknown_sxid_action
-    if printed is not None:
+    if entry is not None:
+        action = entry.action
+    elif printed is not None:
+        action = catalog.sxid_severity_actions[printed]
+    else:
+        action = catalog.unknown_sxid_action
+    if printed is not None and printed != "non_fatal":
+        # The driver says fatal: never act less than the severity demands.
         action = _stronger(action, catalog.sxid_severity_actions[printed])
     text = sxid.text or (entry.name if entry else "")
     return Classified(vendor="nvidia", kind="sxid", code=sxid.code, pci=sxid.pci, action=action, bucket=None,

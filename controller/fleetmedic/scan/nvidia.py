@@ -78,15 +78,19 @@ def _pid_and_name(rest: str) -> tuple[int | None, str | None, str]:
     rest = rest[len("name="):]
     if rest.startswith("<unknown>"):
         return pid, None, rest[len("<unknown>"):].lstrip(", ")
-    # The name is the task comm (<= 15 chars) and may contain ", " itself;
-    # the driver writes ", " after it. Take the first separator within reach.
-    cut = rest.find(", ", 0, _COMM_MAX + 2)
-    if cut == -1:
+    # The name is the task comm (<= 15 chars) and may itself contain ", ";
+    # the driver writes ", " after it. Of the separators within reach, take
+    # the first one followed by what starts a driver message (a capital or a
+    # digit: "Ch 0008", "Graphics ...", "GPU has ..."), else the first one.
+    cuts = [i for i in range(min(len(rest), _COMM_MAX + 1)) if rest.startswith(", ", i)]
+    if not cuts:
         if len(rest) <= _COMM_MAX:
             return pid, rest or None, ""
         cut = rest.find(", ")
         if cut == -1:
             return pid, rest[:_COMM_MAX], rest[_COMM_MAX:]
+        return pid, rest[:cut] or None, rest[cut + 2:]
+    cut = next((i for i in cuts if rest[i + 2:i + 3].isupper() or rest[i + 2:i + 3].isdigit()), cuts[0])
     return pid, rest[:cut] or None, rest[cut + 2:]
 
 

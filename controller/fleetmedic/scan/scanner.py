@@ -47,6 +47,7 @@ BANNER = "Linux version "
 
 _GPU_HEADER = re.compile(r"NVRM: The NVIDIA GPU (\S+)")
 _HINT_LINES = 4
+_CACHE_SIZE = 4096
 _DEVICE = re.compile(r"^ DEVICE=\+pci:(\S+)", re.M)
 
 
@@ -72,6 +73,7 @@ class Scanner:
         self.lines_read = 0
         self._segment = 0
         self._hint: tuple[int, str] | None = None
+        self._cache: dict[str, Classified | None] = {}
         self.triggers: tuple[str, ...] = (*self.catalog.triggers, BANNER)
 
     @property
@@ -101,7 +103,7 @@ class Scanner:
                 self._segment += 1
                 self._hint = None
             return []
-        found = classify(message, self.catalog)
+        found = self._classify(message)
         if found is None:
             header = _GPU_HEADER.search(message)
             if header is not None:
@@ -112,6 +114,18 @@ class Scanner:
         if self.dedup is not None and not self.dedup.admit(finding, self.boot_key):
             return []
         return [finding]
+
+    def _classify(self, message: str) -> Classified | None:
+        """:func:`classify`, memoised: an Xid storm repeats the same text many times."""
+        try:
+            return self._cache[message]
+        except KeyError:
+            pass
+        found = classify(message, self.catalog)
+        if len(self._cache) >= _CACHE_SIZE:
+            self._cache.clear()
+        self._cache[message] = found
+        return found
 
     def _finding(self, found: Classified, record: parser.Record, lineno: int, text: str) -> Finding:
         pci = found.pci

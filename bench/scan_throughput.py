@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Scan throughput: ``fleetmedic scan`` against ``grep -cE`` on the same generated log.
+
+Usage::
+
+    .venv/bin/python bench/scan_throughput.py              # 1 GB, the issue's figure
+    .venv/bin/python bench/scan_throughput.py --size 200M  # quick run
+
+It writes a mixed kernel log of ``--size`` bytes into a temporary directory
+(removed afterwards unless ``--keep``): dmesg, ``dmesg -T``, ISO, journalctl
+short / short-iso, syslog and ``/dev/kmsg`` lines of ordinary kernel and
+daemon chatter, with GPU lines (NVIDIA Xid/SXid/NVRM, amdgpu, NCCL/CUDA,
+including benign amdgpu/NVRM lines) mixed in at ``--gpu-rate``. The file is
+read once to warm the page cache, then, alternating, ``--repeat`` times:
+
+- the baseline ``grep -cE 'NVRM: Xid|SXid|amdgpu' FILE`` (the issue's);
+- ``fleetmedic scan --format json FILE > /dev/null`` as a user runs it
+  (a fresh process: Python start-up, catalog load, dedup, JSON output);
+- the library alone: ``Scanner().scan_binary(file)`` in this process.
+
+It prints the best wall time of each, MB/s, and the ratio of fleetmedic's
+speed to grep's (1.0 = as fast as grep; the target is >= 0.5). The figure is
+a ratio measured in the same run, so it does not depend on the machine, but
+it does depend on load from other processes: use ``--repeat``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GREP_PATTERN = "NVRM: Xid|SXid|amdgpu"
+BLOCK = 4 * 1024 * 1024
+DISTINCT_BLOCKS = 48
+
+# Ordinary lines of a GPU node's kernel log and journal ({n} is a number).
+NOISE = [
+    "mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE",
+    "EXT4-fs (md127p3): re-mounted 0f3cd65a-338b-4574-bba3-ecef214e1917 r/w. Quota mode: none.",
+    "workqueue: ib_cache_event_task [ib_core] hogged CPU for >10000us 4 times, consider switching to WQ_UNBOUND",
+    "IPv6: ADDRCONF(NETDEV_CHANGE): cali{n}a5b: link becomes ready",
+    "device veth{n} entered promiscuous mode",
+    "cni0: port 3(veth{n}) entered forwarding state",
+    "audit: type=1400 audit({n}.123:{n}): apparmor=\"DENIED\" operation=\"open\" profile=\"cri-containerd\"",
+    "TCP: request_sock_TCP: Possible SYN flooding on port {n}. Sending cookies.",
+    "nvme nvme0: I/O {n} QID 3 timeout, completion polled",
+    "xfs filesystem being mounted at /var/lib/kubelet/pods/{n} supports timestamps until 2038",
+    "Memory cgroup out of memory: Killed process {n} (python3) total-vm:1234567kB, anon-rss:1234kB",
+    "perf: interrupt took too long ({n} > 2500), lowering kernel.perf_event_max_sample_rate to 79750",
+    "usb 1-1: new high-speed USB device number {n} using xhci_hcd",
+    "bond0: (slave eth{n}): link status definitely up, 25000 Mbps full duplex",
+    "ACPI: \\_SB_.PCI0: Device [PCI0] status [0000000f]",
+]
+DAEMON = [
+    ("kubelet[2211]", "I0214 05:03:43.123456    2211 kubelet.go:2345] \"SyncLoop (PLEG): event for pod\" pod=\"ns/p-{n}\""),
+    ("containerd[1201]", "time=\"2024-02-14T05:03:44Z\" level=info msg=\"cleaning up dead shim\" id={n}"),
+    ("systemd[1]", "Started session-{n}.scope - Session {n} of User ubuntu."),
+    ("sshd[{n}]", "Accepted publickey for ubuntu from 10.0.0.{n} port 50022 ssh2"),
+    ("nvidia-persistenced[991]", "device 0000:3b:00.0 - persistence mode enabled."),
+]
+# GPU lines (published shapes; see tests/unit/scan/data for sources). Some are benign.
+GPU = [
+    "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+    "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+    "NVRM: Xid (PCI:0000:cb:00): 109, pid={n}, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",
+    "NVRM: Xid (PCI:0000:dc:00): 45, pid={n}, name=python3, Ch 00000001 caused by previous Xid 149",
+    "NVRM: Xid (PCI:0000:02:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+    "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid={n}, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    "NVRM: GPU at PCI:0000:3b:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7",
+    "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
+    "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link {n} Minion Link DLREQ interrupt",
+    "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {{0x000001c0, 0x00bd5c8a, 0x00000500}}",
+    "amdgpu 0000:c5:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq={n}, emitted seq={n}",
+    "amdgpu 0000:c5:00.0: amdgpu: GPU reset begin!",
+    "amdgpu 0000:01:00.0: amdgpu: 2 uncorrectable hardware errors detected in umc block",
+    "amdgpu 0000:12:00.0: amdgpu: VRAM: 512M 0x000000F400000000 - 0x000000F41FFFFFFF (512M used)",
+    "[drm] amdgpu: 15579M of GTT memory ready.",
+]
+POD = [
+    "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "worker-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.216.210.236<54862> "
+    "with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+]
+MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+
+def _fmt(template: str, rng: random.Random) -> str:
+    return template.replace("{n}", str(rng.randrange(1, 99999))).replace("{{", "{").replace("}}", "}")
+
+
+def _line(rng: random.Random, message: str, kernel: bool, style: int, clock: list[float]) -> str:
+    clock[0] += rng.random() * 0.01
+    up = clock[0]
+    wall = 1_770_000_000 + up
+    if style == 0:
+        return f"[{up:12.6f}] {message}"
+    if style == 1:
+        return f"[{time.strftime('%a %b %d %H:%M:%S %Y', time.gmtime(wall))}] {message}"
+    if style == 2:
+        return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(wall))},{int(up * 1e6) % 1000000:06d}+00:00 {message}"
+    tag = "kernel" if kernel else None
+    if style == 3:
+        return f"{time.strftime('%b %d %H:%M:%S', time.gmtime(wall))} gpu-node-17 {tag or 'dockerd[812]'}: {message}"
+    if style == 4:
+        return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(wall))}+0000 gpu-node-17 {tag or 'kubelet[2211]'}: {message}"
+    return f"{rng.choice('3456')},{rng.randrange(1, 10**6)},{int(up * 1e6)},-;{message}"
+
+
+def _block(rng: random.Random, gpu_rate: float) -> bytes:
+    out: list[str] = []
+    size = 0
+    style = rng.randrange(6)
+    clock = [rng.random() * 1e5]
+    while size < BLOCK:
+        if rng.random() < 0.002:
+            style = rng.randrange(6)          # formats come in runs, as in real files
+        roll = rng.random()
+        if roll < gpu_rate:
+            pool = POD if rng.random() < 0.1 else GPU
+            line = _line(rng, _fmt(rng.choice(pool), rng), True, style, clock)
+        elif roll < 0.7:
+            line = _line(rng, _fmt(rng.choice(NOISE), rng), True, style, clock)
+        else:
+            tag, text = rng.choice(DAEMON)
+            message = _fmt(text, rng)
+            line = (_line(rng, message, False, style, clock) if style in (3, 4)
+                    else _line(rng, f"{_fmt(tag, rng)}: {message}", True, style, clock))
+        out.append(line)
+        size += len(line) + 1
+    return ("\n".join(out) + "\n").encode()
+
+
+def generate(path: Path, size: int, gpu_rate: float, seed: int) -> None:
+    rng = random.Random(seed)
+    blocks = [_block(rng, gpu_rate) for _ in range(min(DISTINCT_BLOCKS, max(1, size // BLOCK)))]
+    written = 0
+    with open(path, "wb") as out:
+        while written < size:
+            block = rng.choice(blocks)
+            out.write(block)
+            written += len(block)
+
+
+def _parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().rstrip("B")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def _timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    start = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        sys.exit(f"{command[0]} failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}")
+    return elapsed, done.stdout.decode(errors="replace")
+
+
+def _library(path: Path) -> tuple[float, int]:
+    from fleetmedic.scan import Scanner
+
+    start = time.perf_counter()
+    with open(path, "rb") as handle:
+        count = sum(1 for _ in Scanner().scan_binary(handle))
+    return time.perf_counter() - start, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="1G", help="log size, e.g. 1G (default), 200M")
+    parser.add_argument("--gpu-rate", type=float, default=0.005,
+                        help="fraction of lines that are GPU/NCCL/CUDA lines (default 0.005)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs of each, best kept (default 3)")
+    parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument("--tmpdir", default=None, help="where to write the log (default: system temp)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    args = parser.parse_args()
+    size = _parse_size(args.size)
+    root = Path(__file__).resolve().parent.parent
+    fleetmedic = [sys.executable, "-m", "fleetmedic", "scan", "--format", "json"]
+    env = dict(os.environ, PYTHONPATH=str(root / "controller"))
+    workdir = Path(tempfile.mkdtemp(prefix="fleetmedic-bench-", dir=args.tmpdir))
+    try:
+        path = workdir / "mixed.log"
+        start = time.perf_counter()
+        generate(path, size, args.gpu_rate, args.seed)
+        actual = path.stat().st_size
+        mb = actual / 1e6
+        print(f"generated {mb:.0f} MB ({args.gpu_rate:.3%} GPU lines) in {time.perf_counter() - start:.1f}s: {path}")
+        with open(path, "rb") as handle:       # warm the page cache for both
+            while handle.read(1 << 24):
+                pass
+        grep_best = cli_best = lib_best = float("inf")
+        matches = findings = lib_findings = 0
+        for _ in range(max(1, args.repeat)):
+            elapsed, out = _timed(["grep", "-cE", GREP_PATTERN, str(path)])
+            grep_best, matches = min(grep_best, elapsed), int(out.strip() or 0)
+            elapsed, out = _timed([*fleetmedic, str(path)], env)
+            cli_best, findings = min(cli_best, elapsed), out.count("\n")
+            elapsed, lib_findings = _library(path)
+            lib_best = min(lib_best, elapsed)
+        print(f"grep -cE '{GREP_PATTERN}': {grep_best:6.2f}s  {mb / grep_best:7.0f} MB/s  ({matches} matching lines)")
+        print(f"fleetmedic scan (CLI):        {cli_best:6.2f}s  {mb / cli_best:7.0f} MB/s  ({findings} findings after dedup)")
+        print(f"Scanner.scan_binary (library):{lib_best:6.2f}s  {mb / lib_best:7.0f} MB/s  ({lib_findings} findings)")
+        print(f"ratio fleetmedic/grep speed: CLI {grep_best / cli_best:.2f}x, library {grep_best / lib_best:.2f}x "
+              f"(target >= 0.5x)")
+    finally:
+        if args.keep:
+            print(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
