@@ -77,6 +77,8 @@ def test_evidence_fetched_into_the_evidence_dir_is_reported(fleet, settings):
     r = runner.run_playbook(play, targets(fleet, 1), settings, timeout=120)
     [bundle] = r.hosts["node-1"].evidence
     assert Path(bundle).read_text().strip() == "node-1" and r.run_id in bundle
+    assert runner.evidence_for("node-1", settings) == [bundle]
+    assert runner.evidence_for("node-1", settings, episode=1) == []
 
 
 def test_playbook_that_cannot_run_is_a_permanent_error(fleet, settings, tmp_path):

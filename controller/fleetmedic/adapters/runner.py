@@ -171,6 +171,18 @@ def read_boot_ids(targets: Sequence[Target], settings: AnsibleConfig, *, timeout
                         run_id=run_id or new_run_id("boot-id"), environ=environ)
 
 
+def evidence_for(node: str, settings: AnsibleConfig, episode: int | None = None) -> list[str]:
+    """Bundles the diagnostics role fetched for ``node`` (those of one episode when
+    given: they are named ``<node>-<request id>``, and request ids begin ``e<episode>-``)."""
+    prefix = f"{node}-e{episode}-" if episode is not None else ""
+    try:
+        found = [p for p in (settings.evidence_dir / node).iterdir()
+                 if p.is_file() and p.name.startswith(prefix)]
+    except OSError:
+        return []
+    return [str(p) for p in sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)]
+
+
 def prune_runs(settings: AnsibleConfig) -> int:
     """Remove the oldest run directories beyond ``keep_runs``; how many went."""
     try:

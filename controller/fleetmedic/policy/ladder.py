@@ -1,19 +1,30 @@
 """The repair ladder for one node, as three pure functions.
 
-The controller loop, for each node it is not already working on::
+The controller loop, for each node it has no run in progress for (in this process)::
 
     action = decide(view, now, cfg)                    # what next?
-    upd = begin(view, action, now, cfg, run_id)        # write BEFORE acting (may be None)
+    # ... all nodes' actions through budget.admit(...) ...
+    upd = begin(view, action, now, cfg, run_id)        # write BEFORE acting (None: nothing)
     view = write(upd)                                  # the Node as written
     outcome = execute(action)                          # runner / drain / email
     upd = complete(view, action, outcome, now, cfg)    # write AFTER (None: stale, re-decide)
 
-``WRITE`` actions only carry ``action.update``; ``WAIT``/``NONE`` do nothing.
+- ``WRITE``: only apply ``action.update``. ``WAIT``/``NONE``: nothing (``not_before``
+  says when to look again). ``RUN``: ``action.playbook`` on the node with
+  ``action.hostvars``, within ``action.timeout``. ``PROBE``: read the boot_id
+  (``Outcome.boot_id``). ``DRAIN``: cordon and evict (``force`` deletes what a PDB
+  still protects); ``Outcome("blocked")`` when a PDB held it past the timeout.
+  ``ESCALATE``: send the email; ``Outcome("skipped")`` when no SMTP is configured.
+- Writes go through ``Kube.update_node(name, upd.apply_for(vocab))``; a
+  :class:`~fleetmedic.policy.actions.Stale` from it means "decide again".
+- Post ``upd.events`` on the Node after a successful write.
+
 All state lives on the Node (taints, in-flight marker, history, escalation
 record; see inflight.py), so the loop can be killed anywhere and ``decide`` on
 the re-read Node picks up safely: a finished reboot is never repeated, one
 under way is never forgotten. Steps and phases come from ``cfg.ladder``:
 ``reboot`` -> ``reimage`` -> ``manual``; unreachable and timeout count as failure.
+How outcomes move an attempt is in steps.py.
 """
 
 from __future__ import annotations
