@@ -15,8 +15,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="${FLEETMEDIC_CACHE:-/var/cache/fleetmedic}"
 SUITE=bookworm
-PACKAGES=(systemd systemd-sysv dbus openssh-server python3 python3-venv sudo iproute2
-          iputils-ping iperf3 procps ca-certificates less)
+# python3-apt: Ansible's apt module needs it on the target, and nodes cannot reach a mirror.
+PACKAGES=(systemd systemd-sysv dbus openssh-server python3 python3-venv python3-apt sudo
+          iproute2 iputils-ping iperf3 procps ca-certificates less)
 log() { printf '[nodetree] %s\n' "$*" >&2; }
 die() { printf '[nodetree] error: %s\n' "$*" >&2; exit 1; }
 
@@ -171,6 +172,10 @@ prune() {
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.nodetree.lock"; flock 9
-[[ -d $ROOTFS ]] || build_rootfs
-[[ -d $VENV ]] || build_venv
+if [[ -d $ROOTFS && -d $VENV ]]; then
+  log "cached: $DIR (venv-$VKEY)"
+else
+  [[ -d $ROOTFS ]] || build_rootfs
+  [[ -d $VENV ]] || build_venv
+fi
 prune

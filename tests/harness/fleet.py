@@ -400,9 +400,18 @@ def _preflight() -> None:
 
 
 def _nodetree() -> str:
-    p = subprocess.run(["bash", str(NODETREE_SCRIPT), "--print"], capture_output=True, text=True)
+    """The overlay lowerdir of the node tree; builds it first if this checkout's key has
+    none yet (once, a few minutes; concurrent callers wait on the script's lock)."""
+    cmd = ["bash", str(NODETREE_SCRIPT)]
+    p = subprocess.run([*cmd, "--print"], capture_output=True, text=True)
     if p.returncode != 0:
-        raise FleetError((p.stderr.strip().splitlines() or ["node tree not built"])[-1])
+        log("node tree for this checkout not built yet; building it now (once, a few minutes)")
+        b = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if b.returncode != 0:
+            raise FleetError(f"building the node tree failed: {net.one_line(b.stderr)[-400:]}")
+        p = subprocess.run([*cmd, "--print"], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise FleetError((p.stderr.strip().splitlines() or ["node tree not built"])[-1])
     return p.stdout.strip()
 
 
