@@ -4,6 +4,7 @@
 # by the content of the pins, so a second run builds nothing:
 #   ${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}/kube-bin-<kubernetes version>-<key>/
 # tests/harness/kube.py computes the same key (keep the file list in sync).
+# Uses only the machine's Go (GOTOOLCHAIN=local) and its configured module proxy.
 # Env: FLEETMEDIC_BUILD_JOBS (go build -p, default 2), FLEETMEDIC_KUBE_SKIP=1 to skip.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -19,41 +20,52 @@ files=(go.mod go.sum cmd/etcd/main.go cmd/etcd/version.go kwok/go.mod kwok/go.su
 key="$(cd "$src" && sha256sum "${files[@]}" | sha256sum | cut -c1-12)"
 kube="$(sed -n 's#^[[:space:]]*k8s.io/kubernetes \(v[^ ]*\).*#\1#p' "$src/go.mod")"
 kwokv="$(sed -n 's#^[[:space:]]*sigs.k8s.io/kwok \(v[^ ]*\).*#\1#p' "$src/kwok/go.mod")"
-out="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}/kube-bin-$kube-$key"
+cache="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}"
+out="$cache/kube-bin-$kube-$key"
+built() { [[ -x $out/kube-apiserver && -x $out/etcd && -x $out/kwok && -f $out/kwok-stages.yaml && -f $out/VERSIONS ]]; }
+versions() { tr '\n' ' ' < "$out/VERSIONS" | sed 's/ $//'; }
 
-if [[ -x $out/kube-apiserver && -x $out/etcd && -x $out/kwok && -f $out/kwok-stages.yaml && -f $out/VERSIONS ]]; then
-  log "cached: $out ($(tr '\n' ' ' < "$out/VERSIONS"| sed 's/ $//'))"
-  exit 0
-fi
+if built; then log "cached: $out ($(versions))"; exit 0; fi
+mkdir -p "$cache"
+exec 9>"$out.lock"
+flock 9  # another setup may be building the same thing right now
+if built; then log "cached: $out ($(versions))"; exit 0; fi
 
-log "building kube-apiserver $kube, etcd, kwok $kwokv into $out (cold build: several minutes)"
+blog="$out.build.log"
+log "building kube-apiserver $kube, etcd, kwok $kwokv into $out (cold: ~10 min on 2 cores; log: $blog)"
 start=$SECONDS
 tmp="$out.tmp.$$"
 rm -rf "$tmp"; mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local
 jobs="${FLEETMEDIC_BUILD_JOBS:-2}"
 minor="${kube#v1.}"; minor="${minor%%.*}"
 cb=k8s.io/component-base/version
 ldk="-s -w -X $cb.gitVersion=$kube -X $cb.gitMajor=1 -X $cb.gitMinor=$minor -X $cb.gitTreeState=clean -X $cb.buildDate=1970-01-01T00:00:00Z"
-(cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "$ldk" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
-(cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd)
-(cd "$src/kwok" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
-
-# kwok (the controller) has no built-in stages; take the "fast" node/pod stages
-# from the pinned kwok module (kwokctl embeds the same files).
-stages="$(cd "$src/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage"
-for f in node/fast/node-initialize.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-  printf -- '---\n'; cat "$stages/$f"
-done > "$tmp/kwok-stages.yaml"
-cat "$stages/node/heartbeat/node-heartbeat.yaml" > "$tmp/kwok-stage-heartbeat.yaml"
-
-etcdv="$("$tmp/etcd" --version 2>&1)"
-{
-  echo "kube-apiserver $("$tmp/kube-apiserver" --version 2>&1 | awk '{print $2}')"
-  echo "$etcdv"
-  echo "kwok $kwokv"
-  echo "$(go env GOVERSION)"
-} > "$tmp/VERSIONS"
+build() {
+  set -x
+  (cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "$ldk" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+  (cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd)
+  (cd "$src/kwok" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
+  # kwok (the controller) has no built-in stages; take the "fast" node/pod stages
+  # from the pinned kwok module (kwokctl embeds the same files).
+  stages="$(cd "$src/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage"
+  for f in node/fast/node-initialize.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    printf -- '---\n'; cat "$stages/$f"
+  done > "$tmp/kwok-stages.yaml"
+  cat "$stages/node/heartbeat/node-heartbeat.yaml" > "$tmp/kwok-stage-heartbeat.yaml"
+  {
+    echo "kube-apiserver $("$tmp/kube-apiserver" --version 2>&1 | awk '{print $2}')"
+    "$tmp/etcd" --version 2>&1
+    echo "kwok $kwokv"
+    echo "go $(go env GOVERSION)"
+  } > "$tmp/VERSIONS"
+}
+set +e; (set -e; build) > "$blog" 2>&1; rc=$?; set -e
+if ((rc)); then
+  log "build FAILED after $((SECONDS - start))s; last lines of $blog:"
+  tail -n 15 "$blog" >&2
+  exit 1
+fi
 rm -rf "$out"; mv "$tmp" "$out"; trap - EXIT
-log "built in $((SECONDS - start))s: $out ($(tr '\n' ' ' < "$out/VERSIONS" | sed 's/ $//'))"
+log "built in $((SECONDS - start))s: $out ($(versions))"

@@ -357,6 +357,7 @@ class KubeCluster:
                     if attempt < 2 and any("address already in use" in self.log(n).read_text(errors="replace")
                                            for n in ("etcd", "kube-apiserver")):
                         self._stop_procs()
+                        shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
                         continue
                     raise
             self.start_seconds = time.monotonic() - t0

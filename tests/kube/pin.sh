@@ -10,7 +10,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kube="${1:?kubernetes version, e.g. v1.37.1}"
 kwok="${2:?kwok version, e.g. v0.8.0}"
-export GOFLAGS=-mod=mod CGO_ENABLED=0
+export GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 staging="v0.${kube#v1.}"
 
 modfile="$(cd /tmp && go mod download -json "k8s.io/kubernetes@$kube" |
