@@ -1,0 +1,140 @@
+"""The agent's settings, with the reason for every default.
+
+Built from a YAML file (``--config``, e.g. a ConfigMap mounted by the DaemonSet)
+and then the command-line flags, which win. Unknown keys and bad values are
+one-line :class:`~fleetmedic.errors.ConfigError` s, so a typo in the ConfigMap
+stops the agent at start instead of silently running with defaults.
+
+Example file (every key optional)::
+
+    interval: 60
+    strike_limit: 3
+    taints: default            # or ossci (data/vocabulary.yaml)
+    events: true
+    kernel:
+      source: kmsg             # kmsg | journal | a file path | none
+      poll: 0.1
+      dedup_window: 60
+    checks:                    # fleetmedic.checks.CheckConfig
+      vendor: auto
+      timeout: 15
+      network: {peers: ["10.0.0.1:5201"], min_mbps: 5000, duration: 3}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from fleetmedic.checks.config import CheckConfig
+from fleetmedic.errors import ConfigError
+from fleetmedic.model.vocabulary import Vocabulary, preset
+
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelWatchConfig:
+    source: str = "kmsg"
+    """Where the kernel log is followed: ``kmsg`` (``/dev/kmsg``: this boot only, wakes
+    on every record), ``journal`` (``journalctl -k -b -f``), a file path such as
+    ``/var/log/kern.log`` (followed like ``tail -F``, across rotation), or ``none``."""
+    poll: float = 0.1
+    """Seconds between looks at an idle *file*. A Xid 79 must become a taint in well
+    under a second; a stat() and read() ten times a second costs nothing measurable.
+    ``/dev/kmsg`` and the journal wake up on new data and do not poll."""
+    dedup_window: float = 60.0
+    """Seconds within which the same fault on the same GPU (an Xid storm: thousands of
+    identical lines) is one finding. Short enough that a fault coming back after a
+    human released the node without a reboot fences again a minute later."""
+    boot_id_file: str = BOOT_ID_FILE
+    """The kernel's boot id; part of the watermark, so findings of an earlier boot are
+    never mistaken for this boot's. Tests point it elsewhere."""
+
+    def __post_init__(self) -> None:
+        if self.poll <= 0:
+            raise ConfigError(f"kernel.poll: must be > 0, got {self.poll}")
+        if self.dedup_window < 0:
+            raise ConfigError(f"kernel.dedup_window: must be >= 0, got {self.dedup_window}")
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    node_name: str = ""
+    """This node's Kubernetes name (the DaemonSet passes ``spec.nodeName``). The agent
+    reads and writes only this Node."""
+    interval: float = 60.0
+    """Seconds from the start of one check round to the next. NVML reads are cheap, but
+    each round also sends ``network.duration`` seconds of iperf3 traffic; a minute
+    fences a bad GPU within about three minutes (3 strikes) at negligible cost."""
+    strike_limit: int = 3
+    """Consecutive failed rounds before fencing (GPU: repair=reboot; network:
+    slow-network). Three rides out a single flaky reading without waiting long."""
+    taints: str = "default"
+    """Taint name preset (data/vocabulary.yaml): ``default`` (fleetmedic.io/repair=<step>)
+    or ``ossci`` (repair-reboot, ...). Must match the controller's."""
+    events: bool = True
+    """Post a core/v1 Event on the Node when the agent fences it or sets/removes
+    slow-network, so ``kubectl describe node`` shows why."""
+    kubeconfig: str | None = None
+    """Kubeconfig file. None: in-cluster credentials when running in a Pod (the bound,
+    node-scoped ServiceAccount token), else ``$KUBECONFIG`` / ``~/.kube/config``."""
+    retry_cap: float = 30.0
+    """Longest wait between attempts while the API server is unreachable or refuses;
+    the agent never gives up and never drops a pending fencing action."""
+    kernel: KernelWatchConfig = KernelWatchConfig()
+    checks: CheckConfig = CheckConfig()
+
+    def __post_init__(self) -> None:
+        if self.interval <= 0:
+            raise ConfigError(f"interval: must be > 0 seconds, got {self.interval}")
+        if self.strike_limit < 1:
+            raise ConfigError(f"strike_limit: must be >= 1, got {self.strike_limit}")
+        if self.retry_cap <= 0:
+            raise ConfigError(f"retry_cap: must be > 0, got {self.retry_cap}")
+        self.vocabulary()  # unknown preset -> ConfigError now, not at the first fence
+
+    def vocabulary(self) -> Vocabulary:
+        try:
+            return preset(self.taints)
+        except ValueError as exc:
+            raise ConfigError(f"taints: {exc}") from None
+
+    def replace(self, **changes: Any) -> "AgentConfig":
+        """A copy with top-level fields changed; ``None`` values are ignored (unset flags)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "AgentConfig":
+        if not isinstance(data, Mapping):
+            raise ConfigError("agent config: expected a mapping at the top level")
+        kwargs = dict(data)
+        try:
+            if "kernel" in kwargs:
+                kwargs["kernel"] = KernelWatchConfig(**dict(kwargs["kernel"] or {}))
+            if "checks" in kwargs:
+                kwargs["checks"] = CheckConfig.from_mapping(kwargs["checks"] or {})
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"agent config: {_one_line(exc)}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "AgentConfig":
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: {_one_line(exc)}") from None
+        try:
+            return cls.from_mapping(data)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__

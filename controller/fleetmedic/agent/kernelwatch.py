@@ -1,0 +1,269 @@
+"""Follow the kernel log in its own thread and fence on a definitive finding at once.
+
+The loop, per line: the scanner (:mod:`fleetmedic.scan`) classifies it; a
+finding whose catalog action is ``reboot``, ``reimage`` or ``manual`` (Xid 79,
+a row-remap failure, ...) goes straight to :meth:`NodeWriter.record_finding`,
+which taints the Node and moves the watermark in one write. ``monitor``
+findings are only logged: the NVML checks and their strikes judge those.
+
+Restarts (see :mod:`fleetmedic.agent.watermark`):
+
+- a file source is read from its start, so a line written while the agent
+  was down is acted on; lines before the last kernel banner (an earlier boot)
+  are skipped; findings at or before the watermark are not acted on again;
+- ``/dev/kmsg`` holds this boot only and is read from its first record; the
+  watermark's time on the uptime clock tells old records from new.
+
+While the API server is down the thread waits on the pending write (the log
+keeps the later lines), so nothing is lost. The first read of the Node (for
+the watermark) happens at the first definitive finding, so following starts
+even without the API server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import os
+import stat
+import subprocess
+import threading
+import time
+from typing import Callable, Iterator
+
+from fleetmedic.agent import annotations as ann
+from fleetmedic.agent.config import KernelWatchConfig
+from fleetmedic.agent.retry import Retrier, Stopped
+from fleetmedic.agent.watermark import Mark, fingerprint, is_stale, locate, segment_id
+from fleetmedic.agent.writer import NodeWriter, now_rfc3339
+from fleetmedic.errors import FleetmedicError
+from fleetmedic.model import keys
+from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
+from fleetmedic.scan import Dedup, Finding, Scanner, follow_file, follow_journal, follow_kmsg
+from fleetmedic.scan.parser import parse
+from fleetmedic.scan.scanner import BANNER
+
+log = logging.getLogger("fleetmedic.agent")
+_BANNER_BYTES = BANNER.encode()
+
+
+def read_boot_id(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def is_banner(line: str) -> bool:
+    return BANNER in line and parse(line).message.startswith(BANNER)
+
+
+def describe(f: Finding) -> str:
+    what = {"xid": f"Xid {f.code}", "sxid": f"SXid {f.code}"}.get(f.kind, f.rule or f.kind)
+    return f"{what}{f' on {f.pci}' if f.pci else ''}"
+
+
+@dataclasses.dataclass
+class Prescan:
+    """A file's current boot, found before following it."""
+
+    start: int = 0                               # line of the last kernel banner (0: none)
+    seg: str = ""
+    seen: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # fingerprint -> lines
+
+
+def prescan(path: str) -> Prescan:
+    """Where the file's last boot starts, and the fingerprints of that boot's findings.
+    A missing file is an empty one. A last line without its newline is not read yet."""
+    out = Prescan()
+    scanner = Scanner(dedup=False)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return out
+    with f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.endswith(b"\n"):
+                break
+            if _BANNER_BYTES in raw:
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if is_banner(text):
+                    out = Prescan(n, segment_id(text, n))
+                    continue
+            for finding in scanner.feed(raw.rstrip(b"\r\n"), n):
+                out.seen.setdefault(fingerprint(finding), []).append(n)
+    return out
+
+
+def _kmsg_now(path: str) -> Iterator[str]:
+    """The records a kmsg device holds now (``--once``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            try:
+                data = os.read(fd, 8192)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue
+                raise
+            if not data:
+                return
+            yield data.decode("utf-8", "replace").rstrip("\n")
+    finally:
+        os.close(fd)
+
+
+def _file_now(path: str) -> Iterator[str]:
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                return
+            yield raw.rstrip(b"\r\n").decode("utf-8", "replace")
+
+
+def _journal_now() -> Iterator[str]:
+    proc = subprocess.run(["journalctl", "-k", "-b", "-o", "short-iso-precise", "--no-pager"],
+                          capture_output=True, text=True, timeout=60)
+    yield from proc.stdout.splitlines()
+
+
+class KernelWatch:
+    """``run()`` follows until ``stop``; ``once=True`` reads what is there and returns."""
+
+    def __init__(self, cfg: KernelWatchConfig, writer: NodeWriter, retrier: Retrier,
+                 stop: threading.Event, *, once: bool = False,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.writer = writer
+        self.retrier = retrier
+        self.stop = stop
+        self.once = once
+        self.clock = clock
+        self.boot = read_boot_id(cfg.boot_id_file)
+        self.kind = self._kind(cfg.source)
+        self.acted = 0            # findings acted on (fenced or recorded) by this process
+        self.skipped = 0          # stale findings not acted on again
+        self._mark: Mark | None = None
+        self._mark_known = False
+        self._mark_line: int | None = None
+        self._pre = Prescan()
+        self._seg = ""
+        self._start = 0
+
+    @staticmethod
+    def _kind(source: str) -> str:
+        if source in ("kmsg", "journal", "none"):
+            return source
+        try:
+            if stat.S_ISCHR(os.stat(source).st_mode):
+                return "kmsg"
+        except OSError:
+            pass
+        return "file"
+
+    @property
+    def path(self) -> str:
+        return "/dev/kmsg" if self.cfg.source == "kmsg" else self.cfg.source
+
+    # -- the thread -------------------------------------------------------------
+    def run(self) -> None:
+        if self.kind == "none":
+            return
+        delay = 1.0
+        while not self.stop.is_set():
+            try:
+                self._follow()
+                if self.once:
+                    return
+            except Stopped:
+                return
+            except (FleetmedicError, OSError, subprocess.SubprocessError) as exc:
+                log.error("kernel log %s: %s; retrying in %.0fs", self.path, " ".join(str(exc).split()), delay)
+                if self.once:
+                    return
+                self.stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+            else:
+                if self.kind != "file":   # a follower that ended (journalctl exited): start again
+                    self.stop.wait(delay)
+
+    def _lines(self) -> Iterator[str]:
+        poll = self.cfg.poll
+        if self.once:
+            if self.kind == "file":
+                return _file_now(self.path)
+            return _kmsg_now(self.path) if self.kind == "kmsg" else _journal_now()
+        if self.kind == "file":
+            return follow_file(self.path, from_start=True, stop=self.stop, poll=poll)
+        if self.kind == "kmsg":
+            return follow_kmsg(self.path, from_start=True, stop=self.stop, poll=max(poll, 0.5))
+        return follow_journal(args=("-b",), stop=self.stop, poll=max(poll, 0.5))
+
+    def _follow(self) -> None:
+        self._pre = prescan(self.path) if self.kind == "file" else Prescan()
+        self._start, self._seg = self._pre.start, self._pre.seg
+        self._mark_line = locate(self._mark, self._pre.seen) if self._mark_known else None
+        scanner = Scanner(dedup=Dedup(self.cfg.dedup_window))
+        log.info("kernel log %s: following (boot %s, current boot from line %d)",
+                 self.path, self.boot[:8], self._start)
+        lines = self._lines()
+        try:
+            for n, line in enumerate(lines, start=1):
+                if n < self._start:
+                    continue
+                if n > self._start and BANNER in line and is_banner(line):
+                    self._new_boot(line, n)
+                    continue
+                for finding in scanner.feed(line, n):
+                    self._handle(finding, n)
+        finally:
+            close = getattr(lines, "close", None)
+            if close:
+                close()
+
+    def _new_boot(self, banner: str, n: int) -> None:
+        """A kernel banner while following: what came before is an earlier boot."""
+        self._start, self._seg, self._mark_line = n, segment_id(banner, n), None
+        self.boot = read_boot_id(self.cfg.boot_id_file)
+        log.info("kernel log %s: new boot at line %d", self.path, n)
+
+    # -- one finding ------------------------------------------------------------
+    def _handle(self, f: Finding, n: int) -> None:
+        if f.action not in FENCING_ACTIONS:
+            log.info("kernel log: %s at line %d (%s): %s", describe(f), n, f.action, f.message[:120])
+            return
+        self._load_mark()
+        if is_stale(f, n, self._mark, boot=self.boot, seg=self._seg, mark_line=self._mark_line):
+            self.skipped += 1
+            log.info("kernel log: %s at line %d was handled before (watermark); not acting again",
+                     describe(f), n)
+            return
+        stamp = now_rfc3339(self.clock)
+
+        def mark(acted: bool) -> Mark:
+            return Mark.of(f, boot=self.boot, seg=self._seg, line=n, acted=acted, at=stamp)
+
+        obs = Observation("kernel", "problem", f"{describe(f)} ({f.rule})", f.action)
+        out = self.retrier.call("record kernel finding",
+                                lambda: self.writer.record_finding(obs, mark))
+        self._mark, self._mark_line = mark(out.fenced is not None), n
+        self.acted += 1
+        if not out.fenced:
+            log.info("kernel log: %s at line %d (%s); node already under repair (%s)",
+                     describe(f), n, f.action, out.before_repair)
+
+    def _load_mark(self) -> None:
+        if self._mark_known:
+            return
+        node = self.retrier.call("read node", self.writer.read)
+        self._mark = Mark.from_json(ann.annotation_json(node, keys.ANN_LAST_FINDING))
+        self._mark_known = True
+        self._mark_line = locate(self._mark, self._pre.seen)

@@ -1,0 +1,142 @@
+"""The agent's composition root: a check loop and a kernel-log thread.
+
+Every ``interval`` seconds the loop:
+
+1. reads its Node (waiting out API outages, see :mod:`fleetmedic.agent.retry`);
+2. runs the checks through :func:`fleetmedic.checks.run_checks` (hard timeouts;
+   a hung probe is ``unknown``): GPU and network, or only network while a repair
+   taint is on the node. The kernel log is *not* a round check here: the
+   :class:`~fleetmedic.agent.kernelwatch.KernelWatch` thread follows it live;
+3. writes strikes, taints and last results in one conflict-safe update
+   (:class:`~fleetmedic.agent.writer.NodeWriter`).
+
+The GPU vendor and count come from the Node's labels (``fleetmedic.io/gpu-vendor``,
+``fleetmedic.io/expected-gpus``) when set, else from the config.
+
+Shutdown (SIGTERM/SIGINT) only sets ``stop``: a round in progress is discarded
+and nothing is written after it, so stopping the agent never removes a taint
+or resets a strike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Mapping
+
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.agent import annotations as ann
+from fleetmedic.agent.config import AgentConfig
+from fleetmedic.agent.kernelwatch import KernelWatch
+from fleetmedic.agent.retry import Retrier, Stopped
+from fleetmedic.agent.writer import NodeWriter, Outcome
+from fleetmedic.checks import CheckConfig, CheckResult, by_category, run_checks
+from fleetmedic.model import keys
+
+log = logging.getLogger("fleetmedic.agent")
+VENDORS = ("auto", "nvidia", "amd", "none")
+
+
+def check_config(base: CheckConfig, node: Mapping[str, Any]) -> CheckConfig:
+    """``base`` with the vendor and GPU count the Node's labels give (bad labels ignored)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    changes: dict[str, Any] = {}
+    vendor = labels.get(keys.LABEL_VENDOR)
+    if vendor in VENDORS:
+        changes["vendor"] = vendor
+    count = labels.get(keys.LABEL_EXPECTED_GPUS)
+    if isinstance(count, str) and count.isdigit():
+        changes["expected_gpus"] = int(count)
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def summary_line(results: list[CheckResult], out: Outcome, limit: int) -> str:
+    cats = by_category(results)
+    parts = []
+    for cat in ("gpu", "network"):
+        status = cats.get(cat, "skipped" if cat == "gpu" and out.before_repair else None)
+        if status is None:
+            continue
+        bad = [r.name for r in results if r.category == cat and r.status != "ok"]
+        parts.append(f"{cat} {status}" + (f" ({', '.join(bad)})" if bad else ""))
+    s = out.decision.strikes
+    return f"{'; '.join(parts) or 'no checks'}; strikes gpu {s.gpu}/{limit}, network {s.network}/{limit}"
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, kube: Kube, *, kernel_kube: Kube | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.cfg = cfg
+        self.stop = stop or threading.Event()
+        self.vocab = cfg.vocabulary()
+        self.retrier = Retrier(self.stop, cap=cfg.retry_cap)
+        self.writer = NodeWriter(kube, cfg.node_name, self.vocab, strike_limit=cfg.strike_limit,
+                                 events=cfg.events)
+        # its own connection, so a slow round never delays a fencing write
+        kernel_writer = self.writer if kernel_kube is None else NodeWriter(
+            kernel_kube, cfg.node_name, self.vocab, strike_limit=cfg.strike_limit, events=cfg.events)
+        self.kernel = KernelWatch(cfg.kernel, kernel_writer, self.retrier, self.stop)
+        self.rounds = 0
+        self._last_line = ""
+
+    # -- one round --------------------------------------------------------------
+    def round(self) -> Outcome | None:
+        """One check round; None if the agent was stopped before it could write."""
+        try:
+            node = self.retrier.call("read node", self.writer.read)
+        except Stopped:
+            return None
+        repair = ann.repair_state(node, self.vocab)
+        categories = ["network"] if repair else ["gpu", "network"]
+        results = run_checks(check_config(self.cfg.checks, node), categories=categories)
+        if self.stop.is_set():
+            return None
+        skipped = {"gpu": f"node under repair ({repair})"} if repair else None
+        try:
+            out = self.retrier.call("write node", lambda: self.writer.record_round(results, skipped))
+        except Stopped:
+            return None
+        self.rounds += 1
+        line = summary_line(results, out, self.cfg.strike_limit)
+        noteworthy = any(r.status != "ok" for r in results) or line != self._last_line
+        (log.info if noteworthy else log.debug)("round %d: %s", self.rounds, line)
+        self._last_line = line
+        return out
+
+    # -- the whole life ---------------------------------------------------------
+    def run(self) -> None:
+        cfg = self.cfg
+        log.info("agent for node %s: interval %gs, strike limit %d, taints %s, kernel log %s",
+                 cfg.node_name, cfg.interval, cfg.strike_limit, cfg.taints, cfg.kernel.source)
+        thread = threading.Thread(target=self._kernel_thread, name="fleetmedic-kernelwatch", daemon=True)
+        thread.start()
+        try:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                self.round()
+                self.stop.wait(max(0.0, started + cfg.interval - time.monotonic()))
+        finally:
+            self.stop.set()
+            thread.join(timeout=5)
+        log.info("agent for node %s stopped; taints and strikes left as they are", cfg.node_name)
+
+    def run_once(self) -> Outcome | None:
+        """``--once``: the kernel log as it is now (against the watermark), then one round.
+        Gives up (None) when the API server does not answer within ``retry_cap`` seconds."""
+        self.kernel.once = True
+        self.retrier.give_up_after = self.cfg.retry_cap
+        self._kernel_thread()
+        return self.round()
+
+    def _kernel_thread(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.kernel.run()
+                return
+            except Exception as exc:  # a bug of ours must not take the check loop with it
+                log.exception("kernel log thread failed (%s); restarting it in 5s", exc)
+                if self.kernel.once:
+                    return
+                self.stop.wait(5)

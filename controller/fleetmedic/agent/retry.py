@@ -1,0 +1,92 @@
+"""Call the API server until it answers, logging one line per outage.
+
+The agent never crashes because the API server is down or refuses it: both of
+its threads wrap every call in :meth:`Retrier.call`, which waits with capped,
+jittered exponential backoff and returns only with a result (or raises
+:class:`Stopped` once the agent is shutting down). A pending write (a fencing
+action, a round's strikes) is held, not dropped, while it waits.
+
+Logging is shared by the threads: the first failure of an outage logs one
+warning, recovery logs one info line with the outage's length. A refusal
+(403/404/422: RBAC, admission policy, wrong node name) logs each distinct
+message once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Callable, TypeVar
+
+from fleetmedic.errors import PermanentError, TemporaryError
+
+log = logging.getLogger("fleetmedic.agent")
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """The agent is shutting down (or, with ``give_up_after``, gave up); the call was abandoned."""
+
+
+class Retrier:
+    def __init__(self, stop: threading.Event, *, base: float = 0.5, cap: float = 30.0,
+                 give_up_after: float | None = None) -> None:
+        self.stop = stop
+        self.base = base
+        self.cap = cap
+        self.give_up_after = give_up_after  # None: never (the daemon); --once gives up
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+        self._last_refusal = ""
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        delay = self.base
+        deadline = None if self.give_up_after is None else time.monotonic() + self.give_up_after
+        while not self.stop.is_set():
+            try:
+                result = fn()
+            except TemporaryError as exc:
+                self._down(what, exc)
+                wait = min(self.cap, max(delay, exc.delay))
+            except PermanentError as exc:
+                self._refused(what, exc)
+                wait = self.cap
+            else:
+                self._up()
+                return result
+            delay = min(self.cap, delay * 2)
+            if deadline is not None:
+                if time.monotonic() >= deadline:
+                    break
+                wait = min(wait, deadline - time.monotonic())
+            self.stop.wait(wait * random.uniform(0.8, 1.2))
+        raise Stopped(what)
+
+    @property
+    def down(self) -> bool:
+        return self._down_since is not None
+
+    def _down(self, what: str, exc: Exception) -> None:
+        with self._lock:
+            if self._down_since is not None:
+                return
+            self._down_since = time.monotonic()
+        log.warning("API server unavailable (%s); strikes stay on the Node, retrying up to every %gs",
+                    exc, self.cap)
+
+    def _refused(self, what: str, exc: Exception) -> None:
+        message = str(exc) if str(exc).startswith(what) else f"{what}: {exc}"
+        with self._lock:
+            if message == self._last_refusal:
+                return
+            self._last_refusal = message
+        log.error("API server refused: %s; retrying every %gs", message, self.cap)
+
+    def _up(self) -> None:
+        with self._lock:
+            since, self._down_since = self._down_since, None
+            self._last_refusal = ""
+        if since is not None:
+            log.info("API server reachable again after %.0fs", time.monotonic() - since)

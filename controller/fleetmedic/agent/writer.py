@@ -1,0 +1,129 @@
+"""Apply what the agent saw to its own Node: strikes, taints, annotations, Events.
+
+Every write is :meth:`Kube.update_node` (read, edit, patch with the
+resourceVersion as a precondition, retry on 409), and the policy decision is
+made *inside* the edit, on the freshly read Node. So the kernel-log thread and
+the check loop can write at the same time, and a taint the controller added or
+removed a moment ago is always seen: strikes never count twice or go missing.
+
+Nothing here removes a repair taint; slow-network is removed only by a passing
+network check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Callable, Iterable, Sequence
+
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.agent import annotations as ann
+from fleetmedic.agent.watermark import Mark
+from fleetmedic.checks.base import CheckResult
+from fleetmedic.model import keys
+from fleetmedic.model.vocabulary import Vocabulary
+from fleetmedic.policy.strikes import Decision, Observation, decide
+
+log = logging.getLogger("fleetmedic.agent")
+COMPONENT = "fleetmedic-agent"
+
+
+def now_rfc3339(clock: Callable[[], float] = time.time) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one write did (``before_*``: the Node as it was just before it)."""
+
+    decision: Decision
+    node: dict
+    before_repair: str | None
+    before_slow: bool
+
+    @property
+    def fenced(self) -> str | None:
+        """The repair step this write put on the node, if it did."""
+        return self.decision.repair if self.before_repair is None and self.decision.repair else None
+
+    @property
+    def slow_network_changed(self) -> bool | None:
+        want = self.decision.slow_network
+        return want if want is not None and want != self.before_slow else None
+
+
+def observations(results: Iterable[CheckResult]) -> list[Observation]:
+    return [Observation(r.category, r.status, r.name, r.action) for r in results]
+
+
+class NodeWriter:
+    def __init__(self, kube: Kube, node_name: str, vocab: Vocabulary, *, strike_limit: int = 3,
+                 events: bool = True, clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.vocab = vocab
+        self.strike_limit = strike_limit
+        self.events = events
+        self.clock = clock
+
+    def read(self) -> dict:
+        return self.kube.get_node(self.node_name)
+
+    def record_round(self, results: Sequence[CheckResult], skipped: dict[str, str] | None = None) -> Outcome:
+        """One check round: strikes, taints and ``last-results`` in one write."""
+        stamp = now_rfc3339(self.clock)
+
+        def extra(node: dict) -> bool:
+            summary = ann.summarize(results, ann.annotation_json(node, keys.ANN_LAST_RESULTS), stamp, skipped)
+            return ann.set_results(node, summary)
+
+        return self._write(observations(results), extra)
+
+    def record_finding(self, obs: Observation, mark: Callable[[bool], Mark]) -> Outcome:
+        """A definitive kernel-log finding: fence at once (unless under repair already)
+        and move the watermark to it, in the same write. ``mark(acted)`` builds it."""
+        def extra(node: dict) -> bool:
+            acted = ann.repair_state(node, self.vocab) is None
+            return ann.set_finding(node, mark(acted).to_json())
+
+        return self._write([obs], extra)
+
+    def _write(self, obs: list[Observation], extra: Callable[[dict], bool]) -> Outcome:
+        box: dict[str, Outcome] = {}
+
+        def mutate(node: dict) -> bool:
+            before_repair = ann.repair_state(node, self.vocab)
+            before_slow = ann.slow_network(node, self.vocab)
+            changed = extra(node)       # sees the node before this decision's taints
+            decision = decide(ann.strikes_of(node), obs, in_repair=before_repair is not None,
+                              slow_network=before_slow, strike_limit=self.strike_limit)
+            changed |= ann.apply_decision(node, decision, self.vocab)
+            box["out"] = Outcome(decision, node, before_repair, before_slow)
+            return changed
+
+        node = self.kube.update_node(self.node_name, mutate)
+        out = dataclasses.replace(box["out"], node=node)
+        self._report(out)
+        return out
+
+    def _report(self, out: Outcome) -> None:
+        d = out.decision
+        if out.fenced:
+            taint = self.vocab.repair(out.fenced)
+            msg = f"tainted {taint.key}={taint.value}:NoSchedule: {d.reason}"
+            log.warning("fenced %s: %s", self.node_name, msg)
+            self._event(out.node, "FleetmedicFenced", msg, "Warning")
+        changed = out.slow_network_changed
+        if changed is True:
+            msg = f"tainted {self.vocab.slow_network.key}: {self.strike_limit} consecutive network check failures"
+            log.warning("%s: %s", self.node_name, msg)
+            self._event(out.node, "FleetmedicSlowNetwork", msg, "Warning")
+        elif changed is False:
+            msg = f"removed {self.vocab.slow_network.key}: network check passed"
+            log.info("%s: %s", self.node_name, msg)
+            self._event(out.node, "FleetmedicNetworkRecovered", msg, "Normal")
+
+    def _event(self, node: dict, reason: str, message: str, type_: str) -> None:
+        if self.events:
+            self.kube.post_event(node, reason, message, type_, component=COMPONENT)
