@@ -1,0 +1,361 @@
+"""The controller's commands: ``fleetmedic run | status | plan | release | reset``.
+
+Every command takes ``--config`` (default /etc/fleetmedic/controller.yaml; when that
+default does not exist the built-in defaults apply) and ``--kubeconfig`` (wins over the
+config's ``kube.kubeconfig``). Any :class:`~fleetmedic.errors.FleetmedicError` ends the
+command with one line, ``fleetmedic: error: ...``, and exit status 1.
+
+- ``run``: the controller (``--once``: until a cycle admits nothing and no work is under
+  way, then exit; ``--dry-run``: decide and log, change nothing).
+- ``status [--json] [--all]``: nodes by state, since when, what is under way, attempts
+  in the current episode, last finding. Healthy nodes only with ``--all``.
+- ``plan [--json]``: what the next cycle would do and what the safety gate would hold.
+  Reads only.
+- ``release NODE``: a human returns a ``manual`` node to service (``--force`` for a node
+  the controller is still working on).
+- ``reset [--yes]``: remove every fleetmedic taint (exact key, value and effect: only
+  ours), our records and our own cordons, from every node.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
+from fleetmedic.model import config as configmod
+from fleetmedic.model import keys
+from fleetmedic.model.config import Config
+from fleetmedic.model.nodestate import NodeView, view as view_of
+from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
+from fleetmedic.policy.inflight import Escalated, InFlight
+
+DEFAULT_CONFIG = Path("/etc/fleetmedic/controller.yaml")
+STATE_ORDER = {"manual": 0, "reimage": 1, "reboot": 2, "healthy": 3}
+
+
+# -- plumbing ---------------------------------------------------------------------------
+def _common(fn: Callable) -> click.Command:
+    """--config/--kubeconfig, and FleetmedicError as one line with a non-zero exit."""
+    @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                  default=None, help=f"Controller config (default {DEFAULT_CONFIG}).")
+    @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+                  help="kubeconfig file; wins over the config's kube.kubeconfig.")
+    @functools.wraps(fn)
+    def wrapper(config_path: Path | None, kubeconfig: str | None, **kwargs: Any) -> None:
+        try:
+            cfg = load_config(config_path)
+            fn(cfg=cfg, kubeconfig=kubeconfig, **kwargs)
+        except FleetmedicError as exc:
+            click.echo(f"fleetmedic: error: {exc}", err=True)
+            sys.exit(1)
+    return wrapper
+
+
+def load_config(path: Path | None) -> Config:
+    if path is None:
+        return configmod.load(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() else configmod.parse({})
+    return configmod.load(path)
+
+
+def connect(cfg: Config, kubeconfig: str | None):
+    from fleetmedic.adapters.kube import connect as kube_connect
+    if kubeconfig:
+        return kube_connect(kubeconfig, cfg.kube.context)
+    path = configmod.secret_path(cfg.kube.kubeconfig, cfg.kube.kubeconfig_credential)
+    if path is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get(
+            "KUBECONFIG"):
+        return kube_connect(in_cluster=True)
+    return kube_connect(str(path) if path else None, cfg.kube.context)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def views(kube, cfg: Config) -> list[NodeView]:
+    nodes, _ = kube.list_nodes(cfg.kube.label_selector)
+    return sorted((view_of(n, cfg.vocabulary(), cfg.foreign()) for n in nodes),
+                  key=lambda v: v.name)
+
+
+def operator() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+def _setup_logging(verbose: bool) -> None:
+    journal = bool(os.environ.get("JOURNAL_STREAM"))   # journald adds its own timestamps
+    fmt = "%(levelname)s %(name)s: %(message)s" if journal else \
+        "%(asctime)s %(levelname)s %(message)s"
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt,
+                        stream=sys.stderr)
+    for noisy in ("kubernetes", "urllib3", "ansible_runner"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# -- run ------------------------------------------------------------------------------
+@click.command("run")
+@_common
+@click.option("--once", is_flag=True, help="Act until nothing more can be done now, then exit.")
+@click.option("--dry-run", is_flag=True, help="Decide and log, change nothing.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose: bool) -> None:
+    """Run the remediation controller."""
+    from fleetmedic.adapters import notify
+    from fleetmedic.controller.loop import Controller
+
+    _setup_logging(verbose)
+    dry_run = dry_run or cfg.dry_run
+    if not dry_run:
+        missing = cfg.missing_files()
+        if missing:
+            raise ConfigError(f"missing files: {'; '.join(missing)}")
+        if cfg.smtp:
+            notify.read_password(cfg.smtp)       # unreadable secrets fail now, not at 3 am
+        for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create {d}: {exc.strerror}") from None
+    kube = connect(cfg, kubeconfig)
+    controller = Controller(cfg, kube, dry_run=dry_run)
+    if not once:
+        try:
+            controller.metrics.serve(cfg.metrics.address, cfg.metrics.port)
+        except OSError as exc:
+            raise ConfigError(f"metrics: cannot listen on {cfg.metrics.address}:"
+                              f"{cfg.metrics.port}: {exc.strerror or exc}") from None
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logging.getLogger(__name__).info("signal %d: stopping", signum)
+        stop.set()
+        controller.wake()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    controller.run(stop, once=once)
+    logging.shutdown()
+    # Worker threads still inside a drain cannot be interrupted; everything is recorded
+    # on the Nodes, so leaving now is safe (the next start resumes the phase).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+# -- status ---------------------------------------------------------------------------
+def node_status(v: NodeView, at: datetime) -> dict[str, Any]:
+    """One node's row for ``fleetmedic status`` (also its ``--json`` entry)."""
+    history = decode(v.annotations.get(keys.ANN_HISTORY))
+    ep = last_episode(history)
+    try:
+        fl = InFlight.decode(v.annotations.get(keys.ANN_IN_FLIGHT))
+    except ValueError:
+        fl = None
+    if fl is not None:
+        ep = fl.ep
+    esc = Escalated.decode(v.annotations.get(keys.ANN_ESCALATED))
+    since = v.annotations.get(keys.ANN_STATE_SINCE) if v.in_repair else None
+    attempts = [a.to_json() for a in of_episode(history, ep)] if (v.in_repair or fl) else []
+    if fl is not None:
+        doing = f"{fl.step}#{fl.attempt} {fl.phase} {fl.status}"
+    elif esc is not None and v.state == "manual":
+        doing = f"escalated, email {'sent ' + esc.sent if esc.sent else 'pending'}"
+    else:
+        doing = ""
+    return {"name": v.name, "state": v.state, "slow_network": v.slow_network,
+            "since": since, "age": _age(since, at), "doing": doing, "episode": ep or None,
+            "attempts": attempts, "last_finding": last_finding(v, attempts),
+            "foreign_signals": list(v.foreign_signals), "unschedulable": v.unschedulable,
+            "address": v.address, "vendor": v.vendor}
+
+
+def last_finding(v: NodeView, attempts: list[dict]) -> str:
+    finding = v.annotation_json(keys.ANN_LAST_FINDING)
+    if isinstance(finding, dict):
+        if finding.get("summary") or (finding.get("message") and not finding.get("kind")):
+            return str(finding.get("summary") or finding.get("message"))
+        what = {"xid": "Xid", "sxid": "SXid"}.get(str(finding.get("kind")), finding.get("kind"))
+        code = f" {finding['code']}" if finding.get("code") is not None else ""
+        pci = f" on {finding['pci']}" if finding.get("pci") else ""
+        msg = f": {finding['message']}" if finding.get("message") else ""
+        return f"{what}{code}{pci}{msg}"
+    if finding:
+        return str(finding)
+    failed = [a for a in attempts if a.get("result") not in ("pass", "escalated", "released")]
+    if failed:
+        a = failed[-1]
+        return f"{a['step']} {a['result']}: {a.get('message', '')}".rstrip(": ")
+    return ", ".join(v.foreign_signals)
+
+
+def _age(stamp: str | None, at: datetime) -> str:
+    """``42s``, ``5m12s``, ``3h05m``, ``2d04h``."""
+    t = parse_time(stamp)
+    if t is None:
+        return ""
+    s = max(0, int((at - t).total_seconds()))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def render_status(rows: list[dict], hidden: int = 0, width: int = 200) -> str:
+    head = ("NODE", "STATE", "SINCE", "DOING", "ATTEMPTS", "LAST FINDING")
+    table = [head]
+    for r in rows:
+        state = r["state"] + ("+slow-net" if r["slow_network"] else "")
+        attempts = str(len([a for a in r["attempts"] if a.get("step") != "manual"]))
+        table.append((r["name"], state, r["age"] and f"{r['age']} ago", r["doing"],
+                      attempts if r["attempts"] else "", r["last_finding"]))
+    widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
+             for row in table]
+    lines = [ln.rstrip()[:width] for ln in lines]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    if hidden:
+        counts["healthy"] = counts.get("healthy", 0) + hidden
+    summary = ", ".join(f"{counts[s]} {s}" for s in STATE_ORDER if counts.get(s))
+    lines.append(f"\n{summary or 'no nodes'}" + (f" ({hidden} healthy not shown; --all lists "
+                                                  "them)" if hidden else ""))
+    return "\n".join(lines)
+
+
+@click.command("status")
+@_common
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--all", "show_all", is_flag=True, help="Include healthy nodes.")
+def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -> None:
+    """Show nodes by repair state."""
+    at = now()
+    kube = connect(cfg, kubeconfig)
+    rows = [node_status(v, at) for v in views(kube, cfg)]
+    rows.sort(key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"],
+                             r["since"] or "", r["name"]))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    shown = [r for r in rows if show_all or r["state"] != "healthy" or r["slow_network"]
+             or r["foreign_signals"] or r["doing"]]
+    click.echo(render_status(shown, hidden=len(rows) - len(shown),
+                             width=max(80, _terminal_width())))
+
+
+def _terminal_width() -> int:
+    return os.get_terminal_size().columns if sys.stdout.isatty() else 250
+
+
+# -- plan -----------------------------------------------------------------------------
+@click.command("plan")
+@_common
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
+    """Show what the next cycle would do, changing nothing."""
+    from fleetmedic.controller import loop
+    from fleetmedic.policy.actions import NONE
+
+    at = now()
+    kube = connect(cfg, kubeconfig)
+    vs = views(kube, cfg)
+    decisions = loop.decide_all(vs, at, cfg)
+    paused = loop.pause_reason(kube, cfg) if loop.actionable(decisions) else None
+    p = loop.make_plan(vs, decisions, at, cfg, paused=paused)
+    held = {a.node: why for a, why in p.admission.held}
+    admitted = {a.node for a in p.admission.admitted}
+    items = []
+    for _, a in p.decisions:
+        if a.kind == NONE and a.reason == "healthy":
+            continue
+        verdict = "do" if a.node in admitted else "held" if a.node in held else a.kind
+        items.append({"node": a.node, "action": a.kind, "step": a.step, "phase": a.phase,
+                      "reason": a.reason, "verdict": verdict, "held_because": held.get(a.node),
+                      "not_before": a.not_before.isoformat() if a.not_before else None,
+                      "playbook": a.playbook})
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+        return
+    for i in items:
+        what = i["action"] + (f" {i['phase']}" if i["phase"] else "")
+        tail = {"do": "", "held": f"  [held: {i['held_because']}]"}.get(i["verdict"], "")
+        if i["verdict"] == "wait" and i["not_before"]:
+            tail = f"  [not before {i['not_before']}]"
+        click.echo(f"{i['node']}: {what} ({i['step'] or '-'}): {i['reason']}{tail}")
+    slots = len(p.fleet.active)
+    click.echo(f"{len(admitted)} action(s) would run now, {len(held)} held; "
+               f"{slots} node(s) hold repair slots; {len(vs)} nodes in the pool")
+
+
+# -- release and reset ----------------------------------------------------------------
+@click.command("release")
+@_common
+@click.argument("node")
+@click.option("--force", is_flag=True, help="Also release a node still in reboot or reimage.")
+def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None:
+    """Return a node in manual repair to service."""
+    from fleetmedic.policy import release as releasemod
+
+    kube = connect(cfg, kubeconfig)
+    try:
+        v = view_of(kube.get_node(node), cfg.vocabulary(), cfg.foreign())
+    except NotFoundError:
+        raise NotFoundError(f"node {node} not found") from None
+    if v.state == "healthy":
+        raise FleetmedicError(f"node {node} is not in repair (no fleetmedic repair taint)")
+    if v.state != "manual" and not force:
+        raise FleetmedicError(f"node {node} is in {v.state}, which the controller is still "
+                              "working on; use --force to release it anyway")
+    upd = releasemod.release(v, now(), cfg, by=operator())
+    written = kube.update_node(node, upd.apply_for(cfg.vocabulary()))
+    for ev in upd.events:
+        kube.post_event(written, ev.reason, ev.message, ev.type)
+    click.echo(f"{node}: {v.state} -> healthy (released by {operator()})")
+
+
+@click.command("reset")
+@_common
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
+    """Remove every fleetmedic taint (only ours)."""
+    from fleetmedic.policy import release as releasemod
+
+    kube = connect(cfg, kubeconfig)
+    vocab = cfg.vocabulary()
+    ours = (keys.ANN_IN_FLIGHT, keys.ANN_ESCALATED, keys.ANN_CORDONED)
+    todo = [v for v in views(kube, cfg)
+            if any(vocab.is_ours(t) for t in v.taints) or any(k in v.annotations for k in ours)]
+    if not todo:
+        click.echo("no node carries a fleetmedic taint")
+        return
+    names = ", ".join(v.name for v in todo[:10]) + (" ..." if len(todo) > 10 else "")
+    if not yes:
+        click.confirm(f"Remove fleetmedic taints from {len(todo)} node(s) ({names})?",
+                      abort=True, err=True)
+    by = operator()
+    for v in todo:
+        upd = releasemod.reset(v, now(), cfg, by=by)
+        written = kube.update_node(v.name, upd.apply_for(vocab))
+        for ev in upd.events:
+            kube.post_event(written, ev.reason, ev.message, ev.type)
+    click.echo(f"removed fleetmedic taints from {len(todo)} node(s): {names}")

@@ -1,0 +1,154 @@
+"""Run one :class:`~fleetmedic.policy.actions.Action` through the adapters and say how it
+went as an :class:`~fleetmedic.policy.actions.Outcome` (what ``ladder.complete`` reads).
+
+=========  ==========================================================  ====================
+action     does                                                        outcome
+=========  ==========================================================  ====================
+RUN        ``action.playbook`` on the node (ansible-runner), within    ok | failed |
+           ``action.timeout``; inventory of just this node with the    unreachable | timeout
+           same host variables as the inventory plugin
+PROBE      read /proc/sys/kernel/random/boot_id over SSH               ok (``boot_id``) | ...
+DRAIN      cordon, evict (PDB-aware, ``force`` deletes what a PDB      ok | blocked
+           still protects after the timeout)
+ESCALATE   the escalation email with history, last results and this    ok | failed | skipped
+           episode's evidence bundles                                  (no SMTP configured)
+=========  ==========================================================  ====================
+
+A failed, unreachable or timed-out node is an *outcome*. An exception means the action
+could not be judged at all and must not be recorded as the node's result:
+:class:`Cancelled` (shutdown or lost leadership), :class:`~fleetmedic.errors.TemporaryError`
+(API server, run directory) and :class:`~fleetmedic.errors.PermanentError` (a playbook
+that does not parse, ansible-playbook missing: a problem of this bastion, not of the node).
+The caller leaves the in-flight marker as it is then, so the phase runs again later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from fleetmedic.adapters import notify, runner
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.controller import drain as drainmod
+from fleetmedic.errors import FleetmedicError, TemporaryError
+from fleetmedic.model import keys
+from fleetmedic.model.config import Config
+from fleetmedic.model.hostvars import controller_host_vars
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy.actions import DRAIN, ESCALATE, PROBE, RUN, Action, Outcome
+from fleetmedic.policy.history import decode, of_episode
+from fleetmedic.policy.inflight import Escalated
+
+log = logging.getLogger(__name__)
+
+
+class Cancelled(TemporaryError):
+    """The controller is stopping or lost its leadership: the phase was abandoned and will
+    run again (its in-flight marker still says ``running``)."""
+
+
+@dataclass
+class Executor:
+    cfg: Config
+    kube: Kube
+    cluster: str = ""
+    on_run: Callable[[int], None] = lambda delta: None   # runs in flight, for the gauge
+
+    def execute(self, action: Action, view: NodeView, run_id: str | None = None,
+                cancel: threading.Event | None = None) -> Outcome:
+        """Do ``action`` on ``view``'s node and return its outcome (see the module doc)."""
+        cancel = cancel or threading.Event()
+        if action.kind == RUN:
+            return self._run(action, view, run_id, cancel)
+        if action.kind == PROBE:
+            return self._probe(action, view, run_id, cancel)
+        if action.kind == DRAIN:
+            return self._drain(action)
+        if action.kind == ESCALATE:
+            return self._escalate(action, view)
+        raise ValueError(f"{action.node}: nothing to execute for a {action.kind} action")
+
+    # -- ansible ------------------------------------------------------------
+    def _target(self, view: NodeView, extra: dict | None = None) -> runner.Target:
+        address, hostvars = controller_host_vars(view)
+        return runner.Target(view.name, address, {**hostvars, **(extra or {})})
+
+    def _run(self, action: Action, view: NodeView, run_id: str | None,
+             cancel: threading.Event) -> Outcome:
+        assert action.playbook, action
+        self.on_run(1)
+        try:
+            result = runner.run_playbook(action.playbook, [self._target(view, dict(action.hostvars))],
+                                         self.cfg.ansible, timeout=action.timeout, run_id=run_id,
+                                         cancel=cancel.is_set)
+        finally:
+            self.on_run(-1)
+        return self._host_outcome(result, view.name, cancel)
+
+    def _probe(self, action: Action, view: NodeView, run_id: str | None,
+               cancel: threading.Event) -> Outcome:
+        self.on_run(1)
+        try:
+            result = runner.read_boot_ids([self._target(view)], self.cfg.ansible,
+                                          timeout=action.timeout or self.cfg.ladder.probe_timeout,
+                                          run_id=run_id)
+        finally:
+            self.on_run(-1)
+        outcome = self._host_outcome(result, view.name, cancel)
+        if outcome.ok:
+            boot_id = result.hosts[view.name].stdout.strip()
+            return Outcome("ok", outcome.run_id, boot_id=boot_id) if boot_id else Outcome(
+                "failed", outcome.run_id, "boot_id came back empty")
+        return outcome
+
+    @staticmethod
+    def _host_outcome(result: runner.RunResult, name: str, cancel: threading.Event) -> Outcome:
+        if cancel.is_set() or result.status == "canceled":
+            raise Cancelled(f"run {result.run_id} on {name} cancelled")
+        host = result.hosts.get(name) or runner.HostResult(runner.FAILED, message="no result")
+        log.info("%s: run %s: %s%s", name, result.run_id, host.status,
+                 f" ({host.task}: {host.message})" if not host.ok else "")
+        return Outcome(host.status, result.run_id, host.message, host.task)
+
+    # -- drain --------------------------------------------------------------
+    def _drain(self, action: Action) -> Outcome:
+        done = drainmod.drain(self.kube, action.node, action.timeout or
+                              self.cfg.safety.drain.timeout, force_blocked=action.force)
+        if done.complete:
+            return Outcome("ok", message=f"evicted {len(done.evicted)} pod(s)")
+        shown = ", ".join(done.blocked[:5]) + (" ..." if len(done.blocked) > 5 else "")
+        return Outcome("blocked", message=f"{len(done.blocked)} pod(s) protected by a "
+                                          f"PodDisruptionBudget: {shown}")
+
+    # -- email --------------------------------------------------------------
+    def _escalate(self, action: Action, view: NodeView) -> Outcome:
+        smtp = self.cfg.smtp
+        reason = escalation_reason(view, action)
+        if smtp is None:
+            log.error("%s ESCALATED (no smtp configured, so no email): %s", view.name, reason)
+            return Outcome("skipped", message="no smtp configured")
+        record = Escalated.decode(view.annotations.get(keys.ANN_ESCALATED))
+        at = record.decided if record else ""
+        evidence = runner.evidence_for(view.name, self.cfg.ansible, episode=action.ep)
+        esc = notify.Escalation.of(view, reason, at, episode=action.ep, evidence=evidence,
+                                   cluster=self.cluster)
+        try:
+            sent = notify.send_escalation(esc, smtp)
+        except FleetmedicError as exc:   # TemporaryError (relay down), ConfigError (password)
+            log.warning("%s: escalation email not sent: %s", view.name, exc)
+            return Outcome("failed", message=str(exc))
+        log.info("%s: escalation email sent (%s, %d attachment(s))", view.name, sent.message_id,
+                 len(sent.attached) + 1)
+        return Outcome("ok", message=sent.message_id)
+
+
+def escalation_reason(view: NodeView, action: Action) -> str:
+    """Why a human is needed, in one line: the last failed attempt of this episode."""
+    attempts = of_episode(decode(view.annotations.get(keys.ANN_HISTORY)), action.ep)
+    for a in reversed(attempts):
+        if a.failed or a.result == "flap-damped":
+            where = f" at {a.phase}" if a.phase else ""
+            return f"{a.step} attempt {a.attempt} {a.result}{where}: {a.message}".rstrip(": ")
+    return action.reason

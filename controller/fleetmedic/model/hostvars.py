@@ -1,0 +1,89 @@
+"""Ansible host variables and groups for a Node: one definition for the inventory plugin
+(``plugins/inventory/k8s_nodes.py``) and the controller's per-run inventory, so a playbook
+sees the same variables whether a human or the controller runs it.
+
+Pure: input is a :class:`~fleetmedic.model.nodestate.NodeView`, output plain data.
+
+Values read from the cluster are data, never templates. The inventory plugin marks them
+unsafe (``wrap_var``). The controller's inventory goes to ansible-runner as JSON, which
+cannot carry Ansible's unsafe marker, so :func:`controller_host_vars` keeps out what could
+be read as a template: an annotation value with a Jinja delimiter is withheld, and an SSH
+address that is not a plain host name or IP address is refused. (Labels, taints and node
+names are safe: the API server only accepts ``[A-Za-z0-9._/-]`` there.)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fleetmedic.model import keys
+from fleetmedic.model.nodestate import NodeView
+
+STATE_GROUPS = {"reboot": "repair_reboot", "reimage": "repair_reimage", "manual": "repair_manual"}
+ALL_GROUPS = ("in_repair", "repair_reboot", "repair_reimage", "repair_manual", "slow_network",
+              "healthy")
+WITHHELD = "(withheld: looks like a template)"
+_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.:_-]{0,252})?|\[[0-9A-Fa-f:.]+\]")
+
+
+def node_tags(view: NodeView) -> list[str]:
+    """The states a node counts as: its repair state, ``slow_network``, or ``healthy``."""
+    tags = []
+    if view.state != "healthy":
+        tags.append(view.state)
+    if view.slow_network:
+        tags.append("slow_network")
+    return tags or ["healthy"]
+
+
+def host_groups(view: NodeView) -> list[str]:
+    """Groups for a node: one per state tag (``repair_<state>``), plus ``vendor_<vendor>``."""
+    return [STATE_GROUPS.get(tag, tag) for tag in node_tags(view)] + ["vendor_" + view.vendor]
+
+
+def ansible_address(view: NodeView, address_label: str | None = None,
+                    address_annotation: str | None = None) -> str | None:
+    """SSH address: a label override, an annotation override, else the view's address
+    (the ``fleetmedic.io/ssh-host`` annotation, else the InternalIP)."""
+    if address_label and view.labels.get(address_label):
+        return view.labels[address_label]
+    if address_annotation and view.annotations.get(address_annotation):
+        return view.annotations[address_annotation]
+    return view.address
+
+
+def host_vars(view: NodeView, address: str | None) -> dict[str, Any]:
+    """Host variables for a node (plain data; the inventory plugin marks them unsafe)."""
+    hostvars: dict[str, Any] = {
+        "fleetmedic_state": view.state,
+        "fleetmedic_slow_network": view.slow_network,
+        "fleetmedic_vendor": view.vendor,
+        "fleetmedic_unschedulable": view.unschedulable,
+        "fleetmedic_foreign_signals": list(view.foreign_signals),
+        "k8s_labels": dict(view.labels),
+        "k8s_taints": [dict(t) for t in view.taints],
+        "fleetmedic_annotations": {k: v for k, v in view.annotations.items()
+                                   if k.startswith(keys.PREFIX)},
+    }
+    if address:
+        hostvars["ansible_host"] = address
+    return hostvars
+
+
+def safe_address(address: str | None) -> str | None:
+    """``address`` if it is a plain host name or IP address, else None (no SSH target)."""
+    if address and _HOST.fullmatch(address):
+        return address
+    return None
+
+
+def controller_host_vars(view: NodeView) -> tuple[str | None, dict[str, Any]]:
+    """(SSH address, host variables) for the controller's own inventory of one node."""
+    address = safe_address(view.address)
+    hostvars = host_vars(view, address)
+    hostvars["fleetmedic_annotations"] = {
+        k: (WITHHELD if _TEMPLATE.search(v) else v)
+        for k, v in hostvars["fleetmedic_annotations"].items()}
+    return address, hostvars
