@@ -157,6 +157,7 @@ class KernelWatch:
         self._pre = Prescan()
         self._seg = ""
         self._start = 0
+        self._dedup = Dedup(cfg.dedup_window)
 
     @staticmethod
     def _kind(source: str) -> str:
@@ -211,7 +212,9 @@ class KernelWatch:
         self._pre = prescan(self.path) if self.kind == "file" else Prescan()
         self._start, self._seg = self._pre.start, self._pre.seg
         self._mark_line = locate(self._mark, self._pre.seen) if self._mark_known else None
-        scanner = Scanner(dedup=Dedup(self.cfg.dedup_window))
+        # Dedup (an Xid storm is one finding) after the watermark: a stale line must not
+        # hide a new occurrence of the same fault.
+        scanner, self._dedup = Scanner(dedup=False), Dedup(self.cfg.dedup_window)
         log.info("kernel log %s: following (boot %s, current boot from line %d)",
                  self.path, self.boot[:8], self._start)
         lines = self._lines()
@@ -245,6 +248,10 @@ class KernelWatch:
             self.skipped += 1
             log.info("kernel log: %s at line %d was handled before (watermark); not acting again",
                      describe(f), n)
+            return
+        if not self._dedup.admit(f, f"{self.boot}/{self._seg}"):
+            log.debug("kernel log: %s at line %d repeats a finding of the last %gs",
+                      describe(f), n, self.cfg.dedup_window)
             return
         stamp = now_rfc3339(self.clock)
 

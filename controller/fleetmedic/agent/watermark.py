@@ -21,9 +21,9 @@ Positions:
 
 A finding is *stale* (already handled) when:
 
-1. the boot is the watermark's, its line is found again in this segment (same
-   fingerprint; the one at ``n`` if several) and the finding is at or before it;
-   or else
+1. the boot and segment are the watermark's (or this file has no banner: it was
+   rotated in mid-boot), the watermark's line is found again (same fingerprint;
+   the one at ``n`` if several) and the finding is at or before it; or else
 2. boot, segment and clock are the watermark's and the finding is not newer.
 
 Everything else is new. Known gap: lines in a file rotated away while the agent
@@ -108,7 +108,7 @@ def is_stale(finding: Finding, line: int, mark: Mark | None, *, boot: str, seg: 
     """Was ``finding`` (at ``line`` of segment ``seg`` of boot ``boot``) handled already?"""
     if mark is None or mark.boot != boot:
         return False
-    if mark_line is not None:
+    if mark_line is not None and (mark.seg == seg or seg == ""):
         return line <= mark_line
     if mark.seg != seg or mark.c is None or mark.t is None:
         return False
