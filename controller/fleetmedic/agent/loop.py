@@ -62,7 +62,9 @@ def summary_line(results: list[CheckResult], out: Outcome, limit: int) -> str:
         bad = [r.name for r in results if r.category == cat and r.status != "ok"]
         parts.append(f"{cat} {status}" + (f" ({', '.join(bad)})" if bad else ""))
     s = out.decision.strikes
-    return f"{'; '.join(parts) or 'no checks'}; strikes gpu {s.gpu}/{limit}, network {s.network}/{limit}"
+    fenced = f"; fenced repair={out.fenced}" if out.fenced else ""
+    return (f"{'; '.join(parts) or 'no checks'}; strikes gpu {s.gpu}/{limit}, "
+            f"network {s.network}/{limit}{fenced}")
 
 
 class Agent:
