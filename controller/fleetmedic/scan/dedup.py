@@ -77,8 +77,7 @@ class Dedup:
         if seen is not None and rank <= seen[2] and (seen[0] != clock or abs(when - seen[1]) < self.window):
             return False
         newest = self._newest.get((boot_key, clock))
-        if (self.replay_guard and clock != _SCAN_CLOCK and newest is not None and when < newest
-                and (seen is None or rank <= seen[2])):
+        if self.replay_guard and clock != _SCAN_CLOCK and newest is not None and when < newest:
             return False
         if seen is not None and rank > seen[2] and (seen[0] != clock or abs(when - seen[1]) < self.window):
             seen[2] = rank            # escalation inside the window: keep the window's start

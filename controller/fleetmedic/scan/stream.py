@@ -120,6 +120,7 @@ def follow_file(path: str, *, from_start: bool = True, stop: threading.Event | N
                     first = False
                 except OSError:
                     handle = None
+                    first = False                     # it appears later: all of it is new
                     time.sleep(poll)
                     continue
             data = handle.read(1 << 20)

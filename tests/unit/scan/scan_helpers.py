@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -13,13 +14,23 @@ DATA = Path(__file__).parent / "data"
 PCI_FORM = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}")
 
 
+@cache
+def _cases() -> tuple[dict, ...]:
+    return tuple(yaml.safe_load((DATA / "published_lines.yaml").read_text(encoding="utf-8")))
+
+
 def published_cases() -> list[dict]:
     """The cases of data/published_lines.yaml (each with a `source`)."""
-    return yaml.safe_load((DATA / "published_lines.yaml").read_text(encoding="utf-8"))
+    return [dict(case) for case in _cases()]
+
+
+@cache
+def _lines() -> tuple[str, ...]:
+    return tuple(case["line"] for case in _cases())
 
 
 def published_lines() -> list[str]:
-    return [case["line"] for case in published_cases()]
+    return list(_lines())
 
 
 def case_id(index: int, case: dict) -> str:

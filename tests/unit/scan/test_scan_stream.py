@@ -1,0 +1,147 @@
+"""Followers: a growing file (append, truncation, rotation), kmsg-style records, journalctl."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetmedic.errors import PermanentError
+from fleetmedic.scan import Scanner, follow, follow_file, follow_journal, follow_kmsg
+
+XID = "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
+
+
+def collect(iterator, want, timeout=10.0):
+    """Read from a follower in a thread until `want` items or the timeout."""
+    got: list[str] = []
+
+    def run():
+        for item in iterator:
+            got.append(item)
+            if len(got) >= want:
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, got
+
+
+def wait_for(got, n, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return got
+
+
+def test_follow_file_appends_truncation_and_rotation(tmp_path: Path):
+    path = tmp_path / "kern.log"
+    path.write_text("first\n")
+    stop = threading.Event()
+    thread, got = collect(follow_file(str(path), stop=stop, poll=0.02), want=5)
+    wait_for(got, 1)
+    with open(path, "a") as handle:
+        handle.write("second\nthi")
+        handle.flush()
+        time.sleep(0.1)
+        handle.write("rd\n")
+    wait_for(got, 3)
+    path.write_text("after truncation\n")               # truncated in place
+    wait_for(got, 4)
+    path.rename(tmp_path / "kern.log.1")                # rotated away
+    path.write_text("new file\n")
+    wait_for(got, 5)
+    stop.set()
+    thread.join(5)
+    assert got == ["first", "second", "third", "after truncation", "new file"]
+
+
+def test_follow_file_from_end_and_missing_file(tmp_path: Path):
+    path = tmp_path / "later.log"
+    stop = threading.Event()
+    thread, got = collect(follow_file(str(path), stop=stop, poll=0.02, from_start=False), want=1)
+    time.sleep(0.1)
+    path.write_text("appears\n")
+    wait_for(got, 1)
+    stop.set()
+    thread.join(5)
+    assert got == ["appears"]
+
+
+def test_scanner_over_a_followed_file(tmp_path: Path):
+    path = tmp_path / "kern.log"
+    path.write_text("noise\n")
+    stop = threading.Event()
+    scanner = Scanner(boot_id="b")
+    thread, got = collect(scanner.scan(follow_file(str(path), stop=stop, poll=0.02)), want=1)
+    with open(path, "a") as handle:
+        handle.write(XID + "\n")
+    wait_for(got, 1)
+    stop.set()
+    thread.join(5)
+    assert [(f.line, f.code) for f in got] == [(2, 79)]
+
+
+def test_follow_kmsg_groups_dictionary_lines(tmp_path: Path):
+    path = tmp_path / "kmsg"
+    path.write_text("6,1,10,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n6,2,20,-;second\n")
+    stop = threading.Event()
+    thread, got = collect(follow_kmsg(str(path), stop=stop, poll=0.02), want=2)
+    wait_for(got, 2)
+    stop.set()
+    thread.join(5)
+    assert got == ["6,1,10,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0", "6,2,20,-;second"]
+
+
+def test_follow_kmsg_unopenable_is_a_one_line_error(tmp_path: Path):
+    with pytest.raises(PermanentError) as err:
+        next(follow_kmsg(str(tmp_path / "missing")))
+    assert "\n" not in str(err.value)
+
+
+def test_follow_real_dev_kmsg_when_readable():
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    stop = threading.Event()
+    thread, got = collect(follow_kmsg(stop=stop, poll=0.05), want=1)
+    wait_for(got, 1)
+    stop.set()
+    thread.join(5)
+    assert got and got[0].split(";", 1)[0].count(",") >= 3
+
+
+def test_follow_journal_runs_journalctl_and_stops_it(tmp_path: Path):
+    fake = tmp_path / "journalctl"
+    log = tmp_path / "args"
+    # A stand-in that records its arguments and writes two short-iso lines, then blocks like -f does.
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {log}\n"
+                    "echo '2026-02-14T05:03:41.000001+0000 gpu-1 kernel: NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.'\n"
+                    "echo '2026-02-14T05:03:42.000001+0000 gpu-1 kernel: usb 1-1: new device'\n"
+                    "exec sleep 60\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    stop = threading.Event()
+    scanner = Scanner()
+    thread, got = collect(scanner.scan(follow_journal(journalctl=str(fake), stop=stop, poll=0.05)), want=1)
+    wait_for(got, 1)
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert [(f.code, f.pci, f.clock) for f in got] == [(79, "0000:44:00", "wall")]
+    assert log.read_text().split()[:4] == ["-k", "-f", "-o", "short-iso-precise"]
+
+
+def test_follow_journal_missing_binary(tmp_path: Path):
+    with pytest.raises(PermanentError):
+        next(follow_journal(journalctl=str(tmp_path / "nope")))
+
+
+def test_follow_picks_by_source(tmp_path: Path):
+    path = tmp_path / "f.log"
+    path.write_text("x\n")
+    assert follow(str(path)).__name__ == "follow_file"
+    assert follow("kmsg").__name__ == "follow_kmsg"
+    assert follow("journal").__name__ == "follow_journal"
