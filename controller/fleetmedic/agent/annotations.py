@@ -33,7 +33,7 @@ MAX_DETAIL = 400  # characters of "what was wrong" per category
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 def annotation_json(node: Mapping[str, Any], key: str) -> Any:
@@ -105,5 +105,5 @@ def set_finding(node: dict, mark_json: Mapping[str, Any]) -> bool:
 
 
 def _clip(text: str) -> str:
-    text = " ".join(text.split())
+    text = "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 3] + "..."

@@ -103,4 +103,5 @@ def test_results_annotation_stays_small_and_valid_json(summaries):
     n = node()
     ann.set_results(n, ann.summarize(results, None, "T"))
     raw = n["metadata"]["annotations"][keys.ANN_LAST_RESULTS]
-    assert len(raw) < 1200 and json.loads(raw)["gpu"]["status"] == "problem"
+    assert len(raw) < ann.MAX_DETAIL + 100 and len(raw.encode()) < 4 * ann.MAX_DETAIL + 100
+    assert raw.isprintable() and json.loads(raw)["gpu"]["status"] == "problem"
