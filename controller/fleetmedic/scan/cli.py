@@ -50,12 +50,16 @@ def _scanner(no_dedup: bool, window: float, boot_id: str | None) -> Scanner:
 
 
 def _scan_inputs(names: list[str], no_dedup: bool, window: float, boot_id: str | None,
-                 totals: list[int]) -> Iterator[tuple[str, Finding]]:
+                 totals: list[int], jobs: int) -> Iterator[tuple[str, Finding]]:
     handles = [(name, _open(name)) for name in names]   # fail before printing anything
     for name, handle in handles:
         scanner = _scanner(no_dedup, window, boot_id)
         try:
-            for finding in scanner.scan_binary(handle):
+            if handle is sys.stdin.buffer or jobs <= 1:
+                findings = scanner.scan_binary(handle)
+            else:
+                findings = scanner.scan_path(name, jobs)
+            for finding in findings:
                 yield name, finding
         except OSError as exc:
             _die(f"cannot read {name}: {exc.strerror or exc}")
@@ -87,8 +91,10 @@ def _follow(name: str, no_dedup: bool, window: float, boot_id: str | None) -> It
 @click.option("--boot-id", default=None, help="Kernel boot id of the input (enables the replay guard).")
 @click.option("--follow", "-f", "follow", is_flag=True,
               help="Keep reading one FILE as it grows (or /dev/kmsg, or 'journal'); Ctrl-C stops.")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, show_default="0 = one per CPU, at most 4",
+              help="Processes that pre-filter a big file (256 MB or more); 1 keeps it in-process.")
 def scan(files: tuple[str, ...], fmt: str, no_dedup: bool, window: float, boot_id: str | None,
-         follow: bool) -> None:
+         follow: bool, jobs: int) -> None:
     """Classify GPU faults in kernel logs: NVIDIA Xid/SXid, amdgpu, NCCL/CUDA.
 
     Reads each FILE (stdin when none or '-') in any common format: dmesg
@@ -103,8 +109,9 @@ def scan(files: tuple[str, ...], fmt: str, no_dedup: bool, window: float, boot_i
     if follow and len(names) != 1:
         _die("--follow takes exactly one FILE")
     totals: list[int] = []
+    jobs = jobs or min(4, os.cpu_count() or 1)
     rows = (_follow(names[0], no_dedup, window, boot_id) if follow
-            else _scan_inputs(names, no_dedup, window, boot_id, totals))
+            else _scan_inputs(names, no_dedup, window, boot_id, totals, jobs))
     out = sys.stdout
     try:
         if fmt == "json" or follow:

@@ -38,7 +38,28 @@ _LONG = 8
 
 
 def _searchers(triggers: Iterable[bytes]) -> list[tuple[bytes, re.Pattern[bytes] | None]]:
-    return [(t, None if len(t) >= _LONG else re.compile(re.escape(t))) for t in dict.fromkeys(triggers)]
+    """One search per distinct first byte.
+
+    Literals that share their first byte are searched together as
+    ``X(?:rest1|rest2)``: the regex engine scans for the single first byte
+    in a tight C loop, so the group costs about one literal's pass. A lone
+    long literal uses ``bytes.find`` (which skips ahead by its length).
+    """
+    groups: dict[int, list[bytes]] = {}
+    for trigger in dict.fromkeys(triggers):
+        if trigger:
+            groups.setdefault(trigger[0], []).append(trigger)
+    searchers: list[tuple[bytes, re.Pattern[bytes] | None]] = []
+    for members in groups.values():
+        if len(members) == 1 and len(members[0]) >= _LONG:
+            searchers.append((members[0], None))
+        elif len(members) == 1:
+            searchers.append((members[0], re.compile(re.escape(members[0]))))
+        else:
+            head = re.escape(members[0][:1])
+            rests = b"|".join(re.escape(m[1:]) for m in sorted(members, key=len, reverse=True))
+            searchers.append((members[0], re.compile(head + b"(?:" + rests + b")")))
+    return searchers
 
 
 def _hit_lines(data: bytes, start: int, end: int, searchers) -> list[int]:
@@ -66,7 +87,7 @@ def candidates(stream: BinaryIO, triggers: Sequence[bytes], chunk_size: int = CH
     number of lines read.
     """
     searchers = _searchers(triggers)
-    literals = [t for t, _ in searchers]
+    literals = list(dict.fromkeys(triggers))
     base = 0
     tail = b""
     remaining = limit

@@ -32,6 +32,7 @@ What the scanner adds on top of :func:`~fleetmedic.scan.classify.classify`:
 
 from __future__ import annotations
 
+import os
 import re
 from typing import BinaryIO, Iterable, Iterator
 
@@ -153,8 +154,28 @@ class Scanner:
         Same results as :meth:`scan` over the stream's lines; only candidate
         lines are decoded. Afterwards :attr:`lines_read` is the stream's line count.
         """
-        triggers = [t.encode() for t in self.triggers]
-        generator = prefilter.candidates(stream, triggers, chunk_size)
+        return self._from_candidates(prefilter.candidates(stream, self._byte_triggers(), chunk_size))
+
+    def scan_path(self, path: str, jobs: int = 1) -> Iterator[Finding]:
+        """Findings from a file; with ``jobs`` > 1 a big file is pre-filtered by that many processes.
+
+        Results are identical to :meth:`scan_binary`; only the pre-filter (the
+        literal search and the line count) runs in parallel, classification
+        and dedup stay in this process and in file order. Files smaller than
+        :data:`prefilter.PARALLEL_MIN_BYTES` are always read in-process.
+        """
+        if jobs > 1 and os.path.isfile(path) and os.path.getsize(path) >= prefilter.PARALLEL_MIN_BYTES:
+            return self._from_candidates(prefilter.candidates_parallel(path, self._byte_triggers(), jobs))
+        return self._scan_opened(path)
+
+    def _scan_opened(self, path: str) -> Iterator[Finding]:
+        with open(path, "rb") as handle:
+            yield from self.scan_binary(handle)
+
+    def _byte_triggers(self) -> list[bytes]:
+        return [t.encode() for t in self.triggers]
+
+    def _from_candidates(self, generator: Iterator[tuple[int, bytes]]) -> Iterator[Finding]:
         base = self.lines_read
         while True:
             try:

@@ -143,3 +143,18 @@ def test_binary_garbage_is_survived():
     blob = bytes(rng.randrange(256) for _ in range(200_000)) + b"\nNVRM: Xid (PCI:0000:3b:00): 79, x\n"
     findings = list(Scanner().scan_binary(io.BytesIO(blob), chunk_size=4096))
     assert findings and findings[-1].code == 79
+
+
+def test_scan_path_in_parallel_equals_in_process(tmp_path, monkeypatch):
+    from fleetmedic.scan import prefilter
+
+    lines = published_lines() * 40 + NOISE * 200
+    random.Random(3).shuffle(lines)
+    path = tmp_path / "big.log"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(prefilter, "PARALLEL_MIN_BYTES", 1)
+    serial = Scanner()
+    parallel = Scanner()
+    expected = list(serial.scan_path(str(path), jobs=1))
+    assert list(parallel.scan_path(str(path), jobs=3)) == expected
+    assert parallel.lines_read == serial.lines_read == len(lines)
