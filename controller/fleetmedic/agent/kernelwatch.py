@@ -22,11 +22,7 @@ even without the API server.
 
 from __future__ import annotations
 
-import dataclasses
-import errno
 import logging
-import os
-import stat
 import subprocess
 import threading
 import time
@@ -34,105 +30,23 @@ from typing import Callable, Iterator
 
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import KernelWatchConfig
+from fleetmedic.agent.logsource import (Prescan, file_now, is_banner, journal_now, kind_of, kmsg_now,
+                                        prescan, read_boot_id)
 from fleetmedic.agent.retry import Retrier, Stopped
-from fleetmedic.agent.watermark import Mark, fingerprint, is_stale, locate, segment_id
+from fleetmedic.agent.watermark import Mark, is_stale, locate, segment_id
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import Dedup, Finding, Scanner, follow_file, follow_journal, follow_kmsg
-from fleetmedic.scan.parser import parse
 from fleetmedic.scan.scanner import BANNER
 
 log = logging.getLogger("fleetmedic.agent")
-_BANNER_BYTES = BANNER.encode()
-
-
-def read_boot_id(path: str) -> str:
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read().strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
-def is_banner(line: str) -> bool:
-    return BANNER in line and parse(line).message.startswith(BANNER)
 
 
 def describe(f: Finding) -> str:
     what = {"xid": f"Xid {f.code}", "sxid": f"SXid {f.code}"}.get(f.kind, f.rule or f.kind)
     return f"{what}{f' on {f.pci}' if f.pci else ''}"
-
-
-@dataclasses.dataclass
-class Prescan:
-    """A file's current boot, found before following it."""
-
-    start: int = 0                               # line of the last kernel banner (0: none)
-    seg: str = ""
-    seen: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # fingerprint -> lines
-
-
-def prescan(path: str) -> Prescan:
-    """Where the file's last boot starts, and the fingerprints of that boot's findings.
-    A missing file is an empty one. A last line without its newline is not read yet."""
-    out = Prescan()
-    scanner = Scanner(dedup=False)
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return out
-    with f:
-        for n, raw in enumerate(f, start=1):
-            if not raw.endswith(b"\n"):
-                break
-            if _BANNER_BYTES in raw:
-                text = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if is_banner(text):
-                    out = Prescan(n, segment_id(text, n))
-                    continue
-            for finding in scanner.feed(raw.rstrip(b"\r\n"), n):
-                out.seen.setdefault(fingerprint(finding), []).append(n)
-    return out
-
-
-def _kmsg_now(path: str) -> Iterator[str]:
-    """The records a kmsg device holds now (``--once``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        while True:
-            try:
-                data = os.read(fd, 8192)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:
-                    continue
-                raise
-            if not data:
-                return
-            yield data.decode("utf-8", "replace").rstrip("\n")
-    finally:
-        os.close(fd)
-
-
-def _file_now(path: str) -> Iterator[str]:
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return
-    with f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                return
-            yield raw.rstrip(b"\r\n").decode("utf-8", "replace")
-
-
-def _journal_now() -> Iterator[str]:
-    proc = subprocess.run(["journalctl", "-k", "-b", "-o", "short-iso-precise", "--no-pager"],
-                          capture_output=True, text=True, timeout=60)
-    yield from proc.stdout.splitlines()
 
 
 class KernelWatch:
@@ -148,7 +62,7 @@ class KernelWatch:
         self.once = once
         self.clock = clock
         self.boot = read_boot_id(cfg.boot_id_file)
-        self.kind = self._kind(cfg.source)
+        self.kind = kind_of(cfg.source)
         self.acted = 0            # findings acted on (fenced or recorded) by this process
         self.skipped = 0          # stale findings not acted on again
         self._mark: Mark | None = None
@@ -158,17 +72,6 @@ class KernelWatch:
         self._seg = ""
         self._start = 0
         self._dedup = Dedup(cfg.dedup_window)
-
-    @staticmethod
-    def _kind(source: str) -> str:
-        if source in ("kmsg", "journal", "none"):
-            return source
-        try:
-            if stat.S_ISCHR(os.stat(source).st_mode):
-                return "kmsg"
-        except OSError:
-            pass
-        return "file"
 
     @property
     def path(self) -> str:
@@ -200,8 +103,8 @@ class KernelWatch:
         poll = self.cfg.poll
         if self.once:
             if self.kind == "file":
-                return _file_now(self.path)
-            return _kmsg_now(self.path) if self.kind == "kmsg" else _journal_now()
+                return file_now(self.path)
+            return kmsg_now(self.path) if self.kind == "kmsg" else journal_now()
         if self.kind == "file":
             return follow_file(self.path, from_start=True, stop=self.stop, poll=poll)
         if self.kind == "kmsg":

@@ -10,7 +10,8 @@ import pytest
 from test_agent_writer import MemoryKube
 
 from fleetmedic.agent.config import KernelWatchConfig
-from fleetmedic.agent.kernelwatch import KernelWatch, prescan
+from fleetmedic.agent.kernelwatch import KernelWatch
+from fleetmedic.agent.logsource import prescan
 from fleetmedic.agent.retry import Retrier
 from fleetmedic.agent.writer import NodeWriter
 from fleetmedic.model import keys

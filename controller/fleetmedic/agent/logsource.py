@@ -1,0 +1,120 @@
+"""Where the agent reads kernel log lines from, and what a log file holds now.
+
+- :func:`kind_of`: ``file``, ``kmsg`` (``/dev/kmsg`` or any character device),
+  ``journal`` or ``none``.
+- :func:`prescan`: the start line of a file's last boot (its last kernel banner)
+  and the fingerprints of that boot's findings, so the watermark can be found
+  again. One pass in Python, about a second per million lines.
+- ``file_now`` / ``kmsg_now`` / ``journal_now``: what a source holds now, for
+  ``--once`` (the daemon follows with :mod:`fleetmedic.scan`'s followers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import stat
+import subprocess
+from typing import Iterator
+
+from fleetmedic.agent.watermark import fingerprint, segment_id
+from fleetmedic.scan import Scanner
+from fleetmedic.scan.parser import parse
+from fleetmedic.scan.scanner import BANNER
+
+_BANNER_BYTES = BANNER.encode()
+
+
+def kind_of(source: str) -> str:
+    if source in ("kmsg", "journal", "none"):
+        return source
+    try:
+        if stat.S_ISCHR(os.stat(source).st_mode):
+            return "kmsg"
+    except OSError:
+        pass
+    return "file"
+
+
+def read_boot_id(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def is_banner(line: str) -> bool:
+    return BANNER in line and parse(line).message.startswith(BANNER)
+
+
+@dataclasses.dataclass
+class Prescan:
+    """A file's current boot, found before following it."""
+
+    start: int = 0                               # line of the last kernel banner (0: none)
+    seg: str = ""
+    seen: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # fingerprint -> lines
+
+
+def prescan(path: str) -> Prescan:
+    """Where the file's last boot starts, and the fingerprints of that boot's findings.
+    A missing file is an empty one. A last line without its newline is not read yet."""
+    out = Prescan()
+    scanner = Scanner(dedup=False)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return out
+    with f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.endswith(b"\n"):
+                break
+            if _BANNER_BYTES in raw:
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if is_banner(text):
+                    out = Prescan(n, segment_id(text, n))
+                    continue
+            for finding in scanner.feed(raw.rstrip(b"\r\n"), n):
+                out.seen.setdefault(fingerprint(finding), []).append(n)
+    return out
+
+
+def kmsg_now(path: str) -> Iterator[str]:
+    """The records a kmsg device holds now (``--once``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            try:
+                data = os.read(fd, 8192)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue
+                raise
+            if not data:
+                return
+            yield data.decode("utf-8", "replace").rstrip("\n")
+    finally:
+        os.close(fd)
+
+
+def file_now(path: str) -> Iterator[str]:
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                return
+            yield raw.rstrip(b"\r\n").decode("utf-8", "replace")
+
+
+def journal_now() -> Iterator[str]:
+    """This boot's kernel messages from the journal (journalctl must answer within 60 s)."""
+    proc = subprocess.run(["journalctl", "-k", "-b", "-o", "short-iso-precise", "--no-pager"],
+                          capture_output=True, text=True, timeout=60)
+    yield from proc.stdout.splitlines()
