@@ -204,7 +204,8 @@ class AgentProcess:
     def start(self) -> "AgentProcess":
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+                                         stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         return self
 
     def stop(self, timeout: float = 20) -> int | None:
@@ -241,6 +242,12 @@ class AgentProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """SIGKILL the agent when the test process dies, so a killed run leaves no agent behind."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def nvml_env(state_dir: Path) -> dict[str, str]:
