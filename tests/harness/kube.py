@@ -242,6 +242,15 @@ def _write_pki(d: Path, extra_sans: Iterable[str] = ()) -> None:
         f.chmod(0o600)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the process that started it dies
+    (even by SIGKILL), so a killed test run leaves no etcd/apiserver behind.
+    (Linux ties this to the spawning thread; we always spawn from the caller's.)"""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -327,7 +336,8 @@ class KubeCluster:
         out = open(self.log(name), "ab")
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, cwd=self.workdir)
+                                    start_new_session=True, cwd=self.workdir,
+                                    preexec_fn=_die_with_parent)
         finally:
             out.close()
         self.procs[name] = proc

@@ -12,6 +12,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import uuid
 
@@ -19,7 +20,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.harness.kube import FLEET_HOST_ADDRESSES, KubeCluster, KubeError
+from tests.harness.kube import FLEET_HOST_ADDRESSES, ROOT, KubeCluster, KubeError
 
 pytestmark = pytest.mark.kube
 
@@ -293,3 +294,21 @@ def test_a_failed_start_says_why_in_one_line_and_cleans_up(tmp_path):
     assert "\n" not in msg and "kube-apiserver exited" in msg
     assert str(cluster.log("kube-apiserver")) in msg
     assert cluster.spawned and not any(_alive(p) for p in cluster.spawned)
+
+
+@pytest.mark.slow
+def test_a_killed_test_run_leaves_no_servers_behind(tmp_path):
+    # The parent dies by SIGKILL (no teardown runs); the kernel kills the children.
+    script = ("import os, sys\n"
+              "from tests.harness.kube import KubeCluster\n"
+              f"c = KubeCluster({str(tmp_path / 'k')!r}).start()\n"
+              "print(' '.join(map(str, c.pids().values())), flush=True)\n"
+              "os.kill(os.getpid(), 9)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 3, out.stderr[-500:]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids):
+        assert time.monotonic() < deadline, f"still running: {[p for p in pids if _alive(p)]}"
+        time.sleep(0.1)
