@@ -121,11 +121,14 @@ class KernelWatch:
         log.info("kernel log %s: following (boot %s, current boot from line %d)",
                  self.path, self.boot[:8], self._start)
         lines = self._lines()
+        # Only a file spans boots. /dev/kmsg and ``journalctl -b`` hold this boot alone, and
+        # their banner may have scrolled away: the boot id tells their boots apart.
+        segments = self.kind == "file"
         try:
             for n, line in enumerate(lines, start=1):
                 if n < self._start:
                     continue
-                if n > self._start and BANNER in line and is_banner(line):
+                if segments and n > self._start and BANNER in line and is_banner(line):
                     self._new_boot(line, n)
                     continue
                 for finding in scanner.feed(line, n):

@@ -82,21 +82,31 @@ def prescan(path: str) -> Prescan:
 
 
 def kmsg_now(path: str) -> Iterator[str]:
-    """The records a kmsg device holds now (``--once``)."""
+    """The records a kmsg device holds now (``--once``), each with its ``KEY=value``
+    lines. /dev/kmsg gives one record per read; a plain file of records works too."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    record = ""
     try:
         while True:
             try:
                 data = os.read(fd, 8192)
             except BlockingIOError:
-                return
+                break
             except OSError as exc:
-                if exc.errno == errno.EPIPE:
+                if exc.errno == errno.EPIPE:   # overwritten before we read it
                     continue
                 raise
             if not data:
-                return
-            yield data.decode("utf-8", "replace").rstrip("\n")
+                break
+            for line in data.decode("utf-8", "replace").splitlines():
+                if line.startswith(" ") and record:
+                    record += "\n" + line
+                    continue
+                if record:
+                    yield record
+                record = line
+        if record:
+            yield record
     finally:
         os.close(fd)
 

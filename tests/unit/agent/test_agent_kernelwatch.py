@@ -202,3 +202,30 @@ def test_source_none_does_nothing(node):
     cfg = KernelWatchConfig(source="none")
     KernelWatch(cfg, NodeWriter(node.kube, "n1", VOCAB), Retrier(stop), stop).run()
     assert node.kube.writes == 0
+
+
+def kmsg(t: float, bus: int = 0x5A) -> str:
+    return (f"3,{int(t)},{int(t * 1e6)},-;NVRM: Xid (PCI:0000:{bus:02x}:00): 79, GPU has fallen off the bus.\n"
+            f" SUBSYSTEM=pci\n DEVICE=+pci:0000:{bus:02x}:00.0\n")
+
+
+def test_kmsg_records_are_told_apart_by_time_across_restarts(node):
+    """/dev/kmsg after a restart: no pre-scan, the watermark's uptime decides."""
+    node.log.write_text("6,1,0,-;Linux version 6.1.0\n" + kmsg(100.0))
+
+    def run():
+        kw = node.watch()
+        kw.kind = "kmsg"                          # a file of records stands in for the device
+        kw.run()
+        return kw
+    assert run().acted == 1 and REBOOT in node.kube.taints()
+    assert node.kube.ann(keys.ANN_LAST_FINDING)["t"] == 100.0
+    node.release()
+    again = run()
+    assert (again.acted, again.skipped) == (0, 1) and REBOOT not in node.kube.taints()
+    node.log.write_text(kmsg(100.0))              # the ring buffer wrapped: the banner is gone
+    again = run()
+    assert (again.acted, again.skipped) == (0, 1) and REBOOT not in node.kube.taints()
+    with open(node.log, "a") as f:
+        f.write(kmsg(250.0, bus=0x5B))
+    assert run().acted == 1 and REBOOT in node.kube.taints()
