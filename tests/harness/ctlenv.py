@@ -342,3 +342,43 @@ def cli(config: Path, *args: str, input: str | None = None,
     """Run a ``fleetmedic`` controller command (status, plan, release, reset)."""
     return subprocess.run([str(FLEETMEDIC), *args, "--config", str(config)], input=input,
                           capture_output=True, text=True, timeout=timeout)
+
+
+# -- a whole stage for the demo and the benchmarks ----------------------------------------
+class Stage:
+    """API server + fleet (+ SMTP sink), nodes prepared; ``with Stage(3, workdir) as s:``.
+    Everything is torn down on exit, also on Ctrl-C."""
+
+    def __init__(self, nodes: int, workdir: Path, smtp: bool = False, prefix: str = "bench"):
+        self.nodes, self.workdir, self.want_smtp, self.prefix = nodes, workdir, smtp, prefix
+        self.kube = self.fleet = self.sink = None
+
+    def __enter__(self) -> "Stage":
+        from tests.harness.fleet import start_fleet
+        from tests.harness.kube import KubeCluster
+        from tests.harness.smtp import SmtpSink
+        try:
+            self.fleet = start_fleet(self.nodes, prefix=self.prefix, owned=True)
+            self.kube = KubeCluster(self.workdir / "kube").start()
+            if self.want_smtp:
+                self.sink = SmtpSink().start()
+            prepare_nodes(self.fleet)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.sink is not None:
+            self.sink.stop()
+        if self.fleet is not None:
+            self.fleet.down()
+        if self.kube is not None:
+            self.kube.stop()
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"

@@ -169,7 +169,7 @@ class Controller:
         self._stop = threading.Event()
         self._cancel = threading.Event()         # replaced after each cancellation
         self._busy: dict[str, Action] = {}
-        self._node_leases: dict[str, Lease] = {}
+        self._node_leases: dict[str, tuple[Lease, threading.Lock]] = {}
         self._backoff: dict[str, float] = {}     # node -> monotonic time to leave it alone until
         self._said: dict[str, str] = {}          # last decision logged per node
         self._breaker = breaker.BreakerState()
@@ -302,14 +302,19 @@ class Controller:
             return
         self._next_node_renew = now + max(1.0, self.cfg.leader_election.node_lease_duration / 3)
         with self._lock:
-            leases = list(self._node_leases.values())
-        for lease in leases:
-            try:
-                if not lease.try_acquire():
-                    log.warning("node Lease %s was taken by %s while we worked", lease.name,
-                                lease.current_holder())
-            except FleetmedicError as exc:
-                log.warning("node Lease %s: %s", lease.name, exc)
+            held = list(self._node_leases.items())
+        for name, entry in held:
+            lease, guard = entry
+            with guard:   # never renew a Lease its worker is giving up right now
+                with self._lock:
+                    if self._node_leases.get(name) is not entry:
+                        continue
+                try:
+                    if not lease.try_acquire():
+                        log.warning("node Lease %s was taken by %s while we worked", lease.name,
+                                    lease.current_holder())
+                except FleetmedicError as exc:
+                    log.warning("node Lease %s: %s", lease.name, exc)
 
     # -- one cycle ------------------------------------------------------------------
     def views(self) -> list[NodeView]:
@@ -492,16 +497,20 @@ class Controller:
             self._back_off(name, min(le.node_lease_duration, 15.0))
             return None
         with self._lock:
-            self._node_leases[name] = lease
+            self._node_leases[name] = (lease, threading.Lock())
         return lease
 
     def _give_node_lease(self, name: str, lease: Lease) -> None:
         with self._lock:
-            self._node_leases.pop(name, None)
-        try:
-            lease.release()
-        except FleetmedicError as exc:
-            log.warning("%s: could not release the node Lease: %s", name, exc)
+            entry = self._node_leases.get(name)
+        guard = entry[1] if entry else threading.Lock()
+        with guard:
+            with self._lock:
+                self._node_leases.pop(name, None)
+            try:
+                lease.release()
+            except FleetmedicError as exc:
+                log.warning("%s: could not release the node Lease: %s", name, exc)
 
     # -- writing ------------------------------------------------------------------
     def write(self, upd: Update, retry_for: float = 0.0) -> NodeView:

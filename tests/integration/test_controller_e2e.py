@@ -1,0 +1,312 @@
+"""The controller end to end: a real API server with kwok Nodes whose InternalIP is a
+test-fleet node (real sshd, real reboots), real Ansible through ansible-runner, a real
+SMTP sink, and ``fleetmedic run`` as a real subprocess (so it can be SIGKILLed). The
+only stand-ins are the GPU (fake libnvidia-ml.so) and the kernel log (a file); see
+tests/harness/ctlenv.py for how a fault is made and what the test config shortens.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import tarfile
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.harness import ctlenv
+from tests.harness.ctlenv import ControllerProcess, annotation, cli, taints, wait_until
+from tests.harness.smtp import attachments, body_text
+
+pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
+
+FOREIGN = {"key": "example.com/team-maintenance", "value": "gpu-burn", "effect": "NoSchedule"}
+REPAIR_KEY = "fleetmedic.io/repair"
+
+
+def pool_name(tag: str) -> str:
+    return f"{tag}{uuid.uuid4().hex[:5]}"
+
+
+def state_of(kube, name: str) -> str:
+    values = [t["value"] for t in taints(kube, name) if t["key"] == REPAIR_KEY
+              and t["effect"] == "NoSchedule"]
+    return values[0] if values else "healthy"
+
+
+def history(kube, name: str) -> list[dict]:
+    return annotation(kube, name, "fleetmedic.io/history", [])
+
+
+@pytest.fixture
+def bench(kube, fleet_factory, tmp_path, request):
+    """A fresh fleet (1 node unless the test is parametrised otherwise), its nodes prepared,
+    and a helper that starts controllers and stops them at the end (log shown on failure)."""
+    started: list[ControllerProcess] = []
+
+    class Bench:
+        def __init__(self, nodes: int = 1) -> None:
+            self.fleet = fleet_factory(nodes)
+            ctlenv.prepare_nodes(self.fleet)
+            self.kube = kube
+            self.pool = pool_name(request.node.name.split("_")[1][:6].lower())
+            self.dir = tmp_path
+
+        def register(self, taints_by_index: dict[int, list[dict]] | None = None, **kw) -> list[str]:
+            by_name = {f"{self.pool}-{i}": t for i, t in (taints_by_index or {}).items()}
+            return list(ctlenv.register(kube, self.fleet, self.pool, taints=by_name, **kw))
+
+        def config(self, smtp=None, **overrides):
+            return ctlenv.write_config(self.dir / "ctl", kube, self.fleet, self.pool, smtp,
+                                       overrides)
+
+        def controller(self, config, n: int = 1) -> ControllerProcess:
+            p = ControllerProcess(config, self.dir / f"controller-{n}.log").start()
+            started.append(p)
+            return p
+
+    yield Bench
+    for p in started:
+        p.stop()
+        print(f"--- {p.log} (shown when the test failed) ---\n{p.tail(80)}")
+
+
+def wait_state(kube, name: str, state: str, proc: ControllerProcess, timeout: float) -> None:
+    def reached():
+        assert proc.alive, f"the controller died:\n{proc.tail()}"
+        return state_of(kube, name) == state
+    try:
+        wait_until(reached, timeout, f"{name} to be {state}")
+    except AssertionError:
+        print(proc.tail(60))
+        raise
+
+
+# -- a) a reboot cures it -----------------------------------------------------------------
+def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
+    b = bench(1)
+    node = b.fleet.node(1)
+    ctlenv.xid79(node)                                  # fails `fleetmedic check` until a reboot
+    [name] = b.register({1: [ctlenv.repair_taint("reboot"), FOREIGN]})
+    boot_before, boots = node.boot_id(), node.boots
+    cfg = b.config()
+    proc = b.controller(cfg)
+    wait_state(b.kube, name, "healthy", proc, 240)
+    assert node.boot_id() != boot_before and node.boots == boots + 1
+    n = ctlenv.node(b.kube, name)
+    assert taints(b.kube, name) == [FOREIGN], "only our taint went"
+    assert not n["spec"].get("unschedulable"), "our own cordon was undone"
+    ann = n["metadata"]["annotations"]
+    assert "fleetmedic.io/in-flight" not in ann and "fleetmedic.io/cordoned" not in ann
+    assert n["metadata"]["labels"]["fleetmedic.io/state"] == "healthy"
+    [attempt] = history(b.kube, name)
+    assert (attempt["step"], attempt["result"], attempt["phase"]) == ("reboot", "pass", "verify")
+    assert attempt["run_id"] and attempt["start"] <= attempt["end"]
+    events = b.kube.request("GET", "/api/v1/namespaces/default/events?fieldSelector="
+                                   f"involvedObject.name%3D{name}")["items"]
+    assert {"RepairStarted", "Repaired"} <= {e["reason"] for e in events}
+    status = cli(cfg, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    [row] = json.loads(status.stdout)
+    assert (row["name"], row["state"]) == (name, "healthy")
+
+
+# -- b) reboot -> reimage -> manual, one email, release -----------------------------------
+def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_sink):
+    b = bench(1)
+    node = b.fleet.node(1)
+    ctlenv.prepare_apt_repo(b.fleet, [node], b.dir)   # reimage really reinstalls the driver
+    ctlenv.gpu_lost(node)                              # stays lost through reboot and reinstall
+    last_results = {"gpu": "problem", "checks": {"nvidia.driver": "GPU 1: GPU is lost"}}
+    [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
+    b.kube.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"annotations": {
+        "fleetmedic.io/last-results": json.dumps(last_results)}}},
+        content_type="application/merge-patch+json")
+    boots = node.boots
+    cfg = b.config(smtp_sink)
+    proc = b.controller(cfg)
+    wait_state(b.kube, name, "manual", proc, 480)
+    [msg] = smtp_sink.wait_for(1, timeout=60)
+    time.sleep(5)
+    assert len(smtp_sink.messages) == 1, "exactly one email"
+    assert name in msg["Subject"] and "needs hands" in msg["Subject"]
+    body = body_text(msg)
+    assert node.address in body and "GPU is lost" in body and "reimage" in body
+    files = attachments(msg)
+    report = json.loads(files[f"{name}-escalation.json"])
+    assert [(a["step"], a["result"]) for a in report["attempts"]] == [
+        ("reboot", "fail"), ("reimage", "fail"), ("manual", "escalated")]
+    assert report["last_results"] == last_results
+    bundles = [f for f in files if f.endswith(".tar.gz")]
+    assert len(bundles) == 2, f"the diagnostics of both attempts: {list(files)}"
+    with tarfile.open(fileobj=io.BytesIO(files[bundles[0]])) as tar:
+        check = next(m for m in tar.getnames() if m.endswith("commands/fleetmedic-check.json"))
+        assert "GPU_IS_LOST" in tar.extractfile(check).read().decode()
+    assert node.boots == boots + 2, "one reboot in the reboot step, one in the reimage step"
+    assert taints(b.kube, name) == [ctlenv.repair_taint("manual")]
+    esc = annotation(b.kube, name, "fleetmedic.io/escalated")
+    assert esc["sent"] and esc["ep"] == 1
+    assert ctlenv.node(b.kube, name)["spec"].get("unschedulable"), "stays cordoned for the human"
+
+    # the on-call engineer fixes the GPU and releases the node
+    ctlenv.healthy(node)
+    r = cli(cfg, "release", name)
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: taints(b.kube, name) == [], 30, "release")
+    assert not ctlenv.node(b.kube, name)["spec"].get("unschedulable")
+    assert history(b.kube, name)[-1]["result"] == "released"
+    time.sleep(5)
+    assert state_of(b.kube, name) == "healthy" and len(smtp_sink.messages) == 1
+    r = cli(cfg, "release", "no-such-node-" + b.pool)
+    assert r.returncode != 0 and r.stderr.startswith("fleetmedic: error: ")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+# -- c) never comes back ------------------------------------------------------------------
+def test_c_node_that_never_returns_counts_as_failed_and_nothing_is_stuck(bench, smtp_sink):
+    b = bench(1)
+    node = b.fleet.node(1)
+    ctlenv.xid79(node)
+    [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
+    node.set_hang(True)                                  # the next reboot never comes back
+    cfg = b.config(smtp_sink)
+    proc = b.controller(cfg)
+    try:
+        wait_state(b.kube, name, "manual", proc, 300)
+        smtp_sink.wait_for(1, timeout=60)
+        steps = [(a["step"], a["result"]) for a in history(b.kube, name)]
+        assert steps[0][0] == "reboot" and steps[0][1] in ("fail", "unreachable", "timeout")
+        assert steps[1][0] == "reimage" and steps[1][1] in ("fail", "unreachable", "timeout")
+        assert steps[2] == ("manual", "escalated")
+        assert "fleetmedic.io/in-flight" not in ctlenv.node(b.kube, name)["metadata"]["annotations"]
+        plan = cli(cfg, "plan", "--json")
+        assert plan.returncode == 0, plan.stderr
+        assert all(i["action"] in ("none", "wait") for i in json.loads(plan.stdout)), plan.stdout
+    finally:
+        node.set_hang(False)
+        b.fleet.reset_faults(timeout=60)
+
+
+# -- d) someone else's taints are never lost ----------------------------------------------
+def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
+    b = bench(1)
+    node = b.fleet.node(1)
+    ctlenv.xid79(node)
+    [name] = b.register({1: [ctlenv.repair_taint("reboot"), FOREIGN]})
+    expected = {(FOREIGN["key"], FOREIGN["value"])}
+    errors: list[BaseException] = []
+    rng = random.Random(7)
+
+    def churn() -> None:
+        try:
+            added: list[str] = []
+            for i in range(100):
+                if added and (i % 3 == 2):
+                    key = added.pop(rng.randrange(len(added)))
+                    ctlenv.set_taints(b.kube, name, lambda ts, k=key: [t for t in ts
+                                                                       if t["key"] != k])
+                    expected.discard((key, "x"))
+                else:
+                    key = f"example.com/churn-{i}"
+                    ctlenv.set_taints(b.kube, name, lambda ts, k=key: ts + [
+                        {"key": k, "value": "x", "effect": "PreferNoSchedule"}])
+                    added.append(key)
+                    expected.add((key, "x"))
+                time.sleep(rng.uniform(0.05, 0.4))
+        except BaseException as exc:  # surfaced in the test thread
+            errors.append(exc)
+
+    proc = b.controller(b.config())
+    actor = threading.Thread(target=churn)
+    actor.start()
+    wait_state(b.kube, name, "healthy", proc, 240)
+    actor.join(120)
+    assert not errors, errors
+    got = {(t["key"], t.get("value")) for t in taints(b.kube, name)}
+    assert got == expected, f"lost: {expected - got}, unexpected: {got - expected}"
+    assert [a["result"] for a in history(b.kube, name)] == ["pass"]
+
+
+# -- e) kill -9 during the reboot step ----------------------------------------------------
+@pytest.mark.parametrize("when", ["node-down", "phase-start"])
+def test_e_sigkill_during_reboot_then_restart_reboots_exactly_once(bench, when):
+    b = bench(1)
+    node = b.fleet.node(1)
+    ctlenv.xid79(node)
+    [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
+    node.set_boot_delay(8 if when == "node-down" else 0)
+    boots = node.boots
+    cfg = b.config()
+    first = b.controller(cfg, 1)
+
+    def in_reboot_phase():
+        fl = annotation(b.kube, name, "fleetmedic.io/in-flight") or {}
+        return fl.get("phase") == "reboot" and fl.get("status") == "running"
+    wait_until(in_reboot_phase, 180, "the reboot phase to start")
+    if when == "node-down":
+        wait_until(lambda: node.boots > boots or node.status().get("state") != "running", 60,
+                   "the node to go down", interval=0.1)
+    first.kill9()
+    assert not first.alive
+    down_at = node.status().get("state")
+    second = b.controller(cfg, 2)
+    wait_state(b.kube, name, "healthy", second, 240)
+    node.set_boot_delay(0)
+    assert node.boots == boots + 1, f"exactly one reboot (node was {down_at} at the kill)"
+    [attempt] = history(b.kube, name)
+    assert (attempt["step"], attempt["result"]) == ("reboot", "pass")
+    if when == "node-down":
+        assert "reboot confirmed after a restart" in attempt.get("message", "")
+
+
+# -- f) reset -----------------------------------------------------------------------------
+def test_f_reset_removes_only_our_taints(kube, tmp_path):
+    pool = pool_name("reset")
+    ours = [ctlenv.repair_taint("reimage"),
+            {"key": "fleetmedic.io/slow-network", "value": "true", "effect": "NoSchedule"}]
+    foreign = [FOREIGN,
+               {"key": REPAIR_KEY, "value": "reboot", "effect": "NoExecute"},      # not our effect
+               {"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"},
+               {"key": "repair-reboot", "value": "true", "effect": "NoSchedule"}]  # ossci names
+    # (the API allows one taint per key and effect, so "not our value" is on a node of its own)
+    other_value = foreign + [{"key": REPAIR_KEY, "value": "someday", "effect": "NoSchedule"}]
+    names = [f"{pool}-{i}" for i in range(3)]
+    kube.make_nodes(names[:2], labels={ctlenv.POOL_LABEL: pool}, taints=ours + foreign)
+    kube.make_nodes(names[2:], labels={ctlenv.POOL_LABEL: pool}, taints=other_value,
+                    unschedulable=True)  # cordoned by someone else: stays cordoned
+    cfg = ctlenv.write_config(tmp_path, kube, _NoFleet(), pool)
+    r = cli(cfg, "reset", input="n\n")
+    assert r.returncode != 0 and "2 node(s)" in r.stderr
+    assert all(len(taints(kube, n)) == len(ours + foreign) for n in names[:2]), "declined"
+    r = cli(cfg, "reset", "--yes")
+    assert r.returncode == 0, r.stderr
+    for n in names[:2]:
+        assert taints(kube, n) == foreign
+    assert taints(kube, names[2]) == other_value
+    assert ctlenv.node(kube, names[2])["spec"].get("unschedulable")
+    assert history(kube, names[0])[-1]["result"] == "released"
+    again = cli(cfg, "reset", "--yes")
+    assert again.returncode == 0 and "no node carries" in again.stdout
+
+
+class _NoFleet:
+    private_key = "/nonexistent/id_ed25519"
+    known_hosts = "/nonexistent/known_hosts"
+
+
+def test_cli_errors_are_one_line(kube, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("safety:\n  max_concurent: 3\n")
+    for args in (["status"], ["plan"], ["run", "--once"], ["release", "x"], ["reset", "--yes"]):
+        r = cli(bad, *args)
+        assert r.returncode != 0
+        assert r.stderr.startswith("fleetmedic: error: config ") and "max_concurent" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    cfg = ctlenv.write_config(tmp_path / "ok", kube, _NoFleet(), pool_name("cli"))
+    r = cli(cfg, "run")
+    assert r.returncode != 0 and "missing files: ansible.ssh_key" in r.stderr, r.stderr
+    r = cli(cfg, "status")
+    assert r.returncode == 0 and "no nodes" in r.stdout
