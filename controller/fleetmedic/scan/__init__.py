@@ -4,13 +4,14 @@ The library API the agent uses:
 
 - :class:`Scanner` (``Scanner(catalog=None, *, boot_id=None, dedup=True)``):
   ``feed(line, lineno=None) -> list[Finding]``, ``scan(lines) -> Iterator[Finding]``,
-  ``scan_binary(stream) -> Iterator[Finding]`` (fast path for files).
+  ``scan_binary(stream) -> Iterator[Finding]`` and ``scan_path(path, jobs=1)``
+  (fast paths for files), ``lines_read``.
 - :class:`Finding`: frozen; ``to_json()`` gives the eight contract fields.
 - :class:`Dedup`: ``admit(finding, boot=None) -> bool``, ``to_state()`` /
   ``Dedup.from_state(state)`` to keep it across restarts,
   ``forget_boots_except(boot_id)``.
 - followers: :func:`follow_kmsg`, :func:`follow_file`, :func:`follow_journal`,
-  :func:`follow` (by source name).
+  :func:`follow` (by source name); :func:`current_boot_id`.
 - :func:`load_catalog` and :func:`classify` for one message.
 - :data:`ACTIONS`, :data:`ACTION_RANK`, :data:`JSON_FIELDS`.
 
@@ -24,9 +25,9 @@ from fleetmedic.scan.classify import Classified, classify
 from fleetmedic.scan.dedup import Dedup
 from fleetmedic.scan.finding import ACTION_RANK, ACTIONS, JSON_FIELDS, Finding, worst
 from fleetmedic.scan.scanner import Scanner
-from fleetmedic.scan.stream import follow, follow_file, follow_journal, follow_kmsg
+from fleetmedic.scan.stream import current_boot_id, follow, follow_file, follow_journal, follow_kmsg
 
 __all__ = [
     "ACTIONS", "ACTION_RANK", "JSON_FIELDS", "Catalog", "Classified", "Dedup", "Finding", "Scanner",
-    "classify", "follow", "follow_file", "follow_journal", "follow_kmsg", "load_catalog", "worst",
+    "classify", "current_boot_id", "follow", "follow_file", "follow_journal", "follow_kmsg", "load_catalog", "worst",
 ]

@@ -16,6 +16,9 @@ A finding is dropped when:
   older than the newest finding passed for that boot and clock: it is a
   replay of the buffer.
 
+Times on different clocks (a kmsg ``uptime`` and a journal ``wall`` stamp)
+cannot be compared: a repeat seen on another clock counts as a repeat.
+
 A stronger action for the same identity always passes (an SXid's "Data"
 line, then its "Fatal" line) and raises the bar for later ones. A finding
 without a timestamp is timed by ``clock()`` (wall time by default).

@@ -53,18 +53,35 @@ class Record:
 
     - ``message``: the text after the log prefix (never ``None``).
     - ``timestamp``: the timestamp as written (without brackets), or ``None``.
-    - ``time`` / ``clock``: seconds on the ``"uptime"`` or ``"wall"`` clock.
+    - ``kind``: which timestamp format (``uptime``, ``kmsg``, ``iso``,
+      ``syslog``, ``ctime``) or ``None``.
     - ``kmsg``: the line was a ``/dev/kmsg`` record (its continuation lines,
       which start with a space, carry ``KEY=value`` pairs).
     - ``seq``: the ``/dev/kmsg`` sequence number.
+
+    :attr:`time` and :attr:`clock` are computed on demand (most candidate
+    lines never need them).
     """
 
     message: str
     timestamp: str | None = None
-    time: float | None = None
-    clock: str | None = None
+    kind: str | None = None
     kmsg: bool = False
     seq: int | None = None
+
+    @property
+    def time(self) -> float | None:
+        """Seconds: since boot on the ``uptime`` clock, Unix time on the ``wall`` clock."""
+        if self.timestamp is None or self.kind is None:
+            return None
+        return _SECONDS[self.kind](self.timestamp)
+
+    @property
+    def clock(self) -> str | None:
+        """``"uptime"``, ``"wall"``, or ``None`` when there is no usable time."""
+        if self.kind in ("uptime", "kmsg"):
+            return "uptime"
+        return "wall" if self.time is not None else None
 
 
 def parse(line: str) -> Record:
@@ -91,13 +108,13 @@ def parse(line: str) -> Record:
         if match is not None:
             stamp = match.group(1)
             rest = _strip_host_tag(text[match.end():])
-            return _with_kernel_time(rest, stamp, _iso_seconds(stamp), "wall")
+            return _with_kernel_time(rest, stamp, "iso")
     elif text[:1].isupper():
         match = _SYSLOG.match(text)
         if match is not None:
             stamp = match.group(1)
             rest = _strip_host_tag(text[match.end():])
-            return _with_kernel_time(rest, stamp, _syslog_seconds(stamp), "wall")
+            return _with_kernel_time(rest, stamp, "syslog")
     return Record(text)
 
 
@@ -106,9 +123,9 @@ def _parse_kmsg(text: str, match: re.Match[str]) -> Record:
     body = head[match.end():]
     if "\\x" in body:
         body = _ESCAPE.sub(_unescape, body)
-    usec = int(match.group(3))
-    seconds = usec / 1_000_000
-    return Record(body.strip(), f"{seconds:.6f}", seconds, "uptime", True, int(match.group(2)))
+    usec = match.group(3)
+    stamp = f"{usec[:-6] or '0'}.{usec[-6:].rjust(6, '0')}"
+    return Record(body.strip(), stamp, "kmsg", True, int(match.group(2)))
 
 
 def _unescape(match: re.Match[str]) -> str:
@@ -120,11 +137,11 @@ def _parse_bracketed(text: str) -> Record:
     match = _UPTIME.match(text)
     if match is not None:
         stamp = match.group(1)
-        return Record(text[match.end():].strip(), stamp, float(stamp), "uptime")
+        return Record(text[match.end():].strip(), stamp, "uptime")
     match = _CTIME.match(text)
     if match is not None:
         stamp = match.group(1)
-        return Record(text[match.end():].strip(), stamp, _ctime_seconds(stamp), "wall")
+        return Record(text[match.end():].strip(), stamp, "ctime")
     return Record(text)
 
 
@@ -141,13 +158,13 @@ def _strip_host_tag(rest: str) -> str:
     return rest[match.end():]
 
 
-def _with_kernel_time(rest: str, stamp: str, seconds: float | None, clock: str) -> Record:
+def _with_kernel_time(rest: str, stamp: str, kind: str) -> Record:
     """Keep the outer (wall-clock) stamp; drop an inner ``[uptime]`` if present."""
     if rest.startswith("["):
         inner = _UPTIME.match(rest)
         if inner is not None:
             rest = rest[inner.end():]
-    return Record(rest.strip(), stamp, seconds, clock if seconds is not None else None)
+    return Record(rest.strip(), stamp, kind)
 
 
 @lru_cache(maxsize=4096)
@@ -185,3 +202,14 @@ def _ctime_seconds(stamp: str) -> float | None:
         return time.mktime(time.strptime(" ".join(stamp.split()), "%a %b %d %H:%M:%S %Y"))
     except (ValueError, OverflowError):
         return None
+
+
+def _uptime_seconds(stamp: str) -> float | None:
+    try:
+        return float(stamp)
+    except ValueError:
+        return None
+
+
+_SECONDS = {"uptime": _uptime_seconds, "kmsg": _uptime_seconds, "iso": _iso_seconds,
+            "syslog": _syslog_seconds, "ctime": _ctime_seconds}

@@ -3,26 +3,29 @@
 Typical use by the agent (one scanner for the life of the process, its
 dedup state saved between restarts)::
 
-    from fleetmedic.scan import Dedup, Scanner, follow_kmsg
+    from fleetmedic.scan import Dedup, Scanner, current_boot_id, follow_kmsg
 
+    boot = current_boot_id()
     dedup = Dedup.from_state(saved) if saved else Dedup(replay_guard=True)
-    scanner = Scanner(boot_id=current_boot_id, dedup=dedup)
+    dedup.forget_boots_except(boot)
+    scanner = Scanner(boot_id=boot, dedup=dedup)
     for finding in scanner.scan(follow_kmsg(stop=stop_event)):
         act_on(finding)
         saved = dedup.to_state()
 
 and by ``fleetmedic scan`` for files (bulk path, pre-filtered in C)::
 
-    with open(path, "rb") as f:
-        findings = list(Scanner().scan_binary(f))
+    findings = list(Scanner().scan_path("/var/log/kern.log"))
 
 What the scanner adds on top of :func:`~fleetmedic.scan.classify.classify`:
 
 - line numbers and timestamps (:mod:`fleetmedic.scan.parser`);
 - multi-line messages: ``NVRM: The NVIDIA GPU 0000:b3:00.0`` followed, on the
   next lines, by ``... has fallen off the bus`` gives the finding that PCI
-  id; a ``/dev/kmsg`` record's ``DEVICE=+pci:...`` dictionary line does the
-  same when the message names no device;
+  id; a ``/dev/kmsg`` record read whole (as :func:`follow_kmsg` yields it)
+  lends its ``DEVICE=+pci:...`` dictionary line when the message names no
+  device. Known gap: in a file of kmsg records read line by line the
+  dictionary lines are skipped, not attached;
 - boots: with ``boot_id`` given, every finding belongs to that boot and the
   dedup replay guard is on. Without it, each kernel banner (``Linux
   version ...``) starts a new boot segment, so a file spanning reboots
@@ -97,6 +100,9 @@ class Scanner:
         text = line.decode("utf-8", "replace") if isinstance(line, (bytes, bytearray)) else line
         if not any(trigger in text for trigger in self.triggers):
             return []
+        return self._feed_candidate(text, lineno)
+
+    def _feed_candidate(self, text: str, lineno: int) -> list[Finding]:
         record = parser.parse(text)
         message = record.message
         if message.startswith(BANNER):
@@ -183,4 +189,5 @@ class Scanner:
             except StopIteration as stop:
                 self.lines_read = base + (stop.value or 0)
                 return
-            yield from self.feed(raw, base + lineno)
+            self.lines_read = base + lineno
+            yield from self._feed_candidate(raw.decode("utf-8", "replace"), base + lineno)

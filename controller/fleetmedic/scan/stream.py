@@ -34,11 +34,25 @@ from typing import Iterator, Sequence
 from fleetmedic.errors import PermanentError, TemporaryError
 
 KMSG = "/dev/kmsg"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 KMSG_RECORD_MAX = 8192
 """A /dev/kmsg read buffer must hold a whole record or read() fails (EINVAL)."""
 
 POLL = 0.5
 """Seconds between checks of ``stop`` while a source is idle."""
+
+
+def current_boot_id(path: str = BOOT_ID) -> str | None:
+    """This boot's id (a UUID the kernel picks at boot), or ``None`` if unreadable.
+
+    Pass it to :class:`~fleetmedic.scan.scanner.Scanner` so findings and
+    dedup state belong to the boot; a reboot changes it.
+    """
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _stopped(stop: threading.Event | None) -> bool:

@@ -145,3 +145,12 @@ def test_follow_picks_by_source(tmp_path: Path):
     assert follow(str(path)).__name__ == "follow_file"
     assert follow("kmsg").__name__ == "follow_kmsg"
     assert follow("journal").__name__ == "follow_journal"
+
+
+def test_current_boot_id(tmp_path: Path):
+    from fleetmedic.scan import current_boot_id
+
+    fake = tmp_path / "boot_id"
+    fake.write_text("65fe2add-e54b-4825-b2ef-fbe3994b2059\n")
+    assert current_boot_id(str(fake)) == "65fe2add-e54b-4825-b2ef-fbe3994b2059"
+    assert current_boot_id(str(tmp_path / "missing")) is None
