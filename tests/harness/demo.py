@@ -62,7 +62,7 @@ class Demo:
         return f"[{s // 60:02d}:{s % 60:02d}]"
 
     # -- setup -------------------------------------------------------------------------
-    def start(self) -> Path:
+    def start(self) -> tuple[Path, threading.Thread, list[BaseException]]:
         say(f"{self.clock()} starting 3 SSH nodes (systemd-nspawn, real sshd, real reboots)")
         self.fleet = start_fleet(3, prefix="demo", owned=True)
         gpu2 = self.fleet.node(2)
@@ -75,7 +75,9 @@ class Demo:
                 repo_error.append(exc)
 
         repo = threading.Thread(target=give_repo, daemon=True)
-        repo.start()   # gpu-2 gets a local apt repository, so its reinstall is a real one
+        # gpu-2 gets a local apt repository, so its reinstall is a real one; this runs while
+        # the demo goes on (the reinstall comes a minute after the start at the earliest)
+        repo.start()
         say(f"{self.clock()} starting the Kubernetes API server (etcd, kube-apiserver, kwok)")
         self.kube = KubeCluster(self.dir / "kube")
         self.kube.start()
@@ -84,13 +86,10 @@ class Demo:
         ctlenv.prepare_nodes(self.fleet)
         names = ctlenv.register(self.kube, self.fleet, POOL)
         say(f"{self.clock()} Nodes {', '.join(f'{n} ({f.address})' for n, f in names.items())}")
-        repo.join()
-        if repo_error:
-            raise repo_error[0]
         cfg = ctlenv.write_config(self.dir / "controller", self.kube, self.fleet, POOL,
                                   self.sink)
         say(f"{self.clock()} controller config: {cfg}")
-        return cfg
+        return cfg, repo, repo_error
 
     def break_nodes(self) -> None:
         assert self.kube and self.fleet
@@ -100,8 +99,11 @@ class Demo:
         finding = {"vendor": "nvidia", "kind": "xid", "code": 79, "pci": "0000:5a:00",
                    "action": "reboot", "message": "GPU has fallen off the bus."}
         lost = {"gpu": "problem", "checks": {"nvidia.driver": "GPU 1: GPU is lost"}}
+        lost_finding = {"summary": "nvidia.driver: GPU 1 is lost (NVML GPU_IS_LOST), 3 checks "
+                                   "in a row"}
         for name, ann in ((f"{POOL}-1", {"fleetmedic.io/last-finding": json.dumps(finding)}),
-                          (f"{POOL}-2", {"fleetmedic.io/last-results": json.dumps(lost)})):
+                          (f"{POOL}-2", {"fleetmedic.io/last-results": json.dumps(lost),
+                                         "fleetmedic.io/last-finding": json.dumps(lost_finding)})):
             # what the node agent does when it fences a node
             self.kube.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"annotations": ann}},
                               content_type="application/merge-patch+json")
@@ -124,11 +126,9 @@ class Demo:
         at = datetime.now(timezone.utc)
         rows = [node_status(view(n, cfg.vocabulary(), cfg.foreign()), at) for n in nodes]
         rows.sort(key=lambda r: r["name"])
-        for r in rows:
-            r["age"] = ""   # keep the table stable, so it is printed only when it changes
-        return render_status(rows, width=150)
+        return render_status(rows, width=150, since_as_time=True)
 
-    def watch(self, cfg: Path) -> None:
+    def watch(self, cfg: Path, repo: threading.Thread, repo_error: list) -> None:
         assert self.sink and self.kube
         self.controller = ctlenv.ControllerProcess(cfg, self.dir / "controller.log").start()
         say(f"{self.clock()} controller started: fleetmedic run --config {cfg}")
@@ -140,6 +140,11 @@ class Demo:
                 shown = table
                 say(f"{self.clock()} fleetmedic status")
                 say("  " + table.replace("\n", "\n  ") + "\n")
+            if repo is not None and not repo.is_alive():
+                if repo_error:
+                    raise RuntimeError(f"giving {POOL}-2 the test apt repository failed: "
+                                       f"{repo_error[0]}")
+                repo = None
             if self.done():
                 return
             if not self.controller.alive:
@@ -207,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     demo = Demo(workdir)
     code = 0
     try:
-        cfg = demo.start()
+        cfg, repo, repo_error = demo.start()
         demo.break_nodes()
-        demo.watch(cfg)
+        demo.watch(cfg, repo, repo_error)
         demo.show_email()
     except KeyboardInterrupt:
         say("\ninterrupted: cleaning up")

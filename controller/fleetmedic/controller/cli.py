@@ -171,8 +171,12 @@ def node_status(v: NodeView, at: datetime) -> dict[str, Any]:
     if fl is not None:
         ep = fl.ep
     esc = Escalated.decode(v.annotations.get(keys.ANN_ESCALATED))
-    since = v.annotations.get(keys.ANN_STATE_SINCE) if v.in_repair else None
     attempts = [a.to_json() for a in of_episode(history, ep)] if (v.in_repair or fl) else []
+    since = None
+    if v.in_repair:   # fenced by the agent: no transition of ours yet, so when work began
+        since = (v.annotations.get(keys.ANN_STATE_SINCE)
+                 or (fl.step_start if fl and fl.step == v.state else None)
+                 or (attempts[0]["start"] if attempts else None))
     if fl is not None:
         doing = f"{fl.step}#{fl.attempt} {fl.phase} {fl.status}"
     elif esc is not None and v.state == "manual":
@@ -220,13 +224,18 @@ def _age(stamp: str | None, at: datetime) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def render_status(rows: list[dict], hidden: int = 0, width: int = 200) -> str:
+def render_status(rows: list[dict], hidden: int = 0, width: int = 200,
+                  since_as_time: bool = False) -> str:
+    """The status table. ``since_as_time``: the SINCE column as a UTC time, not an age."""
     head = ("NODE", "STATE", "SINCE", "DOING", "ATTEMPTS", "LAST FINDING")
     table = [head]
     for r in rows:
         state = r["state"] + ("+slow-net" if r["slow_network"] else "")
         attempts = str(len([a for a in r["attempts"] if a.get("step") != "manual"]))
-        table.append((r["name"], state, r["age"] and f"{r['age']} ago", r["doing"],
+        since = r["age"] and f"{r['age']} ago"
+        if since_as_time:
+            since = (r["since"] or "")[11:19]
+        table.append((r["name"], state, since, r["doing"],
                       attempts if r["attempts"] else "", r["last_finding"]))
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
