@@ -28,7 +28,7 @@ import uuid
 import pytest
 from test_agent_support import (ROOT, AgentProcess, agent_kubeconfig, annotation, append,
                                 banner, clear_taints, h100, install_agent_rbac, nvml_env,
-                                set_annotations, taint_keys, wait_until, xid_line)
+                                remove_nodes, set_annotations, taint_keys, wait_until, xid_line)
 
 from fleetmedic.model import keys
 
@@ -56,6 +56,7 @@ def world(fleet, kube, tmp_path_factory):
     for n in fleet:
         append(n.kern_log, banner())            # a fresh boot: earlier tests' lines are history
     yield fleet, kube, names, kubeconfigs, tmp
+    remove_nodes(kube, list(names.values()))
     for n in fleet:
         for f, data in saved[n.index].items():
             if data is None:

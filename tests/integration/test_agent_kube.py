@@ -17,7 +17,8 @@ import uuid
 import pytest
 from test_agent_support import (AgentProcess, agent_kubeconfig, annotation, append, banner,
                                 clear_taints, get_node, h100, install_agent_rbac, manifests,
-                                nvml_env, set_annotations, taint_keys, wait_until, xid_line)
+                                nvml_env, remove_nodes, set_annotations, taint_keys, wait_until,
+                                xid_line)
 
 from fleetmedic.adapters.kube import connect
 from fleetmedic.errors import PermanentError
@@ -34,9 +35,21 @@ def rbac(kube):
     return kube
 
 
-def names(n: int = 2) -> list[str]:
-    prefix = f"agk-{uuid.uuid4().hex[:5]}"
-    return [f"{prefix}-{i}" for i in range(1, n + 1)]
+@pytest.fixture
+def nodes(rbac):
+    """``nodes(n, **make_nodes_kwargs)`` -> names of new kwok Nodes, deleted (with their
+    agent Pods) afterwards, so no other test sees fenced nodes of ours."""
+    made: list[str] = []
+
+    def make(n: int = 2, **kwargs) -> list[str]:
+        prefix = f"agk-{uuid.uuid4().hex[:5]}"
+        names = [f"{prefix}-{i}" for i in range(1, n + 1)]
+        rbac.make_nodes(names, **kwargs)
+        made.extend(names)
+        return names
+
+    yield make
+    remove_nodes(rbac, made)
 
 
 def denied(fn) -> str:
@@ -45,10 +58,9 @@ def denied(fn) -> str:
     return str(err.value)
 
 
-def test_agent_token_patches_its_own_node_and_is_denied_on_another(rbac, tmp_path):
+def test_agent_token_patches_its_own_node_and_is_denied_on_another(rbac, nodes, tmp_path):
     kube = rbac
-    mine, other = names()
-    kube.make_nodes([mine, other], taints=[{"key": "example.com/team", "value": "a", "effect": "NoSchedule"}])
+    mine, other = nodes(2, taints=[{"key": "example.com/team", "value": "a", "effect": "NoSchedule"}])
     api = connect(str(agent_kubeconfig(kube, mine, tmp_path / "kc")))
     strikes = lambda n: nodeedit.set_annotation(n, keys.ANN_STRIKES, '{"gpu":1,"network":0}')  # noqa: E731
 
@@ -93,11 +105,9 @@ def test_agent_token_patches_its_own_node_and_is_denied_on_another(rbac, tmp_pat
     assert about == {mine}
 
 
-def test_a_token_not_bound_to_a_pod_on_a_node_is_denied(rbac, tmp_path):
+def test_a_token_not_bound_to_a_pod_on_a_node_is_denied(rbac, nodes, tmp_path):
     kube = rbac
-    (mine,) = names(1)
-    kube.make_nodes([mine])
-    install_agent_rbac(kube)
+    (mine,) = nodes(1)
     path = kube.kubeconfig_for_serviceaccount("fleetmedic", "fleetmedic-agent")  # plain TokenRequest
     api = connect(path)
     msg = wait_until("a denial", lambda: _error_of(lambda: api.update_node(
@@ -132,10 +142,9 @@ def test_daemonset_manifest_is_accepted_by_the_api_server(rbac):
 
 # -- the agent process ------------------------------------------------------------------
 @pytest.fixture
-def agent_env(rbac, tmp_path):
+def agent_env(rbac, nodes, tmp_path):
     """One kwok Node, its kernel log, boot id file and the agent's identity."""
-    (name,) = names(1)
-    rbac.make_nodes([name], labels={keys.LABEL_VENDOR: "none"})
+    (name,) = nodes(1, labels={keys.LABEL_VENDOR: "none"})
     kern = tmp_path / "kern.log"
     kern.write_text(banner() + "[    1.000000] kernel: clean boot\n")
     boot = tmp_path / "boot_id"

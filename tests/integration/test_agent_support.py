@@ -79,11 +79,15 @@ def install_agent_rbac(kube) -> None:
             apply(kube, doc)
 
 
+def pod_name(node: str) -> str:
+    return f"{SA}-{node}"[:63].rstrip("-.")
+
+
 def agent_kubeconfig(kube, node: str, path: Path, *, server: str | None = None,
                      expiration: int = 7200) -> Path:
     """A kubeconfig whose token is the agent's, bound to a Pod on ``node``."""
     pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
-    name = f"{SA}-{node}"[:63]
+    name = pod_name(node)
     kube.request("DELETE", f"{pods}/{name}?gracePeriodSeconds=0", ok=(404,))
     deadline = time.monotonic() + 30
     while True:
@@ -122,6 +126,14 @@ def bound_token(kube, pod: dict, expiration: int = 7200) -> str:
                  "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"],
                                     "uid": meta["uid"]}}})
     return tr["status"]["token"]
+
+
+def remove_nodes(kube, names: Sequence[str]) -> None:
+    """Delete test Nodes and their agent Pods (the API server is shared by the session)."""
+    for name in names:
+        kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name(name)}?gracePeriodSeconds=0",
+                     ok=(404,))
+    kube.delete_nodes(names)
 
 
 # -- reading nodes ----------------------------------------------------------------------

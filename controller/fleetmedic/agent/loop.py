@@ -117,7 +117,11 @@ class Agent:
         try:
             while not self.stop.is_set():
                 started = time.monotonic()
-                self.round()
+                try:
+                    self.round()
+                except Exception as exc:  # a bug of ours: log it, keep the agent alive
+                    log.exception("round failed (%s: %s); next round in %gs", type(exc).__name__, exc,
+                                  cfg.interval)
                 self.stop.wait(max(0.0, started + cfg.interval - time.monotonic()))
         finally:
             self.stop.set()
