@@ -80,6 +80,11 @@ class NodeLoop(threading.Thread):
     def boot_once(self) -> int:
         fleet_net.set_node_eth0(self.fleet["octet"], self.node["name"], up=True)
         self.boots += 1
+        # A real kernel log starts each boot with its banner; the scanner and the
+        # kernel-log check use it to tell this boot's lines from earlier ones.
+        with open(self.dir / "state" / "kern.log", "a") as klog:
+            klog.write(f"[    0.000000] Linux version 6.1.0-fleetmedic-test (fleetmedic test fleet) "
+                       f"#1 SMP PREEMPT_DYNAMIC boot {self.boots}\n")
         with open(self.dir / "console.log", "ab") as console:
             console.write(f"\n===== boot {self.boots} at {time.strftime('%H:%M:%S')} =====\n".encode())
             console.flush()
