@@ -301,18 +301,19 @@ def test_api_outage_keeps_the_agent_and_its_strikes(rbac, agent_env, tmp_path, f
     proxy.up()
     kc = tmp_path / "kc-proxy"
     kc.write_text((tmp_path / "kc").read_text().replace(kube.url, f"https://127.0.0.1:{proxy.port}"))
-    a = agent("--timeout", "5", "--retry-cap", "1", kubeconfig=kc, env=nvml_env(tmp_path))
+    # rounds 2 s apart: the outage starts well before the second strike could be written
+    a = agent("--interval", "2", "--timeout", "5", "--retry-cap", "1", kubeconfig=kc, env=nvml_env(tmp_path))
     strikes = lambda: (annotation(kube, node, keys.ANN_STRIKES) or {}).get("gpu")  # noqa: E731
     wait_until("strike 1", lambda: strikes() == 1, 60, 0.05, a.tail)
     proxy.down()
     time.sleep(5)
     assert a.alive(), a.tail()
     assert strikes() == 1 and REBOOT not in taint_keys(kube, node), a.tail()
-    assert a.output().count("API server unavailable") == 1, a.tail()
+    assert a.output().count("API server unavailable") == 1, a.tail()   # one line per outage
     proxy.up()
     wait_until("the third strike's taint", lambda: REBOOT in taint_keys(kube, node), 30, 0.1, a.tail)
-    out = a.output()
-    assert "API server reachable again" in out and "3 consecutive GPU check failures" in out
+    wait_until("the fence in the log", lambda: "3 consecutive GPU check failures" in a.output(), 10, 0.05, a.tail)
+    assert "API server reachable again" in a.output()
     proxy.down()
 
 
