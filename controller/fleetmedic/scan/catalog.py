@@ -38,7 +38,7 @@ FILES = ("xid_catalog.yaml", "sxid_catalog.yaml", "amdgpu_catalog.yaml", "worklo
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when present: 10x faster start-up
 
 TRIGGER_NVRM = "NVRM"
-TRIGGER_SXID = "SXid"
+TRIGGER_SXID = "nvidia-nvswitch"   # the NVSwitch driver's device name, on every SXid line
 TRIGGER_AMDGPU = "amdgpu"
 
 

@@ -186,22 +186,50 @@ def _iso_seconds(stamp: str) -> float | None:
         return None
 
 
+_MONTHS = {name: number for number, name in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+
+
+@lru_cache(maxsize=1024)
+def _hour_start(year: int, month: int, day: int, hour: int) -> float:
+    """Unix time of a local wall-clock hour (cached: a log spans few hours).
+
+    Raises ``ValueError`` for a day that does not exist (Feb 30).
+    """
+    datetime(year, month, day)
+    return time.mktime((year, month, day, hour, 0, 0, 0, 0, -1))
+
+
+def _local_seconds(year: int, month: str, day: str, clock: str) -> float | None:
+    """``"HH:MM:SS[.ffffff]"`` on a local calendar day as Unix time; ``None`` if invalid."""
+    try:
+        hour, minute, second = clock.split(":")
+        whole, _, frac = second.partition(".")
+        h, m, sec = int(hour), int(minute), int(whole)
+        if not (0 <= h < 24 and 0 <= m < 60 and 0 <= sec < 62):
+            return None
+        base = _hour_start(year, _MONTHS[month], int(day), h)
+        return base + m * 60 + sec + (float(f"0.{frac}") if frac else 0.0)
+    except (ValueError, KeyError, OverflowError):
+        return None
+
+
 @lru_cache(maxsize=4096)
 def _syslog_seconds(stamp: str) -> float | None:
-    head, _, frac = stamp.partition(".")
-    try:
-        parsed = time.strptime(f"{time.localtime().tm_year} {' '.join(head.split())}", "%Y %b %d %H:%M:%S")
-        return time.mktime(parsed) + (float(f"0.{frac}") if frac else 0.0)
-    except (ValueError, OverflowError):
+    parts = stamp.split()
+    if len(parts) != 3:
         return None
+    month, day, clock = parts
+    return _local_seconds(time.localtime().tm_year, month, day, clock)
 
 
 @lru_cache(maxsize=4096)
 def _ctime_seconds(stamp: str) -> float | None:
-    try:
-        return time.mktime(time.strptime(" ".join(stamp.split()), "%a %b %d %H:%M:%S %Y"))
-    except (ValueError, OverflowError):
+    parts = stamp.split()
+    if len(parts) != 5 or not parts[4].isdigit():
         return None
+    _weekday, month, day, clock, year = parts
+    return _local_seconds(int(year), month, day, clock)
 
 
 def _uptime_seconds(stamp: str) -> float | None:

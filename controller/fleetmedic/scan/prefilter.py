@@ -3,14 +3,15 @@
 A GPU node's kernel log is mostly other things; only lines containing one of
 a few literals (``NVRM``, ``SXid``, ``amdgpu``, ...) can be GPU faults.
 :func:`candidates` reads the stream in large chunks and, per literal, lets C
-code search the whole chunk (the regex engine, which skips to the literal's
-first byte in a tight loop; literals sharing a first byte share a pass). Only
-the lines around the hits are cut out. Line numbers come from one
+code search the whole chunk (the regex engine, which skips to a key's first
+byte in a tight loop; keys sharing a first byte share a pass, and
+:func:`search_keys` picks keys so that few first bytes cover all literals).
+Only the lines around the hits are cut out. Line numbers come from one
 ``bytes.count(b"\\n")`` pass per chunk. Chunks are searched in place (no
 concatenation).
 
-What this costs is therefore one fast pass per distinct first byte, plus one
-for the line count; see ``bench/scan_throughput.py`` for the figure against grep.
+What this costs is therefore one fast pass per distinct first byte (three
+for the shipped catalog), plus one for the line count; see ``bench/scan_throughput.py`` for the figure against grep.
 :func:`candidates_parallel` splits a file into byte ranges and runs the
 passes in worker processes.
 """
@@ -19,8 +20,8 @@ from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
+from functools import lru_cache
+from itertools import combinations
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 CHUNK_SIZE = 16 * 1024 * 1024
@@ -33,19 +34,56 @@ MAX_LINE = 1024 * 1024
 PARALLEL_MIN_BYTES = 256 * 1024 * 1024
 """Below this, worker start-up costs more than it saves."""
 
+_MIN_KEY = 3
+
+
+def _cost(byte: int) -> int:
+    """How often a byte starts a search attempt in typical logs (lower is rarer)."""
+    return 1 if 65 <= byte <= 90 else 3          # capitals are rare in log text, the rest is not
+
+
+@lru_cache(maxsize=16)
+def search_keys(triggers: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """A search key per trigger: a suffix of it, chosen so that few first bytes cover all.
+
+    A line that contains a trigger contains its key, so searching for keys
+    finds a superset of the candidate lines (the literal test then drops the
+    rest). Each distinct first byte costs one pass over the data, so the keys
+    are picked as a smallest set of first bytes (rare ones preferred) that
+    starts a suffix of at least three bytes of every trigger. For example
+    ``nvidia-nvswitch`` is searched as ``a-nvswitch`` in the same pass as
+    ``amdgpu``.
+    """
+    literals = [t for t in dict.fromkeys(triggers) if t]
+    starts = [{t[i] for i in range(max(1, len(t) - _MIN_KEY + 1))} for t in literals]
+    options = sorted(set().union(*starts) if starts else set())
+    best: tuple[int, ...] | None = None
+    for size in range(1, len(literals) + 1):
+        covers = [c for c in combinations(options, size) if all(s & set(c) for s in starts)]
+        if covers:
+            best = min(covers, key=lambda c: sum(_cost(b) for b in c))
+            break
+    chosen = set(best or ())
+    keys = []
+    for literal, first in zip(literals, starts):
+        # The longest suffix that starts with a chosen byte: specific keys hit fewer other lines.
+        usable = first & chosen
+        keys.append(literal[min(literal.index(b) for b in usable):] if usable else literal)
+    return tuple(keys)
+
+
 def _searchers(triggers: Iterable[bytes]) -> list[re.Pattern[bytes]]:
-    """One regex per distinct first byte.
+    """One regex per distinct first byte of the search keys.
 
     The regex engine finds a pattern that starts with one literal byte with
     a tight C loop over the buffer (about 3 GB/s here, faster than
-    ``bytes.find`` for these short literals), then checks the rest. Literals
-    that share their first byte are searched together as ``X(?:rest1|rest2)``
-    at the cost of one pass.
+    ``bytes.find`` for these short literals), then checks the rest. Keys
+    that share their first byte are searched together as
+    ``X(?:rest1|rest2)`` at the cost of one pass.
     """
     groups: dict[int, list[bytes]] = {}
-    for trigger in dict.fromkeys(triggers):
-        if trigger:
-            groups.setdefault(trigger[0], []).append(trigger)
+    for key in search_keys(tuple(triggers)):
+        groups.setdefault(key[0], []).append(key)
     searchers = []
     for members in groups.values():
         head = re.escape(members[0][:1])
@@ -105,9 +143,12 @@ def candidates(stream: BinaryIO, triggers: Sequence[bytes], chunk_size: int = CH
         end = data.rfind(b"\n") + 1
         counted = start
         for line_start in _hit_lines(data, start, end, searchers):
+            line = data[line_start:data.find(b"\n", line_start, end)]
+            if not any(t in line for t in literals):
+                continue                       # a key matched, the whole trigger did not
             base += data.count(b"\n", counted, line_start)
             counted = line_start
-            yield base + 1, data[line_start:data.find(b"\n", line_start, end)]
+            yield base + 1, line
         base += data.count(b"\n", counted, end)
         tail = data[end:]
 
@@ -143,6 +184,9 @@ def candidates_parallel(path: str, triggers: Sequence[bytes], workers: int) -> I
     Results come in file order. The return value is the file's line count.
     Uses ``fork``; call it from a process without threads (the CLI).
     """
+    from concurrent.futures import ProcessPoolExecutor     # only the CLI on big files needs these
+    from multiprocessing import get_context
+
     ranges = _ranges(path, workers)
     with ProcessPoolExecutor(max_workers=len(ranges), mp_context=get_context("fork")) as pool:
         futures = [pool.submit(_scan_range, path, a, b, list(triggers)) for a, b in ranges]

@@ -27,9 +27,11 @@ What the scanner adds on top of :func:`~fleetmedic.scan.classify.classify`:
   device. Known gap: in a file of kmsg records read line by line the
   dictionary lines are skipped, not attached;
 - boots: with ``boot_id`` given, every finding belongs to that boot and the
-  dedup replay guard is on. Without it, each kernel banner (``Linux
-  version ...``) starts a new boot segment, so a file spanning reboots
-  reports a fault again after each reboot;
+  dedup replay guard is on. Without it, each GPU driver load (``NVRM:
+  loading NVIDIA UNIX ...``, ``[drm] amdgpu kernel modesetting enabled``)
+  starts a new boot segment, so a file spanning reboots reports a fault
+  again after each reboot. Known gap: a reboot that does not load a GPU
+  driver is not seen (it cannot produce GPU faults either);
 - dedup (:class:`~fleetmedic.scan.dedup.Dedup`), on by default.
 """
 
@@ -46,8 +48,11 @@ from fleetmedic.scan.classify import Classified, classify
 from fleetmedic.scan.dedup import Dedup
 from fleetmedic.scan.finding import Finding
 
-BANNER = "Linux version "
-"""The kernel's first message of every boot (dmesg, journal, /dev/kmsg)."""
+DRIVER_LOADS = ("NVRM: loading NVIDIA UNIX", "amdgpu kernel modesetting enabled")
+"""Messages the GPU drivers print once per load, i.e. once per boot (or driver
+reinstall). They mark boot segments in a file whose boot id is unknown. (The
+kernel's own "Linux version" banner would do too, but it shares no search key
+with the GPU lines and would cost the bulk pre-filter a whole extra pass.)"""
 
 _GPU_HEADER = re.compile(r"NVRM: The NVIDIA GPU (\S+)")
 _HINT_LINES = 4
@@ -78,7 +83,7 @@ class Scanner:
         self._segment = 0
         self._hint: tuple[int, str] | None = None
         self._cache: dict[str, Classified | None] = {}
-        self.triggers: tuple[str, ...] = (*self.catalog.triggers, BANNER)
+        self.triggers: tuple[str, ...] = self.catalog.triggers
 
     @property
     def boot_key(self) -> str:
@@ -105,10 +110,9 @@ class Scanner:
     def _feed_candidate(self, text: str, lineno: int) -> list[Finding]:
         record = parser.parse(text)
         message = record.message
-        if message.startswith(BANNER):
-            if self.boot_id is None:
-                self._segment += 1
-                self._hint = None
+        if self.boot_id is None and any(marker in message for marker in DRIVER_LOADS):
+            self._segment += 1
+            self._hint = None
             return []
         found = self._classify(message)
         if found is None:

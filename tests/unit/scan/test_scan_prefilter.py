@@ -67,3 +67,25 @@ def test_parallel_equals_sequential(tmp_path):
             assert stop.value == sequential[1]
             break
     assert parallel == sequential[0]
+
+
+def test_search_keys_are_suffixes_and_few_passes_cover_the_catalog():
+    from fleetmedic.scan import Scanner
+
+    triggers = tuple(t.encode() for t in Scanner().triggers)
+    keys = prefilter.search_keys(triggers)
+    assert len(keys) == len(triggers)
+    for trigger, key in zip(triggers, keys):
+        assert trigger.endswith(key) and len(key) >= 3
+    assert len({key[0] for key in keys}) <= 3          # one pass per distinct first byte
+    assert len(prefilter._searchers(triggers)) == len({key[0] for key in keys})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=12), min_size=1, max_size=6))
+def test_search_keys_for_any_literals(literals):
+    keys = prefilter.search_keys(tuple(literals))
+    unique = list(dict.fromkeys(literals))
+    assert len(keys) == len(unique)
+    for literal, key in zip(unique, keys):
+        assert literal.endswith(key) and key

@@ -73,15 +73,21 @@ class _StopAfterEOF:
 
 
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-BANNER = "Linux version 6.1.0-18-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0)"
+# Published driver-load lines (NVSentinel issue 155; ROCm rocm-install-on-linux issue 615 shows the amdgpu one's device line).
+NVIDIA_LOAD = "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build  (dvs-builder@U22-I3-B10-02-5)"
+AMD_LOAD = "[drm] amdgpu kernel modesetting enabled."
+AMD_RESET = "amdgpu 0000:c5:00.0: amdgpu: GPU reset begin!"
 
 
 def test_a_fault_after_each_reboot_is_reported_again():
-    lines = [f"[    0.000000] {BANNER}", f"[ 100.0] {XID79}", f"[ 101.0] {XID79}",
-             f"[    0.000000] {BANNER}", f"[ 100.0] {XID79}"]
+    lines = [f"[   8.1] {NVIDIA_LOAD}", f"[ 100.0] {XID79}", f"[ 101.0] {XID79}",
+             f"[   8.1] {NVIDIA_LOAD}", f"[ 100.0] {XID79}"]
     assert [f.line for f in Scanner().scan(lines)] == [2, 5]
-    # With a known boot id the banner is just a line of this boot.
+    assert [f.line for f in Scanner().scan_binary(io.BytesIO("\n".join(lines).encode()))] == [2, 5]
+    # With a known boot id the driver load is just a line of this boot.
     assert [f.line for f in Scanner(boot_id="b1").scan(lines)] == [2]
+    amd = [f"[ 9.0] {AMD_LOAD}", f"[ 50.0] {AMD_RESET}", f"[ 9.0] {AMD_LOAD}", f"[ 50.0] {AMD_RESET}"]
+    assert [f.line for f in Scanner().scan(amd)] == [2, 4]
 
 
 def test_agent_restart_with_saved_state_does_not_retrigger():
