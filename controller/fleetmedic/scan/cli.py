@@ -115,7 +115,7 @@ def scan(files: tuple[str, ...], fmt: str, no_dedup: bool, window: float, boot_i
     out = sys.stdout
     try:
         if fmt == "json" or follow:
-            _stream_out(rows, fmt, out)
+            _stream_out(rows, fmt, out, flush=follow)
             return
         collected = list(rows)
         width = shutil.get_terminal_size().columns if out.isatty() else None
@@ -128,14 +128,16 @@ def scan(files: tuple[str, ...], fmt: str, no_dedup: bool, window: float, boot_i
         _quiet_broken_pipe()
 
 
-def _stream_out(rows: Iterator[tuple[str, Finding]], fmt: str, out: io.TextIOBase) -> None:
+def _stream_out(rows: Iterator[tuple[str, Finding]], fmt: str, out: io.TextIOBase, flush: bool) -> None:
+    """Write findings as they come; flush each one only when following a live log."""
     try:
         for _name, finding in rows:
             if fmt == "json":
                 out.write(render.json_line(finding) + "\n")
             else:
                 render.write_table([(None, finding)], out)
-            out.flush()
+            if flush:
+                out.flush()
     except KeyboardInterrupt:
         return
 
