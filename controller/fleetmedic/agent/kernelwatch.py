@@ -30,8 +30,8 @@ from typing import Callable, Iterator
 
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import KernelWatchConfig
-from fleetmedic.agent.logsource import (Prescan, file_now, is_banner, journal_now, kind_of, kmsg_now,
-                                        prescan, read_boot_id)
+from fleetmedic.agent.logsource import (BANNER, Prescan, file_now, is_banner, journal_now, kind_of,
+                                        kmsg_now, prescan, read_boot_id)
 from fleetmedic.agent.retry import Retrier, Stopped
 from fleetmedic.agent.watermark import Mark, is_stale, locate, segment_id
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
@@ -39,7 +39,6 @@ from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import Dedup, Finding, Scanner, follow_file, follow_journal, follow_kmsg
-from fleetmedic.scan.scanner import BANNER
 
 log = logging.getLogger("fleetmedic.agent")
 

@@ -21,8 +21,9 @@ from typing import Iterator
 from fleetmedic.agent.watermark import fingerprint, segment_id
 from fleetmedic.scan import Scanner
 from fleetmedic.scan.parser import parse
-from fleetmedic.scan.scanner import BANNER
 
+BANNER = "Linux version "
+"""The kernel's first message of every boot (dmesg, syslog, journal, /dev/kmsg)."""
 _BANNER_BYTES = BANNER.encode()
 
 
