@@ -1,9 +1,9 @@
 """The ``fleetmedic`` command line.
 
 Subcommands live in their own modules and are imported only when invoked, so
-``fleetmedic scan`` does not pay for importing the Kubernetes client and
-``--help`` stays fast. Each entry maps a name to ``module:attribute`` where the
-attribute is a ``click.Command``.
+``fleetmedic scan`` and ``fleetmedic check`` on a node do not pay for importing
+the Kubernetes client, and ``--help`` stays fast. Each entry maps a name to
+``module:attribute`` where the attribute is a ``click.Command``.
 """
 
 from __future__ import annotations
@@ -38,23 +38,9 @@ class LazyGroup(click.Group):
             return super().get_command(ctx, name)
         target, short_help = SUBCOMMANDS[name]
         module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                return _unavailable(name, short_help)
-            raise
-        command = getattr(module, attr)
+        command = getattr(importlib.import_module(module_name), attr)
         command.short_help = command.short_help or short_help
         return command
-
-
-def _unavailable(name: str, short_help: str) -> click.Command:
-    @click.command(name=name, short_help=f"{short_help} (not built yet)")
-    def _cmd() -> None:
-        raise click.ClickException(f"'{name}' is not part of this build yet")
-
-    return _cmd
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
