@@ -82,7 +82,11 @@ def _pid_and_name(rest: str) -> tuple[int | None, str | None, str]:
     # the driver writes ", " after it. Of the separators within reach, take
     # the first one followed by what starts a driver message (a capital or a
     # digit: "Ch 0008", "Graphics ...", "GPU has ..."), else the first one.
-    cuts = [i for i in range(min(len(rest), _COMM_MAX + 1)) if rest.startswith(", ", i)]
+    cuts = []
+    cut = rest.find(", ", 0, _COMM_MAX + 2)
+    while cut != -1:
+        cuts.append(cut)
+        cut = rest.find(", ", cut + 1, _COMM_MAX + 2)
     if not cuts:
         if len(rest) <= _COMM_MAX:
             return pid, rest or None, ""
