@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import stat
 import time
@@ -33,6 +34,7 @@ from fleetmedic.scan import ACTION_RANK, Finding, Scanner
 NAME = "kernel.log"
 KMSG = "/dev/kmsg"
 FENCING = ("reboot", "reimage", "manual")
+BANNER_TEXT = b"Linux version "
 MAX_EVIDENCE = 20  # findings kept in the evidence (the worst first)
 
 
@@ -56,6 +58,21 @@ def _kmsg_records(path: str) -> Iterator[str]:
         os.close(fd)
 
 
+def _last_banner_offset(handle) -> int:
+    """Byte offset of the line holding the last kernel banner, or 0.
+
+    A log file that spans reboots (syslog's kern.log, the test fleet's) holds
+    earlier boots too; the kernel starts each boot with ``Linux version``.
+    mmap + rfind finds it without reading the file into memory.
+    """
+    try:
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.rfind(BANNER_TEXT)
+            return 0 if at < 0 else data.rfind(b"\n", 0, at) + 1
+    except ValueError:  # empty file: nothing to map
+        return 0
+
+
 def scan_current_boot(path: str) -> tuple[list[Finding], int]:
     """(findings of the last boot in ``path``, lines read). Raises OSError if unreadable."""
     scanner = Scanner()
@@ -64,7 +81,9 @@ def scan_current_boot(path: str) -> tuple[list[Finding], int]:
         if stat.S_ISCHR(os.stat(path).st_mode):
             findings = scanner.scan(_kmsg_records(path))
         else:
-            findings = scanner.scan_binary(stack.enter_context(open(path, "rb")))
+            handle = stack.enter_context(open(path, "rb"))
+            handle.seek(_last_banner_offset(handle))
+            findings = scanner.scan_binary(handle)
         for finding in findings:
             if scanner.boot_key != boot:  # a banner started a new boot: forget the old one
                 boot, current = scanner.boot_key, []
