@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,7 +70,8 @@ def baseline(stage: ctlenv.Stage, pbdir: Path, workdir: Path, round_: int) -> fl
                             "-e", "fleetmedic_vendor=nvidia", *extra],
                            env=env, capture_output=True, text=True)
         if p.returncode != 0:
-            raise SystemExit(f"baseline {playbook.name} failed:\n{p.stdout[-2000:]}")
+            raise SystemExit(f"baseline {playbook.name} failed (rc {p.returncode}):\n"
+                             f"{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     return time.monotonic() - t0
 
 
@@ -80,9 +82,9 @@ def controller(stage: ctlenv.Stage, name: str, proc: ctlenv.ControllerProcess) -
     def done() -> bool:
         if not proc.alive:
             raise SystemExit(f"the controller died:\n{proc.tail()}")
-        n = ctlenv.node(stage.kube, name)
-        return not n["spec"].get("taints") and not n["spec"].get("unschedulable")
-    ctlenv.wait_until(done, 600, f"{name} back in service", interval=0.1)
+        return ctlenv.in_service(stage.kube, name)
+    ctlenv.wait_until(done, 600, f"{name} back in service", interval=0.1,
+                      tolerate=(OSError, TimeoutError))
     elapsed = time.monotonic() - t0
     last = ctlenv.annotation(stage.kube, name, "fleetmedic.io/history")[-1]
     if last["result"] != "pass":
@@ -93,9 +95,13 @@ def controller(stage: ctlenv.Stage, name: str, proc: ctlenv.ControllerProcess) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workdir", default="/var/tmp", help="where its scratch directory goes "
+                    "(kept, with the controller's log, when the run fails)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="fleetmedic-bench-") as tmp:
-        workdir = Path(tmp)
+    workdir = Path(tempfile.mkdtemp(prefix="fmbench-", dir=args.workdir))
+    base: list[float] = []
+    ctl: list[float] = []
+    try:
         with ctlenv.Stage(1, workdir, prefix="bench-ovh") as stage:
             [name] = ctlenv.register(stage.kube, stage.fleet, "ovh")
             cfg = ctlenv.write_config(workdir / "ctl", stage.kube, stage.fleet, "ovh")
@@ -103,7 +109,6 @@ def main() -> int:
             proc = ctlenv.ControllerProcess(cfg, workdir / "controller.log").start()
             try:
                 ctlenv.wait_until(lambda: "watching" in proc.tail(), 60, "the controller")
-                base, ctl = [], []
                 for r in range(1, args.rounds + 1):
                     ctlenv.xid79(stage.fleet.node(1))
                     base.append(baseline(stage, pbdir, workdir, r))
@@ -113,6 +118,10 @@ def main() -> int:
                           f" (load {ctlenv.load_average()})", flush=True)
             finally:
                 proc.stop()
+    except BaseException:
+        print(f"failed; scratch directory and controller log kept in {workdir}", file=sys.stderr)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
     b, c = statistics.median(base), statistics.median(ctl)
     print(f"\nreboot step, one node, median of {args.rounds}:")
     print(f"  plain ansible-playbook (diagnose, boot_id, reboot, verify): {b:.1f} s")

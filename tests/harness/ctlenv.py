@@ -7,10 +7,11 @@ SMTP are real; the GPU is the fake libnvidia-ml.so driven by each node's scenari
 the kernel log is the node's test log file.
 
 - :func:`prepare_nodes`: on each fleet node, a check config (``/etc/fleetmedic/check.yaml``:
-  NVIDIA, 2 GPUs expected, the test kernel log) and a boot unit that writes the kernel's
-  ``Linux version`` banner to that log at every boot, as a real kernel does. So a Xid
-  logged before a reboot belongs to an earlier boot afterwards, and a node whose fault a
-  reboot cures passes verify after one.
+  NVIDIA, 2 GPUs expected, the test kernel log) and a boot unit that writes what a GPU
+  node's kernel logs at every boot, the ``Linux version`` banner and the NVIDIA driver's
+  ``NVRM: loading NVIDIA UNIX ...`` line, to that log (the scanner starts a new boot
+  segment at the driver load). So a Xid logged before a reboot belongs to an earlier boot
+  afterwards, and a node whose fault a reboot cures passes verify after one.
 - :func:`healthy`, :func:`xid79`, :func:`gpu_lost`: the node's GPUs are fine; a Xid 79 in
   this boot's log (cured by a reboot); a GPU that stays lost (nothing automatic cures it).
 - :func:`register`: kwok Nodes named ``<pool>-<i>`` whose InternalIP is the fleet node's.
@@ -45,7 +46,7 @@ XID79 = "NVRM: Xid (PCI:0000:5a:00): 79, pid=4242, name=python3, GPU has fallen 
 CHECK_YAML = ("vendor: nvidia\nexpected_gpus: 2\ntimeout: 20\n"
               "kernel:\n  path: /var/lib/fleetmedic-test/kern.log\n")
 BANNER_UNIT = """[Unit]
-Description=fleetmedic test: log this boot's kernel banner to the test kernel log
+Description=fleetmedic test: log this boot's kernel banner and NVIDIA driver load
 DefaultDependencies=no
 After=local-fs.target
 Before=ssh.service
@@ -53,7 +54,9 @@ Before=ssh.service
 [Service]
 Type=oneshot
 ExecStart=/bin/sh -c 'echo "$$(date "+%%b %%d %%H:%%M:%%S") $$(hostname) kernel: [    0.000000] \
-Linux version 6.1.0-fleetmedic-test (boot $$(cat /proc/sys/kernel/random/boot_id))" \
+Linux version 6.1.0-fleetmedic-test" >> /var/lib/fleetmedic-test/kern.log'
+ExecStart=/bin/sh -c 'echo "$$(date "+%%b %%d %%H:%%M:%%S") $$(hostname) kernel: [    4.210000] \
+NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024" \
 >> /var/lib/fleetmedic-test/kern.log'
 
 [Install]
@@ -78,10 +81,15 @@ GROUP_VARS: dict[str, Any] = {
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.5) -> Any:
+               interval: float = 0.5, tolerate: tuple[type[BaseException], ...] = ()) -> Any:
+    """Poll ``predicate`` until it is truthy; exceptions in ``tolerate`` count as "not yet"
+    (e.g. an API server slow to answer on a loaded machine)."""
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except tolerate:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
@@ -151,6 +159,12 @@ def register(kube, fleet, pool: str, nodes: Iterable | None = None,
 
 def node(kube, name: str) -> dict:
     return kube.request("GET", f"/api/v1/nodes/{name}")
+
+
+def in_service(kube, name: str) -> bool:
+    """No taint left and schedulable again."""
+    n = node(kube, name)
+    return not n["spec"].get("taints") and not n["spec"].get("unschedulable")
 
 
 def annotation(kube, name: str, key: str, default: Any = None) -> Any:

@@ -310,3 +310,33 @@ def test_cli_errors_are_one_line(kube, tmp_path):
     assert r.returncode != 0 and "missing files: ansible.ssh_key" in r.stderr, r.stderr
     r = cli(cfg, "status")
     assert r.returncode == 0 and "no nodes" in r.stdout
+
+
+def test_run_once_climbs_an_unreachable_node_to_manual_and_exits(kube, tmp_path):
+    """``run --once`` acts until nothing more can be done now, then exits; unreachable
+    counts as failed at every step, and without SMTP the escalation is only recorded."""
+    pool = pool_name("once")
+    name = f"{pool}-0"
+    kube.make_nodes([name], labels={ctlenv.POOL_LABEL: pool, "fleetmedic.io/gpu-vendor": "nvidia"},
+                    addresses=["192.0.2.10"],   # TEST-NET-1: nobody answers there
+                    taints=[{"key": "gpu-healthcheck.aws-samples.io/unhealthy", "value": "true",
+                             "effect": "NoSchedule"}])
+    key = tmp_path / "id_ed25519"
+    key.write_text("not a key\n")
+
+    class Keys:
+        private_key = key
+        known_hosts = key
+
+    cfg = ctlenv.write_config(tmp_path / "ctl", kube, Keys(), pool)
+    t0 = time.monotonic()
+    r = cli(cfg, "run", "--once", timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert time.monotonic() - t0 < 300
+    assert state_of(kube, name) == "manual"
+    steps = [(a["step"], a["result"]) for a in history(kube, name)]
+    assert steps == [("reboot", "unreachable"), ("reimage", "unreachable"),
+                     ("manual", "escalated")], steps
+    esc = annotation(kube, name, "fleetmedic.io/escalated")
+    assert esc["sent"] and "no smtp" in esc.get("error", ""), esc
+    assert "foreign signal: taint gpu-healthcheck.aws-samples.io/unhealthy" in r.stderr

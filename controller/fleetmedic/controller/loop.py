@@ -38,7 +38,7 @@ import os
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Sequence
@@ -181,6 +181,8 @@ class Controller:
         self._pause_checked = (0.0, None)        # (monotonic time, reason)
         self.cycles = 0
         self.admitted_total = 0
+        self.finished = 0                        # work items ended (for --once)
+        self._futures: dict[str, Future] = {}
 
     # -- running ----------------------------------------------------------------
     def run(self, stop: threading.Event, *, once: bool = False, sync_timeout: float = 60) -> None:
@@ -201,8 +203,11 @@ class Controller:
                     sdnotify.notify("WATCHDOG=1")
                 wait = IDLE_WAKE
                 if self.dry_run or self._lead():
+                    finished = self.finished
                     wait, admitted = self.cycle()
-                    if once and not admitted and not self.busy():
+                    # quiet: nothing admitted, nothing under way, and no work ended while
+                    # this cycle looked (its view of that node may predate the record)
+                    if once and not admitted and not self.busy() and finished == self.finished:
                         break
                 else:
                     wait = self.cfg.leader_election.retry_period
@@ -234,6 +239,10 @@ class Controller:
         self._stop.set()
         self._cancel.set()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            for name, future in list(self._futures.items()):
+                if future.cancelled():              # queued, never started
+                    self._busy.pop(name, None)
         deadline = time.monotonic() + grace
         while self.busy() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -430,10 +439,13 @@ class Controller:
             self._busy[action.node] = action
             cancel = self._cancel
         try:
-            self.pool.submit(self._work, view, action, cancel)
+            future = self.pool.submit(self._work, view, action, cancel)
         except RuntimeError:  # shutting down
             with self._lock:
                 self._busy.pop(action.node, None)
+            return
+        with self._lock:
+            self._futures[action.node] = future
 
     def _work(self, view: NodeView, action: Action, cancel: threading.Event) -> None:
         name = action.node
@@ -481,6 +493,8 @@ class Controller:
                 self._give_node_lease(name, lease)
             with self._lock:
                 self._busy.pop(name, None)
+                self._futures.pop(name, None)
+                self.finished += 1
             self._wake.set()
 
     def _back_off(self, name: str, seconds: float) -> None:
