@@ -1,0 +1,100 @@
+"""The circuit breaker with the real controller, API server and SMTP sink.
+
+A storm (6 of 10 Nodes turn unhealthy together, threshold 20 %: more than 2 trips it)
+opens the breaker: exactly one storm email, and no repair starts on any node while it is
+open, however long we wait and even when more nodes turn. Work the controller had admitted
+before the trip (at most the threshold's 2 nodes, since it cannot see the future) may
+finish. The storm was a false alarm: a human removes the taints (`fleetmedic reset`) and
+resets the breaker by restarting the controller (the breaker's memory is in-process, see
+controller/loop.py). Afterwards nothing stale is replayed (no action, no second email, no
+re-trip from the storm's transitions) and a new single fault is repaired as usual.
+Fast test playbooks as in test_safety_budget.py (10 kwok Nodes share 2 SSH nodes).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from test_safety_budget import fast_config
+from test_safety_support import history, safety_bench, state_of  # noqa: F401
+
+from tests.harness import ctlenv
+from tests.harness.ctlenv import cli, wait_until
+
+pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
+
+
+def started(kube, names) -> set[str]:
+    """Nodes on which any repair work began (history or an in-flight marker)."""
+    out = set()
+    for n in names:
+        node = ctlenv.node(kube, n)
+        ann = node["metadata"].get("annotations") or {}
+        if ann.get("fleetmedic.io/history") or ann.get("fleetmedic.io/in-flight") or \
+                node["spec"].get("unschedulable"):
+            out.add(n)
+    return out
+
+
+def taint_all(kube, names) -> None:
+    threads = [threading.Thread(target=ctlenv.set_taints,
+                                args=(kube, n, lambda t: t + [ctlenv.repair_taint("reboot")]))
+               for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_sink):
+    b = safety_bench(2, tag="brk")
+    fleet_nodes = list(b.fleet.nodes)
+    names = [f"{b.pool}-{i:02d}" for i in range(10)]
+    b.make_nodes(names, [fleet_nodes[i % 2].address for i in range(10)])
+    cfg = fast_config(b, b.dir, smtp_sink, max_concurrent=10, breaker={
+        "enabled": True, "threshold_percent": 20, "min_nodes": 3, "window": 600,
+        "cooldown": None})
+    proc = b.controller(cfg)
+    wait_until(lambda: "watching 10 nodes" in proc.log.read_text(), 30, "controller ready")
+    time.sleep(2)                                  # past the first (baseline) observation
+
+    storm = names[:6]
+    taint_all(b.kube, storm)
+    [msg] = smtp_sink.wait_for(1, timeout=30)
+    assert "circuit breaker open" in msg["Subject"], msg["Subject"]
+    early = started(b.kube, names)
+    assert len(early) <= 2, f"more than the threshold begun before the trip: {early}"
+    # more nodes turn while it is open: still nothing, and no second email
+    taint_all(b.kube, names[6:8])
+    time.sleep(15)
+    assert started(b.kube, names) == early, "no repair starts while the breaker is open"
+    assert len(smtp_sink.messages) == 1, "exactly one storm email"
+    assert all(state_of(b.kube, n) == "reboot" for n in set(names[:8]) - early)
+    assert "circuit breaker tripped" in proc.log.read_text()
+
+    # a node whose repair began before the trip is held too, before any disruptive phase
+    runs = b.dir / "ctl" / "runs"
+    assert not runs.exists() or not any(runs.iterdir()), "no playbook ran at all"
+    assert not any(ctlenv.node(b.kube, n)["spec"].get("unschedulable") for n in names), \
+        "nothing was cordoned or drained"
+    r = cli(cfg, "reset", "--yes")
+    assert r.returncode == 0, r.stderr
+    before = {n: len(history(b.kube, n)) for n in names}
+    assert all(state_of(b.kube, n) == "healthy" for n in names)
+    assert proc.stop() == 0
+    proc2 = b.controller(cfg, n=2)                 # the reset: a fresh breaker
+    wait_until(lambda: "watching 10 nodes" in proc2.log.read_text(), 30, "controller ready")
+    time.sleep(10)
+    assert {n: len(history(b.kube, n)) for n in names} == before, "nothing stale replayed"
+    assert not any((ctlenv.node(b.kube, n)["metadata"].get("annotations") or {})
+                   .get("fleetmedic.io/in-flight") for n in names)
+    assert len(smtp_sink.messages) == 1
+    # automation is back: one new fault is repaired, the storm's turns do not re-trip it
+    one = names[9]
+    taint_all(b.kube, [one])
+    wait_until(lambda: state_of(b.kube, one) == "healthy" and history(b.kube, one), 60,
+               "the new fault to be repaired")
+    assert [(a["step"], a["result"]) for a in history(b.kube, one)] == [("reboot", "pass")]
+    assert len(smtp_sink.messages) == 1 and "tripped" not in proc2.log.read_text()
