@@ -100,7 +100,7 @@ def test_relative_paths_are_relative_to_the_file(tmp_path):
     ("taints: {reboot: {key: fleetmedic.io/repair, value: reimage}}", "must be distinct taints"),
     ("ansible: {extra_ssh_args: ['-o', 'StrictHostKeyChecking=no']}",
      "ansible: extra_ssh_args must not change host key checking"),
-    ("leader_election: {renew_deadline: 1m}", "need retry_period < renew_deadline < lease_duration"),
+    ("leader_election: {renew_deadline: 5m}", "need retry_period < renew_deadline < lease_duration"),
     ("foreign_signals: [{kind: label, key: x}]", "foreign_signals.0.kind: input should be"),
     ("metrics: {port: http}", "metrics.port: input should be a valid integer"),
     ("- just a list", "must be a mapping at the top level"),

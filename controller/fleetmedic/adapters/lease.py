@@ -55,6 +55,7 @@ class Lease:
     def __init__(self, kube: Kube, namespace: str, name: str, holder: str, duration: int) -> None:
         self.kube, self.namespace, self.name = kube, namespace, name
         self.holder, self.duration = holder, duration
+        self._mine: dict | None = None  # the Lease as we last wrote it, while we hold it
 
     def _body(self, existing: dict | None, acquire: bool) -> dict:
         now = _fmt(_now())
@@ -79,12 +80,23 @@ class Lease:
         return holder
 
     def try_acquire(self) -> bool:
-        """Take or renew the lease. False when someone else holds it or won a race."""
+        """Take or renew the lease. False when someone else holds it or won a race.
+
+        A holder renews with one PUT on the copy it wrote last (its
+        resourceVersion is the precondition); only when that fails does it
+        read the Lease again. Idle leaders thus cost one request per renewal.
+        """
+        if self._mine is not None:
+            try:
+                self._mine = self.kube.replace_lease(self.namespace, self._body(self._mine, acquire=False))
+                return True
+            except (ConflictError, NotFoundError):
+                self._mine = None  # someone else wrote it: look before deciding
         try:
             existing = self.kube.get_lease(self.namespace, self.name)
         except NotFoundError:
             try:
-                self.kube.create_lease(self.namespace, self._body(None, acquire=True))
+                self._mine = self.kube.create_lease(self.namespace, self._body(None, acquire=True))
                 return True
             except ConflictError:
                 return False
@@ -92,7 +104,8 @@ class Lease:
         if current not in (None, self.holder):
             return False
         try:
-            self.kube.replace_lease(self.namespace, self._body(existing, acquire=current is None))
+            self._mine = self.kube.replace_lease(self.namespace,
+                                                 self._body(existing, acquire=current is None))
             return True
         except ConflictError:
             return False
@@ -105,6 +118,7 @@ class Lease:
 
     def release(self) -> None:
         """Give the lease up if we hold it (so a successor need not wait it out)."""
+        self._mine = None
         try:
             existing = self.kube.get_lease(self.namespace, self.name)
         except NotFoundError:

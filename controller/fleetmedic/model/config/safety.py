@@ -54,7 +54,7 @@ class SafetyConfig(Section):
     flap: FlapConfig = FlapConfig()
     pause: bool = False
     """Stop all action (the pause annotation on the pause ConfigMap does the same at runtime)."""
-    pause_configmap: str = "kube-system/fleetmedic"
+    pause_configmap: str = "fleetmedic/fleetmedic"
     """namespace/name of the ConfigMap whose fleetmedic.io/pause annotation pauses all action."""
     maintenance_windows: tuple[Window, ...] = ()
     """When drains, reinstalls and reboots may start. Empty: any time."""

@@ -130,16 +130,19 @@ class MetricsConfig(Section):
 
 class LeaderElectionConfig(Section):
     enabled: bool = True
-    namespace: str = "kube-system"
+    namespace: str = "fleetmedic"
+    """The controller's own namespace, where deploy/controller's Role grants Leases."""
     lease_name: str = "fleetmedic-controller"
     identity: str | None = None
     """Holder identity. Unset: hostname and PID."""
-    lease_duration: Duration = 15
-    """client-go's defaults (15/10/2 s): a dead leader is replaced within ~15 s."""
-    renew_deadline: Duration = 10
+    lease_duration: Duration = 120
+    """Longer than client-go's 15 s on purpose: repairs take minutes and fenced nodes stay
+    fenced while no one leads, so a 2-minute failover costs little, while renewing every
+    2 s would be most of an idle controller's API traffic (target: <= 2 requests/min)."""
+    renew_deadline: Duration = 90
     """A leader that cannot renew within this stops acting before its lease can expire."""
-    retry_period: Duration = 2
-    """How often a follower tries to take over (and the leader renews)."""
+    retry_period: Duration = 40
+    """How often a follower tries to take over and the leader renews (one PUT each time)."""
     node_lease_duration: Duration = 120
     """Per-node Lease, renewed while a node is worked on; short so a crash frees it soon."""
 
