@@ -150,13 +150,18 @@ def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    controller.run(stop, once=once)
+    code = 0
+    try:
+        controller.run(stop, once=once)
+    except FleetmedicError as exc:
+        click.echo(f"fleetmedic: error: {exc}", err=True)
+        code = 1
     logging.shutdown()
     # Worker threads still inside a drain cannot be interrupted; everything is recorded
     # on the Nodes, so leaving now is safe (the next start resumes the phase).
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 # -- status ---------------------------------------------------------------------------
