@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +32,9 @@ def run(cmd: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
 def test_install_controller_runs_the_hardened_service(kube, fleet_factory, tmp_path):
     built = run([sys.executable, str(ROOT / "tests/molecule/_shared/build_wheelhouse.py"), str(WHEELHOUSE)])
     assert built.returncode == 0, built.stderr
+    # a snapshot: a concurrent molecule run may rebuild the shared wheelhouse mid-test
+    wheelhouse = tmp_path / "wheelhouse"
+    shutil.copytree(WHEELHOUSE, wheelhouse)
     bastion = fleet_factory(1)
     kube.ensure_namespace("kube-system")
     # the admin kubeconfig, with the API address as the bastion sees it
@@ -40,7 +44,7 @@ def test_install_controller_runs_the_hardened_service(kube, fleet_factory, tmp_p
     (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kc))
     lease = f"fm-install-{uuid.uuid4().hex[:6]}"
     extravars = {
-        "controller_wheelhouse": str(WHEELHOUSE),
+        "controller_wheelhouse": str(wheelhouse),
         # the test nodes already carry a venv at the default path (the fleet harness's own)
         "controller_venv": "/opt/fleetmedic-controller/venv",
         "controller_kubeconfig_src": str(tmp_path / "kubeconfig"),
