@@ -23,6 +23,7 @@ Idempotent: a second run with the same inputs does nothing (keyed by this file's
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -140,6 +141,13 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     out = Path(argv[1]).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)     # concurrent runs build one at a time
+        return build(out)
+
+
+def build(out: Path) -> int:
     stamp = out / ".built"
     if stamp.exists() and stamp.read_text().strip() == KEY:
         print(out)

@@ -11,8 +11,11 @@ changes. Prints OUTDIR.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import shutil
 import subprocess
+import tempfile
 import sys
 import tomllib
 from pathlib import Path
@@ -41,6 +44,14 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)     # concurrent molecule/pytest runs build one at a time
+        build(out)
+    print(out)
+    return 0
+
+
+def build(out: Path) -> None:
     pyproject = ROOT / "pyproject.toml"
     deps_key = digest([pyproject])
     if (out / ".deps").exists() is False or (out / ".deps").read_text().strip() != deps_key:
@@ -51,12 +62,13 @@ def main(argv: list[str]) -> int:
            if p.is_file() and "__pycache__" not in p.parts]
     self_key = digest(src + [pyproject])
     if not (out / ".self").exists() or (out / ".self").read_text().strip() != self_key:
-        for old in out.glob("fleetmedic-*.whl"):
-            old.unlink()
-        pip("wheel", "--no-deps", "--wheel-dir", str(out), str(ROOT))
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            pip("wheel", "--no-deps", "--wheel-dir", tmp, str(ROOT))
+            for old in out.glob("fleetmedic-*.whl"):
+                old.unlink()
+            for new in Path(tmp).glob("fleetmedic-*.whl"):
+                shutil.move(str(new), out / new.name)   # same filesystem: a rename
         (out / ".self").write_text(self_key + "\n")
-    print(out)
-    return 0
 
 
 if __name__ == "__main__":
