@@ -6,8 +6,12 @@
   kube.kubeconfig_for_serviceaccount(namespace, name) -> str (kubeconfig path)
   kube.make_nodes(3, prefix=..., labels=..., addresses=[...], taints=[...]) -> [node dicts]
   kube.make_pods(node_name, count, namespace=..., labels=...) -> [pod dicts]
+  kube.delete_nodes(names)
+  kube.ensure_namespace(namespace)                   namespace + its "default" ServiceAccount
   kube.set_pdb_status(namespace, name, disruptions_allowed)
+  kube.restart_apiserver() -> seconds                same port; old watch RVs then get 410
   kube.request(method, path, body) -> dict          admin REST call, raises ApiError
+  kube.rss() -> {"etcd": bytes, "kube-apiserver": bytes, "kwok": bytes}
 Tests that use it are marked ``kube`` automatically. When the binaries are missing the
 test fails with the command that builds them (FLEETMEDIC_KUBE_SKIP=1 skips instead).
 Tests share one API server: give nodes and namespaces names of their own.
