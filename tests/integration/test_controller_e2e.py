@@ -198,6 +198,7 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
     [name] = b.register({1: [ctlenv.repair_taint("reboot"), FOREIGN]})
     expected = {(FOREIGN["key"], FOREIGN["value"])}
     errors: list[BaseException] = []
+    during_repair = []                      # ops done while the node had repair work under way
     rng = random.Random(7)
 
     def churn() -> None:
@@ -215,7 +216,9 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
                         {"key": k, "value": "x", "effect": "PreferNoSchedule"}])
                     added.append(key)
                     expected.add((key, "x"))
-                time.sleep(rng.uniform(0.05, 0.4))
+                ann = ctlenv.node(b.kube, name)["metadata"].get("annotations") or {}
+                during_repair.append("fleetmedic.io/in-flight" in ann)
+                time.sleep(rng.uniform(0.02, 0.12))
         except BaseException as exc:  # surfaced in the test thread
             errors.append(exc)
 
@@ -228,6 +231,7 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
     got = {(t["key"], t.get("value")) for t in taints(b.kube, name)}
     assert got == expected, f"lost: {expected - got}, unexpected: {got - expected}"
     assert [a["result"] for a in history(b.kube, name)] == ["pass"]
+    assert sum(during_repair) >= 50, f"only {sum(during_repair)} of 100 changes overlapped the repair"
 
 
 # -- e) kill -9 during the reboot step ----------------------------------------------------
