@@ -165,61 +165,19 @@ from ansible.utils.unsafe_proxy import wrap_var
 
 try:
     from fleetmedic.errors import FleetmedicError
-    from fleetmedic.model import keys, nodestate, vocabulary
+    from fleetmedic.model import nodestate, vocabulary
+    # Groups and host variables are computed in one place for this plugin and the
+    # controller's own inventory, so a playbook sees the same hosts either way.
+    from fleetmedic.model.hostvars import (ALL_GROUPS, STATE_GROUPS, ansible_address, host_groups,
+                                           host_vars, node_tags)
 except ImportError as _exc:  # reported by parse(), so ansible-doc still works without it
     FLEETMEDIC_IMPORT_ERROR = _exc
 else:
     FLEETMEDIC_IMPORT_ERROR = None
 
-STATE_GROUPS = {"reboot": "repair_reboot", "reimage": "repair_reimage", "manual": "repair_manual"}
-ALL_GROUPS = ("in_repair", "repair_reboot", "repair_reimage", "repair_manual", "slow_network", "healthy")
-
-
 def _one_line(exc):
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def node_tags(view):
-    """The states a NodeView counts as for O(states): repair state, slow_network, or healthy."""
-    tags = []
-    if view.state != "healthy":
-        tags.append(view.state)
-    if view.slow_network:
-        tags.append("slow_network")
-    return tags or ["healthy"]
-
-
-def host_groups(view):
-    """Groups for a NodeView: one per state tag, plus vendor_<vendor>."""
-    groups = [STATE_GROUPS.get(tag, tag) for tag in node_tags(view)]
-    return groups + ["vendor_" + view.vendor]
-
-
-def ansible_address(view, address_label=None, address_annotation=None):
-    """SSH address: the label override, the annotation override, else the view's address."""
-    if address_label and view.labels.get(address_label):
-        return view.labels[address_label]
-    if address_annotation and view.annotations.get(address_annotation):
-        return view.annotations[address_annotation]
-    return view.address
-
-
-def host_vars(view, address):
-    """Host variables for a NodeView (plain data; the caller marks it unsafe)."""
-    hostvars = {
-        "fleetmedic_state": view.state,
-        "fleetmedic_slow_network": view.slow_network,
-        "fleetmedic_vendor": view.vendor,
-        "fleetmedic_unschedulable": view.unschedulable,
-        "fleetmedic_foreign_signals": list(view.foreign_signals),
-        "k8s_labels": dict(view.labels),
-        "k8s_taints": [dict(t) for t in view.taints],
-        "fleetmedic_annotations": {k: v for k, v in view.annotations.items() if k.startswith(keys.PREFIX)},
-    }
-    if address:
-        hostvars["ansible_host"] = address
-    return hostvars
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
