@@ -287,8 +287,16 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
+def _stop_with_parent() -> None:
+    """In the child: SIGTERM when the spawning thread's process dies (a killed test run
+    or demo), so no controller outlives it; SIGTERM lets it cancel its playbook runs."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
 class ControllerProcess:
-    """``fleetmedic run --config CONFIG`` in the background, logging to ``log``."""
+    """``fleetmedic run --config CONFIG`` in the background, logging to ``log``. It is
+    stopped (SIGTERM) if the process that started it dies."""
 
     def __init__(self, config: Path, log: Path, *args: str) -> None:
         self.config, self.log, self.args = config, log, args
@@ -302,7 +310,8 @@ class ControllerProcess:
             self.proc = subprocess.Popen([str(FLEETMEDIC), "run", "--config", str(self.config),
                                           *self.args], stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=_stop_with_parent)
         finally:
             out.close()
         return self

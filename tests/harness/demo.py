@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--keep-logs", type=Path, help="copy the controller's log and runs here")
     args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)   # also when started in the background (SIGINT ignored)
     workdir = Path(tempfile.mkdtemp(prefix="fleetmedic-demo-"))
     demo = Demo(workdir)
     code = 0
