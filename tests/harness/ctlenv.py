@@ -24,6 +24,7 @@ the kernel log is the node's test log file.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -287,11 +288,13 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)   # loaded here: the child after fork imports nothing
+
+
 def _stop_with_parent() -> None:
     """In the child: SIGTERM when the spawning thread's process dies (a killed test run
     or demo), so no controller outlives it; SIGTERM lets it cancel its playbook runs."""
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    _LIBC.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
 
 
 class ControllerProcess:
