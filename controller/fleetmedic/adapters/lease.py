@@ -2,9 +2,9 @@
 
 Written here rather than taken from ``kubernetes.leaderelection`` because one
 small primitive serves both uses: the library's LeaderElection owns its own
-threads and callbacks and has no notion of short per-node locks, which an
-ad-hoc ``ansible-playbook`` run (through ``fleetmedic lock``) and the
-controller both need. Every write is a compare-and-swap on resourceVersion,
+threads and callbacks and has no notion of short per-node locks. (Known gap:
+an ad-hoc ``ansible-playbook`` run does not take the per-node Lease yet; a
+``fleetmedic lock NODE`` wrapper for that is not built.) Every write is a compare-and-swap on resourceVersion,
 so two holders can never both believe they hold a lease.
 """
 
