@@ -13,7 +13,6 @@ import sys
 
 import click
 
-from fleetmedic import __version__
 from fleetmedic.errors import FleetmedicError
 
 # name -> (module:click-command, one-line help shown in `fleetmedic --help`)
@@ -44,7 +43,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="fleetmedic")
+@click.version_option(package_name="fleetmedic", prog_name="fleetmedic")   # looked up only for --version
 def cli() -> None:
     """fleetmedic keeps a GPU fleet healthy.
 
