@@ -41,6 +41,7 @@ from fleetmedic.model.nodeedit import merge_patch
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = 15.0  # seconds for any non-watch call
+LIST_PAGE = 500        # nodes per list page (the API server's own default chunk size)
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -95,9 +96,34 @@ class Kube:
     # -- nodes ------------------------------------------------------------
     def list_nodes(self, label_selector: str | None = None) -> tuple[list[dict], str]:
         """All nodes (matching ``label_selector``) and the list's resourceVersion."""
-        kwargs = {"label_selector": label_selector} if label_selector else {}
-        body = self._call("list nodes", self.core.list_node, **kwargs)
-        return body.get("items") or [], body["metadata"].get("resourceVersion", "")
+        items: list[dict] = []
+        rv = ""
+        for page, rv in self.list_node_pages(label_selector):
+            items.extend(page)
+        return items, rv
+
+    def list_node_pages(self, label_selector: str | None = None,
+                        page_size: int = LIST_PAGE) -> Iterator[tuple[list[dict], str]]:
+        """Nodes a page at a time, each with the list's resourceVersion.
+
+        Every page comes from the same snapshot (``continue``), so any page's
+        resourceVersion is the list's. Paging keeps a 5,000-node fleet from being
+        one 20 MB response parsed at once, which would set the controller's
+        memory high-water mark. A continue token that expired is 410: Expired.
+        """
+        token = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": page_size}
+            if label_selector:
+                kwargs["label_selector"] = label_selector
+            if token:
+                kwargs["_continue"] = token
+            body = self._call("list nodes", self.core.list_node, **kwargs)
+            meta = body.get("metadata") or {}
+            yield body.get("items") or [], meta.get("resourceVersion", "")
+            token = meta.get("continue")
+            if not token:
+                return
 
     def get_node(self, name: str) -> dict:
         return self._call(f"get node {name}", self.core.read_node, name)

@@ -87,17 +87,40 @@ class Plan:
 
 
 def decide_all(views: Sequence[NodeView], now: datetime, cfg: Config,
-               skip: Iterable[str] = ()) -> list[tuple[NodeView, Action]]:
-    """Every node's next action (nodes in ``skip`` left out)."""
+               skip: Iterable[str] = (),
+               memo: dict[str, tuple[NodeView, Action]] | None = None) -> list[tuple[NodeView, Action]]:
+    """Every node's next action (nodes in ``skip`` left out).
+
+    ``memo`` keeps NONE decisions across cycles: a NONE depends on the Node alone, never
+    on the clock (ladder.decide says so and a property test holds it to that), so it
+    stands while the node's view is the same object, i.e. the Node has not changed.
+    A fleet of thousands of healthy nodes then costs a dict lookup per node per cycle.
+    """
     skip = set(skip)
     decisions = []
     for v in views:
         if v.name in skip:
             continue
+        if memo is not None:
+            known = memo.get(v.name)
+            if known is not None and known[0] is v:
+                decisions.append(known)
+                continue
         try:
-            decisions.append((v, ladder.decide(v, now, cfg)))
+            decision = (v, ladder.decide(v, now, cfg))
         except Exception:  # one odd Node must never stop the fleet's loop
             log.exception("%s: cannot decide; leaving it alone this cycle", v.name)
+            continue
+        decisions.append(decision)
+        if memo is not None:
+            if decision[1].kind == NONE:
+                memo[v.name] = decision
+            else:
+                memo.pop(v.name, None)
+    if memo is not None and len(memo) > len(views):
+        present = {v.name for v in views}
+        for gone in [name for name in memo if name not in present]:
+            del memo[gone]
     return decisions
 
 
@@ -115,8 +138,9 @@ def make_plan(views: Sequence[NodeView], decisions: Sequence[tuple[NodeView, Act
     """
     fleet = budget.fleet_of(views)
     fleet = budget.Fleet(fleet.size, fleet.healthy, fleet.active | frozenset(busy_slots))
-    since = {v.name: v.annotations.get(keys.ANN_STATE_SINCE) or "" for v, _ in decisions}
-    actions = sorted((a for _, a in decisions),
+    pending = [(v, a) for v, a in decisions if a.kind not in (NONE, WAIT)]   # admit skips the rest
+    since = {v.name: v.annotations.get(keys.ANN_STATE_SINCE) or "" for v, _ in pending}
+    actions = sorted((a for _, a in pending),
                      key=lambda a: (not a.new_work, since[a.node] if a.new_work else "", a.node))
     admission = budget.admit(actions, fleet, cfg.safety, now, paused=paused,
                              breaker=breaker_reason)
@@ -158,7 +182,10 @@ class Controller:
         le = cfg.leader_election
         self.identity = identity or le.identity or default_identity()
         self.metrics = metrics or Metrics()
-        self.watcher = NodeWatcher(kube, cfg.kube.label_selector, watch_timeout=watch_timeout)
+        self.watcher: NodeWatcher[NodeView] = NodeWatcher(
+            kube, cfg.kube.label_selector, watch_timeout=watch_timeout,
+            transform=lambda node: view_of(node, self.vocab, self.foreign))
+        self._settled: dict[str, tuple[NodeView, Action]] = {}   # decide_all's memo
         self.executor = Executor(cfg, kube, on_run=lambda d: self.metrics.in_flight.inc(d))
         workers = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleetmedic-work")
@@ -327,26 +354,31 @@ class Controller:
 
     # -- one cycle ------------------------------------------------------------------
     def views(self) -> list[NodeView]:
-        nodes = self.watcher.snapshot()
-        return [view_of(nodes[name], self.vocab, self.foreign) for name in sorted(nodes)]
+        views = self.watcher.snapshot()
+        return [views[name] for name in sorted(views)]
 
     def cycle(self) -> tuple[float, int]:
         """Decide, admit and start work. Returns (seconds until it is worth looking again,
         actions admitted)."""
         self.cycles += 1
         now, mono = self.clock(), time.monotonic()
-        views = self.views()
-        self._observe(views, now)
-        breaker_reason = self._breaker_check(views, now)
+        # Busy nodes first, then the Nodes: a worker records its outcome (watcher.put)
+        # before it leaves _busy, so a node that is not busy here is seen with its record.
+        # The other order can decide a node from a view older than its outcome, i.e.
+        # repeat work that just finished (at 5,000 nodes: every escalation email twice).
         busy = self.busy()
         with self._lock:
             self._backoff = {n: t for n, t in self._backoff.items() if t > mono}
             backoff = dict(self._backoff)
+        views = self.views()
+        self._observe(views, now)
+        breaker_reason = self._breaker_check(views, now)
         wait = IDLE_WAKE
         if backoff:
             wait = min(wait, min(backoff.values()) - mono)
         slots = [n for n, a in busy.items() if a.new_work or a.step in budget.WORKING_STEPS]
-        decisions = decide_all(views, now, self.cfg, skip=set(busy) | set(backoff))
+        decisions = decide_all(views, now, self.cfg, skip=set(busy) | set(backoff),
+                               memo=self._settled)
         for _, a in decisions:
             if a.kind == WAIT and a.not_before is not None:
                 wait = min(wait, (a.not_before - now).total_seconds() + 0.05)

@@ -1,9 +1,15 @@
-"""An informer for Nodes: list once, then watch with bookmarks.
+"""An informer for Nodes: list once (in pages), then watch with bookmarks.
 
 The controller never polls: it keeps this cache and wakes as soon as a watch
 event arrives, so an idle fleet costs one long watch request every
 ``watch_timeout`` seconds. On 410 Gone it lists again; on a dropped stream it
 resumes from the last resourceVersion it saw (bookmarks keep that fresh).
+
+``transform`` turns each Node into what the cache keeps (client-go calls this an
+informer transform). The controller keeps its :class:`NodeView` only, so a Node's
+managedFields, capacity, images and the rest are dropped as each one arrives
+rather than held for every node of the fleet, and views are computed once per
+change instead of once per cycle.
 """
 
 from __future__ import annotations
@@ -11,19 +17,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any, Callable, Generic, TypeVar
 
 from fleetmedic.adapters.kube import Expired, Kube
 from fleetmedic.errors import FleetmedicError, PermanentError
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class NodeWatcher:
+
+def _keep(node: dict) -> Any:
+    return node
+
+
+class NodeWatcher(Generic[T]):
     def __init__(self, kube: Kube, label_selector: str | None = None,
-                 watch_timeout: int = 300, retry_delay: float = 2.0) -> None:
+                 watch_timeout: int = 300, retry_delay: float = 2.0,
+                 transform: Callable[[dict], T] = _keep) -> None:
         self.kube, self.label_selector = kube, label_selector
         self.watch_timeout, self.retry_delay = watch_timeout, retry_delay
-        self._nodes: dict[str, dict] = {}
+        self.transform = transform
+        self._items: dict[str, tuple[int, T]] = {}    # name -> (resourceVersion, kept form)
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self.synced = threading.Event()
@@ -31,9 +46,9 @@ class NodeWatcher:
         self.error: FleetmedicError | None = None
 
     # -- reading ------------------------------------------------------------
-    def snapshot(self) -> dict[str, dict]:
+    def snapshot(self) -> dict[str, T]:
         with self._lock:
-            return dict(self._nodes)
+            return {name: item for name, (_, item) in self._items.items()}
 
     def wait_for_change(self, timeout: float) -> bool:
         """Block until an event arrived (True) or ``timeout`` passed (False)."""
@@ -48,10 +63,14 @@ class NodeWatcher:
         return thread
 
     def _relist(self) -> str:
-        self.requests += 1
-        items, rv = self.kube.list_nodes(self.label_selector)
+        items: dict[str, tuple[int, T]] = {}
+        rv = ""
+        for page, rv in self.kube.list_node_pages(self.label_selector):
+            self.requests += 1
+            for node in page:
+                items[node["metadata"]["name"]] = (_rv(node), self.transform(node))
         with self._lock:
-            self._nodes = {n["metadata"]["name"]: n for n in items}
+            self._items = items
         self.synced.set()
         self._changed.set()
         return rv
@@ -84,15 +103,26 @@ class NodeWatcher:
 
     def _apply(self, kind: str, node: dict) -> None:
         name = node["metadata"]["name"]
-        with self._lock:
-            if kind == "DELETED":
-                self._nodes.pop(name, None)
-            else:
-                old = self._nodes.get(name)
-                # Ignore events older than what we hold (a relist raced a watch).
-                if old and _rv(old) > _rv(node):
+        if kind == "DELETED":
+            with self._lock:
+                self._items.pop(name, None)
+        else:
+            version = _rv(node)
+            with self._lock:
+                old = self._items.get(name)
+            # Ignore events older than what we hold (a relist raced a watch).
+            if old and old[0] > version:
+                return
+            try:
+                kept = self.transform(node)   # outside the lock: readers never wait for it
+            except Exception:  # one odd Node must never stop the watch
+                log.exception("node %s: cannot read it; keeping what we had", name)
+                return
+            with self._lock:
+                old = self._items.get(name)
+                if old and old[0] > version:
                     return
-                self._nodes[name] = node
+                self._items[name] = (version, kept)
         self._changed.set()
 
     def put(self, node: dict) -> None:

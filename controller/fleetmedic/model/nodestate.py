@@ -41,7 +41,7 @@ class ForeignSignal:
         return f"{self.kind} {self.key}" + (f"={self.value}" if self.value is not None else "")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)   # slots: the controller keeps one per node
 class NodeView:
     name: str
     state: str                      # healthy | reboot | reimage | manual

@@ -48,7 +48,12 @@ DISRUPTIVE_PHASES = ("reboot", "reinstall")
 
 
 def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
-    """The next action for this node, from the Node alone (plus the clock and config)."""
+    """The next action for this node, from the Node alone (plus the clock and config).
+
+    A NONE never depends on the clock: the controller reuses it until the Node changes
+    (test_a_none_decision_never_changes_with_the_clock_alone). Anything that must happen
+    later returns WAIT with ``not_before`` instead.
+    """
     n = NodeCtx(view, now, cfg)
     if view.annotations.get(keys.ANN_PAUSE) == "true":
         return n.action(NONE, f"paused by the {keys.ANN_PAUSE} annotation on the node")

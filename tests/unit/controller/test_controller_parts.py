@@ -121,3 +121,45 @@ def test_escalation_reason_is_the_last_failure_of_the_episode():
     assert escalation_reason(v, action) == "reimage attempt 1 unreachable at diagnose: ssh: timeout"
     assert escalation_reason(v, Action("escalate", "a", "fenced for manual", ep=3)) == \
         "fenced for manual"
+
+
+def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(caplog):
+    """Regression (seen at 5,000 nodes): a worker that records its outcome and leaves the
+    busy set while a cycle is looking must not make that cycle act on the old view. Here
+    the escalation email was being recorded; deciding from the view before the record
+    sends the email again."""
+    import logging
+
+    from kubernetes import client
+
+    from fleetmedic.adapters.kube import Kube
+    from fleetmedic.controller.loop import Controller
+    from fleetmedic.policy.actions import ESCALATE
+
+    begun = node("x", "manual", {keys.ANN_ESCALATED: json.dumps({"ep": 1, "decided": "2026-11-21T11:59:00Z"})})
+    recorded = node("x", "manual", {keys.ANN_ESCALATED: json.dumps(
+        {"ep": 1, "decided": "2026-11-21T11:59:00Z", "sent": "2026-11-21T11:59:01Z", "tries": 1})})
+    recorded["metadata"]["resourceVersion"] = "2"
+    nowhere = "https://127.0.0.1:9"
+    kube = Kube(client.ApiClient(client.Configuration(host=nowhere)), nowhere)
+
+    class WorkerFinishesWhileTheCycleLooks(Controller):
+        def views(self):
+            seen = super().views()
+            self.watcher.put(recorded)        # the worker records the outcome...
+            with self._lock:
+                self._busy.pop("x", None)     # ...then leaves the busy set
+            return seen
+
+    cfg = parse({"safety": {"min_healthy": 0, "breaker": {"enabled": False}, "pause_configmap": ""},
+                 "ansible": {"playbook_dir": "/pb"}})
+    ctl = WorkerFinishesWhileTheCycleLooks(cfg, kube, dry_run=True, clock=lambda: NOW)
+    ctl.watcher.put(begun)
+    ctl._busy["x"] = Action(node="x", kind=ESCALATE, reason="escalating", step="manual", ep=1)
+    with caplog.at_level(logging.INFO, logger="fleetmedic.controller.loop"):
+        ctl.cycle()
+        ctl.cycle()                             # the next cycle sees the record
+    ctl.pool.shutdown(wait=False)
+    lines = [r.getMessage() for r in caplog.records]
+    assert not [line for line in lines if "x: escalate" in line], lines
+    assert any("waiting for `fleetmedic release`" in line for line in lines), lines

@@ -125,3 +125,36 @@ def test_pause_stops_every_action(spec, seed):
     after = {n: (w.nodes[n]["spec"]["taints"], w.nodes[n]["metadata"]["annotations"])
              for n in w.nodes}
     assert before == after
+
+
+@FAST
+@given(fleets, st.integers(0, 2**32), st.floats(0, 0.3),
+       st.sampled_from([1.0, 3600.0, 86400.0 * 30]))
+def test_a_none_decision_never_changes_with_the_clock_alone(spec, seed, crash, later):
+    """The controller keeps NONE decisions while a Node is unchanged (loop.decide_all's
+    memo); that is only right if no NONE turns into work just because time passed."""
+    from datetime import timedelta
+
+    from fleetmedic.policy import ladder
+    from fleetmedic.policy.actions import NONE
+
+    w = build(spec, seed, safety__max_concurrent=2, safety__max_concurrent_percent=100)
+    w.crash_rate = crash
+    seen = 0
+
+    def check_none_decisions() -> None:
+        nonlocal seen
+        for v in w.views():
+            now = ladder.decide(v, w.now, w.cfg)
+            if now.kind == NONE:
+                seen += 1
+                then = ladder.decide(v, w.now + timedelta(seconds=later), w.cfg)
+                assert (then.kind, then.reason) == (now.kind, now.reason), v.name
+
+    for _ in range(200):
+        check_none_decisions()
+        w.cycle()
+        if w.settled():
+            break
+    check_none_decisions()    # settled: every node is healthy or escalated, i.e. NONE
+    assert seen, "the run must reach NONE decisions (healthy or escalated nodes)"
