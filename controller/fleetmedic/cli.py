@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("fleetmedic.controller.cli:plan", "Show what the next cycle would do, changing nothing."),
     "release": ("fleetmedic.controller.cli:release", "Return a node in manual repair to service."),
     "reset": ("fleetmedic.controller.cli:reset", "Remove every fleetmedic taint (only ours)."),
+    "breaker": ("fleetmedic.controller.cli:breaker", "Show or reset the circuit breaker."),
 }
 
 

@@ -2,7 +2,8 @@
 
 - ``TemporaryError``: worth retrying after ``delay`` seconds (API 409/429/5xx,
   SMTP relay down, SSH timeout).
-- ``PermanentError``: retrying will not help (403, bad config, unknown node).
+- ``PermanentError``: retrying will not help (bad config, unknown node);
+  ``ForbiddenError`` (401/403) and ``NotFoundError`` (404) are kinds of it.
 - ``ConfigError``: the configuration is invalid; the message is one line.
 """
 
@@ -29,6 +30,10 @@ class ConfigError(PermanentError):
 
 class ConflictError(TemporaryError):
     """The object changed under us (HTTP 409): re-read and retry."""
+
+
+class ForbiddenError(PermanentError):
+    """Not allowed (HTTP 401/403): RBAC does not grant it, so retrying will not help."""
 
 
 class NotFoundError(PermanentError):

@@ -6,12 +6,14 @@ uncordon), and every call outside those grants is refused with 403.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from test_safety_support import (NAMESPACE, SA, apply, history, install_controller_rbac,
                                  manifests, remove, safety_bench, state_of)  # noqa: F401
 
 from fleetmedic.adapters.kube import MERGE_PATCH, connect
-from fleetmedic.errors import PermanentError
+from fleetmedic.errors import ForbiddenError, PermanentError
 from tests.harness import ctlenv
 from tests.harness.ctlenv import wait_until
 
@@ -19,7 +21,7 @@ pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
 
 def forbidden(fn) -> str:
-    with pytest.raises(PermanentError) as err:
+    with pytest.raises(ForbiddenError) as err:
         fn()
     assert "HTTP 403" in str(err.value), str(err.value)
     return str(err.value)
@@ -65,6 +67,49 @@ def test_shipped_rbac_repairs_a_node_end_to_end(safety_bench):
     assert status.returncode == 0, status.stderr
 
 
+def test_force_drain_without_the_opt_in_grant_goes_to_a_human(safety_bench):
+    """pdb_blocked: force with the shipped RBAC only (no force-drain.yaml): deleting the
+    protected pod is refused, so the node goes to manual once, with the reason, instead of
+    retrying the forbidden delete round after round."""
+    from test_safety_budget import fast_playbooks
+
+    b = safety_bench(1, tag="frc")
+    install_controller_rbac(b.kube)
+    for doc in manifests(["force-drain.yaml"]):
+        remove(b.kube, doc)
+    [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
+    ns = f"w{b.pool}"
+    [guarded] = b.kube.make_pods(name, 1, namespace=ns, prefix=f"{name}-db", labels={"app": "db"})
+    b.kube.request("POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}})
+    b.kube.set_pdb_status(ns, "db", 0)
+    cfg = b.config(ansible={"playbook_dir": fast_playbooks(b.dir), "forks": 5},
+                   ladder={"reboot": {"phases": ["drain", "verify"]}},
+                   kube={"kubeconfig": b.kube.kubeconfig_for_serviceaccount(NAMESPACE, SA)},
+                   leader_election={"namespace": NAMESPACE, "lease_name": f"fleetmedic-{b.pool}"},
+                   safety={"pause_configmap": f"{NAMESPACE}/fleetmedic",
+                           "drain": {"timeout": 2, "pdb_blocked": "force", "retry_interval": 3}})
+    proc = b.controller(cfg)
+
+    def manual():
+        assert proc.alive, proc.tail()
+        return state_of(b.kube, name) == "manual"
+    wait_until(manual, 60, f"{name} to go to manual")
+    attempt, *rest = history(b.kube, name)
+    assert (attempt["step"], attempt["result"]) == ("reboot", "drain-blocked"), attempt
+    assert [(a["step"], a["result"]) for a in rest] in ([], [("manual", "escalated")]), rest
+    assert "force-drain.yaml" in attempt["message"] and "403" in attempt["message"], attempt
+    events = b.kube.request("GET", "/api/v1/namespaces/default/events?fieldSelector="
+                                   f"involvedObject.name%3D{name}")["items"]
+    assert "DrainForceForbidden" in {e["reason"] for e in events}
+    pods = b.kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+    assert guarded["metadata"]["name"] in {p["metadata"]["name"] for p in pods}, "pod kept"
+    time.sleep(5)    # past the retry interval: no second forbidden delete
+    assert proc.log.read_text(errors="replace").count("forcing deletion of") == 1
+    assert [a["result"] for a in history(b.kube, name)] == ["drain-blocked", "escalated"]
+
+
 def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
     install_controller_rbac(kube)
     k = connect(kube.kubeconfig_for_serviceaccount(NAMESPACE, SA))
@@ -80,7 +125,9 @@ def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
         k.update_node(name, lambda n: n["metadata"].setdefault("annotations", {}).update(
             {"fleetmedic.io/rbac-test": "1"}))
         k.list_pods_on_node(name)
-        assert k.get_config_map(NAMESPACE, "fleetmedic") is None   # 404, not 403
+        assert k.get_config_map(NAMESPACE, "fleetmedic")["data"]["pause"] == "false"   # shipped
+        k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": "1"})   # the breaker's record
+        k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": None})
         c = k.core
         # and nothing else
         forbidden(lambda: k._call("delete node", c.delete_node, name))
@@ -97,6 +144,11 @@ def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
         forbidden(lambda: k._call("get pod", c.read_namespaced_pod, pname, "rbacx"))
         forbidden(lambda: k._call("other configmap", c.read_namespaced_config_map,
                                   "kube-root-ca.crt", NAMESPACE))
+        forbidden(lambda: k.patch_config_map_data(NAMESPACE, "kube-root-ca.crt", {"x": "y"}))
+        forbidden(lambda: k._call("create configmap", c.create_namespaced_config_map, NAMESPACE,
+                                  {"metadata": {"name": "rbacx"}, "data": {}}))
+        forbidden(lambda: k._call("delete our configmap", c.delete_namespaced_config_map,
+                                  "fleetmedic", NAMESPACE))
         forbidden(lambda: k._call("lease elsewhere", k.coordination.read_namespaced_lease,
                                   "x", "kube-system"))
         forbidden(lambda: k._call("delete lease", k.coordination.delete_namespaced_lease,

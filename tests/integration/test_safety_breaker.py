@@ -4,15 +4,17 @@ A storm (6 of 10 Nodes turn unhealthy together, threshold 20 %: more than 2 trip
 opens the breaker: exactly one storm email, and no repair starts on any node while it is
 open, however long we wait and even when more nodes turn. Work the controller had admitted
 before the trip (at most the threshold's 2 nodes, since it cannot see the future) may
-finish. The storm was a false alarm: a human removes the taints (`fleetmedic reset`) and
-resets the breaker by restarting the controller (the breaker's memory is in-process, see
-controller/loop.py). Afterwards nothing stale is replayed (no action, no second email, no
-re-trip from the storm's transitions) and a new single fault is repaired as usual.
+finish. The trip is recorded on the pause ConfigMap, so a restarted controller starts
+with the breaker open (no action, no second email). The storm was a false alarm: a human
+removes the taints (`fleetmedic reset`) and resets the breaker (`fleetmedic breaker
+reset`); the running controller resumes. Nothing stale is replayed (no action, no second
+email, no re-trip from the storm's transitions) and a new single fault is repaired as usual.
 Fast test playbooks as in test_safety_budget.py (10 kwok Nodes share 2 SSH nodes).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -56,6 +58,9 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     cfg = fast_config(b, b.dir, smtp_sink, max_concurrent=10, breaker={
         "enabled": True, "threshold_percent": 20, "min_nodes": 3, "window": 600,
         "cooldown": None})
+    b.kube.request("POST", "/api/v1/namespaces/kube-system/configmaps", {   # as deploy/ ships it
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"fleetmedic-{b.pool}"},
+        "data": {"pause": "false"}})
     proc = b.controller(cfg)
     wait_until(lambda: "watching 10 nodes" in proc.log.read_text(), 30, "controller ready")
     time.sleep(2)                                  # past the first (baseline) observation
@@ -79,14 +84,34 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     assert not runs.exists() or not any(runs.iterdir()), "no playbook ran at all"
     assert not any(ctlenv.node(b.kube, n)["spec"].get("unschedulable") for n in names), \
         "nothing was cordoned or drained"
+    record = json.loads(pause_cm(b)["data"]["breaker"])
+    # the record names the turns that tripped it: more than the limit of 2, all from the storm
+    assert record["tripped_at"] and len(record["nodes"]) >= 3, record
+    assert set(record["nodes"]) <= set(storm), record
+    st = cli(cfg, "breaker", "status")
+    assert st.returncode == 0 and "OPEN since" in st.stdout, (st.stdout, st.stderr)
+
+    # a restart keeps it open: the trip is on the ConfigMap
+    assert proc.stop() == 0
+    proc2 = b.controller(cfg, n=2)
+    wait_until(lambda: "circuit breaker open since" in proc2.log.read_text(), 30,
+               "the restarted controller to find the breaker open")
+    time.sleep(8)
+    assert started(b.kube, names) == early, "no repair starts after a restart either"
+    assert len(smtp_sink.messages) == 1, "no second storm email after a restart"
+
+    # a human: the storm was a false alarm
     r = cli(cfg, "reset", "--yes")
     assert r.returncode == 0, r.stderr
     before = {n: len(history(b.kube, n)) for n in names}
     assert all(state_of(b.kube, n) == "healthy" for n in names)
-    assert proc.stop() == 0
-    proc2 = b.controller(cfg, n=2)                 # the reset: a fresh breaker
-    wait_until(lambda: "watching 10 nodes" in proc2.log.read_text(), 30, "controller ready")
-    time.sleep(10)
+    r = cli(cfg, "breaker", "reset", "--yes")
+    assert r.returncode == 0 and "reset by" in r.stdout, (r.stdout, r.stderr)
+    wait_until(lambda: "circuit breaker reset by" in proc2.log.read_text(), 30,
+               "the running controller to see the reset")
+    assert not json.loads(pause_cm(b)["data"]["breaker"])["tripped_at"]
+    assert "closed" in cli(cfg, "breaker", "status").stdout
+    time.sleep(5)
     assert {n: len(history(b.kube, n)) for n in names} == before, "nothing stale replayed"
     assert not any((ctlenv.node(b.kube, n)["metadata"].get("annotations") or {})
                    .get("fleetmedic.io/in-flight") for n in names)
@@ -98,3 +123,7 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
                "the new fault to be repaired")
     assert [(a["step"], a["result"]) for a in history(b.kube, one)] == [("reboot", "pass")]
     assert len(smtp_sink.messages) == 1 and "tripped" not in proc2.log.read_text()
+
+
+def pause_cm(b) -> dict:
+    return b.kube.request("GET", f"/api/v1/namespaces/kube-system/configmaps/fleetmedic-{b.pool}")

@@ -32,6 +32,7 @@ REPAIR_KEY = "fleetmedic.io/repair"
 _COLLECTIONS = {
     ("v1", "Namespace"): "/api/v1/namespaces",
     ("v1", "ServiceAccount"): "/api/v1/namespaces/{ns}/serviceaccounts",
+    ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps",
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"):
         "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",

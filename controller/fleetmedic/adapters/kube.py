@@ -11,7 +11,8 @@ HTTP / transport            fleetmedic error
 404                        NotFoundError
 409                        ConflictError (re-read and retry)
 410                        Expired (list again)
-401, 403, 422              PermanentError
+401, 403                   ForbiddenError (a PermanentError)
+400, 422                   PermanentError
 429, 5xx, connection       TemporaryError
 =========================  =====================================
 
@@ -34,8 +35,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from fleetmedic.errors import (ConfigError, ConflictError, FleetmedicError, NotFoundError,
-                               PermanentError, TemporaryError)
+from fleetmedic.errors import (ConfigError, ConflictError, FleetmedicError, ForbiddenError,
+                               NotFoundError, PermanentError, TemporaryError)
 from fleetmedic.model.nodeedit import merge_patch
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ def _error_from(status: int | None, reason: str, body: str | None, what: str) ->
         return ConflictError(msg, delay=0.05)
     if status == 410:
         return Expired(msg, delay=0)
-    if status in (401, 403, 400, 422):
+    if status in (401, 403):
+        return ForbiddenError(msg)
+    if status in (400, 422):
         return PermanentError(msg)
     return TemporaryError(msg, delay=2.0)
 
@@ -239,6 +242,17 @@ class Kube:
                               self.core.read_namespaced_config_map, name, namespace)
         except NotFoundError:
             return None
+
+    def patch_config_map_data(self, namespace: str, name: str, data: dict[str, str | None]) -> dict:
+        """Merge ``data`` into an existing ConfigMap (a None value removes the key).
+
+        The ConfigMap is never created here: the shipped RBAC grants ``patch`` on one
+        named ConfigMap only (``create`` cannot be limited by name), and
+        deploy/controller ships it. A missing one is NotFoundError.
+        """
+        return self._call(f"patch configmap {namespace}/{name}",
+                          self.core.patch_namespaced_config_map, name, namespace, {"data": data},
+                          _content_type=MERGE_PATCH)
 
     # -- events -----------------------------------------------------------
     def post_event(self, node: dict, reason: str, message: str, type: str = "Normal",

@@ -1,4 +1,4 @@
-"""The controller's commands: ``fleetmedic run | status | plan | release | reset``.
+"""The controller's commands: ``fleetmedic run | status | plan | release | reset | breaker``.
 
 Every command takes ``--config`` (default /etc/fleetmedic/controller.yaml; when that
 default does not exist the built-in defaults apply) and ``--kubeconfig`` (wins over the
@@ -15,6 +15,8 @@ command with one line, ``fleetmedic: error: ...``, and exit status 1.
   the controller is still working on).
 - ``reset [--yes]``: remove every fleetmedic taint (exact key, value and effect: only
   ours), our records and our own cordons, from every node.
+- ``breaker status [--json]`` / ``breaker reset [--yes]``: the circuit breaker as recorded
+  on the pause ConfigMap; a reset lets the running controller resume.
 """
 
 from __future__ import annotations
@@ -294,8 +296,11 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     kube = connect(cfg, kubeconfig)
     vs = views(kube, cfg)
     decisions = loop.decide_all(vs, at, cfg)
-    paused = loop.pause_reason(kube, cfg) if loop.actionable(decisions) else None
-    p = loop.make_plan(vs, decisions, at, cfg, paused=paused)
+    from fleetmedic.policy import breaker as breakermod
+
+    switches = loop.read_switches(kube, cfg) if loop.actionable(decisions) else loop.Switches()
+    p = loop.make_plan(vs, decisions, at, cfg, paused=switches.paused,
+                       breaker_reason=breakermod.reason(breakermod.resume(switches.breaker)))
     held = {a.node: why for a, why in p.admission.held}
     admitted = {a.node for a in p.admission.admitted}
     items = []
@@ -373,3 +378,73 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
         for ev in upd.events:
             kube.post_event(written, ev.reason, ev.message, ev.type)
     click.echo(f"removed fleetmedic taints from {len(todo)} node(s): {names}")
+
+
+# -- breaker --------------------------------------------------------------------------
+@click.group("breaker")
+def breaker() -> None:
+    """Show or reset the circuit breaker.
+
+    When more than safety.breaker.threshold_percent of the pool turns unhealthy within
+    safety.breaker.window, the controller stops every repair and sends one storm email.
+    It records the trip on the pause ConfigMap (safety.pause_configmap), so the breaker
+    stays open across restarts and leader changes until it is reset here (or its
+    cooldown passes). After a reset the storm's nodes are not replayed as new turns.
+    """
+
+
+def _breaker_record(cfg: Config, kube) -> tuple[tuple[str, str], Any]:
+    from fleetmedic.controller import loop
+    from fleetmedic.policy import breaker as breakermod
+
+    ref = loop.pause_configmap(cfg)
+    if ref is None:
+        raise ConfigError("safety.pause_configmap is empty, so the breaker lives only in the "
+                          "controller's memory (restart the controller to reset it)")
+    cm = kube.get_config_map(*ref)
+    if cm is None:
+        raise NotFoundError(f"ConfigMap {cfg.safety.pause_configmap} not found (ship "
+                            "deploy/controller/configmap.yaml); without it the breaker lives "
+                            "only in the controller's memory")
+    return ref, breakermod.Record.decode((cm.get("data") or {}).get(breakermod.RECORD_KEY))
+
+
+@breaker.command("status")
+@_common
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def breaker_status(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
+    """Say whether the circuit breaker is open, since when and for which nodes."""
+    _, record = _breaker_record(cfg, connect(cfg, kubeconfig))
+    if as_json:
+        click.echo(json.dumps({"open": bool(record and record.open),
+                               **(json.loads(record.encode()) if record else {})}, indent=2))
+        return
+    if record is None or not record.open:
+        reset = f" (last reset {record.reset_at} by {record.reset_by})" if record and \
+            record.reset_at else ""
+        click.echo(f"circuit breaker closed{reset}")
+        return
+    shown = ", ".join(record.nodes[:10]) + (" ..." if len(record.nodes) > 10 else "")
+    click.echo(f"circuit breaker OPEN since {record.tripped_at}: no repair starts until "
+               f"`fleetmedic breaker reset`\n{len(record.nodes)} node(s) turned unhealthy: {shown}")
+
+
+@breaker.command("reset")
+@_common
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def breaker_reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
+    """Close the circuit breaker: the controller resumes repairs within seconds."""
+    from fleetmedic.policy import breaker as breakermod
+
+    kube = connect(cfg, kubeconfig)
+    ref, record = _breaker_record(cfg, kube)
+    if record is None or not record.open:
+        click.echo("circuit breaker is closed; nothing to reset")
+        return
+    if not yes:
+        click.confirm(f"Reset the circuit breaker open since {record.tripped_at} "
+                      f"({len(record.nodes)} node(s))? Repairs resume at once.", abort=True, err=True)
+    by = operator()
+    kube.patch_config_map_data(*ref, {breakermod.RECORD_KEY: breakermod.closed_by(
+        record, now(), by).encode()})
+    click.echo(f"circuit breaker reset by {by}; the controller resumes within a few seconds")

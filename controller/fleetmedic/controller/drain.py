@@ -16,7 +16,7 @@ import time
 from typing import Callable
 
 from fleetmedic.adapters.kube import Kube
-from fleetmedic.errors import TemporaryError
+from fleetmedic.errors import ForbiddenError, TemporaryError
 from fleetmedic.model import keys, nodeedit
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ class DrainResult:
     evicted: tuple[str, ...]
     blocked: tuple[str, ...]   # ns/name still running because a PDB forbade eviction
     skipped: tuple[str, ...]   # DaemonSet and mirror pods, left alone on purpose
+    force_denied: str | None = None   # why force could not delete (RBAC), if it was refused
 
     @property
     def complete(self) -> bool:
@@ -95,10 +96,15 @@ def drain(kube: Kube, node: str, timeout: float, *, force_blocked: bool = False,
         if not pending or clock() >= deadline:
             break
         time.sleep(poll)
+    denied = None
     if pending and force_blocked:
         for ref, pod in list(pending.items()):
             log.warning("forcing deletion of %s despite its PodDisruptionBudget", ref)
-            kube.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
+            try:
+                kube.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
+            except ForbiddenError as exc:   # force is opt-in RBAC (deploy/controller/force-drain.yaml)
+                denied = str(exc)
+                break
             evicted.append(ref)
             del pending[ref]
-    return DrainResult(tuple(evicted), tuple(sorted(pending)), skipped)
+    return DrainResult(tuple(evicted), tuple(sorted(pending)), skipped, denied)

@@ -8,8 +8,8 @@ RUN        ``action.playbook`` on the node (ansible-runner), within    ok | fail
            ``action.timeout``; inventory of just this node with the    unreachable | timeout
            same host variables as the inventory plugin
 PROBE      read /proc/sys/kernel/random/boot_id over SSH               ok (``boot_id``) | ...
-DRAIN      cordon, evict (PDB-aware, ``force`` deletes what a PDB      ok | blocked
-           still protects after the timeout)
+DRAIN      cordon, evict (PDB-aware, ``force`` deletes what a PDB      ok | blocked |
+           still protects after the timeout)                           forbidden (no grant)
 ESCALATE   the escalation email with history, last results and this    ok | failed | skipped
            episode's evidence bundles                                  (no SMTP configured)
 =========  ==========================================================  ====================
@@ -119,8 +119,12 @@ class Executor:
         if done.complete:
             return Outcome("ok", message=f"evicted {len(done.evicted)} pod(s)")
         shown = ", ".join(done.blocked[:5]) + (" ..." if len(done.blocked) > 5 else "")
-        return Outcome("blocked", message=f"{len(done.blocked)} pod(s) protected by a "
-                                          f"PodDisruptionBudget: {shown}")
+        blocked = f"{len(done.blocked)} pod(s) protected by a PodDisruptionBudget: {shown}"
+        if done.force_denied:
+            return Outcome("forbidden", message=f"{blocked}; pdb_blocked is force but deleting "
+                           "them is not allowed (apply deploy/controller/force-drain.yaml to "
+                           f"grant it): {done.force_denied}")
+        return Outcome("blocked", message=blocked)
 
     # -- email --------------------------------------------------------------
     def _escalate(self, action: Action, view: NodeView) -> Outcome:

@@ -25,10 +25,10 @@
   node, so an ad-hoc run holding it makes the controller wait.
 - ``dry_run``: decide and admit, log what would happen, change nothing.
 
-Known gaps (issue 8 territory): the breaker's memory is in-process (a restart takes a
-fresh baseline, which is also how it is reset today); maintenance windows and the pause
-switch are honoured through ``budget.admit``; the pause ConfigMap is read only when
-there is something to admit (at most every 5 s), so an idle fleet costs no API calls.
+Maintenance windows, the pause switch and the circuit breaker are honoured through
+``budget.admit``. The pause ConfigMap is read only when there is something to admit (at
+most every 5 s), so an idle fleet costs no API calls; it also keeps the breaker's record,
+so an open breaker survives a restart and ``fleetmedic breaker reset`` closes it.
 """
 
 from __future__ import annotations
@@ -147,22 +147,37 @@ def make_plan(views: Sequence[NodeView], decisions: Sequence[tuple[NodeView, Act
     return Plan(tuple(decisions), admission, fleet)
 
 
-def pause_reason(kube: Kube, cfg: Config) -> str | None:
-    """Why the pause switch stops all action (config or the pause ConfigMap), or None."""
-    if cfg.safety.pause:
-        return "paused by config (safety.pause)"
-    ref = cfg.safety.pause_configmap
-    namespace, _, name = ref.partition("/")
-    if not name:
-        return None
-    cm = kube.get_config_map(namespace, name)
+@dataclass(frozen=True)
+class Switches:
+    """What the pause ConfigMap says: the pause switch and the circuit breaker's record."""
+
+    paused: str | None = None
+    breaker: breaker.Record | None = None
+
+
+def pause_configmap(cfg: Config) -> tuple[str, str] | None:
+    namespace, _, name = cfg.safety.pause_configmap.partition("/")
+    return (namespace, name) if name else None
+
+
+def read_switches(kube: Kube, cfg: Config) -> Switches:
+    """Read the pause switch (config, or the pause ConfigMap) and the breaker record."""
+    config_pause = "paused by config (safety.pause)" if cfg.safety.pause else None
+    ref = pause_configmap(cfg)
+    cm = kube.get_config_map(*ref) if ref else None
     if cm is None:
-        return None
+        return Switches(config_pause)
     ann = (cm.get("metadata") or {}).get("annotations") or {}
     data = cm.get("data") or {}
-    if ann.get(keys.ANN_PAUSE) == "true" or str(data.get("pause", "")).lower() == "true":
-        return f"paused by ConfigMap {ref}"
-    return None
+    paused = config_pause
+    if not paused and (ann.get(keys.ANN_PAUSE) == "true" or str(data.get("pause", "")).lower() == "true"):
+        paused = f"paused by ConfigMap {cfg.safety.pause_configmap}"
+    return Switches(paused, breaker.Record.decode(data.get(breaker.RECORD_KEY)))
+
+
+def pause_reason(kube: Kube, cfg: Config) -> str | None:
+    """Why the pause switch stops all action (config or the pause ConfigMap), or None."""
+    return read_switches(kube, cfg).paused
 
 
 def default_identity() -> str:
@@ -200,12 +215,13 @@ class Controller:
         self._backoff: dict[str, float] = {}     # node -> monotonic time to leave it alone until
         self._said: dict[str, str] = {}          # last decision logged per node
         self._breaker = breaker.BreakerState()
+        self._breaker_saved: str | None = None   # the trip we wrote on the pause ConfigMap
         self._is_leader = le.enabled is False
         self._renewed = 0.0
         self._next_renew = 0.0
         self._next_node_renew = 0.0
         self._next_prune = 0.0
-        self._pause_checked = (0.0, None)        # (monotonic time, reason)
+        self._switches_read: tuple[float, Switches] = (0.0, Switches())   # (monotonic time, what)
         self.cycles = 0
         self.admitted_total = 0
         self.finished = 0                        # work items ended (for --once)
@@ -218,6 +234,8 @@ class Controller:
         threading.Thread(target=self._relay, args=(stop,), name="fleetmedic-wake",
                          daemon=True).start()
         wait_synced(self.watcher, sync_timeout)
+        if self.leader_lease is None or self.dry_run:
+            self._restore_breaker()
         if once and self.leader_lease is not None and not self.dry_run:
             self._lead_within(self.cfg.leader_election.lease_duration + 2)
         sdnotify.notify("READY=1")
@@ -304,6 +322,7 @@ class Controller:
                     log.info("leading as %s (Lease %s/%s)", self.identity, le.namespace,
                              le.lease_name)
                     sdnotify.notify(f"STATUS=leading as {self.identity}")
+                    self._restore_breaker()
                 self._is_leader = True
             elif self._is_leader and now - self._renewed > le.renew_deadline:
                 self._lose_leadership()
@@ -372,7 +391,7 @@ class Controller:
             backoff = dict(self._backoff)
         views = self.views()
         self._observe(views, now)
-        breaker_reason = self._breaker_check(views, now)
+        self._breaker_check(views, now)
         wait = IDLE_WAKE
         if backoff:
             wait = min(wait, min(backoff.values()) - mono)
@@ -382,9 +401,13 @@ class Controller:
         for _, a in decisions:
             if a.kind == WAIT and a.not_before is not None:
                 wait = min(wait, (a.not_before - now).total_seconds() + 0.05)
-        paused = self._paused() if actionable(decisions) else None
+        paused = None
+        if actionable(decisions) or self._breaker.open:   # open: watch for a reset
+            switches = self._switches()
+            paused = switches.paused
+            self._breaker_reset_elsewhere(switches.breaker, now)
         plan = make_plan(views, decisions, now, self.cfg, busy_slots=slots, paused=paused,
-                         breaker_reason=breaker_reason)
+                         breaker_reason=breaker.reason(self._breaker))
         if plan.admission.held:
             wait = min(wait, HELD_WAKE)
         self._say(plan)
@@ -399,19 +422,19 @@ class Controller:
             self.pool.submit(runner.prune_runs, self.cfg.ansible)
         return wait, len(plan.admission.admitted)
 
-    def _paused(self) -> str | None:
-        """The pause switch, read at most every few seconds (only when there is work)."""
-        at, reason = self._pause_checked
+    def _switches(self) -> Switches:
+        """The pause ConfigMap, read at most every few seconds (only when there is work)."""
+        at, switches = self._switches_read
         if at and time.monotonic() - at < PAUSE_CACHE:
-            return reason
+            return switches
         try:
-            reason = pause_reason(self.kube, self.cfg)
+            switches = read_switches(self.kube, self.cfg)
         except FleetmedicError as exc:
             log.warning("cannot read the pause switch (%s); holding all action", exc)
-            reason = f"pause switch unreadable: {exc}"
-        self._pause_checked = (time.monotonic(), reason)
-        self.metrics.paused.set(1 if reason else 0)
-        return reason
+            switches = Switches(f"pause switch unreadable: {exc}")
+        self._switches_read = (time.monotonic(), switches)
+        self.metrics.paused.set(1 if switches.paused else 0)
+        return switches
 
     def _say(self, plan: Plan) -> None:
         held = {a.node: why for a, why in plan.admission.held}
@@ -438,21 +461,67 @@ class Controller:
         self.metrics.set_states(counts, sum(1 for v in views if v.slow_network))
         self.metrics.unhealthy_seconds.set(longest)
 
-    def _breaker_check(self, views: list[NodeView], now: datetime) -> str | None:
+    def _breaker_check(self, views: list[NodeView], now: datetime) -> None:
         cfg = self.cfg.safety.breaker
+        was_open = self._breaker.open
         obs = breaker.observe(self._breaker, breaker.unhealthy_names(views), len(views), now, cfg)
         self._breaker = obs.state
         self.metrics.breaker_open.set(1 if obs.state.open else 0)
+        if was_open and not obs.state.open:
+            log.warning("circuit breaker closed after its cooldown (%.0fs); automation resumes",
+                        cfg.cooldown or 0)
+            self._save_breaker(breaker.record_of(obs.state, reset_by="cooldown"))
         if obs.tripped_now:
             nodes = sorted({n for n, _ in obs.state.turned})
             log.error("circuit breaker tripped: %d nodes turned unhealthy within %.0fs (limit %d); "
-                      "automation paused", obs.recent, cfg.window, obs.limit)
+                      "automation paused until `fleetmedic breaker reset`", obs.recent, cfg.window,
+                      obs.limit)
+            if self._save_breaker(breaker.record_of(obs.state)):
+                self._breaker_saved = obs.state.tripped_at
             if self.cfg.smtp and not self.dry_run:
                 storm = notify.Storm(pool=len(views), nodes=nodes, window=cfg.window,
                                      threshold_percent=cfg.threshold_percent,
                                      tripped_at=obs.state.tripped_at or stamp(now))
                 self.pool.submit(self._send_storm, storm)
-        return breaker.reason(obs.state)
+
+    def _save_breaker(self, record: breaker.Record) -> bool:
+        """Keep the breaker on the pause ConfigMap, so it outlives this process."""
+        ref = pause_configmap(self.cfg)
+        if ref is None or self.dry_run:
+            return False
+        try:
+            self.kube.patch_config_map_data(*ref, {breaker.RECORD_KEY: record.encode()})
+            return True
+        except FleetmedicError as exc:
+            log.warning("circuit breaker kept in memory only, a restart closes it (%s); ship "
+                        "the ConfigMap of deploy/controller/configmap.yaml", exc)
+            return False
+
+    def _restore_breaker(self) -> None:
+        """Start from the breaker on the pause ConfigMap (a restart, a new leader)."""
+        try:
+            record = read_switches(self.kube, self.cfg).breaker
+        except FleetmedicError as exc:
+            log.warning("cannot read the circuit breaker's record (%s); starting closed", exc)
+            return
+        self._breaker = breaker.resume(record)
+        self._breaker_saved = record.tripped_at if record and record.open else None
+        if record and record.open:
+            log.error("circuit breaker open since %s (recorded on ConfigMap %s); automation "
+                      "stays paused until `fleetmedic breaker reset`", record.tripped_at,
+                      self.cfg.safety.pause_configmap)
+
+    def _breaker_reset_elsewhere(self, record: breaker.Record | None, now: datetime) -> None:
+        """A human reset the trip we recorded (``fleetmedic breaker reset``): close it."""
+        if self._breaker_saved is None or self._breaker.tripped_at != self._breaker_saved:
+            return
+        if breaker.reset_elsewhere(self._breaker, record):
+            assert record is not None
+            log.warning("circuit breaker reset by %s at %s; automation resumes (the storm's "
+                        "turns are not replayed)", record.reset_by or "someone", record.reset_at)
+            self._breaker = breaker.reset(self._breaker, now)
+            self._breaker_saved = None
+            self.metrics.breaker_open.set(0)
 
     def _send_storm(self, storm: notify.Storm) -> None:
         assert self.cfg.smtp is not None

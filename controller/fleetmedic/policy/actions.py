@@ -127,7 +127,8 @@ class Outcome:
     """How one node fared in one action.
 
     ``status``: ok | failed | unreachable | timeout (runner), blocked (drain
-    held back by a PDB), skipped (nothing was done, e.g. no SMTP configured).
+    held back by a PDB), forbidden (the drain had to force but RBAC does not
+    allow deleting pods), skipped (nothing was done, e.g. no SMTP configured).
     """
 
     status: str

@@ -9,13 +9,19 @@ Level-triggered, so nothing is replayed: the breaker only remembers *which*
 nodes were unhealthy and *when it first saw each turn*; on reset that memory is
 kept as the new baseline and the storm's transitions are dropped, so they
 neither re-trip it nor count again. The first observation after a start is a
-baseline too, so a restart never looks like a storm. The state is plain data
-(``to_json``/``from_json``) the controller may keep on its pause ConfigMap.
+baseline too, so a restart never looks like a storm.
+
+An open breaker survives restarts and leader changes: the controller writes a
+:class:`Record` of the trip on its pause ConfigMap (data key ``breaker``) and a
+new leader starts from it (:func:`resume`). ``fleetmedic breaker reset`` clears
+the trip on that record; the leader sees the record no longer names its trip
+(:func:`reset_elsewhere`) and resets.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
@@ -35,21 +41,6 @@ class BreakerState:
     @property
     def open(self) -> bool:
         return self.tripped_at is not None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"primed": self.primed, "unhealthy": sorted(self.unhealthy),
-                "turned": [list(t) for t in self.turned], "tripped_at": self.tripped_at,
-                "reset_at": self.reset_at}
-
-    @classmethod
-    def from_json(cls, data: Any) -> "BreakerState":
-        """Tolerant: anything unreadable starts from a fresh baseline."""
-        try:
-            return cls(primed=bool(data["primed"]), unhealthy=frozenset(data["unhealthy"]),
-                       turned=tuple((str(n), str(t)) for n, t in data["turned"]),
-                       tripped_at=data.get("tripped_at"), reset_at=data.get("reset_at"))
-        except (KeyError, TypeError, ValueError):
-            return cls()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +64,8 @@ def limit(pool: int, cfg: BreakerConfig) -> int:
 def observe(state: BreakerState, unhealthy: frozenset[str], pool: int, now: datetime,
             cfg: BreakerConfig) -> Observation:
     cap = limit(pool, cfg)
-    if not state.primed:
-        return Observation(BreakerState(primed=True, unhealthy=unhealthy,
+    if not state.primed:   # a baseline; a trip restored from the record stays open
+        return Observation(BreakerState(primed=True, unhealthy=unhealthy, tripped_at=state.tripped_at,
                                         reset_at=state.reset_at), False, 0, cap)
     since = now - timedelta(seconds=cfg.window)
     at = stamp(now)
@@ -101,3 +92,62 @@ def reset(state: BreakerState, now: datetime,
 def reason(state: BreakerState) -> str | None:
     """Why automation is stopped (for budget.admit), or None when closed."""
     return f"circuit breaker open since {state.tripped_at}" if state.open else None
+
+
+RECORD_KEY = "breaker"
+"""The data key of the breaker's :class:`Record` on the pause ConfigMap."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """The breaker as kept on the pause ConfigMap: JSON a human can read with kubectl."""
+
+    tripped_at: str | None = None         # None: closed
+    nodes: tuple[str, ...] = ()           # the nodes whose turn tripped it
+    reset_at: str | None = None
+    reset_by: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.tripped_at is not None
+
+    def encode(self) -> str:
+        return json.dumps({"tripped_at": self.tripped_at, "nodes": list(self.nodes),
+                           "reset_at": self.reset_at, "reset_by": self.reset_by}, sort_keys=True)
+
+    @classmethod
+    def decode(cls, raw: str | None) -> "Record | None":
+        """None when absent or unreadable (an unreadable record never opens or resets anything)."""
+        try:
+            data = json.loads(raw) if raw else None
+            if not isinstance(data, dict):
+                return None
+            tripped = data.get("tripped_at")
+            return cls(tripped_at=str(tripped) if tripped else None,
+                       nodes=tuple(str(n) for n in data.get("nodes") or ()),
+                       reset_at=data.get("reset_at"), reset_by=data.get("reset_by"))
+        except (ValueError, TypeError):
+            return None
+
+
+def record_of(state: BreakerState, reset_by: str | None = None) -> Record:
+    return Record(tripped_at=state.tripped_at, nodes=tuple(sorted({n for n, _ in state.turned})),
+                  reset_at=state.reset_at, reset_by=reset_by)
+
+
+def resume(record: Record | None) -> BreakerState:
+    """The state to start from (after a restart or a leader change): open if the record
+    says so. Not primed: the first observation takes the baseline."""
+    if record is None or not record.open:
+        return BreakerState(reset_at=record.reset_at if record else None)
+    return BreakerState(tripped_at=record.tripped_at, reset_at=record.reset_at)
+
+
+def reset_elsewhere(state: BreakerState, record: Record | None) -> bool:
+    """True when ``state`` is open but the record no longer names its trip: someone reset it."""
+    return state.open and record is not None and record.tripped_at != state.tripped_at
+
+
+def closed_by(record: Record, now: datetime, who: str) -> Record:
+    """The record after a human's reset (``fleetmedic breaker reset``)."""
+    return Record(tripped_at=None, nodes=record.nodes, reset_at=stamp(now), reset_by=who)

@@ -106,11 +106,14 @@ def after_drain(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
     mode = n.cfg.safety.drain.pdb_blocked
     if outcome.status == "blocked" and mode == "skip":
         return next_phase(n, fl.with_(notes=fl.notes + (f"drain incomplete: {outcome.message}",)))
-    if outcome.status == "blocked" and mode == "escalate":
+    if (outcome.status == "blocked" and mode == "escalate") or outcome.status == "forbidden":
+        # forbidden: config says force, RBAC says no; retrying cannot help, a human must
+        # grant it or drain by hand, so this is the escalate mode's outcome
+        reason = "DrainBlocked" if outcome.status == "blocked" else "DrainForceForbidden"
         mark = n.attempt(fl, DRAIN_BLOCKED, outcome.message)
         return n.update(state=MANUAL, append=(mark,),
                         annotations={keys.ANN_IN_FLIGHT: n.first(fl.ep, MANUAL, 1).encode()},
-                        events=(Event("DrainBlocked", short(outcome.message), "Warning"),))
+                        events=(Event(reason, short(outcome.message), "Warning"),))
     later = n.now + timedelta(seconds=n.cfg.safety.drain.retry_interval)
     wait = fl.with_(status=PENDING, since=stamp(n.now), retry_at=stamp(later))
     return n.update(annotations={keys.ANN_IN_FLIGHT: wait.encode()},

@@ -290,6 +290,20 @@ class TestDrainBlocked:
         w.add("n1", state="reboot")
         assert step_until(w, "n1", DRAIN).force
 
+    def test_force_without_the_grant_goes_to_a_human_not_round_again(self):
+        w = World(config(safety__drain={"pdb_blocked": "force"}))
+        w.add("n1", state="reboot")
+        drain = step_until(w, "n1", DRAIN)
+        w.write(ladder.begin(w.view("n1"), drain, w.now, w.cfg, None))
+        denied = Outcome("forbidden", message="1 pod(s) protected ...: delete pod x/y: HTTP 403")
+        upd = ladder.complete(w.view("n1"), drain, denied, w.now, w.cfg)
+        assert "DrainForceForbidden" in [e.reason for e in upd.events]
+        w.write(upd)
+        assert w.view("n1").state == "manual"
+        assert w.history("n1")[-1].result == "drain-blocked"
+        assert "HTTP 403" in w.history("n1")[-1].message
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == ESCALATE
+
 
 class TestEscalation:
     def test_finding_that_needs_hands_escalates_directly(self):

@@ -143,14 +143,45 @@ class TestBreaker:
         assert not breaker.observe(state, frozenset("abcdefghij"), 10, T0, cfg).tripped_now
 
     @given(st.lists(st.frozensets(st.sampled_from("abcdefghij")), min_size=1, max_size=30))
-    def test_storm_email_at_most_once_per_trip_and_state_round_trips(self, seq):
+    def test_storm_email_at_most_once_per_trip_and_record_round_trips(self, seq):
         state, trips = breaker.BreakerState(), 0
         for i, unhealthy in enumerate(seq):
             obs = breaker.observe(state, unhealthy, 10, T0 + timedelta(seconds=i), self.cfg)
             trips += obs.tripped_now
-            assert breaker.BreakerState.from_json(obs.state.to_json()) == obs.state
+            record = breaker.record_of(obs.state)
+            assert breaker.Record.decode(record.encode()) == record
+            assert record.open == obs.state.open
             state = obs.state
         assert trips <= 1
+
+    def test_an_open_breaker_survives_a_restart_without_a_second_trip(self):
+        state = breaker.observe(breaker.BreakerState(), frozenset(), 10, T0, self.cfg).state
+        state = breaker.observe(state, frozenset("abcde"), 10, T0, self.cfg).state
+        saved = breaker.Record.decode(breaker.record_of(state).encode())
+        assert saved.nodes == tuple("abcde")
+        restarted = breaker.resume(saved)
+        later = T0 + timedelta(seconds=5)
+        first = breaker.observe(restarted, frozenset("abcdefg"), 10, later, self.cfg)
+        assert first.state.open and not first.tripped_now, "still open, no second storm email"
+        second = breaker.observe(first.state, frozenset("abcdefgh"), 10, later, self.cfg)
+        assert second.state.open and not second.tripped_now and second.recent == 1
+        assert not breaker.resume(None).open and not breaker.resume(breaker.Record()).open
+
+    def test_a_reset_elsewhere_is_seen_only_for_our_trip(self):
+        state = breaker.observe(breaker.BreakerState(), frozenset(), 10, T0, self.cfg).state
+        state = breaker.observe(state, frozenset("abcde"), 10, T0, self.cfg).state
+        ours = breaker.record_of(state)
+        assert not breaker.reset_elsewhere(state, ours)
+        assert not breaker.reset_elsewhere(state, None), "a missing record resets nothing"
+        closed = breaker.closed_by(ours, T0 + timedelta(seconds=60), "alice@bastion")
+        assert not closed.open and closed.reset_by == "alice@bastion" and closed.nodes == ours.nodes
+        assert breaker.reset_elsewhere(state, closed)
+        assert not breaker.reset_elsewhere(breaker.reset(state, T0), closed), "closed already"
+
+    @given(st.text(max_size=200))
+    def test_any_record_text_decodes_or_is_ignored(self, raw):
+        record = breaker.Record.decode(raw)
+        assert record is None or isinstance(record, breaker.Record)
 
 
 class TestFlap:
