@@ -61,7 +61,8 @@ def baseline(stage: ctlenv.Stage, pbdir: Path, workdir: Path, round_: int) -> fl
     runs = [(pbdir / "diagnose.yml", ["-e", f"fleetmedic_request_id={rid}"]),
             (workdir / "boot_id.yml", []),
             (pbdir / "reboot.yml", ["-e", f"fleetmedic_request_id={rid}",
-                                    "-e", "fleetmedic_collect_evidence=false"]),
+                                    "-e", "fleetmedic_collect_evidence=false",
+                                    "-e", "fleetmedic_node_lease=false"]),   # no API server in the baseline
             (pbdir / "verify.yml", [])]
     t0 = time.monotonic()
     for playbook, extra in runs:

@@ -210,15 +210,20 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 nodes = self._cache[cache_key]
             except KeyError:
                 update_cache = True
+        kubeconfig = self._templated("kubeconfig")
+        if kubeconfig and not os.path.isabs(kubeconfig):
+            kubeconfig = os.path.join(os.path.dirname(os.path.abspath(path)), kubeconfig)
+        context = self._templated("context")
         if nodes is None:
-            kubeconfig = self._templated("kubeconfig")
-            if kubeconfig and not os.path.isabs(kubeconfig):
-                kubeconfig = os.path.join(os.path.dirname(os.path.abspath(path)), kubeconfig)
-            nodes = self._list_nodes(kubeconfig, self._templated("context"),
-                                     self._templated("label_selector") or None)
+            nodes = self._list_nodes(kubeconfig, context, self._templated("label_selector") or None)
         if update_cache:
             self._cache[cache_key] = nodes
         self._populate(nodes, vocab, foreign)
+        # where these nodes came from, so the playbooks take their node Leases on that cluster
+        if kubeconfig:
+            self.inventory.set_variable("all", "fleetmedic_kubeconfig", kubeconfig)
+        if context:
+            self.inventory.set_variable("all", "fleetmedic_kube_context", context)
 
     # -- options -------------------------------------------------------------
     def _templated(self, option):

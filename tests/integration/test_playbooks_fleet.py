@@ -63,6 +63,7 @@ def recap(output: str) -> dict[str, dict[str, int]]:
 
 
 def make_inventory(kube, fleet, directory: Path, selector_value: str, prefix: str) -> Path:
+    kube.ensure_namespace("fleetmedic")     # reboot.yml and reimage.yml take node Leases there
     fleet_vars = yaml.safe_load(fleet.inventory.read_text())["all"]["vars"]
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "group_vars").mkdir(exist_ok=True)
@@ -117,6 +118,10 @@ def test_reboot_playbook_really_reboots_the_tainted_node(kube, fleet, k8s_fleet,
     assert after[1] == before[1] and after[3] == before[3], "other nodes were touched"
     assert recap(p.stdout)[names[2]]["failed"] == 0
     assert f"{names[2]} is healthy" in p.stdout
+    lease = kube.request("GET", "/apis/coordination.k8s.io/v1/namespaces/fleetmedic/leases/"
+                                f"fleetmedic-node-{names[2]}")
+    assert lease["spec"].get("acquireTime") and lease["spec"].get("holderIdentity") is None, \
+        "the run held the node's Lease and gave it back"
 
     bundles = list((tmp_path / "evidence" / names[2]).glob(f"{names[2]}-*.tar.gz"))
     assert len(bundles) == 1

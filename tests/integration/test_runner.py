@@ -94,7 +94,7 @@ def test_the_collections_reboot_playbook_really_reboots_once_per_request(fleet, 
     before = runner.read_boot_ids(targets(fleet, 2), settings).hosts[node.name].stdout
     assert before == node.boot_id()
     hostvars = {"fleetmedic_request_id": "e1-reboot1-test", "fleetmedic_collect_evidence": False,
-                "reboot_verify": False}
+                "reboot_verify": False, "fleetmedic_node_lease": False}   # as the controller runs it
     r = runner.run_playbook(settings.playbook_dir / "reboot.yml", targets(fleet, 2, **hostvars),
                             settings, timeout=300)
     assert r.hosts[node.name].ok, r.hosts[node.name]

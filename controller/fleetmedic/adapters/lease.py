@@ -2,10 +2,11 @@
 
 Written here rather than taken from ``kubernetes.leaderelection`` because one
 small primitive serves both uses: the library's LeaderElection owns its own
-threads and callbacks and has no notion of short per-node locks. (Known gap:
-an ad-hoc ``ansible-playbook`` run does not take the per-node Lease yet; a
-``fleetmedic lock NODE`` wrapper for that is not built.) Every write is a compare-and-swap on resourceVersion,
-so two holders can never both believe they hold a lease.
+threads and callbacks and has no notion of short per-node locks. The same
+per-node Lease is taken by ad-hoc ``reboot.yml``/``reimage.yml`` runs (module
+``fleetmedic.fleet.node_lease``), so a person and the controller never work on
+one node at once. Every write is a compare-and-swap on resourceVersion, so two
+holders can never both believe they hold a lease.
 """
 
 from __future__ import annotations

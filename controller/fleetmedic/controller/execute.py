@@ -80,9 +80,12 @@ class Executor:
         assert action.playbook, action
         self.on_run(1)
         try:
+            # the controller holds the node Lease itself (loop.py); the playbooks take it only
+            # when a person runs them
             result = runner.run_playbook(action.playbook, [self._target(view, dict(action.hostvars))],
                                          self.cfg.ansible, timeout=action.timeout, run_id=run_id,
-                                         cancel=cancel.is_set)
+                                         cancel=cancel.is_set,
+                                         extravars={"fleetmedic_node_lease": False})
         finally:
             self.on_run(-1)
         return self._host_outcome(result, view.name, cancel)
