@@ -30,15 +30,15 @@ from typing import Callable, Iterator
 
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import KernelWatchConfig
-from fleetmedic.agent.logsource import (BANNER, Prescan, file_now, is_banner, journal_now, kind_of,
-                                        kmsg_now, prescan, read_boot_id)
+from fleetmedic.agent.logsource import Prescan, file_now, journal_now, kind_of, prescan, read_boot_id
 from fleetmedic.agent.retry import Retrier, Stopped
 from fleetmedic.agent.watermark import Mark, is_stale, locate, segment_id
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
-from fleetmedic.scan import Dedup, Finding, Scanner, follow_file, follow_journal, follow_kmsg
+from fleetmedic.scan import (BANNER, Dedup, Finding, Scanner, follow_file, follow_journal, follow_kmsg,
+                             is_banner, read_kmsg)
 
 log = logging.getLogger("fleetmedic.agent")
 
@@ -103,7 +103,7 @@ class KernelWatch:
         if self.once:
             if self.kind == "file":
                 return file_now(self.path)
-            return kmsg_now(self.path) if self.kind == "kmsg" else journal_now()
+            return read_kmsg(self.path) if self.kind == "kmsg" else journal_now()
         if self.kind == "file":
             return follow_file(self.path, from_start=True, stop=self.stop, poll=poll)
         if self.kind == "kmsg":

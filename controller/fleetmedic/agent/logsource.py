@@ -2,28 +2,27 @@
 
 - :func:`kind_of`: ``file``, ``kmsg`` (``/dev/kmsg`` or any character device),
   ``journal`` or ``none``.
-- :func:`prescan`: the start line of a file's last boot (its last kernel banner)
-  and the fingerprints of that boot's findings, so the watermark can be found
-  again. One pass in Python, about a second per million lines.
-- ``file_now`` / ``kmsg_now`` / ``journal_now``: what a source holds now, for
-  ``--once`` (the daemon follows with :mod:`fleetmedic.scan`'s followers).
+- :func:`prescan`: the start line of a file's last boot (its last kernel banner,
+  found by :func:`fleetmedic.scan.last_boot_offset`) and the fingerprints of that
+  boot's findings, so the watermark can be found again. Earlier boots are only
+  counted, not parsed; the last boot is read in Python, about a second per
+  million lines.
+- ``file_now`` / ``journal_now``: what a source holds now, for ``--once``
+  (``/dev/kmsg``: :func:`fleetmedic.scan.read_kmsg`; the daemon follows with
+  :mod:`fleetmedic.scan`'s followers).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 import stat
 import subprocess
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from fleetmedic.agent.watermark import fingerprint, segment_id
-from fleetmedic.scan import Scanner
-from fleetmedic.scan.parser import parse
+from fleetmedic.scan import BANNER, Scanner, is_banner, last_boot_offset
 
-BANNER = "Linux version "
-"""The kernel's first message of every boot (dmesg, syslog, journal, /dev/kmsg)."""
 _BANNER_BYTES = BANNER.encode()
 
 
@@ -46,10 +45,6 @@ def read_boot_id(path: str) -> str:
         return "unknown"
 
 
-def is_banner(line: str) -> bool:
-    return BANNER in line and parse(line).message.startswith(BANNER)
-
-
 @dataclasses.dataclass
 class Prescan:
     """A file's current boot, found before following it."""
@@ -69,12 +64,14 @@ def prescan(path: str) -> Prescan:
     except FileNotFoundError:
         return out
     with f:
-        for n, raw in enumerate(f, start=1):
+        offset = last_boot_offset(f)
+        n = 0 if offset is None else _lines_before(f, offset)
+        for n, raw in enumerate(f, start=n + 1):
             if not raw.endswith(b"\n"):
                 break
             if _BANNER_BYTES in raw:
                 text = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if is_banner(text):
+                if is_banner(text):     # the last boot's banner, or one appended since the search
                     out = Prescan(n, segment_id(text, n))
                     continue
             for finding in scanner.feed(raw.rstrip(b"\r\n"), n):
@@ -82,34 +79,16 @@ def prescan(path: str) -> Prescan:
     return out
 
 
-def kmsg_now(path: str) -> Iterator[str]:
-    """The records a kmsg device holds now (``--once``), each with its ``KEY=value``
-    lines. /dev/kmsg gives one record per read; a plain file of records works too."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    record = ""
-    try:
-        while True:
-            try:
-                data = os.read(fd, 8192)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:   # overwritten before we read it
-                    continue
-                raise
-            if not data:
-                break
-            for line in data.decode("utf-8", "replace").splitlines():
-                if line.startswith(" ") and record:
-                    record += "\n" + line
-                    continue
-                if record:
-                    yield record
-                record = line
-        if record:
-            yield record
-    finally:
-        os.close(fd)
+def _lines_before(f: BinaryIO, offset: int) -> int:
+    """Lines in the first ``offset`` bytes of ``f``; leaves ``f`` at ``offset``."""
+    f.seek(0)
+    count = 0
+    while f.tell() < offset:
+        chunk = f.read(min(offset - f.tell(), 1 << 20))
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+    return count
 
 
 def file_now(path: str) -> Iterator[str]:

@@ -20,57 +20,19 @@ this check only when it wants a one-shot answer.
 from __future__ import annotations
 
 import contextlib
-import errno
-import mmap
 import os
 import stat
 import time
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from fleetmedic.checks.base import CheckResult, ok, problem, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
-from fleetmedic.scan import ACTION_RANK, Finding, Scanner
+from fleetmedic.scan import ACTION_RANK, Finding, Scanner, last_boot_offset, read_kmsg
 
 NAME = "kernel.log"
 KMSG = "/dev/kmsg"
 FENCING = ("reboot", "reimage", "manual")
-BANNER_TEXT = b"Linux version "
 MAX_EVIDENCE = 20  # findings kept in the evidence (the worst first)
-
-
-def _kmsg_records(path: str) -> Iterator[str]:
-    """Every record a kmsg device holds now; stops instead of waiting for more."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        while True:
-            try:
-                data = os.read(fd, 8192)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:  # ring buffer wrapped under us: skip lost records
-                    continue
-                raise
-            if not data:
-                return
-            yield data.decode("utf-8", "replace")
-    finally:
-        os.close(fd)
-
-
-def _last_banner_offset(handle) -> int:
-    """Byte offset of the line holding the last kernel banner, or 0.
-
-    A log file that spans reboots (syslog's kern.log, the test fleet's) holds
-    earlier boots too; the kernel starts each boot with ``Linux version``.
-    mmap + rfind finds it without reading the file into memory.
-    """
-    try:
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            at = data.rfind(BANNER_TEXT)
-            return 0 if at < 0 else data.rfind(b"\n", 0, at) + 1
-    except ValueError:  # empty file: nothing to map
-        return 0
 
 
 def scan_current_boot(path: str) -> tuple[list[Finding], int]:
@@ -79,10 +41,10 @@ def scan_current_boot(path: str) -> tuple[list[Finding], int]:
     boot, current = scanner.boot_key, []
     with contextlib.ExitStack() as stack:
         if stat.S_ISCHR(os.stat(path).st_mode):
-            findings = scanner.scan(_kmsg_records(path))
+            findings = scanner.scan(read_kmsg(path))
         else:
             handle = stack.enter_context(open(path, "rb"))
-            handle.seek(_last_banner_offset(handle))
+            handle.seek(last_boot_offset(handle) or 0)
             findings = scanner.scan_binary(handle)
         for finding in findings:
             if scanner.boot_key != boot:  # a banner started a new boot: forget the old one

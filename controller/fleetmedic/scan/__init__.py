@@ -11,7 +11,10 @@ The library API the agent uses:
   ``Dedup.from_state(state)`` to keep it across restarts,
   ``forget_boots_except(boot_id)``.
 - followers: :func:`follow_kmsg`, :func:`follow_file`, :func:`follow_journal`,
-  :func:`follow` (by source name); :func:`current_boot_id`.
+  :func:`follow` (by source name); :func:`current_boot_id`; :func:`read_kmsg`
+  (the records /dev/kmsg holds now, without waiting).
+- boots in a file: :func:`last_boot_offset` (where the last boot starts),
+  :func:`is_banner`, :data:`BANNER`.
 - :func:`load_catalog` and :func:`classify` for one message.
 - :data:`ACTIONS`, :data:`ACTION_RANK`, :data:`JSON_FIELDS`.
 
@@ -19,15 +22,18 @@ Layering: this package may import only :mod:`fleetmedic.model` and
 :mod:`fleetmedic.errors` (import-linter enforces it).
 """
 
+from fleetmedic.scan.boot import BANNER, is_banner, last_boot_offset
 from fleetmedic.scan.catalog import Catalog
 from fleetmedic.scan.catalog import load as load_catalog
 from fleetmedic.scan.classify import Classified, classify
 from fleetmedic.scan.dedup import Dedup
 from fleetmedic.scan.finding import ACTION_RANK, ACTIONS, JSON_FIELDS, Finding, worst
 from fleetmedic.scan.scanner import Scanner
-from fleetmedic.scan.stream import current_boot_id, follow, follow_file, follow_journal, follow_kmsg
+from fleetmedic.scan.stream import (current_boot_id, follow, follow_file, follow_journal, follow_kmsg,
+                                    read_kmsg)
 
 __all__ = [
-    "ACTIONS", "ACTION_RANK", "JSON_FIELDS", "Catalog", "Classified", "Dedup", "Finding", "Scanner",
-    "classify", "current_boot_id", "follow", "follow_file", "follow_journal", "follow_kmsg", "load_catalog", "worst",
+    "ACTIONS", "ACTION_RANK", "BANNER", "JSON_FIELDS", "Catalog", "Classified", "Dedup", "Finding", "Scanner",
+    "classify", "current_boot_id", "follow", "follow_file", "follow_journal", "follow_kmsg", "is_banner",
+    "last_boot_offset", "load_catalog", "read_kmsg", "worst",
 ]

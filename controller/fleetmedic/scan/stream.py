@@ -13,7 +13,8 @@ waiting they yield nothing. :func:`follow` picks one from a source spec.
   yields each with its ``KEY=value`` dictionary lines attached, so the
   scanner can read ``DEVICE=+pci:...``. Records lost because the ring buffer
   wrapped (``EPIPE``) are skipped. ``from_start=False`` seeks to the end
-  first (``SEEK_END``), so only new records arrive.
+  first (``SEEK_END``), so only new records arrive. :func:`read_kmsg` reads
+  the same way but returns once nothing more is buffered (one-shot checks).
 - :func:`follow_file` behaves like ``tail -F``: it survives rotation (a new
   inode at the path) and truncation, and yields only complete lines.
 - :func:`follow_journal` runs ``journalctl -k -f -o short-iso-precise``
@@ -59,6 +60,63 @@ def _stopped(stop: threading.Event | None) -> bool:
     return stop is not None and stop.is_set()
 
 
+def _read_chunk(fd: int) -> bytes | None:
+    """One ``read()``: a whole record from /dev/kmsg (a chunk of a plain file or FIFO),
+    ``b""`` at the end of a file, ``None`` while nothing is buffered (EAGAIN)."""
+    while True:
+        try:
+            return os.read(fd, KMSG_RECORD_MAX)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:    # EPIPE: records overwritten before we read them
+                raise
+
+
+class _Records:
+    """Joins kmsg lines into records: a line that starts with a space (``KEY=value``)
+    belongs to the record before it."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+        self._partial = b""     # a line cut by the read size (plain files only)
+
+    def add(self, chunk: bytes) -> Iterator[str]:
+        data = self._partial + chunk
+        cut = data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        for line in data[:cut].decode("utf-8", "replace").splitlines():
+            if line.startswith(" ") and self._pending:
+                self._pending += "\n" + line
+                continue
+            if self._pending:
+                yield self._pending
+            self._pending = line
+
+    def flush(self) -> Iterator[str]:
+        """Nothing more to read now: the last record is whole."""
+        if self._partial:
+            yield from self.add(b"\n")
+        if self._pending:
+            yield self._pending
+            self._pending = ""
+
+
+def read_kmsg(path: str = KMSG) -> Iterator[str]:
+    """Yield the records ``path`` holds now, as :func:`follow_kmsg` does, then stop.
+
+    Never waits for more. Raises ``OSError`` if ``path`` cannot be opened or read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    records = _Records()
+    try:
+        while chunk := _read_chunk(fd):
+            yield from records.add(chunk)
+        yield from records.flush()
+    finally:
+        os.close(fd)
+
+
 def follow_kmsg(path: str = KMSG, *, from_start: bool = True, stop: threading.Event | None = None,
                 poll: float = POLL) -> Iterator[str]:
     """Yield ``/dev/kmsg`` records (``"6,1234,5678,-;msg\\n SUBSYSTEM=...``) as they come.
@@ -71,7 +129,7 @@ def follow_kmsg(path: str = KMSG, *, from_start: bool = True, stop: threading.Ev
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise PermanentError(f"cannot open {path}: {exc.strerror}") from None
-    pending = ""
+    records = _Records()
     try:
         if not from_start:
             try:
@@ -82,32 +140,18 @@ def follow_kmsg(path: str = KMSG, *, from_start: bool = True, stop: threading.Ev
         poller.register(fd, select.POLLIN)
         while not _stopped(stop):
             try:
-                chunk = os.read(fd, KMSG_RECORD_MAX)
-            except BlockingIOError:
-                if pending:
-                    yield pending
-                    pending = ""
-                poller.poll(int(poll * 1000))
-                continue
+                chunk = _read_chunk(fd)
             except OSError as exc:
-                if exc.errno == errno.EPIPE:        # records overwritten before we read them
-                    continue
                 raise TemporaryError(f"reading {path} failed: {exc.strerror}", delay=poll) from None
-            if not chunk:                           # a plain file or FIFO at EOF
-                if pending:
-                    yield pending
-                    pending = ""
-                time.sleep(poll)
+            if chunk:
+                yield from records.add(chunk)
                 continue
-            for line in chunk.decode("utf-8", "replace").splitlines():
-                if line.startswith(" ") and pending:
-                    pending += "\n" + line
-                    continue
-                if pending:
-                    yield pending
-                pending = line
-        if pending:
-            yield pending
+            yield from records.flush()
+            if chunk is None:
+                poller.poll(int(poll * 1000))
+            else:                                   # a plain file or FIFO at EOF
+                time.sleep(poll)
+        yield from records.flush()
     finally:
         os.close(fd)
 

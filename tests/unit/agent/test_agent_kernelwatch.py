@@ -68,6 +68,21 @@ def test_prescan_finds_the_last_boot_and_its_findings(node):
     assert sorted(n for lines in pre.seen.values() for n in lines) == [6]  # not the partial line
 
 
+def test_prescan_without_a_banner_or_a_file(node):
+    assert prescan(str(node.log)).start == 0                    # missing: an empty file
+    node.log.write_text(xid(bus=1) + "[ 1.0] x\n" + xid(bus=2))
+    pre = prescan(str(node.log))
+    assert (pre.start, pre.seg) == (0, "")
+    assert sorted(n for lines in pre.seen.values() for n in lines) == [1, 3]
+
+
+def test_prescan_banner_on_the_first_and_on_an_unfinished_last_line(node):
+    node.log.write_text(banner() + xid() + banner().rstrip("\n"))   # the second is not written yet
+    pre = prescan(str(node.log))
+    assert pre.start == 1 and pre.seg.endswith("@1")
+    assert [n for lines in pre.seen.values() for n in lines] == [2]
+
+
 def test_xid_79_in_this_boot_fences(node):
     node.log.write_text(banner() + xid())
     kw = node.run_once()

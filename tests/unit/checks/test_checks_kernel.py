@@ -58,6 +58,11 @@ def test_only_the_current_boot_counts(tmp_path):
     assert check(tmp_path, XID79).status == "problem"  # no banner at all: all of it is this boot
 
 
+def test_a_message_mentioning_the_banner_is_not_a_new_boot(tmp_path):
+    mention = "Nov 21 10:07:00 gpu-7 kernel: [  420.000000] mydrv: built for Linux version 5.10\n"
+    assert check(tmp_path, BANNER, XID79, mention).status == "problem"
+
+
 def test_unreadable_log_is_unknown(tmp_path):
     (r,) = kernel.run(CheckConfig(kernel=KernelConfig(path=str(tmp_path / "missing.log"))))
     assert r.status == "unknown" and "cannot read kernel log" in r.summary

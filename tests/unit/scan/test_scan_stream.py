@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fleetmedic.errors import PermanentError
-from fleetmedic.scan import Scanner, follow, follow_file, follow_journal, follow_kmsg
+from fleetmedic.scan import Scanner, follow, follow_file, follow_journal, follow_kmsg, read_kmsg
+from fleetmedic.scan.stream import KMSG_RECORD_MAX
 
 XID = "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
 
@@ -112,6 +114,91 @@ def test_follow_real_dev_kmsg_when_readable():
     stop.set()
     thread.join(5)
     assert got and got[0].split(";", 1)[0].count(",") >= 3
+
+
+RECORDS = "6,1,10,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n6,2,20,-;second\n6,3,30,-;last\n SUBSYSTEM=pci\n"
+GROUPED = ["6,1,10,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0", "6,2,20,-;second",
+           "6,3,30,-;last\n SUBSYSTEM=pci"]
+
+
+def test_read_kmsg_groups_records_from_the_first_to_the_last_and_returns(tmp_path: Path):
+    path = tmp_path / "kmsg"
+    path.write_text(RECORDS)
+    assert list(read_kmsg(str(path))) == GROUPED
+
+
+def test_read_kmsg_returns_when_nothing_more_is_buffered(tmp_path: Path):
+    """A FIFO whose writer stays open stands in for /dev/kmsg: the end is EAGAIN, not EOF."""
+    path = tmp_path / "kmsg"
+    os.mkfifo(path)
+    holder = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # lets the writer open without blocking
+    writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        for record in RECORDS.splitlines(keepends=True):
+            os.write(writer, record.encode())
+        t0 = time.monotonic()
+        assert list(read_kmsg(str(path))) == GROUPED
+        assert list(read_kmsg(str(path))) == []
+        assert time.monotonic() - t0 < 1
+    finally:
+        os.close(writer)
+        os.close(holder)
+
+
+def test_kmsg_records_longer_than_a_read_stay_whole(tmp_path: Path):
+    """A plain file is read in KMSG_RECORD_MAX chunks; a line cut by one is joined again."""
+    path = tmp_path / "kmsg"
+    records = [f"6,{i},{i},-;message {i} {'x' * 700}" for i in range(40)]
+    path.write_text("\n".join(records) + "\n")
+    assert path.stat().st_size > 3 * KMSG_RECORD_MAX
+    assert list(read_kmsg(str(path))) == records
+
+
+def read_with_one_epipe(monkeypatch, after: int):
+    """os.read fails with EPIPE once, after ``after`` reads: /dev/kmsg's answer when the
+    ring buffer overwrote the next record before we read it (a pipe cannot do that)."""
+    real_read, calls = os.read, []
+
+    def read(fd, size):
+        calls.append(size)
+        if len(calls) == after + 1:
+            raise OSError(errno.EPIPE, os.strerror(errno.EPIPE))
+        return real_read(fd, size)
+    monkeypatch.setattr(os, "read", read)
+    return calls
+
+
+def test_read_kmsg_skips_overwritten_records(tmp_path: Path, monkeypatch):
+    path = tmp_path / "kmsg"
+    path.write_text(RECORDS)
+    read_with_one_epipe(monkeypatch, after=0)
+    assert list(read_kmsg(str(path))) == GROUPED
+
+
+def test_follow_kmsg_skips_overwritten_records(tmp_path: Path, monkeypatch):
+    path = tmp_path / "kmsg"
+    path.write_text(RECORDS)
+    read_with_one_epipe(monkeypatch, after=0)
+    stop = threading.Event()
+    thread, got = collect(follow_kmsg(str(path), stop=stop, poll=0.02), want=3)
+    wait_for(got, 3)
+    stop.set()
+    thread.join(5)
+    assert got == GROUPED
+
+
+def test_read_kmsg_unreadable_raises_oserror(tmp_path: Path):
+    with pytest.raises(FileNotFoundError):
+        next(read_kmsg(str(tmp_path / "missing")))
+
+
+def test_read_real_dev_kmsg_without_waiting():
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    t0 = time.monotonic()
+    records = list(read_kmsg())
+    assert time.monotonic() - t0 < 5
+    assert records and all(r.split(";", 1)[0].count(",") >= 3 for r in records)
 
 
 def test_follow_journal_runs_journalctl_and_stops_it(tmp_path: Path):

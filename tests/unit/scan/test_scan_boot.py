@@ -1,0 +1,74 @@
+"""Where the current boot starts in a kernel log file: its last ``Linux version`` banner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetmedic.scan import is_banner, last_boot_offset
+
+BANNER = "[    0.000000] Linux version 6.1.0-18-amd64 (gcc-12) #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1\n"
+SYSLOG_BANNER = ("Nov 21 10:00:00 gpu-7 kernel: [    0.000000] Linux version 6.1.0-26-amd64 "
+                 "(debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC\n")
+XID = "[  300.123456] NVRM: Xid (PCI:0000:3b:00): 79, pid=2417, name=python3, GPU has fallen off the bus.\n"
+MENTION = "[   12.000000] mydriver: built for Linux version 5.10, running anyway\n"
+
+
+def offset(tmp_path: Path, text: str) -> int | None:
+    path = tmp_path / "kern.log"
+    path.write_text(text)
+    with open(path, "rb") as handle:
+        return last_boot_offset(handle)
+
+
+def test_two_boots_give_the_second_banner(tmp_path):
+    first = BANNER + XID
+    assert offset(tmp_path, first + BANNER + XID) == len(first)
+
+
+def test_no_banner_is_none(tmp_path):
+    assert offset(tmp_path, XID + XID) is None
+
+
+def test_empty_file_is_none(tmp_path):
+    assert offset(tmp_path, "") is None
+
+
+def test_banner_at_offset_0_is_0_not_none(tmp_path):
+    assert offset(tmp_path, BANNER + XID) == 0
+
+
+def test_banner_in_the_last_bytes(tmp_path):
+    before = BANNER + XID + XID
+    assert offset(tmp_path, before + SYSLOG_BANNER) == len(before)
+
+
+def test_a_last_line_without_its_newline_is_not_written_yet(tmp_path):
+    before = BANNER + XID
+    assert offset(tmp_path, before + BANNER.rstrip("\n")) == 0
+    assert offset(tmp_path, XID + BANNER.rstrip("\n")) is None
+
+
+def test_a_message_that_mentions_the_banner_is_not_a_boot(tmp_path):
+    before = XID + SYSLOG_BANNER
+    assert offset(tmp_path, before + XID + MENTION + XID) == len(XID)
+    assert offset(tmp_path, MENTION) is None
+
+
+def test_not_a_regular_file_raises(tmp_path):
+    with open("/dev/null", "rb") as handle, pytest.raises(OSError):
+        last_boot_offset(handle)
+
+
+@pytest.mark.parametrize("line, expected", [
+    (BANNER, True),
+    (SYSLOG_BANNER, True),
+    ("2026-02-14T05:03:41.000001+0000 gpu-1 kernel: Linux version 6.1.0\n", True),
+    ("6,1,0,-;Linux version 6.1.0 (gcc-12)\n", True),
+    ("Linux version 6.1.0-fleetmedic-test\n", True),
+    (MENTION, False),
+    (XID, False),
+])
+def test_is_banner(line, expected):
+    assert is_banner(line) is expected
