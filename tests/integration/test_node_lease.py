@@ -20,7 +20,7 @@ import pytest
 import yaml
 from test_playbooks_fleet import env
 from test_safety_budget import fast_config
-from test_safety_support import history, safety_bench, state_of  # noqa: F401
+from test_safety_support import history, safety_bench, state_of  # noqa: F401 (fixture)
 
 from fleetmedic.adapters.kube import connect
 from fleetmedic.adapters.lease import Lease, node_lease_name

@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from fleetmedic.checks import amd_parse as parse
-from fleetmedic.checks.base import CheckResult, not_applicable, ok, problem, unknown, with_duration
+from fleetmedic.checks.base import CheckResult, not_applicable, problem, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.proc import Completed, run_bounded
 from fleetmedic.checks.verdicts import Verdict, count_result, fold

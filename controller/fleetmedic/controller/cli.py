@@ -296,9 +296,10 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     kube = connect(cfg, kubeconfig)
     vs = views(kube, cfg)
     decisions = loop.decide_all(vs, at, cfg)
+    from fleetmedic.controller.switches import Switches, read_switches
     from fleetmedic.policy import breaker as breakermod
 
-    switches = loop.read_switches(kube, cfg) if loop.actionable(decisions) else loop.Switches()
+    switches = read_switches(kube, cfg) if loop.actionable(decisions) else Switches()
     p = loop.make_plan(vs, decisions, at, cfg, paused=switches.paused,
                        breaker_reason=breakermod.reason(breakermod.resume(switches.breaker)))
     held = {a.node: why for a, why in p.admission.held}
@@ -394,10 +395,10 @@ def breaker() -> None:
 
 
 def _breaker_record(cfg: Config, kube) -> tuple[tuple[str, str], Any]:
-    from fleetmedic.controller import loop
+    from fleetmedic.controller.switches import pause_configmap
     from fleetmedic.policy import breaker as breakermod
 
-    ref = loop.pause_configmap(cfg)
+    ref = pause_configmap(cfg)
     if ref is None:
         raise ConfigError("safety.pause_configmap is empty, so the breaker lives only in the "
                           "controller's memory (restart the controller to reset it)")

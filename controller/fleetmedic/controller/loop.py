@@ -43,10 +43,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Sequence
 
-from fleetmedic.adapters import notify, runner
+from fleetmedic.adapters import runner
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.adapters.lease import Lease, node_lease_name
 from fleetmedic.controller import sdnotify
+from fleetmedic.controller.breakerkeeper import BreakerKeeper
+from fleetmedic.controller.switches import Switches, read_switches
 from fleetmedic.controller.execute import Cancelled, Executor
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.watcher import NodeWatcher, wait_synced
@@ -54,10 +56,10 @@ from fleetmedic.errors import FleetmedicError, PermanentError, TemporaryError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView, view as view_of
-from fleetmedic.policy import breaker, budget, ladder
+from fleetmedic.policy import budget, ladder
 from fleetmedic.policy.actions import (DRAIN, ESCALATE, NONE, PROBE, RUN, WAIT, WRITE, Action,
                                        Stale, Update)
-from fleetmedic.policy.history import parse_time, stamp
+from fleetmedic.policy.history import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -147,39 +149,6 @@ def make_plan(views: Sequence[NodeView], decisions: Sequence[tuple[NodeView, Act
     return Plan(tuple(decisions), admission, fleet)
 
 
-@dataclass(frozen=True)
-class Switches:
-    """What the pause ConfigMap says: the pause switch and the circuit breaker's record."""
-
-    paused: str | None = None
-    breaker: breaker.Record | None = None
-
-
-def pause_configmap(cfg: Config) -> tuple[str, str] | None:
-    namespace, _, name = cfg.safety.pause_configmap.partition("/")
-    return (namespace, name) if name else None
-
-
-def read_switches(kube: Kube, cfg: Config) -> Switches:
-    """Read the pause switch (config, or the pause ConfigMap) and the breaker record."""
-    config_pause = "paused by config (safety.pause)" if cfg.safety.pause else None
-    ref = pause_configmap(cfg)
-    cm = kube.get_config_map(*ref) if ref else None
-    if cm is None:
-        return Switches(config_pause)
-    ann = (cm.get("metadata") or {}).get("annotations") or {}
-    data = cm.get("data") or {}
-    paused = config_pause
-    if not paused and (ann.get(keys.ANN_PAUSE) == "true" or str(data.get("pause", "")).lower() == "true"):
-        paused = f"paused by ConfigMap {cfg.safety.pause_configmap}"
-    return Switches(paused, breaker.Record.decode(data.get(breaker.RECORD_KEY)))
-
-
-def pause_reason(kube: Kube, cfg: Config) -> str | None:
-    """Why the pause switch stops all action (config or the pause ConfigMap), or None."""
-    return read_switches(kube, cfg).paused
-
-
 def default_identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -214,8 +183,8 @@ class Controller:
         self._node_leases: dict[str, tuple[Lease, threading.Lock]] = {}
         self._backoff: dict[str, float] = {}     # node -> monotonic time to leave it alone until
         self._said: dict[str, str] = {}          # last decision logged per node
-        self._breaker = breaker.BreakerState()
-        self._breaker_saved: str | None = None   # the trip we wrote on the pause ConfigMap
+        self.breaker = BreakerKeeper(cfg, kube, self.metrics, dry_run=self.dry_run,
+                                     send=lambda job: self.pool.submit(job), stop=lambda: self._stop)
         self._is_leader = le.enabled is False
         self._renewed = 0.0
         self._next_renew = 0.0
@@ -235,7 +204,7 @@ class Controller:
                          daemon=True).start()
         wait_synced(self.watcher, sync_timeout)
         if self.leader_lease is None or self.dry_run:
-            self._restore_breaker()
+            self.breaker.restore()
         if once and self.leader_lease is not None and not self.dry_run:
             self._lead_within(self.cfg.leader_election.lease_duration + 2)
         sdnotify.notify("READY=1")
@@ -322,7 +291,7 @@ class Controller:
                     log.info("leading as %s (Lease %s/%s)", self.identity, le.namespace,
                              le.lease_name)
                     sdnotify.notify(f"STATUS=leading as {self.identity}")
-                    self._restore_breaker()
+                    self.breaker.restore()
                 self._is_leader = True
             elif self._is_leader and now - self._renewed > le.renew_deadline:
                 self._lose_leadership()
@@ -391,7 +360,7 @@ class Controller:
             backoff = dict(self._backoff)
         views = self.views()
         self._observe(views, now)
-        self._breaker_check(views, now)
+        self.breaker.observe(views, now)
         wait = IDLE_WAKE
         if backoff:
             wait = min(wait, min(backoff.values()) - mono)
@@ -402,12 +371,12 @@ class Controller:
             if a.kind == WAIT and a.not_before is not None:
                 wait = min(wait, (a.not_before - now).total_seconds() + 0.05)
         paused = None
-        if actionable(decisions) or self._breaker.open:   # open: watch for a reset
+        if actionable(decisions) or self.breaker.open:   # open: watch for a reset
             switches = self._switches()
             paused = switches.paused
-            self._breaker_reset_elsewhere(switches.breaker, now)
+            self.breaker.adopt_reset(switches.breaker, now)
         plan = make_plan(views, decisions, now, self.cfg, busy_slots=slots, paused=paused,
-                         breaker_reason=breaker.reason(self._breaker))
+                         breaker_reason=self.breaker.reason)
         if plan.admission.held:
             wait = min(wait, HELD_WAKE)
         self._say(plan)
@@ -460,79 +429,6 @@ class Controller:
                     longest = max(longest, (now - since).total_seconds())
         self.metrics.set_states(counts, sum(1 for v in views if v.slow_network))
         self.metrics.unhealthy_seconds.set(longest)
-
-    def _breaker_check(self, views: list[NodeView], now: datetime) -> None:
-        cfg = self.cfg.safety.breaker
-        was_open = self._breaker.open
-        obs = breaker.observe(self._breaker, breaker.unhealthy_names(views), len(views), now, cfg)
-        self._breaker = obs.state
-        self.metrics.breaker_open.set(1 if obs.state.open else 0)
-        if was_open and not obs.state.open:
-            log.warning("circuit breaker closed after its cooldown (%.0fs); automation resumes",
-                        cfg.cooldown or 0)
-            self._save_breaker(breaker.record_of(obs.state, reset_by="cooldown"))
-        if obs.tripped_now:
-            nodes = sorted({n for n, _ in obs.state.turned})
-            log.error("circuit breaker tripped: %d nodes turned unhealthy within %.0fs (limit %d); "
-                      "automation paused until `fleetmedic breaker reset`", obs.recent, cfg.window,
-                      obs.limit)
-            if self._save_breaker(breaker.record_of(obs.state)):
-                self._breaker_saved = obs.state.tripped_at
-            if self.cfg.smtp and not self.dry_run:
-                storm = notify.Storm(pool=len(views), nodes=nodes, window=cfg.window,
-                                     threshold_percent=cfg.threshold_percent,
-                                     tripped_at=obs.state.tripped_at or stamp(now))
-                self.pool.submit(self._send_storm, storm)
-
-    def _save_breaker(self, record: breaker.Record) -> bool:
-        """Keep the breaker on the pause ConfigMap, so it outlives this process."""
-        ref = pause_configmap(self.cfg)
-        if ref is None or self.dry_run:
-            return False
-        try:
-            self.kube.patch_config_map_data(*ref, {breaker.RECORD_KEY: record.encode()})
-            return True
-        except FleetmedicError as exc:
-            log.warning("circuit breaker kept in memory only, a restart closes it (%s); ship "
-                        "the ConfigMap of deploy/controller/configmap.yaml", exc)
-            return False
-
-    def _restore_breaker(self) -> None:
-        """Start from the breaker on the pause ConfigMap (a restart, a new leader)."""
-        try:
-            record = read_switches(self.kube, self.cfg).breaker
-        except FleetmedicError as exc:
-            log.warning("cannot read the circuit breaker's record (%s); starting closed", exc)
-            return
-        self._breaker = breaker.resume(record)
-        self._breaker_saved = record.tripped_at if record and record.open else None
-        if record and record.open:
-            log.error("circuit breaker open since %s (recorded on ConfigMap %s); automation "
-                      "stays paused until `fleetmedic breaker reset`", record.tripped_at,
-                      self.cfg.safety.pause_configmap)
-
-    def _breaker_reset_elsewhere(self, record: breaker.Record | None, now: datetime) -> None:
-        """A human reset the trip we recorded (``fleetmedic breaker reset``): close it."""
-        if self._breaker_saved is None or self._breaker.tripped_at != self._breaker_saved:
-            return
-        if breaker.reset_elsewhere(self._breaker, record):
-            assert record is not None
-            log.warning("circuit breaker reset by %s at %s; automation resumes (the storm's "
-                        "turns are not replayed)", record.reset_by or "someone", record.reset_at)
-            self._breaker = breaker.reset(self._breaker, now)
-            self._breaker_saved = None
-            self.metrics.breaker_open.set(0)
-
-    def _send_storm(self, storm: notify.Storm) -> None:
-        assert self.cfg.smtp is not None
-        for attempt in range(10):
-            try:
-                notify.send_storm(storm, self.cfg.smtp)
-                return
-            except FleetmedicError as exc:
-                log.warning("storm email not sent (try %d): %s", attempt + 1, exc)
-                if self._stop.wait(self.cfg.smtp.retry_interval):
-                    return
 
     # -- one node's work ----------------------------------------------------------
     def _submit(self, view: NodeView, action: Action) -> None:

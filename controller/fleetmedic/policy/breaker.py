@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Iterable
 
 from fleetmedic.model.config import BreakerConfig
 from fleetmedic.model.nodestate import NodeView

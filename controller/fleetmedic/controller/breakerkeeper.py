@@ -1,0 +1,123 @@
+"""The circuit breaker as the controller keeps it: observed every cycle, recorded on the
+pause ConfigMap so it outlives the process, one storm email per trip.
+
+The policy (when it trips, what a reset forgets) is :mod:`fleetmedic.policy.breaker`;
+this module is its I/O: the record on the ConfigMap (read at start and on becoming
+leader, written on a trip and on a cooldown), noticing a human's ``fleetmedic breaker
+reset`` there, the storm email, the metric.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from threading import Event
+from datetime import datetime
+from typing import Callable, Sequence
+
+from fleetmedic.adapters import notify
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.controller.metrics import Metrics
+from fleetmedic.controller.switches import pause_configmap, read_switches
+from fleetmedic.errors import FleetmedicError
+from fleetmedic.model.config import Config
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy import breaker
+from fleetmedic.policy.history import stamp
+
+log = logging.getLogger(__name__)
+STORM_EMAIL_TRIES = 10
+
+
+class BreakerKeeper:
+    """``send`` runs a job off the main loop (the storm email); ``stop`` says when to give up."""
+
+    def __init__(self, cfg: Config, kube: Kube, metrics: Metrics, *, dry_run: bool,
+                 send: Callable[[Callable[[], None]], Future], stop: Callable[[], Event]) -> None:
+        self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
+        self.send, self.stop = send, stop
+        self.state = breaker.BreakerState()
+        self.saved: str | None = None      # the trip this process wrote on the ConfigMap
+
+    @property
+    def open(self) -> bool:
+        return self.state.open
+
+    @property
+    def reason(self) -> str | None:
+        """Why automation is stopped (for budget.admit), or None."""
+        return breaker.reason(self.state)
+
+    def restore(self) -> None:
+        """Start from the record on the pause ConfigMap (a restart, a new leader)."""
+        try:
+            record = read_switches(self.kube, self.cfg).breaker
+        except FleetmedicError as exc:
+            log.warning("cannot read the circuit breaker's record (%s); starting closed", exc)
+            return
+        self.state = breaker.resume(record)
+        self.saved = record.tripped_at if record and record.open else None
+        self.metrics.breaker_open.set(1 if self.state.open else 0)
+        if record and record.open:
+            log.error("circuit breaker open since %s (recorded on ConfigMap %s); automation "
+                      "stays paused until `fleetmedic breaker reset`", record.tripped_at,
+                      self.cfg.safety.pause_configmap)
+
+    def observe(self, views: Sequence[NodeView], now: datetime) -> None:
+        cfg = self.cfg.safety.breaker
+        was_open = self.state.open
+        obs = breaker.observe(self.state, breaker.unhealthy_names(views), len(views), now, cfg)
+        self.state = obs.state
+        self.metrics.breaker_open.set(1 if obs.state.open else 0)
+        if was_open and not obs.state.open:
+            log.warning("circuit breaker closed after its cooldown (%.0fs); automation resumes",
+                        cfg.cooldown or 0)
+            self._save(breaker.record_of(obs.state, reset_by="cooldown"))
+        if not obs.tripped_now:
+            return
+        log.error("circuit breaker tripped: %d nodes turned unhealthy within %.0fs (limit %d); "
+                  "automation paused until `fleetmedic breaker reset`", obs.recent, cfg.window,
+                  obs.limit)
+        if self._save(breaker.record_of(obs.state)):
+            self.saved = obs.state.tripped_at
+        if self.cfg.smtp and not self.dry_run:
+            storm = notify.Storm(pool=len(views), nodes=sorted({n for n, _ in obs.state.turned}),
+                                 window=cfg.window, threshold_percent=cfg.threshold_percent,
+                                 tripped_at=obs.state.tripped_at or stamp(now))
+            self.send(lambda: self._send_storm(storm))
+
+    def adopt_reset(self, record: breaker.Record | None, now: datetime) -> None:
+        """A human reset the trip we recorded (``fleetmedic breaker reset``): close it."""
+        if self.saved is None or self.state.tripped_at != self.saved:
+            return
+        if breaker.reset_elsewhere(self.state, record):
+            assert record is not None
+            log.warning("circuit breaker reset by %s at %s; automation resumes (the storm's "
+                        "turns are not replayed)", record.reset_by or "someone", record.reset_at)
+            self.state = breaker.reset(self.state, now)
+            self.saved = None
+            self.metrics.breaker_open.set(0)
+
+    def _save(self, record: breaker.Record) -> bool:
+        """Keep the breaker on the pause ConfigMap, so it outlives this process."""
+        ref = pause_configmap(self.cfg)
+        if ref is None or self.dry_run:
+            return False
+        try:
+            self.kube.patch_config_map_data(*ref, {breaker.RECORD_KEY: record.encode()})
+            return True
+        except FleetmedicError as exc:
+            log.warning("circuit breaker kept in memory only, a restart closes it (%s); ship "
+                        "the ConfigMap of deploy/controller/configmap.yaml", exc)
+            return False
+
+    def _send_storm(self, storm: notify.Storm) -> None:
+        assert self.cfg.smtp is not None
+        for attempt in range(STORM_EMAIL_TRIES):
+            try:
+                notify.send_storm(storm, self.cfg.smtp)
+                return
+            except FleetmedicError as exc:
+                log.warning("storm email not sent (try %d): %s", attempt + 1, exc)
+                if self.stop().wait(self.cfg.smtp.retry_interval):
+                    return

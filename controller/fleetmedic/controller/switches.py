@@ -1,0 +1,44 @@
+"""The pause ConfigMap (``safety.pause_configmap``): the pause switch and the breaker's record.
+
+One small read serves both: the pause switch (``data.pause: "true"`` or the
+``fleetmedic.io/pause`` annotation; ``safety.pause`` in config also pauses) and the
+circuit breaker's :class:`~fleetmedic.policy.breaker.Record` (``data.breaker``). The
+controller may get and patch this one ConfigMap, never create it: deploy/controller
+ships it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.model import keys
+from fleetmedic.model.config import Config
+from fleetmedic.policy import breaker
+
+
+@dataclass(frozen=True)
+class Switches:
+    paused: str | None = None                 # why all action is paused, or None
+    breaker: breaker.Record | None = None     # the breaker's record, if there is one
+
+
+def pause_configmap(cfg: Config) -> tuple[str, str] | None:
+    """(namespace, name) of the pause ConfigMap, or None when config turned it off."""
+    namespace, _, name = cfg.safety.pause_configmap.partition("/")
+    return (namespace, name) if name else None
+
+
+def read_switches(kube: Kube, cfg: Config) -> Switches:
+    config_pause = "paused by config (safety.pause)" if cfg.safety.pause else None
+    ref = pause_configmap(cfg)
+    cm = kube.get_config_map(*ref) if ref else None
+    if cm is None:
+        return Switches(config_pause)
+    ann = (cm.get("metadata") or {}).get("annotations") or {}
+    data = cm.get("data") or {}
+    paused = config_pause
+    if not paused and (ann.get(keys.ANN_PAUSE) == "true" or str(data.get("pause", "")).lower() == "true"):
+        paused = f"paused by ConfigMap {cfg.safety.pause_configmap}"
+    return Switches(paused, breaker.Record.decode(data.get(breaker.RECORD_KEY)))
+
