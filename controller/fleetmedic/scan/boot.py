@@ -8,7 +8,7 @@ before a file's last banner belong to earlier boots.
   timestamp and host tag, starts with it; a message that merely mentions
   ``Linux version`` is not).
 - :func:`last_boot_offset`: byte offset of the line holding a file's last
-  banner, found from the end with mmap, so earlier boots are never read.
+  banner, found by reading from the end, so earlier boots are never read.
 
 Known gap: a banner glued to a line left unfinished by a crash
 (``garbage[0.0] Linux version``) is not recognised.
@@ -16,13 +16,15 @@ Known gap: a banner glued to a line left unfinished by a crash
 
 from __future__ import annotations
 
-import mmap
+import os
 from typing import BinaryIO
 
 from fleetmedic.scan.parser import parse
 
 BANNER = "Linux version "
 _BANNER_BYTES = BANNER.encode()
+BLOCK = 1 << 20          # bytes read per step, from the end
+MAX_LINE = 1 << 20       # a longer "line" cannot hold a banner
 
 
 def is_banner(line: str) -> bool:
@@ -32,16 +34,33 @@ def is_banner(line: str) -> bool:
 def last_boot_offset(handle: BinaryIO) -> int | None:
     """Byte offset of the line holding the last kernel banner in ``handle``'s file, or
     ``None`` without one. Only whole lines count: a last line without its newline is
-    not written yet. Raises OSError if the file cannot be mapped (not a regular file)."""
-    try:
-        data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except ValueError:  # an empty file cannot be mapped
-        return None
-    with data:
-        end = data.rfind(b"\n") + 1
-        while (at := data.rfind(_BANNER_BYTES, 0, end)) >= 0:
-            start = data.rfind(b"\n", 0, at) + 1
-            if is_banner(data[start:data.find(b"\n", at)].decode("utf-8", "replace")):
-                return start
-            end = start     # only mentions the banner: look before this line
+    not written yet.
+
+    Reads backwards a block at a time with ``pread`` rather than mapping the file: a
+    mapped log truncated by a rotation meanwhile would kill the agent with SIGBUS.
+    """
+    fd = handle.fileno()
+    pos = os.fstat(fd).st_size
+    tail = b""              # the first line of the window to the right (it began further left)
+    whole = False           # False until the file's last newline is found
+    while pos > 0:
+        start = max(0, pos - BLOCK)
+        data = os.pread(fd, pos - start, start) + tail
+        limit = len(data)
+        if not whole:
+            limit = data.rfind(b"\n") + 1
+            whole = limit > 0
+        search_end = limit
+        while (at := data.rfind(_BANNER_BYTES, 0, search_end)) >= 0:
+            line_start = data.rfind(b"\n", 0, at) + 1
+            if line_start == 0 and start > 0:
+                break       # the line may begin in the block to the left: look again there
+            if is_banner(data[line_start:data.find(b"\n", at, limit)].decode("utf-8", "replace")):
+                return start + line_start
+            search_end = line_start
+        first_newline = data.find(b"\n")
+        tail = data[:first_newline + 1] if first_newline >= 0 else data
+        if len(tail) > MAX_LINE:    # no banner is this long: drop it, as if the file ended here
+            tail, whole = b"", False
+        pos = start
     return None

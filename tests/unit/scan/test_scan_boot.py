@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from fleetmedic.scan import is_banner, last_boot_offset
+from fleetmedic.scan import boot, is_banner, last_boot_offset
 
 BANNER = "[    0.000000] Linux version 6.1.0-18-amd64 (gcc-12) #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1\n"
 SYSLOG_BANNER = ("Nov 21 10:00:00 gpu-7 kernel: [    0.000000] Linux version 6.1.0-26-amd64 "
@@ -56,9 +58,44 @@ def test_a_message_that_mentions_the_banner_is_not_a_boot(tmp_path):
     assert offset(tmp_path, MENTION) is None
 
 
-def test_not_a_regular_file_raises(tmp_path):
-    with open("/dev/null", "rb") as handle, pytest.raises(OSError):
-        last_boot_offset(handle)
+def test_a_device_without_content_has_no_banner():
+    with open("/dev/null", "rb") as handle:
+        assert last_boot_offset(handle) is None
+
+
+def banners(text: bytes) -> list[tuple[int, int]]:
+    """(offset, length) of every whole line that is a banner, reading forwards."""
+    found, at = [], 0
+    for line in text.splitlines(keepends=True):
+        if line.endswith(b"\n") and is_banner(line.decode("utf-8", "replace")):
+            found.append((at, len(line)))
+        at += len(line)
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([BANNER, SYSLOG_BANNER, XID, MENTION, "x" * 40 + "\n", "\n",
+                                 "Linux version ", "partial"]), max_size=12),
+       st.integers(1, 64), st.integers(8, 128))
+def test_reading_backwards_in_blocks_finds_what_reading_forwards_finds(tmp_path_factory, parts,
+                                                                       block, max_line):
+    """Banners and lines cut at every block edge (tiny blocks), unfinished last lines and
+    over-long lines: the backwards search agrees with reading the file forwards."""
+    text = "".join(parts).encode()
+    path = tmp_path_factory.mktemp("boot") / "kern.log"
+    path.write_bytes(text)
+    with patch.object(boot, "BLOCK", block), patch.object(boot, "MAX_LINE", max_line), \
+            open(path, "rb") as handle:
+        got = last_boot_offset(handle)
+    found = banners(text)
+    # the last banner; only banner lines longer than MAX_LINE may be skipped (by design)
+    allowed = {off for i, (off, _) in enumerate(found)
+               if all(length > max_line for _, length in found[i + 1:])}
+    if all(length > max_line for _, length in found):
+        allowed.add(None)
+    assert got in allowed, (text, block, max_line, got, found)
+    if all(length <= max_line for _, length in found):
+        assert got == (found[-1][0] if found else None)
 
 
 @pytest.mark.parametrize("line, expected", [
