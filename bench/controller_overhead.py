@@ -26,19 +26,15 @@ depend on load from other processes (the load average is printed).
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import one_node  # noqa: E402
 from tests.harness import ctlenv  # noqa: E402
 
 BOOT_ID_PLAY = """- name: Read boot_id
@@ -51,13 +47,11 @@ BOOT_ID_PLAY = """- name: Read boot_id
 """
 
 
-def baseline(stage: ctlenv.Stage, pbdir: Path, workdir: Path, round_: int) -> float:
-    node = stage.fleet.node(1)
+def baseline(run: one_node.Running, workdir: Path, round_: int) -> float:
     (workdir / "boot_id.yml").write_text(BOOT_ID_PLAY)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-           "PATH": f"{ctlenv.VENV_BIN}:{os.environ.get('PATH', '')}",
-           "FLEETMEDIC_EVIDENCE_DIR": str(workdir / "evidence-baseline")}
+    env = {"FLEETMEDIC_EVIDENCE_DIR": str(workdir / "evidence-baseline")}
     rid = f"e{round_}-reboot1-baseline{round_}{int(time.time())}"
+    pbdir = run.playbooks
     runs = [(pbdir / "diagnose.yml", ["-e", f"fleetmedic_request_id={rid}"]),
             (workdir / "boot_id.yml", []),
             (pbdir / "reboot.yml", ["-e", f"fleetmedic_request_id={rid}",
@@ -66,63 +60,31 @@ def baseline(stage: ctlenv.Stage, pbdir: Path, workdir: Path, round_: int) -> fl
             (pbdir / "verify.yml", [])]
     t0 = time.monotonic()
     for playbook, extra in runs:
-        p = subprocess.run([str(ctlenv.VENV_BIN / "ansible-playbook"), "-i",
-                            str(stage.fleet.inventory), str(playbook), "--limit", node.name,
-                            "-e", "fleetmedic_vendor=nvidia", *extra],
-                           env=env, capture_output=True, text=True)
-        if p.returncode != 0:
-            raise SystemExit(f"baseline {playbook.name} failed (rc {p.returncode}):\n"
-                             f"{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        one_node.ansible_playbook(run, playbook, ["-e", "fleetmedic_vendor=nvidia", *extra], env)
     return time.monotonic() - t0
 
 
-def controller(stage: ctlenv.Stage, name: str, proc: ctlenv.ControllerProcess) -> float:
-    t0 = time.monotonic()
-    ctlenv.set_taints(stage.kube, name, lambda ts: ts + [ctlenv.repair_taint("reboot")])
-
-    def done() -> bool:
-        if not proc.alive:
-            raise SystemExit(f"the controller died:\n{proc.tail()}")
-        return ctlenv.in_service(stage.kube, name)
-    ctlenv.wait_until(done, 600, f"{name} back in service", interval=0.1,
-                      tolerate=(OSError, TimeoutError))
-    elapsed = time.monotonic() - t0
-    last = ctlenv.annotation(stage.kube, name, "fleetmedic.io/history")[-1]
+def controller(run: one_node.Running) -> float:
+    elapsed = one_node.reboot_taint_to_service(run)
+    last = ctlenv.annotation(run.stage.kube, run.name, "fleetmedic.io/history")[-1]
     if last["result"] != "pass":
-        raise SystemExit(f"the controller did not repair {name}: {last}")
+        raise SystemExit(f"the controller did not repair {run.name}: {last}")
     return elapsed
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workdir", default="/var/tmp", help="where its scratch directory goes "
-                    "(kept, with the controller's log, when the run fails)")
-    args = ap.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="fmbench-", dir=args.workdir))
+    args = one_node.parse_args(__doc__, "--rounds", 3)
     base: list[float] = []
     ctl: list[float] = []
-    try:
-        with ctlenv.Stage(1, workdir, prefix="bench-ovh") as stage:
-            [name] = ctlenv.register(stage.kube, stage.fleet, "ovh")
-            cfg = ctlenv.write_config(workdir / "ctl", stage.kube, stage.fleet, "ovh")
-            pbdir = workdir / "ctl" / "playbooks"
-            proc = ctlenv.ControllerProcess(cfg, workdir / "controller.log").start()
-            try:
-                ctlenv.wait_until(lambda: "watching" in proc.tail(), 60, "the controller")
-                for r in range(1, args.rounds + 1):
-                    ctlenv.xid79(stage.fleet.node(1))
-                    base.append(baseline(stage, pbdir, workdir, r))
-                    ctlenv.xid79(stage.fleet.node(1))
-                    ctl.append(controller(stage, name, proc))
-                    print(f"round {r}: ansible-playbook {base[-1]:.1f}s, controller {ctl[-1]:.1f}s"
-                          f" (load {ctlenv.load_average()})", flush=True)
-            finally:
-                proc.stop()
-    except BaseException:
-        print(f"failed; scratch directory and controller log kept in {workdir}", file=sys.stderr)
-        raise
-    shutil.rmtree(workdir, ignore_errors=True)
+    with one_node.scratch_dir(args.workdir) as workdir, \
+            one_node.controller_on_one_node(workdir, "bench-ovh", "ovh") as run:
+        for r in range(1, args.rounds + 1):
+            ctlenv.xid79(run.stage.fleet.node(1))
+            base.append(baseline(run, workdir, r))
+            ctlenv.xid79(run.stage.fleet.node(1))
+            ctl.append(controller(run))
+            print(f"round {r}: ansible-playbook {base[-1]:.1f}s, controller {ctl[-1]:.1f}s"
+                  f" (load {ctlenv.load_average()})", flush=True)
     b, c = statistics.median(base), statistics.median(ctl)
     print(f"\nreboot step, one node, median of {args.rounds}:")
     print(f"  plain ansible-playbook (diagnose, boot_id, reboot, verify): {b:.1f} s")

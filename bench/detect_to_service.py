@@ -18,14 +18,9 @@ and as the baseline measured in the same run the node's bare reboot through
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -33,36 +28,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import one_node  # noqa: E402
 from tests.harness import ctlenv  # noqa: E402
 
 
-def bare_reboot(stage: ctlenv.Stage, pbdir: Path, trial: int) -> float:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-           "PATH": f"{ctlenv.VENV_BIN}:{os.environ.get('PATH', '')}"}
+def bare_reboot(run: one_node.Running, trial: int) -> float:
     t0 = time.monotonic()
-    p = subprocess.run([str(ctlenv.VENV_BIN / "ansible-playbook"), "-i", str(stage.fleet.inventory),
-                        str(pbdir / "reboot.yml"), "--limit", stage.fleet.node(1).name,
-                        "-e", f"fleetmedic_request_id=bare-{trial}-{int(time.time())}",
-                        "-e", "fleetmedic_collect_evidence=false"],
-                       env=env, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"reboot.yml failed (rc {p.returncode}):\n{p.stdout[-2000:]}\n"
-                         f"{p.stderr[-2000:]}")
+    one_node.ansible_playbook(run, run.playbooks / "reboot.yml",
+                              ["-e", f"fleetmedic_request_id=bare-{trial}-{int(time.time())}",
+                               "-e", "fleetmedic_collect_evidence=false"])
     return time.monotonic() - t0
 
 
-def trial(stage: ctlenv.Stage, name: str, proc: ctlenv.ControllerProcess) -> float:
-    ctlenv.xid79(stage.fleet.node(1))
-    t0 = time.monotonic()
-    ctlenv.set_taints(stage.kube, name, lambda ts: ts + [ctlenv.repair_taint("reboot")])
-
-    def in_service() -> bool:
-        if not proc.alive:
-            raise SystemExit(f"the controller died:\n{proc.tail()}")
-        return ctlenv.in_service(stage.kube, name)
-    ctlenv.wait_until(in_service, 600, f"{name} back in service", interval=0.1,
-                      tolerate=(OSError, TimeoutError))
-    return time.monotonic() - t0
+def trial(run: one_node.Running) -> float:
+    ctlenv.xid79(run.stage.fleet.node(1))
+    return one_node.reboot_taint_to_service(run)
 
 
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) INFO (.*)$")
@@ -96,39 +76,22 @@ def pct(values: list[float], p: float) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=10)
-    ap.add_argument("--workdir", default="/var/tmp", help="where its scratch directory goes "
-                    "(kept, with the controller's log, when the run fails)")
-    args = ap.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="fmbench-", dir=args.workdir))
+    args = one_node.parse_args(__doc__, "--trials", 10)
     times: list[float] = []
     bare: list[float] = []
-    try:
-        with ctlenv.Stage(1, workdir, prefix="bench-d2s") as stage:
-            [name] = ctlenv.register(stage.kube, stage.fleet, "d2s")
-            # flap damping would send the 8th entry within a week to manual: these trials
-            # are not a flapping node, so its window is cut to a second
-            cfg = ctlenv.write_config(workdir / "ctl", stage.kube, stage.fleet, "d2s",
-                                      overrides={"safety": {"flap": {"count": 8, "window": 1}}})
-            pbdir = workdir / "ctl" / "playbooks"
-            proc = ctlenv.ControllerProcess(cfg, workdir / "controller.log").start()
-            try:
-                ctlenv.wait_until(lambda: "watching" in proc.tail(), 60, "the controller")
-                for i in range(1, args.trials + 1):
-                    times.append(trial(stage, name, proc))
-                    msg = f"trial {i}: {times[-1]:.1f}s"
-                    if i % 3 == 1:
-                        bare.append(bare_reboot(stage, pbdir, i))
-                        msg += f"; bare reboot.yml {bare[-1]:.1f}s"
-                    print(f"{msg} (load {ctlenv.load_average()})", flush=True)
-            finally:
-                proc.stop()
-        phases = phase_times(proc.log.read_text(errors="replace"))
-    except BaseException:
-        print(f"failed; scratch directory and controller log kept in {workdir}", file=sys.stderr)
-        raise
-    shutil.rmtree(workdir, ignore_errors=True)
+    # flap damping would send the 8th entry within a week to manual: these trials
+    # are not a flapping node, so its window is cut to a second
+    no_flap = {"safety": {"flap": {"count": 8, "window": 1}}}
+    with one_node.scratch_dir(args.workdir) as workdir:
+        with one_node.controller_on_one_node(workdir, "bench-d2s", "d2s", no_flap) as run:
+            for i in range(1, args.trials + 1):
+                times.append(trial(run))
+                msg = f"trial {i}: {times[-1]:.1f}s"
+                if i % 3 == 1:
+                    bare.append(bare_reboot(run, i))
+                    msg += f"; bare reboot.yml {bare[-1]:.1f}s"
+                print(f"{msg} (load {ctlenv.load_average()})", flush=True)
+        phases = phase_times(run.proc.log.read_text(errors="replace"))  # the controller has stopped
     p50, b = statistics.median(times), statistics.median(bare)
     print(f"\ndetect -> back in service, one node, {args.trials} trials:")
     print(f"  p50 {p50:.1f} s, p90 {pct(times, 90):.1f} s, min {min(times):.1f} s, "

@@ -24,6 +24,8 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
+from tests.harness import manifests as shipped
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "agent"
 FAKES = ROOT / "tests" / "fakes" / "build"
@@ -31,42 +33,9 @@ NAMESPACE = "fleetmedic"
 SA = "fleetmedic-agent"
 FLEETMEDIC = Path(sys.executable).parent / "fleetmedic"
 
-_COLLECTIONS = {
-    ("v1", "Namespace"): "/api/v1/namespaces",
-    ("v1", "ServiceAccount"): "/api/v1/namespaces/{ns}/serviceaccounts",
-    ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps",
-    ("apps/v1", "DaemonSet"): "/apis/apps/v1/namespaces/{ns}/daemonsets",
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"):
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    ("rbac.authorization.k8s.io/v1", "Role"): "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"):
-        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
-}
-
 
 def manifests() -> list[dict]:
-    order = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
-    docs: list[dict] = []
-    for name in order:
-        docs += [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
-    return docs
-
-
-def apply(kube, doc: dict) -> dict:
-    """Create ``doc``, or replace it if it exists (so a changed manifest takes effect)."""
-    meta = doc["metadata"]
-    base = _COLLECTIONS[(doc["apiVersion"], doc["kind"])].format(ns=meta.get("namespace", ""))
-    created = kube.request("POST", base, doc, ok=(409,))
-    if created.get("kind") != "Status":
-        return created
-    current = kube.request("GET", f"{base}/{meta['name']}")
-    body = {**doc, "metadata": {**meta, "resourceVersion": current["metadata"]["resourceVersion"]}}
-    return kube.request("PUT", f"{base}/{meta['name']}", body)
+    return shipped.load(DEPLOY)
 
 
 def install_agent_rbac(kube) -> None:
@@ -76,7 +45,7 @@ def install_agent_rbac(kube) -> None:
     kube.ensure_namespace("default")
     for doc in manifests():
         if doc["kind"] != "DaemonSet":
-            apply(kube, doc)
+            shipped.apply(kube, doc)
 
 
 def pod_name(node: str) -> str:

@@ -13,11 +13,11 @@ import random
 import tarfile
 import threading
 import time
-import uuid
 
 import pytest
 
 from tests.harness import ctlenv
+from tests.harness.ctlbench import Benches, pool_name
 from tests.harness.ctlenv import ControllerProcess, annotation, cli, taints, wait_until
 from tests.harness.smtp import attachments, body_text
 
@@ -25,10 +25,6 @@ pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
 FOREIGN = {"key": "example.com/team-maintenance", "value": "gpu-burn", "effect": "NoSchedule"}
 REPAIR_KEY = "fleetmedic.io/repair"
-
-
-def pool_name(tag: str) -> str:
-    return f"{tag}{uuid.uuid4().hex[:5]}"
 
 
 def state_of(kube, name: str) -> str:
@@ -45,33 +41,9 @@ def history(kube, name: str) -> list[dict]:
 def bench(kube, fleet_factory, tmp_path, request):
     """A fresh fleet (1 node unless the test is parametrised otherwise), its nodes prepared,
     and a helper that starts controllers and stops them at the end (log shown on failure)."""
-    started: list[ControllerProcess] = []
-
-    class Bench:
-        def __init__(self, nodes: int = 1) -> None:
-            self.fleet = fleet_factory(nodes)
-            ctlenv.prepare_nodes(self.fleet)
-            self.kube = kube
-            self.pool = pool_name(request.node.name.split("_")[1][:6].lower())
-            self.dir = tmp_path
-
-        def register(self, taints_by_index: dict[int, list[dict]] | None = None, **kw) -> list[str]:
-            by_name = {f"{self.pool}-{i}": t for i, t in (taints_by_index or {}).items()}
-            return list(ctlenv.register(kube, self.fleet, self.pool, taints=by_name, **kw))
-
-        def config(self, smtp=None, **overrides):
-            return ctlenv.write_config(self.dir / "ctl", kube, self.fleet, self.pool, smtp,
-                                       overrides)
-
-        def controller(self, config, n: int = 1) -> ControllerProcess:
-            p = ControllerProcess(config, self.dir / f"controller-{n}.log").start()
-            started.append(p)
-            return p
-
-    yield Bench
-    for p in started:
-        p.stop()
-        print(f"--- {p.log} (shown when the test failed) ---\n{p.tail(80)}")
+    benches = Benches(kube, fleet_factory, tmp_path)
+    yield lambda nodes=1: benches.new(nodes, pool_name(request.node.name.split("_")[1][:6].lower()))
+    benches.stop_controllers(log_lines=80)
 
 
 def wait_state(kube, name: str, state: str, proc: ControllerProcess, timeout: float) -> None:
