@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
