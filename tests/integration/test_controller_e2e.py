@@ -276,7 +276,8 @@ class _NoFleet:
 def test_cli_errors_are_one_line(kube, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("safety:\n  max_concurent: 3\n")
-    for args in (["status"], ["plan"], ["run", "--once"], ["release", "x"], ["reset", "--yes"]):
+    for args in (["status"], ["plan"], ["run", "--once"], ["release", "x"], ["reset", "--yes"],
+                 ["breaker", "status"], ["breaker", "reset", "--yes"]):
         r = cli(bad, *args)
         assert r.returncode != 0
         assert r.stderr.startswith("fleetmedic: error: config ") and "max_concurent" in r.stderr
@@ -286,6 +287,10 @@ def test_cli_errors_are_one_line(kube, tmp_path):
     assert r.returncode != 0 and "missing files: ansible.ssh_key" in r.stderr, r.stderr
     r = cli(cfg, "status")
     assert r.returncode == 0 and "no nodes" in r.stdout
+    for args in (["breaker", "status"], ["breaker", "reset", "--yes"]):   # no pause ConfigMap
+        r = cli(cfg, *args)
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "not found" in r.stderr and "deploy/controller/configmap.yaml" in r.stderr, r.stderr
 
 
 def test_run_once_climbs_an_unreachable_node_to_manual_and_exits(kube, tmp_path):

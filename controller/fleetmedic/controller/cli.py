@@ -290,15 +290,14 @@ def _terminal_width() -> int:
 def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     """Show what the next cycle would do, changing nothing."""
     from fleetmedic.controller import loop
+    from fleetmedic.controller.switches import Switches, read_switches
+    from fleetmedic.policy import breaker as breakermod
     from fleetmedic.policy.actions import NONE
 
     at = now()
     kube = connect(cfg, kubeconfig)
     vs = views(kube, cfg)
     decisions = loop.decide_all(vs, at, cfg)
-    from fleetmedic.controller.switches import Switches, read_switches
-    from fleetmedic.policy import breaker as breakermod
-
     switches = read_switches(kube, cfg) if loop.actionable(decisions) else Switches()
     p = loop.make_plan(vs, decisions, at, cfg, paused=switches.paused,
                        breaker_reason=breakermod.reason(breakermod.resume(switches.breaker)))
