@@ -90,6 +90,8 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     assert set(record["nodes"]) <= set(storm), record
     st = cli(cfg, "breaker", "status")
     assert st.returncode == 0 and "OPEN since" in st.stdout, (st.stdout, st.stderr)
+    st = json.loads(cli(cfg, "breaker", "status", "--json").stdout)
+    assert st["open"] and st["tripped_at"] == record["tripped_at"] and st["nodes"] == record["nodes"]
 
     # a restart keeps it open: the trip is on the ConfigMap
     assert proc.stop() == 0

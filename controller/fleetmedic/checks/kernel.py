@@ -28,9 +28,9 @@ from typing import Mapping
 from fleetmedic.checks.base import CheckResult, ok, problem, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.scan import ACTION_RANK, Finding, Scanner, last_boot_offset, read_kmsg
+from fleetmedic.scan.stream import KMSG
 
 NAME = "kernel.log"
-KMSG = "/dev/kmsg"
 FENCING = ("reboot", "reimage", "manual")
 MAX_EVIDENCE = 20  # findings kept in the evidence (the worst first)
 

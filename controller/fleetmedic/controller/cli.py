@@ -21,6 +21,7 @@ command with one line, ``fleetmedic: error: ...``, and exit status 1.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import getpass
 import json
@@ -417,7 +418,7 @@ def breaker_status(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     _, record = _breaker_record(cfg, connect(cfg, kubeconfig))
     if as_json:
         click.echo(json.dumps({"open": bool(record and record.open),
-                               **(json.loads(record.encode()) if record else {})}, indent=2))
+                               **(dataclasses.asdict(record) if record else {})}, indent=2))
         return
     if record is None or not record.open:
         reset = f" (last reset {record.reset_at} by {record.reset_by})" if record and \

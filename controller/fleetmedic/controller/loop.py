@@ -551,8 +551,7 @@ class Controller:
             return changed
 
         node = self.kube.update_node(upd.node, mutate)
-        self.watcher.put(node)
-        after = view_of(node, self.vocab, self.foreign)
+        after = self.watcher.put(node)
         if not changed:
             return after
         if upd.state is not None and (before or "healthy") != after.state:

@@ -106,29 +106,34 @@ class NodeWatcher(Generic[T]):
         if kind == "DELETED":
             with self._lock:
                 self._items.pop(name, None)
-        else:
-            version = _rv(node)
-            with self._lock:
-                old = self._items.get(name)
-            # Ignore events older than what we hold (a relist raced a watch).
+            self._changed.set()
+            return
+        version = _rv(node)
+        with self._lock:
+            old = self._items.get(name)
+        if old and old[0] > version:      # older than what we hold (a relist raced a watch)
+            return
+        try:
+            kept = self.transform(node)   # outside the lock: readers never wait for it
+        except Exception:  # one odd Node must never stop the watch
+            log.exception("node %s: cannot read it; keeping what we had", name)
+            return
+        self._store(name, version, kept)
+
+    def _store(self, name: str, version: int, kept: T) -> None:
+        with self._lock:
+            old = self._items.get(name)
             if old and old[0] > version:
                 return
-            try:
-                kept = self.transform(node)   # outside the lock: readers never wait for it
-            except Exception:  # one odd Node must never stop the watch
-                log.exception("node %s: cannot read it; keeping what we had", name)
-                return
-            with self._lock:
-                old = self._items.get(name)
-                if old and old[0] > version:
-                    return
-                self._items[name] = (version, kept)
+            self._items[name] = (version, kept)
         self._changed.set()
 
-    def put(self, node: dict) -> None:
-        """Record our own write at once, so the next decision sees it even
-        before the watch event arrives."""
-        self._apply("MODIFIED", node)
+    def put(self, node: dict) -> T:
+        """Record our own write at once, so the next decision sees it even before the
+        watch event arrives; returns the kept form (the caller's view of its write)."""
+        kept = self.transform(node)
+        self._store(node["metadata"]["name"], _rv(node), kept)
+        return kept
 
 
 def _rv(node: dict) -> int:

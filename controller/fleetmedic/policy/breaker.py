@@ -112,8 +112,7 @@ class Record:
         return self.tripped_at is not None
 
     def encode(self) -> str:
-        return json.dumps({"tripped_at": self.tripped_at, "nodes": list(self.nodes),
-                           "reset_at": self.reset_at, "reset_by": self.reset_by}, sort_keys=True)
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
     def decode(cls, raw: str | None) -> "Record | None":
