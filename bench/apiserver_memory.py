@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.harness.kube import KubeCluster  # noqa: E402
+from tests.harness.kube import KubeCluster
 
 MiB = 1024 * 1024
 
@@ -57,13 +57,17 @@ def main() -> None:
             c.make_nodes(names, timeout=600 + n * 0.2, workers=8)
             if args.pods_per_node:
                 for name in names:
-                    c.make_pods(name, args.pods_per_node, namespace="bench", prefix=f"{name}-p",
-                                wait=False)
+                    c.make_pods(
+                        name, args.pods_per_node, namespace="bench", prefix=f"{name}-p", wait=False
+                    )
             took = time.monotonic() - t0
             have = n
             rss = settle(c, args.settle)
-            print(f"{n:>6} nodes: {fmt(rss)}  ratio={sum(rss.values()) / base_total:.2f} "
-                  f"(created + Ready in {took:.0f}s)", flush=True)
+            print(
+                f"{n:>6} nodes: {fmt(rss)}  ratio={sum(rss.values()) / base_total:.2f} "
+                f"(created + Ready in {took:.0f}s)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import one_node  # noqa: E402
+
 from tests.harness import ctlenv  # noqa: E402
 
 BOOT_ID_PLAY = """- name: Read boot_id
@@ -52,12 +53,22 @@ def baseline(run: one_node.Running, workdir: Path, round_: int) -> float:
     env = {"FLEETMEDIC_EVIDENCE_DIR": str(workdir / "evidence-baseline")}
     rid = f"e{round_}-reboot1-baseline{round_}{int(time.time())}"
     pbdir = run.playbooks
-    runs = [(pbdir / "diagnose.yml", ["-e", f"fleetmedic_request_id={rid}"]),
-            (workdir / "boot_id.yml", []),
-            (pbdir / "reboot.yml", ["-e", f"fleetmedic_request_id={rid}",
-                                    "-e", "fleetmedic_collect_evidence=false",
-                                    "-e", "fleetmedic_node_lease=false"]),   # no API server in the baseline
-            (pbdir / "verify.yml", [])]
+    runs = [
+        (pbdir / "diagnose.yml", ["-e", f"fleetmedic_request_id={rid}"]),
+        (workdir / "boot_id.yml", []),
+        (
+            pbdir / "reboot.yml",
+            [
+                "-e",
+                f"fleetmedic_request_id={rid}",
+                "-e",
+                "fleetmedic_collect_evidence=false",
+                "-e",
+                "fleetmedic_node_lease=false",
+            ],
+        ),  # no API server in the baseline
+        (pbdir / "verify.yml", []),
+    ]
     t0 = time.monotonic()
     for playbook, extra in runs:
         one_node.ansible_playbook(run, playbook, ["-e", "fleetmedic_vendor=nvidia", *extra], env)
@@ -76,15 +87,20 @@ def main() -> int:
     args = one_node.parse_args(__doc__, "--rounds", 3)
     base: list[float] = []
     ctl: list[float] = []
-    with one_node.scratch_dir(args.workdir) as workdir, \
-            one_node.controller_on_one_node(workdir, "bench-ovh", "ovh") as run:
+    with (
+        one_node.scratch_dir(args.workdir) as workdir,
+        one_node.controller_on_one_node(workdir, "bench-ovh", "ovh") as run,
+    ):
         for r in range(1, args.rounds + 1):
             ctlenv.xid79(run.stage.fleet.node(1))
             base.append(baseline(run, workdir, r))
             ctlenv.xid79(run.stage.fleet.node(1))
             ctl.append(controller(run))
-            print(f"round {r}: ansible-playbook {base[-1]:.1f}s, controller {ctl[-1]:.1f}s"
-                  f" (load {ctlenv.load_average()})", flush=True)
+            print(
+                f"round {r}: ansible-playbook {base[-1]:.1f}s, controller {ctl[-1]:.1f}s"
+                f" (load {ctlenv.load_average()})",
+                flush=True,
+            )
     b, c = statistics.median(base), statistics.median(ctl)
     print(f"\nreboot step, one node, median of {args.rounds}:")
     print(f"  plain ansible-playbook (diagnose, boot_id, reboot, verify): {b:.1f} s")

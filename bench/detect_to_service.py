@@ -29,14 +29,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import one_node  # noqa: E402
+
 from tests.harness import ctlenv  # noqa: E402
 
 
 def bare_reboot(run: one_node.Running, trial: int) -> float:
     t0 = time.monotonic()
-    one_node.ansible_playbook(run, run.playbooks / "reboot.yml",
-                              ["-e", f"fleetmedic_request_id=bare-{trial}-{int(time.time())}",
-                               "-e", "fleetmedic_collect_evidence=false"])
+    one_node.ansible_playbook(
+        run,
+        run.playbooks / "reboot.yml",
+        [
+            "-e",
+            f"fleetmedic_request_id=bare-{trial}-{int(time.time())}",
+            "-e",
+            "fleetmedic_collect_evidence=false",
+        ],
+    )
     return time.monotonic() - t0
 
 
@@ -94,10 +102,14 @@ def main() -> int:
         phases = phase_times(run.proc.log.read_text(errors="replace"))  # the controller has stopped
     p50, b = statistics.median(times), statistics.median(bare)
     print(f"\ndetect -> back in service, one node, {args.trials} trials:")
-    print(f"  p50 {p50:.1f} s, p90 {pct(times, 90):.1f} s, min {min(times):.1f} s, "
-          f"max {max(times):.1f} s (target p50 <= 45 s)")
-    print(f"  baseline, bare `ansible-playbook reboot.yml`: median {b:.1f} s; "
-          f"ratio {p50 / b:.2f}x (the rest is evidence, drain, boot_id probe, verify)")
+    print(
+        f"  p50 {p50:.1f} s, p90 {pct(times, 90):.1f} s, min {min(times):.1f} s, "
+        f"max {max(times):.1f} s (target p50 <= 45 s)"
+    )
+    print(
+        f"  baseline, bare `ansible-playbook reboot.yml`: median {b:.1f} s; "
+        f"ratio {p50 / b:.2f}x (the rest is evidence, drain, boot_id probe, verify)"
+    )
     print("  mean seconds per phase: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
     return 0
 

@@ -13,10 +13,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from tests.harness import ctlenv
 
@@ -27,8 +28,12 @@ def parse_args(doc: str, repeats: str, default: int) -> argparse.Namespace:
     """The benches' command line: how many times to measure (``repeats``) and ``--workdir``."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument(repeats, type=int, default=default)
-    ap.add_argument("--workdir", default="/var/tmp", help="where its scratch directory goes "
-                    "(kept, with the controller's log, when the run fails)")
+    ap.add_argument(
+        "--workdir",
+        default="/var/tmp",
+        help="where its scratch directory goes "
+        "(kept, with the controller's log, when the run fails)",
+    )
     return ap.parse_args()
 
 
@@ -49,19 +54,22 @@ class Running:
     """What :func:`controller_on_one_node` hands the bench."""
 
     stage: ctlenv.Stage
-    name: str                        # the kwok Node of fleet node 1
+    name: str  # the kwok Node of fleet node 1
     proc: ctlenv.ControllerProcess
-    playbooks: Path                  # the controller's playbook dir (test group_vars), for baselines
+    playbooks: Path  # the controller's playbook dir (test group_vars), for baselines
 
 
 @contextmanager
-def controller_on_one_node(workdir: Path, prefix: str, pool: str,
-                           overrides: dict[str, Any] | None = None) -> Iterator[Running]:
+def controller_on_one_node(
+    workdir: Path, prefix: str, pool: str, overrides: dict[str, Any] | None = None
+) -> Iterator[Running]:
     """The test control plane, a 1-node fleet, its kwok Node and a controller watching it
     (stopped on the way out; its log stays in ``workdir``)."""
     with ctlenv.Stage(1, workdir, prefix=prefix) as stage:
         [name] = ctlenv.register(stage.kube, stage.fleet, pool)
-        cfg = ctlenv.write_config(workdir / "ctl", stage.kube, stage.fleet, pool, overrides=overrides)
+        cfg = ctlenv.write_config(
+            workdir / "ctl", stage.kube, stage.fleet, pool, overrides=overrides
+        )
         proc = ctlenv.ControllerProcess(cfg, workdir / "controller.log").start()
         try:
             ctlenv.wait_until(lambda: "watching" in proc.tail(), 60, "the controller")
@@ -80,21 +88,44 @@ def reboot_taint_to_service(run: Running) -> float:
         if not run.proc.alive:
             raise SystemExit(f"the controller died:\n{run.proc.tail()}")
         return ctlenv.in_service(run.stage.kube, run.name)
-    ctlenv.wait_until(in_service, 600, f"{run.name} back in service", interval=0.1,
-                      tolerate=(OSError, TimeoutError))
+
+    ctlenv.wait_until(
+        in_service,
+        600,
+        f"{run.name} back in service",
+        interval=0.1,
+        tolerate=(OSError, TimeoutError),
+    )
     return time.monotonic() - t0
 
 
-def ansible_playbook(run: Running, playbook: Path, args: Sequence[str] = (),
-                     env: dict[str, str] | None = None) -> None:
+def ansible_playbook(
+    run: Running, playbook: Path, args: Sequence[str] = (), env: dict[str, str] | None = None
+) -> None:
     """``ansible-playbook`` on the node as an engineer runs it by hand (same ansible.cfg and
     inventory as the controller); a failure ends the bench with its output."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-           "PATH": f"{ctlenv.VENV_BIN}:{os.environ.get('PATH', '')}", **(env or {})}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "PATH": f"{ctlenv.VENV_BIN}:{os.environ.get('PATH', '')}",
+        **(env or {}),
+    }
     fleet = run.stage.fleet
-    p = subprocess.run([str(ctlenv.VENV_BIN / "ansible-playbook"), "-i", str(fleet.inventory),
-                        str(playbook), "--limit", fleet.node(1).name, *args],
-                       env=env, capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            str(ctlenv.VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(fleet.inventory),
+            str(playbook),
+            "--limit",
+            fleet.node(1).name,
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if p.returncode != 0:
-        raise SystemExit(f"{playbook.name} failed (rc {p.returncode}):\n{p.stdout[-2000:]}\n"
-                         f"{p.stderr[-2000:]}")
+        raise SystemExit(
+            f"{playbook.name} failed (rc {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+        )

@@ -72,7 +72,7 @@ def per_minute(kube: KubeCluster, window: float) -> float:
     a = request_total(kube)
     time.sleep(window)
     b = request_total(kube)
-    return (b - a - 1) * 60 / window          # minus the /metrics read itself
+    return (b - a - 1) * 60 / window  # minus the /metrics read itself
 
 
 def rss_mb(pid: int) -> float:
@@ -89,19 +89,41 @@ def write_config(work: Path, kubeconfig: str, pool: str, leader: bool) -> Path:
     (work / "known_hosts").touch()
     data = {
         "kube": {"kubeconfig": kubeconfig, "label_selector": f"{POOL_LABEL}={pool}"},
-        "ansible": {"playbook_dir": str(ROOT / "playbooks"), "config_file": str(ROOT / "ansible.cfg"),
-                    "run_dir": str(work / "runs"), "evidence_dir": str(work / "evidence"),
-                    "remote_user": "root", "ssh_key_file": str(key),
-                    "known_hosts_file": str(work / "known_hosts"), "job_timeout": 60},
-        "ladder": {"playbooks": {p: {"playbook": f"{f}.yml", "timeout": 30} for p, f in (
-            ("diagnose", "diagnose"), ("reboot", "reboot"), ("reinstall_nvidia", "reimage"),
-            ("reinstall_amd", "reimage"), ("verify", "verify"))}},
-        "safety": {"max_concurrent": 10, "max_concurrent_percent": 100, "min_healthy": 0,
-                   "breaker": {"enabled": False},
-                   "pause_configmap": f"{NAMESPACE}/fleetmedic"},
+        "ansible": {
+            "playbook_dir": str(ROOT / "playbooks"),
+            "config_file": str(ROOT / "ansible.cfg"),
+            "run_dir": str(work / "runs"),
+            "evidence_dir": str(work / "evidence"),
+            "remote_user": "root",
+            "ssh_key_file": str(key),
+            "known_hosts_file": str(work / "known_hosts"),
+            "job_timeout": 60,
+        },
+        "ladder": {
+            "playbooks": {
+                p: {"playbook": f"{f}.yml", "timeout": 30}
+                for p, f in (
+                    ("diagnose", "diagnose"),
+                    ("reboot", "reboot"),
+                    ("reinstall_nvidia", "reimage"),
+                    ("reinstall_amd", "reimage"),
+                    ("verify", "verify"),
+                )
+            }
+        },
+        "safety": {
+            "max_concurrent": 10,
+            "max_concurrent_percent": 100,
+            "min_healthy": 0,
+            "breaker": {"enabled": False},
+            "pause_configmap": f"{NAMESPACE}/fleetmedic",
+        },
         "metrics": {"address": "127.0.0.1", "port": free_port()},
-        "leader_election": {"enabled": leader, "namespace": NAMESPACE,
-                            "lease_name": f"fleetmedic-{pool}"},
+        "leader_election": {
+            "enabled": leader,
+            "namespace": NAMESPACE,
+            "lease_name": f"fleetmedic-{pool}",
+        },
     }
     path = work / f"controller-{'le' if leader else 'single'}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -109,10 +131,19 @@ def write_config(work: Path, kubeconfig: str, pool: str, leader: bool) -> Path:
 
 
 def start(config: Path, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([str(VENV_BIN / "fleetmedic"), "run", "--config", str(config)],
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    return subprocess.Popen(
+        [str(VENV_BIN / "fleetmedic"), "run", "--config", str(config)],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def stop(p: subprocess.Popen) -> None:
@@ -152,9 +183,12 @@ def patch_rtt(kube: KubeCluster, name: str, n: int = 30) -> float:
     times = []
     for i in range(n):
         t0 = time.perf_counter()
-        kube.request("PATCH", f"/api/v1/nodes/{name}",
-                     {"metadata": {"annotations": {"bench.fleetmedic.io/rtt": str(i)}}},
-                     content_type="application/merge-patch+json")
+        kube.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            {"metadata": {"annotations": {"bench.fleetmedic.io/rtt": str(i)}}},
+            content_type="application/merge-patch+json",
+        )
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -179,16 +213,38 @@ def main() -> int:
         t0 = time.monotonic()
         names = [f"{pool}-{i:05d}" for i in range(args.nodes)]
         tainted = set(names[:: max(1, args.nodes // args.tainted)][: args.tainted])
-        kube.make_nodes([n for n in names if n in tainted], labels=labels, taints=manual,
-                        addresses=["192.0.2.1"] * len(tainted), workers=16, wait=False)
-        kube.make_nodes([n for n in names if n not in tainted], labels=labels,
-                        addresses=["192.0.2.1"] * (args.nodes - len(tainted)), workers=16,
-                        wait=False)
-        wait_for(lambda: len(kube.request("GET", f"/api/v1/nodes?labelSelector={POOL_LABEL}%3D{pool}",
-                                          timeout=120)["items"]) == args.nodes, 600, "nodes")
-        print(f"{args.nodes} nodes ({len(tainted)} tainted manual) in {time.monotonic() - t0:.0f}s",
-              file=sys.stderr)
-        time.sleep(10)                                     # kwok's first status writes settle
+        kube.make_nodes(
+            [n for n in names if n in tainted],
+            labels=labels,
+            taints=manual,
+            addresses=["192.0.2.1"] * len(tainted),
+            workers=16,
+            wait=False,
+        )
+        kube.make_nodes(
+            [n for n in names if n not in tainted],
+            labels=labels,
+            addresses=["192.0.2.1"] * (args.nodes - len(tainted)),
+            workers=16,
+            wait=False,
+        )
+        wait_for(
+            lambda: (
+                len(
+                    kube.request(
+                        "GET", f"/api/v1/nodes?labelSelector={POOL_LABEL}%3D{pool}", timeout=120
+                    )["items"]
+                )
+                == args.nodes
+            ),
+            600,
+            "nodes",
+        )
+        print(
+            f"{args.nodes} nodes ({len(tainted)} tainted manual) in {time.monotonic() - t0:.0f}s",
+            file=sys.stderr,
+        )
+        time.sleep(10)  # kwok's first status writes settle
         base = per_minute(kube, args.window)
 
         results = {}
@@ -206,9 +262,15 @@ def main() -> int:
             procs.remove(p)
 
         # a bare interpreter with the same imports, for the RSS ratio
-        bare = subprocess.Popen([sys.executable, "-c", "import fleetmedic.controller.loop, "
-                                 "fleetmedic.controller.cli, sys; sys.stdin.read()"],
-                                stdin=subprocess.PIPE)
+        bare = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import fleetmedic.controller.loop, "
+                "fleetmedic.controller.cli, sys; sys.stdin.read()",
+            ],
+            stdin=subprocess.PIPE,
+        )
         time.sleep(5)
         bare_rss = rss_mb(bare.pid)
         bare.stdin.close()
@@ -222,14 +284,28 @@ def main() -> int:
         for n in healthy:
             before = set(os.listdir(run_dir)) if run_dir.exists() else set()
             t0 = time.monotonic()
-            kube.request("PATCH", f"/api/v1/nodes/{n}", {"spec": {"taints": [
-                {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}]}},
-                content_type="application/merge-patch+json")
+            kube.request(
+                "PATCH",
+                f"/api/v1/nodes/{n}",
+                {
+                    "spec": {
+                        "taints": [
+                            {
+                                "key": "fleetmedic.io/repair",
+                                "value": "reboot",
+                                "effect": "NoSchedule",
+                            }
+                        ]
+                    }
+                },
+                content_type="application/merge-patch+json",
+            )
 
             def started():
                 if not run_dir.exists():
                     return None
                 return [d for d in os.listdir(run_dir) if d not in before and n in d]
+
             wait_for(started, 30, f"a playbook run for {n}", interval=0.005)
             lat.append(time.monotonic() - t0)
             time.sleep(1)
@@ -238,16 +314,24 @@ def main() -> int:
         p50 = statistics.median(lat)
         print(f"scale_idle: {args.nodes} nodes, {len(tainted)} tainted, {args.window:.0f}s windows")
         print(f"  API requests/min, idle, baseline (no controller): {base:.1f} req/min in total")
-        print(f"  controller, leader election off: {single[0]:+.1f} req/min over baseline "
-              f"(ratio {(base + single[0]) / base:.3f}x of baseline; target <= 2)")
-        print(f"  controller, leader election on:  {le[0]:+.1f} req/min over baseline "
-              f"(ratio {(base + le[0]) / base:.3f}x of baseline)")
-        print(f"  RSS idle: {le[1]:.0f} MB (leader election on), {single[1]:.0f} MB (off); "
-              f"bare interpreter with the same imports {bare_rss:.0f} MB: ratio "
-              f"{le[1] / bare_rss:.2f}x (target <= 150 MB)")
-        print(f"  taint -> playbook start: p50 {p50 * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms "
-              f"over {len(lat)} trials; node PATCH round trip {rtt * 1000:.1f} ms: ratio "
-              f"{p50 / rtt:.1f}x (target <= 1 s)")
+        print(
+            f"  controller, leader election off: {single[0]:+.1f} req/min over baseline "
+            f"(ratio {(base + single[0]) / base:.3f}x of baseline; target <= 2)"
+        )
+        print(
+            f"  controller, leader election on:  {le[0]:+.1f} req/min over baseline "
+            f"(ratio {(base + le[0]) / base:.3f}x of baseline)"
+        )
+        print(
+            f"  RSS idle: {le[1]:.0f} MB (leader election on), {single[1]:.0f} MB (off); "
+            f"bare interpreter with the same imports {bare_rss:.0f} MB: ratio "
+            f"{le[1] / bare_rss:.2f}x (target <= 150 MB)"
+        )
+        print(
+            f"  taint -> playbook start: p50 {p50 * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms "
+            f"over {len(lat)} trials; node PATCH round trip {rtt * 1000:.1f} ms: ratio "
+            f"{p50 / rtt:.1f}x (target <= 1 s)"
+        )
         return 0
     finally:
         for p in procs:

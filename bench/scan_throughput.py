@@ -53,7 +53,7 @@ NOISE = [
     "IPv6: ADDRCONF(NETDEV_CHANGE): cali{n}a5b: link becomes ready",
     "device veth{n} entered promiscuous mode",
     "cni0: port 3(veth{n}) entered forwarding state",
-    "audit: type=1400 audit({n}.123:{n}): apparmor=\"DENIED\" operation=\"open\" profile=\"cri-containerd\"",
+    'audit: type=1400 audit({n}.123:{n}): apparmor="DENIED" operation="open" profile="cri-containerd"',
     "TCP: request_sock_TCP: Possible SYN flooding on port {n}. Sending cookies.",
     "nvme nvme0: I/O {n} QID 3 timeout, completion polled",
     "xfs filesystem being mounted at /var/lib/kubelet/pods/{n} supports timestamps until 2038",
@@ -64,8 +64,14 @@ NOISE = [
     "ACPI: \\_SB_.PCI0: Device [PCI0] status [0000000f]",
 ]
 DAEMON = [
-    ("kubelet[2211]", "I0214 05:03:43.123456    2211 kubelet.go:2345] \"SyncLoop (PLEG): event for pod\" pod=\"ns/p-{n}\""),
-    ("containerd[1201]", "time=\"2024-02-14T05:03:44Z\" level=info msg=\"cleaning up dead shim\" id={n}"),
+    (
+        "kubelet[2211]",
+        'I0214 05:03:43.123456    2211 kubelet.go:2345] "SyncLoop (PLEG): event for pod" pod="ns/p-{n}"',
+    ),
+    (
+        "containerd[1201]",
+        'time="2024-02-14T05:03:44Z" level=info msg="cleaning up dead shim" id={n}',
+    ),
     ("systemd[1]", "Started session-{n}.scope - Session {n} of User ubuntu."),
     ("sshd[{n}]", "Accepted publickey for ubuntu from 10.0.0.{n} port 50022 ssh2"),
     ("nvidia-persistenced[991]", "device 0000:3b:00.0 - persistence mode enabled."),
@@ -97,7 +103,9 @@ MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", 
 
 
 def _fmt(template: str, rng: random.Random) -> str:
-    return template.replace("{n}", str(rng.randrange(1, 99999))).replace("{{", "{").replace("}}", "}")
+    return (
+        template.replace("{n}", str(rng.randrange(1, 99999))).replace("{{", "{").replace("}}", "}")
+    )
 
 
 def _line(rng: random.Random, message: str, kernel: bool, style: int, clock: list[float]) -> str:
@@ -125,7 +133,7 @@ def _block(rng: random.Random, gpu_rate: float) -> bytes:
     clock = [rng.random() * 1e5]
     while size < BLOCK:
         if rng.random() < 0.002:
-            style = rng.randrange(6)          # formats come in runs, as in real files
+            style = rng.randrange(6)  # formats come in runs, as in real files
         roll = rng.random()
         if roll < gpu_rate:
             pool = POD if rng.random() < 0.1 else GPU
@@ -135,8 +143,11 @@ def _block(rng: random.Random, gpu_rate: float) -> bytes:
         else:
             tag, text = rng.choice(DAEMON)
             message = _fmt(text, rng)
-            line = (_line(rng, message, False, style, clock) if style in (3, 4)
-                    else _line(rng, f"{_fmt(tag, rng)}: {message}", True, style, clock))
+            line = (
+                _line(rng, message, False, style, clock)
+                if style in (3, 4)
+                else _line(rng, f"{_fmt(tag, rng)}: {message}", True, style, clock)
+            )
         out.append(line)
         size += len(line) + 1
     return ("\n".join(out) + "\n").encode()
@@ -170,10 +181,14 @@ def _timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float
     """Wall seconds, CPU seconds (user+sys, all processes of the run) and stdout."""
     cpu = _cpu_children()
     start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, check=False)
+    done = subprocess.run(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, check=False
+    )
     elapsed = time.perf_counter() - start
     if done.returncode not in (0, 1):
-        sys.exit(f"{command[0]} failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}")
+        sys.exit(
+            f"{command[0]} failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}"
+        )
     return elapsed, _cpu_children() - cpu, done.stdout.decode(errors="replace")
 
 
@@ -190,12 +205,20 @@ def _library(path: Path) -> tuple[float, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="1G", help="log size, e.g. 1G (default), 200M")
-    parser.add_argument("--gpu-rate", type=float, default=0.001,
-                        help="fraction of lines that are GPU/NCCL/CUDA lines (default 0.001: one in a thousand, "
-                             "already a sick node; try 0.01 for a storm)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs of each, best kept (default 3)")
+    parser.add_argument(
+        "--gpu-rate",
+        type=float,
+        default=0.001,
+        help="fraction of lines that are GPU/NCCL/CUDA lines (default 0.001: one in a thousand, "
+        "already a sick node; try 0.01 for a storm)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="timed runs of each, best kept (default 3)"
+    )
     parser.add_argument("--seed", type=int, default=4)
-    parser.add_argument("--tmpdir", default=None, help="where to write the log (default: system temp)")
+    parser.add_argument(
+        "--tmpdir", default=None, help="where to write the log (default: system temp)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
     args = parser.parse_args()
     size = _parse_size(args.size)
@@ -209,8 +232,10 @@ def main() -> None:
         generate(path, size, args.gpu_rate, args.seed)
         actual = path.stat().st_size
         mb = actual / 1e6
-        print(f"generated {mb:.0f} MB ({args.gpu_rate:.3%} GPU lines) in {time.perf_counter() - start:.1f}s: {path}")
-        with open(path, "rb") as handle:       # warm the page cache for both
+        print(
+            f"generated {mb:.0f} MB ({args.gpu_rate:.3%} GPU lines) in {time.perf_counter() - start:.1f}s: {path}"
+        )
+        with open(path, "rb") as handle:  # warm the page cache for both
             while handle.read(1 << 24):
                 pass
         best: dict[str, list[float]] = {}
@@ -234,23 +259,35 @@ def main() -> None:
             wall, cpu, lib_findings = _library(path)
             keep("lib", wall, cpu)
         cpus = min(4, os.cpu_count() or 1)
-        rows = [("grep", f"grep -cE '{GREP_PATTERN}'", f"{matches} matching lines"),
-                ("cli1", "fleetmedic scan --jobs 1", f"{findings} findings after dedup"),
-                ("cli", f"fleetmedic scan (auto: --jobs {cpus})", ""),
-                ("lib", "Scanner.scan_binary (library)", f"{lib_findings} findings")]
+        rows = [
+            ("grep", f"grep -cE '{GREP_PATTERN}'", f"{matches} matching lines"),
+            ("cli1", "fleetmedic scan --jobs 1", f"{findings} findings after dedup"),
+            ("cli", f"fleetmedic scan (auto: --jobs {cpus})", ""),
+            ("lib", "Scanner.scan_binary (library)", f"{lib_findings} findings"),
+        ]
         print(f"{'':38s} {'wall':>7s} {'MB/s':>6s} {'cpu':>7s}")
         for key, label, note in rows:
             wall, cpu = best[key]
             print(f"{label:38s} {wall:6.2f}s {mb / wall:6.0f} {cpu:6.2f}s  {note}")
         gw, gc = best["grep"]
-        print("ratio to grep's speed (wall; cpu in brackets): "
-              + ", ".join(f"{name} {gw / best[key][0]:.2f}x ({gc / best[key][1]:.2f}x)"
-                          for key, name in (("cli1", "CLI one process"), ("cli", "CLI default"), ("lib", "library")))
-              + "  (target >= 0.5x)")
+        print(
+            "ratio to grep's speed (wall; cpu in brackets): "
+            + ", ".join(
+                f"{name} {gw / best[key][0]:.2f}x ({gc / best[key][1]:.2f}x)"
+                for key, name in (
+                    ("cli1", "CLI one process"),
+                    ("cli", "CLI default"),
+                    ("lib", "library"),
+                )
+            )
+            + "  (target >= 0.5x)"
+        )
         load = os.getloadavg()[0]
         if load > (os.cpu_count() or 1):
-            print(f"note: load average {load:.1f} on {os.cpu_count()} CPUs: other work shares the machine; "
-                  "wall figures are noisy, the cpu ratio is steadier")
+            print(
+                f"note: load average {load:.1f} on {os.cpu_count()} CPUs: other work shares the machine; "
+                "wall figures are noisy, the cpu ratio is steadier"
+            )
     finally:
         if args.keep:
             print(f"kept {workdir}")

@@ -41,8 +41,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
-from test_agent_support import (AgentProcess, agent_kubeconfig, append, banner,  # noqa: E402
-                                install_agent_rbac, xid_line)
+from test_agent_support import (  # noqa: E402
+    AgentProcess,
+    agent_kubeconfig,
+    append,
+    banner,
+    install_agent_rbac,
+    xid_line,
+)
 
 from fleetmedic.adapters.kube import connect  # noqa: E402
 from tests.harness.kube import KubeCluster  # noqa: E402
@@ -57,7 +63,7 @@ class TaintWatch:
         self.kube = connect(kubeconfig)
         self.node = node
         self.cond = threading.Condition()
-        self.state: tuple[bool, float] | None = None   # (tainted, monotonic time seen)
+        self.state: tuple[bool, float] | None = None  # (tainted, monotonic time seen)
         self.stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
 
@@ -83,9 +89,13 @@ class TaintWatch:
 
     def wait(self, tainted: bool, timeout: float = 10.0) -> float:
         with self.cond:
-            ok = self.cond.wait_for(lambda: self.state is not None and self.state[0] == tainted, timeout)
+            ok = self.cond.wait_for(
+                lambda: self.state is not None and self.state[0] == tainted, timeout
+            )
             if not ok:
-                raise TimeoutError(f"taint {'present' if tainted else 'absent'} not seen in {timeout:g}s")
+                raise TimeoutError(
+                    f"taint {'present' if tainted else 'absent'} not seen in {timeout:g}s"
+                )
             return self.state[1]
 
 
@@ -99,9 +109,12 @@ def patch_round_trip(cluster: KubeCluster, node: str, n: int = 50) -> float:
     times = []
     for i in range(n):
         t0 = time.perf_counter()
-        cluster.request("PATCH", f"/api/v1/nodes/{node}",
-                        {"metadata": {"annotations": {"bench.fleetmedic.io/seq": str(i)}}},
-                        content_type="application/merge-patch+json")
+        cluster.request(
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            {"metadata": {"annotations": {"bench.fleetmedic.io/seq": str(i)}}},
+            content_type="application/merge-patch+json",
+        )
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -109,7 +122,9 @@ def patch_round_trip(cluster: KubeCluster, node: str, n: int = 50) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=50)
-    ap.add_argument("--poll", type=float, default=None, help="agent --kernel-poll (default: the agent's 0.1)")
+    ap.add_argument(
+        "--poll", type=float, default=None, help="agent --kernel-poll (default: the agent's 0.1)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directory (agent log)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fleetmedic-bench-xid-"))
@@ -121,8 +136,13 @@ def main() -> int:
         cluster.make_nodes([node], labels={"fleetmedic.io/gpu-vendor": "none"})
         kc = agent_kubeconfig(cluster, node, work / "agent.kubeconfig")
         extra = ["--kernel-poll", str(args.poll)] if args.poll else []
-        agent = AgentProcess(node, kc, work / "agent.log", kernel_log=kern,
-                             args=["--interval", "60", "--vendor", "none", "--no-events", *extra])
+        agent = AgentProcess(
+            node,
+            kc,
+            work / "agent.log",
+            kernel_log=kern,
+            args=["--interval", "60", "--vendor", "none", "--no-events", *extra],
+        )
         agent.start()
         try:
             deadline = time.monotonic() + 120
@@ -132,14 +152,18 @@ def main() -> int:
                     return 2
                 time.sleep(0.05)
             watch = TaintWatch(cluster.kubeconfig, node)
-            time.sleep(1.0)                      # the agent's first round, the watch's first event
+            time.sleep(1.0)  # the agent's first round, the watch's first event
             baseline = patch_round_trip(cluster, node)
             latencies = []
             for i in range(args.trials):
-                cluster.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": None}},
-                                content_type="application/merge-patch+json")
+                cluster.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{node}",
+                    {"spec": {"taints": None}},
+                    content_type="application/merge-patch+json",
+                )
                 watch.wait(False)
-                time.sleep(0.05 + 0.1 * (i % 7) / 7)   # spread the writes over the poll phase
+                time.sleep(0.05 + 0.1 * (i % 7) / 7)  # spread the writes over the poll phase
                 t0 = time.monotonic()
                 append(kern, xid_line(bus=0x10 + i % 0xE0, uptime=100.0 + i))
                 latencies.append(watch.wait(True) - t0)
@@ -147,21 +171,36 @@ def main() -> int:
         finally:
             agent.stop()
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
-    print(f"Xid 79 line -> repair taint visible through the API, {len(latencies)} trials "
-          f"(agent file poll {args.poll or 0.1:g}s):")
-    print(f"  p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   max {max(latencies) * 1000:7.1f} ms   "
-          f"mean {statistics.mean(latencies) * 1000:7.1f} ms")
+    print(
+        f"Xid 79 line -> repair taint visible through the API, {len(latencies)} trials "
+        f"(agent file poll {args.poll or 0.1:g}s):"
+    )
+    print(
+        f"  p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   max {max(latencies) * 1000:7.1f} ms   "
+        f"mean {statistics.mean(latencies) * 1000:7.1f} ms"
+    )
     print(f"  baseline: one node PATCH round trip {baseline * 1000:.1f} ms (median of 50)")
     print(f"  ratio to the baseline: p50 {p50 / baseline:.1f}x, p99 {p99 / baseline:.1f}x")
     verdict = "met" if p99 <= 1.0 else "MISSED"
     print(f"  target p99 <= 1 s: {verdict}")
-    print(json.dumps({"trials": len(latencies), "p50_s": round(p50, 4), "p99_s": round(p99, 4),
-                      "max_s": round(max(latencies), 4), "patch_rtt_s": round(baseline, 4),
-                      "p50_ratio": round(p50 / baseline, 2), "p99_ratio": round(p99 / baseline, 2)}))
+    print(
+        json.dumps(
+            {
+                "trials": len(latencies),
+                "p50_s": round(p50, 4),
+                "p99_s": round(p99, 4),
+                "max_s": round(max(latencies), 4),
+                "patch_rtt_s": round(baseline, 4),
+                "p50_ratio": round(p50 / baseline, 2),
+                "p99_ratio": round(p99 / baseline, 2),
+            }
+        )
+    )
     if args.keep:
         print(f"  work dir: {work}")
     else:
         import shutil
+
         shutil.rmtree(work, ignore_errors=True)
     return 0 if p99 <= 1.0 else 1
 

@@ -2,7 +2,8 @@
 tests/harness and are registered here as plugins so every test can use them."""
 
 pytest_plugins = [
-    p for p in (
+    p
+    for p in (
         "tests.harness.smtp_fixtures",
         "tests.harness.fleet_fixtures",
         "tests.harness.kube_fixtures",

@@ -18,11 +18,17 @@ from fleetmedic.errors import FleetmedicError
 # name -> (module:click-command, one-line help shown in `fleetmedic --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("fleetmedic.scan.cli:scan", "Classify GPU faults in kernel logs (files or stdin)."),
-    "check": ("fleetmedic.checks.cli:check", "Run every health check on this node once (exit 0/1/2)."),
+    "check": (
+        "fleetmedic.checks.cli:check",
+        "Run every health check on this node once (exit 0/1/2).",
+    ),
     "agent": ("fleetmedic.agent.cli:agent", "Run the node agent: checks, strikes, fencing."),
     "run": ("fleetmedic.controller.cli:run", "Run the remediation controller."),
     "status": ("fleetmedic.controller.cli:status", "Show nodes by repair state."),
-    "plan": ("fleetmedic.controller.cli:plan", "Show what the next cycle would do, changing nothing."),
+    "plan": (
+        "fleetmedic.controller.cli:plan",
+        "Show what the next cycle would do, changing nothing.",
+    ),
     "release": ("fleetmedic.controller.cli:release", "Return a node in manual repair to service."),
     "reset": ("fleetmedic.controller.cli:reset", "Remove every fleetmedic taint (only ours)."),
     "breaker": ("fleetmedic.controller.cli:breaker", "Show or reset the circuit breaker."),
@@ -44,7 +50,9 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="fleetmedic", prog_name="fleetmedic")   # looked up only for --version
+@click.version_option(
+    package_name="fleetmedic", prog_name="fleetmedic"
+)  # looked up only for --version
 def cli() -> None:
     """fleetmedic keeps a GPU fleet healthy.
 

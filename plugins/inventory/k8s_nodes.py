@@ -166,14 +166,22 @@ from ansible.utils.unsafe_proxy import wrap_var
 try:
     from fleetmedic.errors import FleetmedicError
     from fleetmedic.model import nodestate, vocabulary
+
     # Groups and host variables are computed in one place for this plugin and the
     # controller's own inventory, so a playbook sees the same hosts either way.
-    from fleetmedic.model.hostvars import (ALL_GROUPS, STATE_GROUPS, ansible_address, host_groups,
-                                           host_vars, node_tags)
+    from fleetmedic.model.hostvars import (
+        ALL_GROUPS,
+        STATE_GROUPS,
+        ansible_address,
+        host_groups,
+        host_vars,
+        node_tags,
+    )
 except ImportError as _exc:  # reported by parse(), so ansible-doc still works without it
     FLEETMEDIC_IMPORT_ERROR = _exc
 else:
     FLEETMEDIC_IMPORT_ERROR = None
+
 
 def _one_line(exc):
     text = str(exc).strip()
@@ -181,14 +189,15 @@ def _one_line(exc):
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
-
     NAME = "fleetmedic.fleet.k8s_nodes"
 
     def verify_file(self, path):
         """Accept only readable files named *.k8s_nodes.yml or *.k8s_nodes.yaml."""
         if super().verify_file(path) and path.endswith((".k8s_nodes.yml", ".k8s_nodes.yaml")):
             return True
-        self.display.debug("k8s_nodes inventory filename must end with '.k8s_nodes.yml' or '.k8s_nodes.yaml'")
+        self.display.debug(
+            "k8s_nodes inventory filename must end with '.k8s_nodes.yml' or '.k8s_nodes.yaml'"
+        )
         return False
 
     def parse(self, inventory, loader, path, cache=True):
@@ -197,7 +206,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if FLEETMEDIC_IMPORT_ERROR is not None:
             raise AnsibleError(
                 "The fleetmedic.fleet.k8s_nodes inventory plugin needs the fleetmedic Python package in "
-                "the Python that runs Ansible (%s): %s" % (sys.executable, _one_line(FLEETMEDIC_IMPORT_ERROR)))
+                "the Python that runs Ansible (%s): %s"
+                % (sys.executable, _one_line(FLEETMEDIC_IMPORT_ERROR))
+            )
         vocab = self._vocabulary()
         foreign = self._foreign_signals()
 
@@ -246,12 +257,21 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _foreign_signals(self):
         signals = []
         for entry in self.get_option("foreign_signals") or []:
-            if not isinstance(entry, dict) or entry.get("kind") not in ("taint", "condition") or not entry.get("key"):
-                raise AnsibleError("k8s_nodes: each foreign_signals entry needs kind (taint or condition) "
-                                   "and key, got %r" % (entry,))
+            if (
+                not isinstance(entry, dict)
+                or entry.get("kind") not in ("taint", "condition")
+                or not entry.get("key")
+            ):
+                raise AnsibleError(
+                    "k8s_nodes: each foreign_signals entry needs kind (taint or condition) "
+                    "and key, got %r" % (entry,)
+                )
             value = entry.get("value")
-            signals.append(nodestate.ForeignSignal(entry["kind"], str(entry["key"]),
-                                                   None if value is None else str(value)))
+            signals.append(
+                nodestate.ForeignSignal(
+                    entry["kind"], str(entry["key"]), None if value is None else str(value)
+                )
+            )
         return signals
 
     # -- the data source (the only seam unit tests replace) ------------------
@@ -260,19 +280,28 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         try:
             from fleetmedic.adapters import kube
         except ImportError as exc:
-            raise AnsibleError("k8s_nodes: cannot load fleetmedic's Kubernetes adapter: %s" % _one_line(exc))
+            raise AnsibleError(
+                "k8s_nodes: cannot load fleetmedic's Kubernetes adapter: %s" % _one_line(exc)
+            )
         try:
             api = kube.connect(kubeconfig, context)
-        except FleetmedicError as exc:  # ConfigError: missing or malformed kubeconfig, unknown context
+        except (
+            FleetmedicError
+        ) as exc:  # ConfigError: missing or malformed kubeconfig, unknown context
             raise AnsibleError("k8s_nodes: %s" % _one_line(exc))
         except Exception as exc:  # anything the adapter did not map; still one line
-            raise AnsibleError("k8s_nodes: kubeconfig %s: %s: %s" % (kubeconfig, type(exc).__name__, _one_line(exc)))
+            raise AnsibleError(
+                "k8s_nodes: kubeconfig %s: %s: %s"
+                % (kubeconfig, type(exc).__name__, _one_line(exc))
+            )
         try:
             nodes, _resource_version = api.list_nodes(label_selector)
         except FleetmedicError as exc:  # unreachable, 401/403, 5xx: the adapter's one-line message
             raise AnsibleError("k8s_nodes: cannot list nodes: %s" % _one_line(exc))
         except Exception as exc:
-            raise AnsibleError("k8s_nodes: cannot list nodes: %s: %s" % (type(exc).__name__, _one_line(exc)))
+            raise AnsibleError(
+                "k8s_nodes: cannot list nodes: %s: %s" % (type(exc).__name__, _one_line(exc))
+            )
         return nodes
 
     # -- building the inventory ----------------------------------------------
@@ -280,9 +309,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         names = self.get_option("names") or []
         vendors = self.get_option("vendors") or []
         states = self.get_option("states") or []
-        return ((not names or view.name in names)
-                and (not vendors or view.vendor in vendors)
-                and any(tag in states for tag in node_tags(view)))
+        return (
+            (not names or view.name in names)
+            and (not vendors or view.vendor in vendors)
+            and any(tag in states for tag in node_tags(view))
+        )
 
     def _populate(self, nodes, vocab, foreign):
         for group in ALL_GROUPS:
@@ -296,10 +327,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             view = nodestate.view(node, vocab, foreign)
             if not self._wanted(view):
                 continue
-            address = ansible_address(view, self.get_option("address_label"), self.get_option("address_annotation"))
+            address = ansible_address(
+                view, self.get_option("address_label"), self.get_option("address_annotation")
+            )
             if not address:
-                self.display.warning("k8s_nodes: node %s has no InternalIP and no address override; "
-                                     "connecting by its name" % view.name)
+                self.display.warning(
+                    "k8s_nodes: node %s has no InternalIP and no address override; "
+                    "connecting by its name" % view.name
+                )
             hostvars = wrap_var(host_vars(view, address))
             name = view.name
             self.inventory.add_host(name)
@@ -309,5 +344,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             for key, value in hostvars.items():
                 self.inventory.set_variable(name, key, value)
             self._set_composite_vars(self.get_option("compose"), hostvars, name, strict=strict)
-            self._add_host_to_composed_groups(self.get_option("groups"), hostvars, name, strict=strict)
-            self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, name, strict=strict)
+            self._add_host_to_composed_groups(
+                self.get_option("groups"), hostvars, name, strict=strict
+            )
+            self._add_host_to_keyed_groups(
+                self.get_option("keyed_groups"), hostvars, name, strict=strict
+            )

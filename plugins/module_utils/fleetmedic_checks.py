@@ -45,8 +45,14 @@ def run(argv, timeout, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
     """
     start = time.monotonic()
     env = dict(os.environ, PATH=search_path(), LC_ALL="C")
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err, time.monotonic() - start, False
@@ -84,7 +90,10 @@ def summary_lines(results):
     for r in results or []:
         status = r.get("status", "unknown")
         if status != "ok":
-            lines.append("%s: %s: %s" % (r.get("name", "?"), status, " ".join(str(r.get("summary", "")).split())))
+            lines.append(
+                "%s: %s: %s"
+                % (r.get("name", "?"), status, " ".join(str(r.get("summary", "")).split()))
+            )
     return lines
 
 

@@ -101,7 +101,6 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.fleetmedic.fleet.plugins.module_utils import fleetmedic_checks as fc
 
 
@@ -124,7 +123,7 @@ def tail(path, lines, out_path, chunk=65536):
             pos -= step
             src.seek(pos)
             data = src.read(step) + data
-        dst.write(b"\n".join(data.split(b"\n")[-lines - 1:]))
+        dst.write(b"\n".join(data.split(b"\n")[-lines - 1 :]))
 
 
 def run_command(spec, workdir, default_timeout):
@@ -139,7 +138,9 @@ def run_command(spec, workdir, default_timeout):
     out_path = os.path.join(workdir, name)
     with open(out_path, "wb") as out, open(out_path + ".stderr", "wb") as err:
         try:
-            rc, _o, _e, seconds, timed_out = fc.run([exe] + argv[1:], timeout, stdout=out, stderr=err)
+            rc, _o, _e, seconds, timed_out = fc.run(
+                [exe] + argv[1:], timeout, stdout=out, stderr=err
+            )
         except OSError as exc:
             rc, seconds, timed_out = None, 0.0, False
             entry["error"] = str(exc)
@@ -206,10 +207,16 @@ def main():
         file_dir = os.path.join(workdir, "files")
         os.makedirs(cmd_dir)
         os.makedirs(file_dir)
-        manifest = {"commands": [run_command(s, cmd_dir, p["timeout"]) for s in p["commands"]],
-                    "files": [copy_file(s, file_dir) for s in files]}
-        manifest.update(hostname=socket.gethostname(), boot_id=boot_id(), started=started,
-                        seconds=round(time.time() - started, 3))
+        manifest = {
+            "commands": [run_command(s, cmd_dir, p["timeout"]) for s in p["commands"]],
+            "files": [copy_file(s, file_dir) for s in files],
+        }
+        manifest.update(
+            hostname=socket.gethostname(),
+            boot_id=boot_id(),
+            started=started,
+            seconds=round(time.time() - started, 3),
+        )
         with open(os.path.join(workdir, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
         with open(os.path.join(workdir, "node.json"), "w") as f:
@@ -223,7 +230,9 @@ def main():
         module.fail_json(msg="collecting evidence failed: %s" % exc)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    flat = [dict(e, kind="command") for e in manifest["commands"]] + [dict(e, kind="file") for e in manifest["files"]]
+    flat = [dict(e, kind="command") for e in manifest["commands"]] + [
+        dict(e, kind="file") for e in manifest["files"]
+    ]
     module.exit_json(changed=True, dest=p["dest"], size=os.path.getsize(p["dest"]), manifest=flat)
 
 

@@ -102,7 +102,6 @@ attempts:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.fleetmedic.fleet.plugins.module_utils import fleetmedic_checks as fc
 
 
@@ -111,8 +110,16 @@ def check_once(argv, timeout):
     if exe is None:
         # Not installed is not healthy: the GPU stack (or fleetmedic itself) is missing.
         msg = "unknown: %s is not installed on this node" % argv[0]
-        return dict(status="unknown", healthy=False, exit_code=None, message=msg, problems=[msg], results=[],
-                    duration=0.0, stderr="")
+        return dict(
+            status="unknown",
+            healthy=False,
+            exit_code=None,
+            message=msg,
+            problems=[msg],
+            results=[],
+            duration=0.0,
+            stderr="",
+        )
     rc, out, err, seconds, timed_out = fc.run([exe] + argv[1:], timeout)
     out = (out or b"").decode("utf-8", "replace")
     err = (err or b"").decode("utf-8", "replace").strip()
@@ -122,9 +129,16 @@ def check_once(argv, timeout):
     problems = fc.summary_lines(results or [])
     if results is None and not timed_out and rc in fc.STATUS_BY_RC:
         problems.append("check output is not JSON: %s" % (out.strip()[:200] or "empty"))
-    return dict(status=status, healthy=status == "ok", exit_code=rc,
-                message=fc.message(status, rc, results or [], timed_out, timeout, stderr_tail),
-                problems=problems, results=results or [], duration=round(seconds, 3), stderr=err[-4000:])
+    return dict(
+        status=status,
+        healthy=status == "ok",
+        exit_code=rc,
+        message=fc.message(status, rc, results or [], timed_out, timeout, stderr_tail),
+        problems=problems,
+        results=results or [],
+        duration=round(seconds, 3),
+        stderr=err[-4000:],
+    )
 
 
 def main():

@@ -95,7 +95,9 @@ except ImportError as _exc:  # reported by main(), so ansible-doc works without 
 else:
     IMPORT_ERROR = None
 
-NO_LOCK_HINT = "or run with -e fleetmedic_node_lease=false if no fleetmedic controller manages this node"
+NO_LOCK_HINT = (
+    "or run with -e fleetmedic_node_lease=false if no fleetmedic controller manages this node"
+)
 
 
 def _one_line(text):
@@ -116,15 +118,23 @@ def main():
         supports_check_mode=True,
     )
     if IMPORT_ERROR is not None:
-        module.fail_json(msg="node_lease needs the fleetmedic Python package where Ansible runs: %s (%s)"
-                             % (_one_line(IMPORT_ERROR), NO_LOCK_HINT))
+        module.fail_json(
+            msg="node_lease needs the fleetmedic Python package where Ansible runs: %s (%s)"
+            % (_one_line(IMPORT_ERROR), NO_LOCK_HINT)
+        )
     p = module.params
     if p["duration"] < 1:
         module.fail_json(msg="duration must be at least 1 second, got %d" % p["duration"])
     name = node_lease_name(p["node"])
     where = "%s/%s" % (p["namespace"], name)
     try:
-        lease = Lease(connect(p["kubeconfig"] or None, p["context"] or None), p["namespace"], name, p["holder"], p["duration"])
+        lease = Lease(
+            connect(p["kubeconfig"] or None, p["context"] or None),
+            p["namespace"],
+            name,
+            p["holder"],
+            p["duration"],
+        )
         current = lease.current_holder()
         if p["state"] == "released":
             mine = current == p["holder"]
@@ -132,17 +142,32 @@ def main():
                 lease.release()
             module.exit_json(changed=mine, lease=where, holder=None if mine else current)
         if current not in (None, p["holder"]):
-            module.fail_json(msg="node %s is being worked on: Lease %s is held by %s; try again when it "
-                                 "is released" % (p["node"], where, current), lease=where, holder=current)
+            module.fail_json(
+                msg="node %s is being worked on: Lease %s is held by %s; try again when it "
+                "is released" % (p["node"], where, current),
+                lease=where,
+                holder=current,
+            )
         if not module.check_mode and not lease.try_acquire():
             current = lease.current_holder()
-            module.fail_json(msg="node %s: Lease %s was taken by %s just now; try again later"
-                                 % (p["node"], where, current), lease=where, holder=current)
+            module.fail_json(
+                msg="node %s: Lease %s was taken by %s just now; try again later"
+                % (p["node"], where, current),
+                lease=where,
+                holder=current,
+            )
         module.exit_json(changed=current != p["holder"], lease=where, holder=p["holder"])
     except FleetmedicError as exc:
-        module.fail_json(msg="cannot %s the node Lease %s: %s (%s)" % (
-            "give up" if p["state"] == "released" else "take", where, _one_line(exc), NO_LOCK_HINT),
-            lease=where)
+        module.fail_json(
+            msg="cannot %s the node Lease %s: %s (%s)"
+            % (
+                "give up" if p["state"] == "released" else "take",
+                where,
+                _one_line(exc),
+                NO_LOCK_HINT,
+            ),
+            lease=where,
+        )
 
 
 if __name__ == "__main__":

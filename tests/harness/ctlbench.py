@@ -23,7 +23,7 @@ def pool_name(tag: str) -> str:
 class Bench:
     """One fleet and pool: kwok Nodes, controller configs and controllers for it."""
 
-    def __init__(self, benches: "Benches", nodes: int, pool: str) -> None:
+    def __init__(self, benches: Benches, nodes: int, pool: str) -> None:
         self._benches = benches
         self.kube = benches.kube
         self.fleet = benches.fleet_factory(nodes)
@@ -41,16 +41,23 @@ class Bench:
     def make_nodes(self, names: list[str], addresses: list[str], taints=()) -> list[str]:
         """kwok Nodes in this pool whose InternalIPs are the given fleet addresses
         (several Nodes may share one SSH node)."""
-        self.kube.make_nodes(names, labels={ctlenv.POOL_LABEL: self.pool,
-                                            "fleetmedic.io/gpu-vendor": "nvidia",
-                                            "fleetmedic.io/expected-gpus": "2"},
-                             addresses=addresses, taints=list(taints))
+        self.kube.make_nodes(
+            names,
+            labels={
+                ctlenv.POOL_LABEL: self.pool,
+                "fleetmedic.io/gpu-vendor": "nvidia",
+                "fleetmedic.io/expected-gpus": "2",
+            },
+            addresses=addresses,
+            taints=list(taints),
+        )
         self._benches.made.extend(names)
         return names
 
     def config(self, smtp=None, name: str = "ctl", **overrides) -> Path:
-        return ctlenv.write_config(self.dir / name, self.kube, self.fleet, self.pool, smtp,
-                                   overrides)
+        return ctlenv.write_config(
+            self.dir / name, self.kube, self.fleet, self.pool, smtp, overrides
+        )
 
     def controller(self, config: Path, n: int = 1) -> ControllerProcess:
         p = ControllerProcess(config, self.dir / f"controller-{n}.log").start()

@@ -31,8 +31,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -44,8 +45,10 @@ TEST_REPO = ROOT / ".cache" / "molecule" / "apt-repo"
 HEALTHY_NVML = {"driver_version": "550.90.07", "gpus": [{}, {}]}
 LOST_NVML = {"driver_version": "550.90.07", "gpus": [{}, {"lost": True}]}
 XID79 = "NVRM: Xid (PCI:0000:5a:00): 79, pid=4242, name=python3, GPU has fallen off the bus."
-CHECK_YAML = ("vendor: nvidia\nexpected_gpus: 2\ntimeout: 20\n"
-              "kernel:\n  path: /var/lib/fleetmedic-test/kern.log\n")
+CHECK_YAML = (
+    "vendor: nvidia\nexpected_gpus: 2\ntimeout: 20\n"
+    "kernel:\n  path: /var/lib/fleetmedic-test/kern.log\n"
+)
 BANNER_UNIT = """[Unit]
 Description=fleetmedic test: log this boot's kernel banner and NVIDIA driver load
 DefaultDependencies=no
@@ -66,8 +69,8 @@ WantedBy=multi-user.target
 # Role variables for test runs: the playbook directory's group_vars/all.yml.
 GROUP_VARS: dict[str, Any] = {
     "ansible_python_interpreter": "/usr/bin/python3",
-    "reboot_timeout": 25,                 # a hung node fails in ~40 s, not 15 min
-    "reboot_verify": False,               # the ladder's own verify phase checks
+    "reboot_timeout": 25,  # a hung node fails in ~40 s, not 15 min
+    "reboot_verify": False,  # the ladder's own verify phase checks
     "diagnostics_nvidia_bug_report": False,
     "diagnostics_command_timeout": 30,
     "diagnostics_check_timeout": 60,
@@ -81,8 +84,13 @@ GROUP_VARS: dict[str, Any] = {
 }
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.5, tolerate: tuple[type[BaseException], ...] = ()) -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.5,
+    tolerate: tuple[type[BaseException], ...] = (),
+) -> Any:
     """Poll ``predicate`` until it is truthy; exceptions in ``tolerate`` count as "not yet"
     (e.g. an API server slow to answer on a loaded machine)."""
     deadline = time.monotonic() + timeout
@@ -101,9 +109,11 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
 # -- fleet nodes --------------------------------------------------------------------------
 def prepare_nodes(fleet, nodes: Iterable | None = None) -> None:
     """Check config and boot-banner unit on each node; GPUs healthy, kernel log clean."""
-    script = (f"mkdir -p /etc/fleetmedic && printf '%s' '{CHECK_YAML}' > /etc/fleetmedic/check.yaml"
-              f" && cat > /etc/systemd/system/fm-test-boot-banner.service <<'EOF'\n{BANNER_UNIT}EOF\n"
-              "systemctl daemon-reload && systemctl enable --quiet fm-test-boot-banner.service")
+    script = (
+        f"mkdir -p /etc/fleetmedic && printf '%s' '{CHECK_YAML}' > /etc/fleetmedic/check.yaml"
+        f" && cat > /etc/systemd/system/fm-test-boot-banner.service <<'EOF'\n{BANNER_UNIT}EOF\n"
+        "systemctl daemon-reload && systemctl enable --quiet fm-test-boot-banner.service"
+    )
     for node in nodes or fleet.nodes:
         node.ssh(script, timeout=60)
         healthy(node)
@@ -127,34 +137,78 @@ def xid79(node) -> None:
 def prepare_apt_repo(fleet, nodes: Iterable, workdir: Path) -> None:
     """Give nodes the local test apt repository, as the molecule scenarios do, so the
     reimage step really reinstalls the pinned test driver packages."""
-    subprocess.run([sys.executable, str(ROOT / "tests/molecule/_shared/build_test_repo.py"),
-                    str(TEST_REPO)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "tests/molecule/_shared/build_test_repo.py"), str(TEST_REPO)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     names = [n.name for n in nodes]
     play = workdir / "prepare-apt-repo.yml"
-    play.write_text(yaml.safe_dump([{
-        "name": "Give the node the test apt repository", "hosts": "all", "gather_facts": False,
-        "tasks": [{"ansible.builtin.import_tasks":
-                   str(ROOT / "tests/molecule/_shared/prepare_apt_repo.yml")}]}]))
-    env = {**os.environ, "MOLECULE_PROJECT_DIRECTORY": str(ROOT),
-           "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-           "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
-    p = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(fleet.inventory), str(play),
-                        "--limit", ",".join(names)], env=env, capture_output=True, text=True,
-                       timeout=600)
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Give the node the test apt repository",
+                    "hosts": "all",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "ansible.builtin.import_tasks": str(
+                                ROOT / "tests/molecule/_shared/prepare_apt_repo.yml"
+                            )
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    env = {
+        **os.environ,
+        "MOLECULE_PROJECT_DIRECTORY": str(ROOT),
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+    }
+    p = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(fleet.inventory),
+            str(play),
+            "--limit",
+            ",".join(names),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if p.returncode != 0:
         raise AssertionError(f"preparing the apt repository failed:\n{p.stdout[-3000:]}")
 
 
 # -- kube ------------------------------------------------------------------------------
-def register(kube, fleet, pool: str, nodes: Iterable | None = None,
-             taints: Mapping[str, list[dict]] | None = None) -> dict[str, Any]:
+def register(
+    kube,
+    fleet,
+    pool: str,
+    nodes: Iterable | None = None,
+    taints: Mapping[str, list[dict]] | None = None,
+) -> dict[str, Any]:
     """kwok Nodes ``<pool>-<index>`` for fleet nodes; returns {node name: fleet node}."""
     fleet_nodes = list(nodes or fleet.nodes)
     names = [f"{pool}-{n.index}" for n in fleet_nodes]
     for name, n in zip(names, fleet_nodes):
-        kube.make_nodes([name], labels={POOL_LABEL: pool, "fleetmedic.io/gpu-vendor": "nvidia",
-                                        "fleetmedic.io/expected-gpus": "2"},
-                        addresses=[n.address], taints=(taints or {}).get(name, []))
+        kube.make_nodes(
+            [name],
+            labels={
+                POOL_LABEL: pool,
+                "fleetmedic.io/gpu-vendor": "nvidia",
+                "fleetmedic.io/expected-gpus": "2",
+            },
+            addresses=[n.address],
+            taints=(taints or {}).get(name, []),
+        )
     return dict(zip(names, fleet_nodes))
 
 
@@ -174,8 +228,10 @@ def annotation(kube, name: str, key: str, default: Any = None) -> Any:
 
 
 def taints(kube, name: str) -> list[dict]:
-    return [{k: t[k] for k in ("key", "value", "effect") if k in t}
-            for t in node(kube, name)["spec"].get("taints") or []]
+    return [
+        {k: t[k] for k in ("key", "value", "effect") if k in t}
+        for t in node(kube, name)["spec"].get("taints") or []
+    ]
 
 
 def set_taints(kube, name: str, edit: Callable[[list[dict]], list[dict]]) -> None:
@@ -184,11 +240,14 @@ def set_taints(kube, name: str, edit: Callable[[list[dict]], list[dict]]) -> Non
     for _ in range(50):
         n = node(kube, name)
         new = edit([dict(t) for t in n["spec"].get("taints") or []])
-        body = {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"]},
-                "spec": {"taints": new or None}}
+        body = {
+            "metadata": {"resourceVersion": n["metadata"]["resourceVersion"]},
+            "spec": {"taints": new or None},
+        }
         try:
-            kube.request("PATCH", f"/api/v1/nodes/{name}", body,
-                         content_type="application/merge-patch+json")
+            kube.request(
+                "PATCH", f"/api/v1/nodes/{name}", body, content_type="application/merge-patch+json"
+            )
             return
         except Exception as exc:  # ApiError 409: someone wrote in between
             if getattr(exc, "status", None) != 409:
@@ -215,43 +274,71 @@ def playbook_dir(workdir: Path, extra_vars: Mapping[str, Any] | None = None) -> 
 
 def free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def write_config(workdir: Path, kube, fleet, pool: str, smtp=None,
-                 overrides: Mapping[str, Any] | None = None) -> Path:
+def write_config(
+    workdir: Path, kube, fleet, pool: str, smtp=None, overrides: Mapping[str, Any] | None = None
+) -> Path:
     """The controller config for one test pool; ``overrides`` merge into the data."""
     workdir.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {
         "kube": {"kubeconfig": kube.kubeconfig, "label_selector": f"{POOL_LABEL}={pool}"},
         "ladder": {
-            "playbooks": {"diagnose": {"playbook": "diagnose.yml", "timeout": 180},
-                          "reboot": {"playbook": "reboot.yml", "timeout": 120},
-                          "reinstall_nvidia": {"playbook": "reimage.yml", "timeout": 400},
-                          "reinstall_amd": {"playbook": "reimage.yml", "timeout": 400},
-                          "verify": {"playbook": "verify.yml", "timeout": 180}},
-            "probe_timeout": 30, "probe_interval": 3, "foreign_grace": 60},
-        "ansible": {"playbook_dir": str(playbook_dir(workdir)),
-                    "config_file": str(ROOT / "ansible.cfg"),
-                    "run_dir": str(workdir / "runs"), "evidence_dir": str(workdir / "evidence"),
-                    "remote_user": "root", "ssh_key_file": str(fleet.private_key),
-                    "known_hosts_file": str(fleet.known_hosts), "job_timeout": 600},
+            "playbooks": {
+                "diagnose": {"playbook": "diagnose.yml", "timeout": 180},
+                "reboot": {"playbook": "reboot.yml", "timeout": 120},
+                "reinstall_nvidia": {"playbook": "reimage.yml", "timeout": 400},
+                "reinstall_amd": {"playbook": "reimage.yml", "timeout": 400},
+                "verify": {"playbook": "verify.yml", "timeout": 180},
+            },
+            "probe_timeout": 30,
+            "probe_interval": 3,
+            "foreign_grace": 60,
+        },
+        "ansible": {
+            "playbook_dir": str(playbook_dir(workdir)),
+            "config_file": str(ROOT / "ansible.cfg"),
+            "run_dir": str(workdir / "runs"),
+            "evidence_dir": str(workdir / "evidence"),
+            "remote_user": "root",
+            "ssh_key_file": str(fleet.private_key),
+            "known_hosts_file": str(fleet.known_hosts),
+            "job_timeout": 600,
+        },
         # 3-node fleets: the defaults (min_healthy 50%, 10% of the pool, breaker) hold all
-        "safety": {"max_concurrent": 3, "max_concurrent_percent": 100, "min_healthy": 0,
-                   "breaker": {"enabled": False}, "flap": {"count": 8},
-                   "pause_configmap": f"kube-system/fleetmedic-{pool}",
-                   "drain": {"timeout": 20, "retry_interval": 10}},
+        "safety": {
+            "max_concurrent": 3,
+            "max_concurrent_percent": 100,
+            "min_healthy": 0,
+            "breaker": {"enabled": False},
+            "flap": {"count": 8},
+            "pause_configmap": f"kube-system/fleetmedic-{pool}",
+            "drain": {"timeout": 20, "retry_interval": 10},
+        },
         "metrics": {"address": "127.0.0.1", "port": free_port()},
-        "leader_election": {"namespace": "kube-system", "lease_name": f"fleetmedic-{pool}",
-                            "lease_duration": 6, "renew_deadline": 4, "retry_period": 1,
-                            "node_lease_duration": 8},
+        "leader_election": {
+            "namespace": "kube-system",
+            "lease_name": f"fleetmedic-{pool}",
+            "lease_duration": 6,
+            "renew_deadline": 4,
+            "retry_period": 1,
+            "node_lease_duration": 8,
+        },
     }
     if smtp is not None:
-        data["smtp"] = {"host": smtp.host, "port": smtp.port, "tls": "none",
-                        "from": "fleetmedic@example.test", "to": ["gpu-oncall@example.test"],
-                        "retry_interval": 5, "timeout": 10}
+        data["smtp"] = {
+            "host": smtp.host,
+            "port": smtp.port,
+            "tls": "none",
+            "from": "fleetmedic@example.test",
+            "to": ["gpu-oncall@example.test"],
+            "retry_interval": 5,
+            "timeout": 10,
+        }
     _merge(data, overrides or {})
     path = workdir / "controller.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -288,13 +375,13 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
-_LIBC = ctypes.CDLL(None, use_errno=True)   # loaded here: the child after fork imports nothing
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the child after fork imports nothing
 
 
 def _stop_with_parent() -> None:
     """In the child: SIGTERM when the spawning thread's process dies (a killed test run
     or demo), so no controller outlives it; SIGTERM lets it cancel its playbook runs."""
-    _LIBC.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class ControllerProcess:
@@ -305,16 +392,23 @@ class ControllerProcess:
         self.config, self.log, self.args = config, log, args
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "ControllerProcess":
-        env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
-               "PYTHONUNBUFFERED": "1"}
+    def start(self) -> ControllerProcess:
+        env = {
+            **os.environ,
+            "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1",
+        }
         out = self.log.open("ab")
         try:
-            self.proc = subprocess.Popen([str(FLEETMEDIC), "run", "--config", str(self.config),
-                                          *self.args], stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True,
-                                         preexec_fn=_stop_with_parent)
+            self.proc = subprocess.Popen(
+                [str(FLEETMEDIC), "run", "--config", str(self.config), *self.args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_stop_with_parent,
+            )
         finally:
             out.close()
         return self
@@ -329,7 +423,7 @@ class ControllerProcess:
         if self.proc is None:
             return
         try:
-            os.kill(self.proc.pid, signal.SIGSTOP)      # no new children while we look
+            os.kill(self.proc.pid, signal.SIGSTOP)  # no new children while we look
         except ProcessLookupError:
             pass
         pids = process_tree(self.proc.pid)
@@ -363,11 +457,17 @@ class ControllerProcess:
             return ""
 
 
-def cli(config: Path, *args: str, input: str | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess:
+def cli(
+    config: Path, *args: str, input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """Run a ``fleetmedic`` controller command (status, plan, release, reset)."""
-    return subprocess.run([str(FLEETMEDIC), *args, "--config", str(config)], input=input,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(FLEETMEDIC), *args, "--config", str(config)],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # -- a whole stage for the demo and the benchmarks ----------------------------------------
@@ -379,10 +479,11 @@ class Stage:
         self.nodes, self.workdir, self.want_smtp, self.prefix = nodes, workdir, smtp, prefix
         self.kube = self.fleet = self.sink = None
 
-    def __enter__(self) -> "Stage":
+    def __enter__(self) -> Stage:
         from tests.harness.fleet import start_fleet
         from tests.harness.kube import KubeCluster
         from tests.harness.smtp import SmtpSink
+
         try:
             self.fleet = start_fleet(self.nodes, prefix=self.prefix, owned=True)
             self.kube = KubeCluster(self.workdir / "kube").start()

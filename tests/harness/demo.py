@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.harness import ctlenv
@@ -41,7 +41,7 @@ from tests.harness.kube import KubeCluster, KubeError
 from tests.harness.smtp import SmtpSink, attachments, body_text
 
 POOL = "gpu"
-DEADLINE = 285.0   # seconds: the demo gives up (and says so) before five minutes
+DEADLINE = 285.0  # seconds: the demo gives up (and says so) before five minutes
 
 
 def say(msg: str = "") -> None:
@@ -86,8 +86,7 @@ class Demo:
         ctlenv.prepare_nodes(self.fleet)
         names = ctlenv.register(self.kube, self.fleet, POOL)
         say(f"{self.clock()} Nodes {', '.join(f'{n} ({f.address})' for n, f in names.items())}")
-        cfg = ctlenv.write_config(self.dir / "controller", self.kube, self.fleet, POOL,
-                                  self.sink)
+        cfg = ctlenv.write_config(self.dir / "controller", self.kube, self.fleet, POOL, self.sink)
         say(f"{self.clock()} controller config: {cfg}")
         return cfg, repo, repo_error
 
@@ -96,34 +95,60 @@ class Demo:
         gpu1, gpu2 = self.fleet.node(1), self.fleet.node(2)
         ctlenv.xid79(gpu1)
         ctlenv.gpu_lost(gpu2)
-        finding = {"vendor": "nvidia", "kind": "xid", "code": 79, "pci": "0000:5a:00",
-                   "action": "reboot", "message": "GPU has fallen off the bus."}
+        finding = {
+            "vendor": "nvidia",
+            "kind": "xid",
+            "code": 79,
+            "pci": "0000:5a:00",
+            "action": "reboot",
+            "message": "GPU has fallen off the bus.",
+        }
         lost = {"gpu": "problem", "checks": {"nvidia.driver": "GPU 1: GPU is lost"}}
-        lost_finding = {"summary": "nvidia.driver: GPU 1 is lost (NVML GPU_IS_LOST), 3 checks "
-                                   "in a row"}
-        for name, ann in ((f"{POOL}-1", {"fleetmedic.io/last-finding": json.dumps(finding)}),
-                          (f"{POOL}-2", {"fleetmedic.io/last-results": json.dumps(lost),
-                                         "fleetmedic.io/last-finding": json.dumps(lost_finding)})):
+        lost_finding = {
+            "summary": "nvidia.driver: GPU 1 is lost (NVML GPU_IS_LOST), 3 checks in a row"
+        }
+        for name, ann in (
+            (f"{POOL}-1", {"fleetmedic.io/last-finding": json.dumps(finding)}),
+            (
+                f"{POOL}-2",
+                {
+                    "fleetmedic.io/last-results": json.dumps(lost),
+                    "fleetmedic.io/last-finding": json.dumps(lost_finding),
+                },
+            ),
+        ):
             # what the node agent does when it fences a node
-            self.kube.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"annotations": ann}},
-                              content_type="application/merge-patch+json")
+            self.kube.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}",
+                {"metadata": {"annotations": ann}},
+                content_type="application/merge-patch+json",
+            )
             ctlenv.set_taints(self.kube, name, lambda ts: ts + [ctlenv.repair_taint("reboot")])
-        say(f"{self.clock()} fault injected on {POOL}-1: Xid 79 in this boot's kernel log "
-            "(a reboot cures it)")
-        say(f"{self.clock()} fault injected on {POOL}-2: GPU 1 lost for good "
-            "(reboot and reinstall will not help)")
-        say(f"{self.clock()} both fenced with fleetmedic.io/repair=reboot:NoSchedule, "
-            "as the node agent does")
+        say(
+            f"{self.clock()} fault injected on {POOL}-1: Xid 79 in this boot's kernel log "
+            "(a reboot cures it)"
+        )
+        say(
+            f"{self.clock()} fault injected on {POOL}-2: GPU 1 lost for good "
+            "(reboot and reinstall will not help)"
+        )
+        say(
+            f"{self.clock()} both fenced with fleetmedic.io/repair=reboot:NoSchedule, "
+            "as the node agent does"
+        )
 
     # -- watching ------------------------------------------------------------------------
     def status(self) -> str:
         from fleetmedic.controller.cli import node_status, render_status
         from fleetmedic.model.config import parse
         from fleetmedic.model.nodestate import view
+
         cfg = parse({})
-        nodes = self.kube.request("GET", "/api/v1/nodes?labelSelector="
-                                  f"{ctlenv.POOL_LABEL}%3D{POOL}")["items"]
-        at = datetime.now(timezone.utc)
+        nodes = self.kube.request(
+            "GET", f"/api/v1/nodes?labelSelector={ctlenv.POOL_LABEL}%3D{POOL}"
+        )["items"]
+        at = datetime.now(UTC)
         rows = [node_status(view(n, cfg.vocabulary(), cfg.foreign()), at) for n in nodes]
         rows.sort(key=lambda r: r["name"])
         return render_status(rows, width=150, since_as_time=True)
@@ -142,25 +167,30 @@ class Demo:
                 say("  " + table.replace("\n", "\n  ") + "\n")
             if repo is not None and not repo.is_alive():
                 if repo_error:
-                    raise RuntimeError(f"giving {POOL}-2 the test apt repository failed: "
-                                       f"{repo_error[0]}")
+                    raise RuntimeError(
+                        f"giving {POOL}-2 the test apt repository failed: {repo_error[0]}"
+                    )
                 repo = None
             if self.done():
                 return
             if not self.controller.alive:
                 raise RuntimeError(f"the controller exited:\n{self.controller.tail()}")
             if time.monotonic() - self.t0 > DEADLINE:
-                raise RuntimeError("the demo ran out of time; controller log:\n"
-                                   + self.controller.tail())
+                raise RuntimeError(
+                    "the demo ran out of time; controller log:\n" + self.controller.tail()
+                )
             time.sleep(1)
 
     def done(self) -> bool:
         assert self.kube and self.sink
         cured = ctlenv.annotation(self.kube, f"{POOL}-1", "fleetmedic.io/history", [])
         esc = ctlenv.annotation(self.kube, f"{POOL}-2", "fleetmedic.io/escalated") or {}
-        return (any(a.get("result") == "pass" for a in cured)
-                and not ctlenv.taints(self.kube, f"{POOL}-1")
-                and bool(esc.get("sent")) and bool(self.sink.received))
+        return (
+            any(a.get("result") == "pass" for a in cured)
+            and not ctlenv.taints(self.kube, f"{POOL}-1")
+            and bool(esc.get("sent"))
+            and bool(self.sink.received)
+        )
 
     def show_email(self) -> None:
         assert self.sink
@@ -171,8 +201,10 @@ class Demo:
             say(f"  Attached: {name} ({len(data)} bytes)")
         say("")
         say(html_to_text(body_text(msg)))
-        say(f"\n{self.clock()} done: {POOL}-1 was rebooted and is back in service; {POOL}-2 "
-            "went reboot -> reimage -> manual and a human has the evidence.")
+        say(
+            f"\n{self.clock()} done: {POOL}-1 was rebooted and is back in service; {POOL}-2 "
+            "went reboot -> reimage -> manual and a human has the evidence."
+        )
 
     # -- teardown ----------------------------------------------------------------------
     def stop(self) -> None:
@@ -203,12 +235,13 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.harness.demo",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.harness.demo", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--keep-logs", type=Path, help="copy the controller's log and runs here")
     args = ap.parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)   # also when started in the background (SIGINT ignored)
+        signal.signal(sig, _interrupt)  # also when started in the background (SIGINT ignored)
     workdir = Path(tempfile.mkdtemp(prefix="fleetmedic-demo-"))
     demo = Demo(workdir)
     code = 0
@@ -225,8 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     finally:
         if args.keep_logs:
-            shutil.copytree(workdir / "controller", args.keep_logs, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("cp"))
+            shutil.copytree(
+                workdir / "controller",
+                args.keep_logs,
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("cp"),
+            )
             if (workdir / "controller.log").exists():
                 shutil.copy(workdir / "controller.log", args.keep_logs)
         demo.stop()

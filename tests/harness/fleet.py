@@ -69,8 +69,17 @@ NODETREE_SCRIPT = ROOT / "scripts" / "setup.d" / "20-nodetree.sh"
 SERVER_ALIVE = ["-o", "ServerAliveInterval=3", "-o", "ServerAliveCountMax=2"]
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,23}$")
 
-__all__ = ["Fleet", "Node", "FleetError", "start_fleet", "attach", "list_fleets",
-           "cleanup_stale", "leftovers", "FLEETS_ROOT"]
+__all__ = [
+    "FLEETS_ROOT",
+    "Fleet",
+    "FleetError",
+    "Node",
+    "attach",
+    "cleanup_stale",
+    "leftovers",
+    "list_fleets",
+    "start_fleet",
+]
 
 
 class FleetError(RuntimeError):
@@ -78,6 +87,7 @@ class FleetError(RuntimeError):
 
 
 # --- nodes and fleets ------------------------------------------------------------------
+
 
 @dataclass
 class Node:
@@ -124,12 +134,18 @@ class Node:
         cmd = ["ssh", *self.fleet.ssh_options(), f"root@{self.address}"]
         return cmd + ([command] if command is not None else [])
 
-    def ssh(self, command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    def ssh(
+        self, command: str, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
         """Run a shell command on the node as root (host keys checked)."""
         try:
-            p = subprocess.run(self.ssh_command(command), capture_output=True, text=True, timeout=timeout)
+            p = subprocess.run(
+                self.ssh_command(command), capture_output=True, text=True, timeout=timeout
+            )
         except subprocess.TimeoutExpired:
-            raise FleetError(f"{self.name}: ssh {command!r} timed out after {timeout:.0f} s") from None
+            raise FleetError(
+                f"{self.name}: ssh {command!r} timed out after {timeout:.0f} s"
+            ) from None
         if check and p.returncode != 0:
             err = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
             raise FleetError(f"{self.name}: ssh {command!r} failed (rc {p.returncode}): {err}")
@@ -231,10 +247,25 @@ class Fleet:
         self.down()
 
     def ssh_options(self) -> list[str]:
-        return ["-F", "/dev/null", "-i", str(self.private_key),
-                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-                *SERVER_ALIVE, "-o", "LogLevel=ERROR"]
+        return [
+            "-F",
+            "/dev/null",
+            "-i",
+            str(self.private_key),
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            *SERVER_ALIVE,
+            "-o",
+            "LogLevel=ERROR",
+        ]
 
     def record(self) -> dict:
         return json.loads((self.dir / "fleet.json").read_text())
@@ -250,7 +281,9 @@ class Fleet:
                 break
             sup = self.record().get("supervisor")
             if sup and not proc_alive(sup["pid"], sup["start"]):
-                raise FleetError(f"fleet {self.name}: supervisor died; log at {self.dir / 'supervisor.log'}")
+                raise FleetError(
+                    f"fleet {self.name}: supervisor died; log at {self.dir / 'supervisor.log'}"
+                )
             failed = [n for n in pending if n.status().get("state") == "failed"]
             if failed or time.monotonic() - t0 > timeout:
                 n = (failed or pending)[0]
@@ -274,9 +307,12 @@ class Fleet:
         rec = self.record()
         sup = rec.get("supervisor")
         return {
-            "name": self.name, "dir": str(self.dir), "subnet": f"192.168.{self.octet}.0/24",
+            "name": self.name,
+            "dir": str(self.dir),
+            "subnet": f"192.168.{self.octet}.0/24",
             "supervisor_alive": bool(sup and proc_alive(sup["pid"], sup["start"])),
-            "owner": rec.get("owner"), "inventory": str(self.inventory),
+            "owner": rec.get("owner"),
+            "inventory": str(self.inventory),
             "nodes": [{"name": n.name, "address": n.address, **n.status()} for n in self.nodes],
         }
 
@@ -303,9 +339,18 @@ def _ssh_banner(address: str) -> bool:
 
 def _fleet_from_record(rec: dict) -> Fleet:
     fleet = Fleet(name=rec["name"], dir=Path(rec["dir"]), octet=rec["octet"])
-    fleet.nodes = [Node(fleet=fleet, name=n["name"], index=n["index"], address=n["address"],
-                        netns=n["netns"], veth=n["veth"], machine_id=n["machine_id"])
-                   for n in rec["nodes"]]
+    fleet.nodes = [
+        Node(
+            fleet=fleet,
+            name=n["name"],
+            index=n["index"],
+            address=n["address"],
+            netns=n["netns"],
+            veth=n["veth"],
+            machine_id=n["machine_id"],
+        )
+        for n in rec["nodes"]
+    ]
     return fleet
 
 
@@ -334,8 +379,14 @@ def list_fleets() -> list[dict]:
 _serial = iter(range(1, 10**6))
 
 
-def start_fleet(nodes: int = 3, name: str | None = None, *, owned: bool = True,
-                boot_timeout: float = 30.0, prefix: str = "fleet") -> Fleet:
+def start_fleet(
+    nodes: int = 3,
+    name: str | None = None,
+    *,
+    owned: bool = True,
+    boot_timeout: float = 30.0,
+    prefix: str = "fleet",
+) -> Fleet:
     """Boot ``nodes`` nodes and wait until every sshd answers.
 
     ``name`` defaults to ``<prefix>-<pid>-<n>``. ``owned``: the fleet is torn down by its
@@ -361,12 +412,27 @@ def start_fleet(nodes: int = 3, name: str | None = None, *, owned: bool = True,
             teardown_resources(d, rec)
         octet = _free_octet()
         rec = {
-            "name": name, "dir": str(d), "octet": octet, "checkout": str(ROOT), "lowerdir": lower,
-            "created": time.time(), "state": "starting", "creator": me(),
-            "owner": me() if owned else None, "supervisor": None,
-            "nodes": [{"name": f"node-{i}", "index": i, "address": net.node_address(octet, i),
-                       "netns": net.netns_name(octet, f"node-{i}"), "veth": net.veth_name(octet, i),
-                       "machine_id": uuid.uuid4().hex} for i in range(1, nodes + 1)],
+            "name": name,
+            "dir": str(d),
+            "octet": octet,
+            "checkout": str(ROOT),
+            "lowerdir": lower,
+            "created": time.time(),
+            "state": "starting",
+            "creator": me(),
+            "owner": me() if owned else None,
+            "supervisor": None,
+            "nodes": [
+                {
+                    "name": f"node-{i}",
+                    "index": i,
+                    "address": net.node_address(octet, i),
+                    "netns": net.netns_name(octet, f"node-{i}"),
+                    "veth": net.veth_name(octet, i),
+                    "machine_id": uuid.uuid4().hex,
+                }
+                for i in range(1, nodes + 1)
+            ],
         }
         d.mkdir(parents=True)
         _write_record(d, rec)
@@ -374,9 +440,15 @@ def start_fleet(nodes: int = 3, name: str | None = None, *, owned: bool = True,
     try:
         _build(fleet, lower)
         logf = open(d / "supervisor.log", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "tests.harness.fleet_supervisor", str(d)],
-                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                             start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        p = subprocess.Popen(
+            [sys.executable, "-m", "tests.harness.fleet_supervisor", str(d)],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         logf.close()
         rec.update(supervisor={"pid": p.pid, "start": proc_start(p.pid)}, state="up")
         _write_record(d, rec)
@@ -385,9 +457,13 @@ def start_fleet(nodes: int = 3, name: str | None = None, *, owned: bool = True,
         teardown_resources(d, read_record(d) or rec, keep_logs=True)
         if isinstance(exc, FleetError | KeyboardInterrupt):
             raise
-        raise FleetError(f"fleet {name}: start failed: {net.one_line(str(exc))}; logs in {d}") from exc
-    log(f"fleet {name}: {nodes} nodes up in {time.monotonic() - t0:.1f} s "
-        f"(192.168.{octet}.0/24); inventory {fleet.inventory}")
+        raise FleetError(
+            f"fleet {name}: start failed: {net.one_line(str(exc))}; logs in {d}"
+        ) from exc
+    log(
+        f"fleet {name}: {nodes} nodes up in {time.monotonic() - t0:.1f} s "
+        f"(192.168.{octet}.0/24); inventory {fleet.inventory}"
+    )
     return fleet
 
 
@@ -418,7 +494,9 @@ def _nodetree() -> str:
 def _free_octet() -> int:
     used = {r["octet"] for r in list_fleets() if r["live"]}
     used |= set(net.ours_links().values()) | set(net.ours_netns().values())
-    addrs = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    addrs = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True
+    ).stdout
     used |= {o for o in net.OCTETS if f" 192.168.{o}." in addrs}
     free = [o for o in net.OCTETS if o not in used]
     if not free:
@@ -458,13 +536,23 @@ def _build(fleet: Fleet, lower: str) -> None:
         n.kern_log.touch()
         n.console_log.touch()
         net.create_node_net(fleet.octet, n.index, n.name)
-        _run(["mount", "-t", "overlay", "overlay", "-o",
-              f"lowerdir={lower},upperdir={n.dir / 'upper'},workdir={n.dir / 'work'}", str(n.dir / "root")])
+        _run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={lower},upperdir={n.dir / 'upper'},workdir={n.dir / 'work'}",
+                str(n.dir / "root"),
+            ]
+        )
         r = n.dir / "root"
         (r / "etc/hostname").write_text(f"{n.name}\n")
         (r / "etc/hosts").write_text(
             f"127.0.0.1 localhost\n127.0.1.1 {n.name}\n::1 localhost ip6-localhost ip6-loopback\n"
-            f"{fleet.host_address} fleet-host\n{hosts}")
+            f"{fleet.host_address} fleet-host\n{hosts}"
+        )
         (r / "etc/machine-id").write_text(f"{n.machine_id}\n")
         dbus_id = r / "var/lib/dbus/machine-id"
         if not dbus_id.is_symlink():
@@ -480,30 +568,40 @@ def _build(fleet: Fleet, lower: str) -> None:
 
 
 def _write_inventory(fleet: Fleet) -> None:
-    common = (f"-o UserKnownHostsFile={fleet.known_hosts} -o GlobalKnownHostsFile=/dev/null "
-              f"-o StrictHostKeyChecking=yes {' '.join(SERVER_ALIVE)}")
-    inv = {"all": {
-        "vars": {
-            "ansible_user": "root",
-            # beats ANSIBLE_HOST_KEY_CHECKING=False, which ansible-runner sets by default
-            "ansible_host_key_checking": True,
-            "ansible_ssh_private_key_file": str(fleet.private_key),
-            "ansible_ssh_common_args": common,
-            "ansible_control_path_dir": str(fleet.dir / "cp"),
-            "ansible_python_interpreter": "/usr/bin/python3",
-        },
-        "hosts": {n.name: {"ansible_host": n.address, "fleetmedic_test_state_dir": str(n.state_dir)}
-                  for n in fleet.nodes},
-    }}
-    fleet.inventory.write_text(f"# fleet {fleet.name}, written by tests/harness/fleet.py\n"
-                               + yaml.safe_dump(inv, sort_keys=False))
+    common = (
+        f"-o UserKnownHostsFile={fleet.known_hosts} -o GlobalKnownHostsFile=/dev/null "
+        f"-o StrictHostKeyChecking=yes {' '.join(SERVER_ALIVE)}"
+    )
+    inv = {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                # beats ANSIBLE_HOST_KEY_CHECKING=False, which ansible-runner sets by default
+                "ansible_host_key_checking": True,
+                "ansible_ssh_private_key_file": str(fleet.private_key),
+                "ansible_ssh_common_args": common,
+                "ansible_control_path_dir": str(fleet.dir / "cp"),
+                "ansible_python_interpreter": "/usr/bin/python3",
+            },
+            "hosts": {
+                n.name: {"ansible_host": n.address, "fleetmedic_test_state_dir": str(n.state_dir)}
+                for n in fleet.nodes
+            },
+        }
+    }
+    fleet.inventory.write_text(
+        f"# fleet {fleet.name}, written by tests/harness/fleet.py\n"
+        + yaml.safe_dump(inv, sort_keys=False)
+    )
     hosts = "".join(f"Host {n.name}\n  HostName {n.address}\n" for n in fleet.nodes)
     fleet.ssh_config.write_text(
         f"{hosts}Host *\n  User root\n  IdentityFile {fleet.private_key}\n"
         f"  UserKnownHostsFile {fleet.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
-        f"  StrictHostKeyChecking yes\n  ServerAliveInterval 3\n  ServerAliveCountMax 2\n")
+        f"  StrictHostKeyChecking yes\n  ServerAliveInterval 3\n  ServerAliveCountMax 2\n"
+    )
 
 
 if __name__ == "__main__":
     from tests.harness.fleet_cli import main
+
     sys.exit(main())

@@ -28,10 +28,20 @@ from tests.harness.fleet import ROOT, Fleet
 _runs = itertools.count(1)
 
 
-def run_ansible(fleet: Fleet, *, playbook: str | Path | list | None = None, module: str | None = None,
-                module_args: str = "", hosts: str = "all", limit: str | None = None,
-                extravars: dict | None = None, timeout: int = 300, envvars: dict | None = None,
-                quiet: bool = True, inventory: str | Path | None = None) -> ansible_runner.Runner:
+def run_ansible(
+    fleet: Fleet,
+    *,
+    playbook: str | Path | list | None = None,
+    module: str | None = None,
+    module_args: str = "",
+    hosts: str = "all",
+    limit: str | None = None,
+    extravars: dict | None = None,
+    timeout: int = 300,
+    envvars: dict | None = None,
+    quiet: bool = True,
+    inventory: str | Path | None = None,
+) -> ansible_runner.Runner:
     """``playbook``: a path, or a list of plays (dicts) written to a file. Or ``module``
     (ad hoc, on ``hosts``). ``inventory`` overrides the fleet's. Returns the finished
     Runner (``rc``, ``status``, ``stats``, ``events``); its private_data_dir stays in the
@@ -45,15 +55,24 @@ def run_ansible(fleet: Fleet, *, playbook: str | Path | list | None = None, modu
         path.write_text(yaml.safe_dump(playbook, sort_keys=False))
         playbook = str(path)
     venv_bin = str(Path(sys.executable).parent)
-    env = {"PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-           "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg")),
-           # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless told otherwise,
-           # which makes ssh accept even a *changed* host key.
-           "ANSIBLE_HOST_KEY_CHECKING": "True",
-           **(envvars or {})}
-    kwargs = dict(private_data_dir=str(pdd), inventory=str(inventory or fleet.inventory), envvars=env,
-                  extravars=extravars or {}, limit=limit, timeout=timeout, quiet=quiet,
-                  project_dir=str(ROOT))
+    env = {
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg")),
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless told otherwise,
+        # which makes ssh accept even a *changed* host key.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        **(envvars or {}),
+    }
+    kwargs = dict(
+        private_data_dir=str(pdd),
+        inventory=str(inventory or fleet.inventory),
+        envvars=env,
+        extravars=extravars or {},
+        limit=limit,
+        timeout=timeout,
+        quiet=quiet,
+        project_dir=str(ROOT),
+    )
     if module is not None:
         kwargs.update(module=module, module_args=module_args, host_pattern=hosts)
     else:

@@ -23,11 +23,17 @@ from tests.harness import fleet as fl
 
 
 def _info(f: fl.Fleet) -> dict:
-    return {"name": f.name, "dir": str(f.dir), "subnet": f"192.168.{f.octet}.0/24",
-            "host_address": f.host_address, "inventory": str(f.inventory),
-            "known_hosts": str(f.known_hosts), "private_key": str(f.private_key),
-            "ssh_config": str(f.ssh_config),
-            "nodes": {n.name: n.address for n in f.nodes}}
+    return {
+        "name": f.name,
+        "dir": str(f.dir),
+        "subnet": f"192.168.{f.octet}.0/24",
+        "host_address": f.host_address,
+        "inventory": str(f.inventory),
+        "known_hosts": str(f.known_hosts),
+        "private_key": str(f.private_key),
+        "ssh_config": str(f.ssh_config),
+        "nodes": {n.name: n.address for n in f.nodes},
+    }
 
 
 def _print_info(f: fl.Fleet, as_json: bool) -> None:
@@ -47,8 +53,10 @@ def cmd_up(a) -> int:
         f = fl.attach(a.name)
         if f.status()["supervisor_alive"]:
             if len(f) != a.nodes:
-                raise fl.FleetError(f"fleet {a.name} is up with {len(f)} nodes, not {a.nodes}; "
-                                    f"run `down --name {a.name}` first")
+                raise fl.FleetError(
+                    f"fleet {a.name} is up with {len(f)} nodes, not {a.nodes}; "
+                    f"run `down --name {a.name}` first"
+                )
             _print_info(f, a.json)
             return 0
     except fl.FleetError as exc:
@@ -86,8 +94,10 @@ def cmd_status(a) -> int:
         print("no fleets")
     for st in out:
         owner = f", owned by pid {st['owner']['pid']}" if st.get("owner") else ""
-        print(f"fleet {st['name']}: {st['subnet']}, {'live' if st['live'] else 'DEAD'}{owner}; "
-              f"inventory {st['inventory']}")
+        print(
+            f"fleet {st['name']}: {st['subnet']}, {'live' if st['live'] else 'DEAD'}{owner}; "
+            f"inventory {st['inventory']}"
+        )
         for n in st["nodes"]:
             print(f"  {n['name']:8} {n['address']:16} {n['state']:15} boots={n.get('boots', 0)}")
     return 0
@@ -127,13 +137,18 @@ def cmd_cleanup(a) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     default = os.environ.get("FLEETMEDIC_FLEET", "dev")
-    ap = argparse.ArgumentParser(prog="python -m tests.harness.fleet",
-                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.harness.fleet",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("up")
     p.add_argument("-n", "--nodes", type=int, default=3)
     p.add_argument("--name", default=default)
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds for each node to reach sshd")
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds for each node to reach sshd"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("down")
@@ -152,8 +167,19 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("fault")
     p.add_argument("--name", default=default)
     p.add_argument("node")
-    p.add_argument("action", choices=["hang", "unhang", "link-down", "link-up", "delay", "throttle",
-                                      "unthrottle", "power-on"])
+    p.add_argument(
+        "action",
+        choices=[
+            "hang",
+            "unhang",
+            "link-down",
+            "link-up",
+            "delay",
+            "throttle",
+            "unthrottle",
+            "power-on",
+        ],
+    )
     p.add_argument("arg", nargs="?")
     p.set_defaults(func=cmd_fault)
     p = sub.add_parser("cleanup")

@@ -98,16 +98,38 @@ def set_link(octet: int, index: int, up: bool) -> None:
     ip("link", "set", veth_name(octet, index), "up" if up else "down")
 
 
-def throttle(octet: int, index: int, node: str, rate: str | None, burst: str = "32kbit",
-             latency: str = "400ms") -> None:
+def throttle(
+    octet: int,
+    index: int,
+    node: str,
+    rate: str | None,
+    burst: str = "32kbit",
+    latency: str = "400ms",
+) -> None:
     """Rate-limit both directions with tbf (``rate`` like ``"10mbit"``); None removes it."""
     for cmd in (["tc"], ["tc", "-n", netns_name(octet, node)]):
         dev = veth_name(octet, index) if len(cmd) == 1 else "eth0"
         if rate is None:
             _run([*cmd, "qdisc", "del", "dev", dev, "root"], check=False)
         else:
-            _run([*cmd, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
-                  "burst", burst, "latency", latency], check=True)
+            _run(
+                [
+                    *cmd,
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    rate,
+                    "burst",
+                    burst,
+                    "latency",
+                    latency,
+                ],
+                check=True,
+            )
 
 
 def netns_pids(ns: str) -> list[int]:

@@ -51,8 +51,13 @@ class NodeLoop(threading.Thread):
         self.crashes = 0
 
     def status(self, state: str, **extra) -> None:
-        data = {"state": state, "boots": self.boots, "since": time.time(),
-                "pid": self.proc.pid if self.proc and self.proc.poll() is None else None, **extra}
+        data = {
+            "state": state,
+            "boots": self.boots,
+            "since": time.time(),
+            "pid": self.proc.pid if self.proc and self.proc.poll() is None else None,
+            **extra,
+        }
         tmp = self.dir / "status.json.tmp"
         tmp.write_text(json.dumps(data))
         tmp.replace(self.dir / "status.json")
@@ -66,12 +71,25 @@ class NodeLoop(threading.Thread):
 
     def command(self) -> list[str]:
         f, n = self.fleet, self.node
-        cmd = ["systemd-nspawn", "--quiet", "-D", str(self.dir / "root"), "--boot",
-               "--machine", n["name"], "--register=no", "--keep-unit", "--console=passive",
-               f"--network-namespace-path=/run/netns/{n['netns']}", f"--uuid={n['machine_id']}",
-               "--resolv-conf=off", "--timezone=off", "--link-journal=no",
-               f"--bind={self.dir / 'state'}:/var/lib/fleetmedic-test",
-               f"--bind-ro={Path(f['checkout']) / 'controller'}:/opt/fleetmedic/src"]
+        cmd = [
+            "systemd-nspawn",
+            "--quiet",
+            "-D",
+            str(self.dir / "root"),
+            "--boot",
+            "--machine",
+            n["name"],
+            "--register=no",
+            "--keep-unit",
+            "--console=passive",
+            f"--network-namespace-path=/run/netns/{n['netns']}",
+            f"--uuid={n['machine_id']}",
+            "--resolv-conf=off",
+            "--timezone=off",
+            "--link-journal=no",
+            f"--bind={self.dir / 'state'}:/var/lib/fleetmedic-test",
+            f"--bind-ro={Path(f['checkout']) / 'controller'}:/opt/fleetmedic/src",
+        ]
         fakes = Path(f["checkout"]) / "tests" / "fakes" / "build"
         if fakes.is_dir():
             cmd.append(f"--bind-ro={fakes}:/opt/fleetmedic-fakes")
@@ -83,13 +101,22 @@ class NodeLoop(threading.Thread):
         # A real kernel log starts each boot with its banner; the scanner and the
         # kernel-log check use it to tell this boot's lines from earlier ones.
         with open(self.dir / "state" / "kern.log", "a") as klog:
-            klog.write(f"[    0.000000] Linux version 6.1.0-fleetmedic-test (fleetmedic test fleet) "
-                       f"#1 SMP PREEMPT_DYNAMIC boot {self.boots}\n")
+            klog.write(
+                f"[    0.000000] Linux version 6.1.0-fleetmedic-test (fleetmedic test fleet) "
+                f"#1 SMP PREEMPT_DYNAMIC boot {self.boots}\n"
+            )
         with open(self.dir / "console.log", "ab") as console:
-            console.write(f"\n===== boot {self.boots} at {time.strftime('%H:%M:%S')} =====\n".encode())
+            console.write(
+                f"\n===== boot {self.boots} at {time.strftime('%H:%M:%S')} =====\n".encode()
+            )
             console.flush()
-            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=console,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.status("running")
         with open(self.dir / "boots.log", "a") as b:
             b.write(f"{time.time():.3f} boot {self.boots} pid {self.proc.pid}\n")
@@ -144,7 +171,9 @@ class NodeLoop(threading.Thread):
                 self.wait_while(lambda: not (self.dir / "power-on").exists(), "off")
             else:
                 self.crashes += 1
-                log(f"{name}: nspawn exited {rc} (crash {self.crashes}); see {self.dir / 'console.log'}")
+                log(
+                    f"{name}: nspawn exited {rc} (crash {self.crashes}); see {self.dir / 'console.log'}"
+                )
                 if self.crashes >= 5:
                     self.wait_while(lambda: not (self.dir / "power-on").exists(), "failed")
                     self.crashes = 0
@@ -162,7 +191,6 @@ def _read_float(path: Path) -> float:
 
 
 def main(fleet_dir: str) -> int:
-
 
     record = json.loads((Path(fleet_dir) / "fleet.json").read_text())
     stop = threading.Event()

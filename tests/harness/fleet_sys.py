@@ -34,6 +34,7 @@ def log(msg: str) -> None:
 
 # --- processes -------------------------------------------------------------------------
 
+
 def proc_start(pid: int) -> int | None:
     """Start time of a process (clock ticks since boot), to tell a reused pid apart."""
     try:
@@ -124,8 +125,11 @@ def stop_process(proc: dict | None, timeout: float) -> None:
 
 # --- mounts ----------------------------------------------------------------------------
 
+
 def _unescape(s: str) -> str:
-    return s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    return (
+        s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    )
 
 
 def mounts_under(path: Path) -> list[str]:
@@ -146,13 +150,15 @@ def umount_all(path: Path) -> None:
 
 # --- liveness, teardown, leftovers -----------------------------------------------------
 
+
 def is_live(rec: dict) -> bool:
     keeper = rec.get("supervisor") or rec.get("creator")
     return bool(keeper) and proc_alive(keeper["pid"], keeper["start"])
 
 
-def teardown_resources(fleet_dir: Path, rec: dict | None, *, by_supervisor: bool = False,
-                       keep_logs: bool = False) -> None:
+def teardown_resources(
+    fleet_dir: Path, rec: dict | None, *, by_supervisor: bool = False, keep_logs: bool = False
+) -> None:
     """Remove everything a fleet holds. Idempotent; works from a partial record."""
     if rec and not by_supervisor:
         stop_process(rec.get("supervisor"), timeout=20)  # it powers the nodes off cleanly
@@ -173,10 +179,12 @@ def teardown_resources(fleet_dir: Path, rec: dict | None, *, by_supervisor: bool
         log(f"{fleet_dir.name}: mounts left, not removing {fleet_dir}")
         return
     if keep_logs:
+
         def keep(p: Path) -> bool:  # the fleet's and each node's own logs, not the nodes' files
             rel = p.relative_to(fleet_dir).parts
-            return (len(rel) == 1 or (len(rel) == 3 and rel[0] == "nodes")) and \
-                (p.suffix == ".log" or p.name in ("fleet.json", "status.json"))
+            return (len(rel) == 1 or (len(rel) == 3 and rel[0] == "nodes")) and (
+                p.suffix == ".log" or p.name in ("fleet.json", "status.json")
+            )
 
         for p in sorted(fleet_dir.rglob("*"), key=lambda p: len(p.parts), reverse=True):
             if p.is_symlink() or not p.is_dir():

@@ -42,18 +42,25 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_SRC = ROOT / "tests" / "kube"
 # Keep in sync with scripts/setup.d/30-kube.sh: the files that define the build.
-KEY_FILES = ("go.mod", "go.sum", "cmd/etcd/main.go", "cmd/etcd/version.go",
-             "kwok/go.mod", "kwok/go.sum")
+KEY_FILES = (
+    "go.mod",
+    "go.sum",
+    "cmd/etcd/main.go",
+    "cmd/etcd/version.go",
+    "kwok/go.mod",
+    "kwok/go.sum",
+)
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 FLEET_HOST_ADDRESSES = [f"192.168.{n}.1" for n in range(240, 255)]
 SERVICE_CIDR = "10.96.0.0/16"
@@ -66,7 +73,7 @@ class KubeError(RuntimeError):
 
 # ---------------------------------------------------------------------------
 # The API server's flags, in one place, with the reason for each.
-def apiserver_flags(c: "KubeCluster") -> list[str]:
+def apiserver_flags(c: KubeCluster) -> list[str]:
     p = c.pki
     return [
         f"--etcd-servers={c.etcd_url}",
@@ -106,7 +113,7 @@ def apiserver_flags(c: "KubeCluster") -> list[str]:
     ]
 
 
-def kwok_flags(c: "KubeCluster") -> list[str]:
+def kwok_flags(c: KubeCluster) -> list[str]:
     return [
         f"--kubeconfig={c.kubeconfig}",
         f"--config={c.workdir / 'kwok.yaml'}",
@@ -137,8 +144,9 @@ class Binaries:
 
 def build_key() -> str:
     """sha256 over KEY_FILES, the same as `sha256sum FILES | sha256sum` in setup."""
-    lines = "".join(f"{hashlib.sha256((KUBE_SRC / f).read_bytes()).hexdigest()}  {f}\n"
-                    for f in KEY_FILES)
+    lines = "".join(
+        f"{hashlib.sha256((KUBE_SRC / f).read_bytes()).hexdigest()}  {f}\n" for f in KEY_FILES
+    )
     return hashlib.sha256(lines.encode()).hexdigest()[:12]
 
 
@@ -161,8 +169,10 @@ def find_binaries() -> Binaries:
     b = Binaries(d, d / "kube-apiserver", d / "etcd", d / "kwok", d / "kwok-stages.yaml", {})
     missing = [p.name for p in (b.apiserver, b.etcd, b.kwok, b.kwok_stages) if not p.exists()]
     if missing:
-        raise KubeError(f"kube test binaries not built ({', '.join(missing)} missing in {d}); "
-                        "run: bash scripts/setup.d/30-kube.sh")
+        raise KubeError(
+            f"kube test binaries not built ({', '.join(missing)} missing in {d}); "
+            "run: bash scripts/setup.d/30-kube.sh"
+        )
     versions = {}
     if (d / "VERSIONS").exists():
         for line in (d / "VERSIONS").read_text().splitlines():
@@ -180,12 +190,15 @@ def _write_pki(d: Path, extra_sans: Iterable[str] = ()) -> None:
     from cryptography.x509.oid import NameOID
 
     d.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=30)
 
     def key_pem(key) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
+        return key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
 
     def name(cn: str, org: str | None = None) -> x509.Name:
         attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
@@ -194,32 +207,71 @@ def _write_pki(d: Path, extra_sans: Iterable[str] = ()) -> None:
         return x509.Name(attrs)
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(name("fleetmedic-test-ca"))
-          .issuer_name(name("fleetmedic-test-ca")).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(later)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("fleetmedic-test-ca"))
+        .issuer_name(name("fleetmedic-test-ca"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
 
-    def leaf(cn: str, org: str | None, server: bool, sans: list[x509.GeneralName]) -> tuple[bytes, bytes]:
+    def leaf(
+        cn: str, org: str | None, server: bool, sans: list[x509.GeneralName]
+    ) -> tuple[bytes, bytes]:
         key = ec.generate_private_key(ec.SECP256R1())
-        usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
-        b = (x509.CertificateBuilder().subject_name(name(cn, org)).issuer_name(ca.subject)
-             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-             .not_valid_before(now).not_valid_after(later)
-             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+        usage = (
+            x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
+            if server
+            else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+        )
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(name(cn, org))
+            .issuer_name(ca.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(later)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
         if sans:
             b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return b.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM), key_pem(key)
+        return b.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM), key_pem(
+            key
+        )
 
-    ips = ["127.0.0.1", "::1", str(next(ipaddress.ip_network(SERVICE_CIDR).hosts())),
-           *FLEET_HOST_ADDRESSES]
-    dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-           "kubernetes.default.svc.cluster.local"]
+    ips = [
+        "127.0.0.1",
+        "::1",
+        str(next(ipaddress.ip_network(SERVICE_CIDR).hosts())),
+        *FLEET_HOST_ADDRESSES,
+    ]
+    dns = [
+        "localhost",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ]
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
     for s in [*ips, *extra_sans]:
         try:
@@ -236,8 +288,11 @@ def _write_pki(d: Path, extra_sans: Iterable[str] = ()) -> None:
     (d / "ca.key").write_bytes(key_pem(ca_key))
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (d / "sa.key").write_bytes(key_pem(sa))
-    (d / "sa.pub").write_bytes(sa.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    (d / "sa.pub").write_bytes(
+        sa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     for f in d.glob("*.key"):
         f.chmod(0o600)
 
@@ -247,6 +302,7 @@ def _die_with_parent() -> None:
     (even by SIGKILL), so a killed test run leaves no etcd/apiserver behind.
     (Linux ties this to the spawning thread; we always spawn from the caller's.)"""
     import ctypes
+
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -286,9 +342,16 @@ class KubeCluster:
     ``os.fspath(cluster)`` is the admin kubeconfig path.
     """
 
-    def __init__(self, workdir: str | Path | None = None, *, bind_address: str = "0.0.0.0",
-                 extra_args: Sequence[str] = (), extra_sans: Sequence[str] = (),
-                 start_timeout: float = 90.0, binaries: Binaries | None = None) -> None:
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        *,
+        bind_address: str = "0.0.0.0",
+        extra_args: Sequence[str] = (),
+        extra_sans: Sequence[str] = (),
+        start_timeout: float = 90.0,
+        binaries: Binaries | None = None,
+    ) -> None:
         self.bin = binaries or find_binaries()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fleetmedic-kube-"))
         self.pki = self.workdir / "pki"
@@ -323,7 +386,7 @@ class KubeCluster:
     def __fspath__(self) -> str:
         return self.kubeconfig
 
-    def __enter__(self) -> "KubeCluster":
+    def __enter__(self) -> KubeCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -335,16 +398,22 @@ class KubeCluster:
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         out = open(self.log(name), "ab")
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, cwd=self.workdir,
-                                    preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.workdir,
+                preexec_fn=_die_with_parent,
+            )
         finally:
             out.close()
         self.procs[name] = proc
         self.spawned.append(proc.pid)
         return proc
 
-    def start(self, kwok: bool = True) -> "KubeCluster":
+    def start(self, kwok: bool = True) -> KubeCluster:
         """Start etcd, kube-apiserver (wait for /readyz) and optionally kwok."""
         t0 = time.monotonic()
         if not (self.pki / "ca.crt").exists():
@@ -353,19 +422,32 @@ class KubeCluster:
             for attempt in range(3):  # a port we picked may be taken meanwhile
                 self.port, etcd_client, etcd_peer = _free_port(), _free_port(), _free_port()
                 self.etcd_url = f"http://127.0.0.1:{etcd_client}"
-                self._spawn("etcd", [str(self.bin.etcd), f"--data-dir={self.workdir / 'etcd'}",
-                                     f"--listen-client-url={self.etcd_url}",
-                                     f"--listen-peer-url=http://127.0.0.1:{etcd_peer}"])
-                self._write_kubeconfig(self.kubeconfig_path, {
-                    "client-certificate-data": _b64(self.pki / "admin.crt"),
-                    "client-key-data": _b64(self.pki / "admin.key")}, user="admin")
+                self._spawn(
+                    "etcd",
+                    [
+                        str(self.bin.etcd),
+                        f"--data-dir={self.workdir / 'etcd'}",
+                        f"--listen-client-url={self.etcd_url}",
+                        f"--listen-peer-url=http://127.0.0.1:{etcd_peer}",
+                    ],
+                )
+                self._write_kubeconfig(
+                    self.kubeconfig_path,
+                    {
+                        "client-certificate-data": _b64(self.pki / "admin.crt"),
+                        "client-key-data": _b64(self.pki / "admin.key"),
+                    },
+                    user="admin",
+                )
                 self._spawn("kube-apiserver", [str(self.bin.apiserver), *apiserver_flags(self)])
                 try:
                     self._wait_ready(t0)
                     break
                 except KubeError:
-                    if attempt < 2 and any("address already in use" in self.log(n).read_text(errors="replace")
-                                           for n in ("etcd", "kube-apiserver")):
+                    if attempt < 2 and any(
+                        "address already in use" in self.log(n).read_text(errors="replace")
+                        for n in ("etcd", "kube-apiserver")
+                    ):
                         self._stop_procs()
                         shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
                         continue
@@ -385,20 +467,28 @@ class KubeCluster:
             for name in ("etcd", "kube-apiserver"):
                 rc = self.procs[name].poll()
                 if rc is not None:
-                    raise KubeError(f"{name} exited with code {rc} during start: "
-                                    f"{_last_line(self.log(name))} (log: {self.log(name)})")
+                    raise KubeError(
+                        f"{name} exited with code {rc} during start: "
+                        f"{_last_line(self.log(name))} (log: {self.log(name)})"
+                    )
             try:
                 status, body = self._raw("GET", "/readyz", timeout=5)
                 if status == 200:
                     return
-                last = f"readyz {status}: " + " ".join(
-                    ln for ln in body.decode(errors="replace").splitlines() if "failed" in ln)[:200]
+                last = (
+                    f"readyz {status}: "
+                    + " ".join(
+                        ln for ln in body.decode(errors="replace").splitlines() if "failed" in ln
+                    )[:200]
+                )
             except (OSError, http.client.HTTPException) as exc:
                 last = type(exc).__name__
             self._local.__dict__.pop("conn", None)
             time.sleep(0.2)
-        raise KubeError(f"kube-apiserver not ready after {self.start_timeout:.0f}s ({last}); "
-                        f"log: {self.log('kube-apiserver')}")
+        raise KubeError(
+            f"kube-apiserver not ready after {self.start_timeout:.0f}s ({last}); "
+            f"log: {self.log('kube-apiserver')}"
+        )
 
     def restart_apiserver(self) -> float:
         """Stop and start kube-apiserver on the same port (etcd and kwok keep
@@ -427,8 +517,10 @@ class KubeCluster:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise KubeError(f"kwok exited with code {proc.returncode}: "
-                                f"{_last_line(self.log('kwok'))} (log: {self.log('kwok')})")
+                raise KubeError(
+                    f"kwok exited with code {proc.returncode}: "
+                    f"{_last_line(self.log('kwok'))} (log: {self.log('kwok')})"
+                )
             try:
                 with socket.create_connection(("127.0.0.1", self.kwok_port), timeout=1):
                     return
@@ -488,12 +580,22 @@ class KubeCluster:
         return out
 
     # -- kubeconfigs --------------------------------------------------------
-    def _write_kubeconfig(self, path: Path, user_fields: dict, user: str,
-                          server: str | None = None) -> Path:
+    def _write_kubeconfig(
+        self, path: Path, user_fields: dict, user: str, server: str | None = None
+    ) -> Path:
         cfg = {
-            "apiVersion": "v1", "kind": "Config", "preferences": {},
-            "clusters": [{"name": "fleetmedic-test", "cluster": {
-                "server": server or self.url, "certificate-authority-data": _b64(self.ca_file)}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
+            "clusters": [
+                {
+                    "name": "fleetmedic-test",
+                    "cluster": {
+                        "server": server or self.url,
+                        "certificate-authority-data": _b64(self.ca_file),
+                    },
+                }
+            ],
             "users": [{"name": user, "user": user_fields}],
             "contexts": [{"name": user, "context": {"cluster": "fleetmedic-test", "user": user}}],
             "current-context": user,
@@ -506,22 +608,38 @@ class KubeCluster:
         """The API URL as seen from ``host``'s side, e.g. a fleet bridge's .1 address."""
         return f"https://{host}:{self.port}"
 
-    def kubeconfig_for_serviceaccount(self, namespace: str, name: str, *,
-                                      expiration_seconds: int = 86400,
-                                      server: str | None = None) -> str:
+    def kubeconfig_for_serviceaccount(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        expiration_seconds: int = 86400,
+        server: str | None = None,
+    ) -> str:
         """Mint a token for ServiceAccount ``namespace/name`` (created if missing)
         with the TokenRequest API and write a kubeconfig using it. Returns its path.
         ``server`` overrides the URL (see :meth:`server_url`)."""
         self.ensure_namespace(namespace)
-        self.ensure(f"/api/v1/namespaces/{namespace}/serviceaccounts",
-                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
-        tr = self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                          {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                           "spec": {"expirationSeconds": expiration_seconds}})
+        self.ensure(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+        )
+        tr = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": expiration_seconds},
+            },
+        )
         self._sa_seq += 1
         path = self.workdir / f"sa-{namespace}-{name}-{self._sa_seq}.kubeconfig"
-        return str(self._write_kubeconfig(path, {"token": tr["status"]["token"]},
-                                          user=f"{namespace}-{name}", server=server))
+        return str(
+            self._write_kubeconfig(
+                path, {"token": tr["status"]["token"]}, user=f"{namespace}-{name}", server=server
+            )
+        )
 
     # -- a tiny REST client (admin) for the harness itself -------------------
     def _conn(self, timeout: float) -> http.client.HTTPSConnection:
@@ -536,8 +654,14 @@ class KubeCluster:
             conn.sock.settimeout(timeout)
         return conn
 
-    def _raw(self, method: str, path: str, body: Any = None, timeout: float = 30,
-             content_type: str = "application/json") -> tuple[int, bytes]:
+    def _raw(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 30,
+        content_type: str = "application/json",
+    ) -> tuple[int, bytes]:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"}
         if data is not None:
@@ -555,8 +679,16 @@ class KubeCluster:
                     raise
         raise AssertionError("unreachable")
 
-    def request(self, method: str, path: str, body: Any = None, *, timeout: float = 30,
-                content_type: str = "application/json", ok: Sequence[int] = ()) -> dict:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout: float = 30,
+        content_type: str = "application/json",
+        ok: Sequence[int] = (),
+    ) -> dict:
         """JSON request as admin; raises :class:`ApiError` unless 2xx or in ``ok``."""
         status, data = self._raw(method, path, body, timeout, content_type)
         if not (200 <= status < 300 or status in ok):
@@ -570,19 +702,31 @@ class KubeCluster:
     def ensure_namespace(self, namespace: str) -> None:
         """The namespace and its ``default`` ServiceAccount (no controller-manager
         creates it, and pods need it)."""
-        self.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                           "metadata": {"name": namespace}})
-        self.ensure(f"/api/v1/namespaces/{namespace}/serviceaccounts",
-                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+        self.ensure(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        )
+        self.ensure(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+        )
 
     # -- nodes and pods -----------------------------------------------------
-    def make_nodes(self, names: int | Sequence[str], *, prefix: str | None = None,
-                   labels: Mapping[str, str] | None = None,
-                   annotations: Mapping[str, str] | None = None,
-                   taints: Sequence[Mapping[str, str]] = (),
-                   addresses: Sequence[str] | Mapping[str, str] | None = None,
-                   unschedulable: bool = False, kwok: bool = True, wait: bool = True,
-                   timeout: float | None = None, workers: int = 8) -> list[dict]:
+    def make_nodes(
+        self,
+        names: int | Sequence[str],
+        *,
+        prefix: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        taints: Sequence[Mapping[str, str]] = (),
+        addresses: Sequence[str] | Mapping[str, str] | None = None,
+        unschedulable: bool = False,
+        kwok: bool = True,
+        wait: bool = True,
+        timeout: float | None = None,
+        workers: int = 8,
+    ) -> list[dict]:
         """Create Nodes and return them (as the API returns them, after kwok made
         them Ready when ``wait``).
 
@@ -602,15 +746,21 @@ class KubeCluster:
 
         def body(name: str) -> dict:
             ann = dict(annotations or {})
-            lab = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                   "kubernetes.io/arch": "amd64", **(labels or {})}
+            lab = {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                **(labels or {}),
+            }
             if kwok:
                 ann[KWOK_NODE_ANNOTATION] = "fake"
                 lab.setdefault("type", "kwok")
-            node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node",
-                                    "metadata": {"name": name, "labels": lab, "annotations": ann},
-                                    "spec": {"taints": [dict(t) for t in taints],
-                                             "unschedulable": unschedulable}}
+            node: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": lab, "annotations": ann},
+                "spec": {"taints": [dict(t) for t in taints], "unschedulable": unschedulable},
+            }
             addrs = [{"type": "Hostname", "address": name}]
             if addresses and name in addresses:
                 addrs.insert(0, {"type": "InternalIP", "address": addresses[name]})
@@ -621,16 +771,28 @@ class KubeCluster:
         if not wait or not kwok:
             return [self.request("GET", f"/api/v1/nodes/{n}") for n in names]
         timeout = timeout or 60 + len(names) * 0.05
-        return self._wait_for(f"{len(names)} nodes Ready", "/api/v1/nodes", names, _node_ready, timeout)
+        return self._wait_for(
+            f"{len(names)} nodes Ready", "/api/v1/nodes", names, _node_ready, timeout
+        )
 
     def delete_nodes(self, names: Iterable[str], workers: int = 8) -> None:
-        self._parallel(lambda n: self.request("DELETE", f"/api/v1/nodes/{n}", ok=(404,)),
-                       list(names), workers)
+        self._parallel(
+            lambda n: self.request("DELETE", f"/api/v1/nodes/{n}", ok=(404,)), list(names), workers
+        )
 
-    def make_pods(self, node: str, count: int = 1, *, namespace: str = "default",
-                  prefix: str | None = None, labels: Mapping[str, str] | None = None,
-                  owner_kind: str | None = None, wait: bool = True,
-                  timeout: float = 60, workers: int = 8) -> list[dict]:
+    def make_pods(
+        self,
+        node: str,
+        count: int = 1,
+        *,
+        namespace: str = "default",
+        prefix: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        owner_kind: str | None = None,
+        wait: bool = True,
+        timeout: float = 60,
+        workers: int = 8,
+    ) -> list[dict]:
         """Create ``count`` pods bound to ``node`` (spec.nodeName, no scheduler) and,
         when ``wait``, wait until kwok reports them Running and Ready.
         ``owner_kind`` (e.g. "DaemonSet") adds a controller ownerReference, which
@@ -642,23 +804,44 @@ class KubeCluster:
         def body(name: str) -> dict:
             meta: dict[str, Any] = {"name": name, "labels": dict(labels or {"app": prefix})}
             if owner_kind:
-                meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind,
-                                            "name": f"{prefix}-owner", "uid": str(uuid.uuid4()),
-                                            "controller": True}]
-            return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
-                "nodeName": node, "automountServiceAccountToken": False,
-                "terminationGracePeriodSeconds": 30,
-                "containers": [{"name": "main", "image": "registry.invalid/fleetmedic/pause:1"}],
-                # Tolerate everything, as kubelet-managed workloads often do; a
-                # drain must still evict them.
-                "tolerations": [{"operator": "Exists"}]}}
+                meta["ownerReferences"] = [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": owner_kind,
+                        "name": f"{prefix}-owner",
+                        "uid": str(uuid.uuid4()),
+                        "controller": True,
+                    }
+                ]
+            return {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": meta,
+                "spec": {
+                    "nodeName": node,
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [
+                        {"name": "main", "image": "registry.invalid/fleetmedic/pause:1"}
+                    ],
+                    # Tolerate everything, as kubelet-managed workloads often do; a
+                    # drain must still evict them.
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            }
 
         base = f"/api/v1/namespaces/{namespace}/pods"
         self._parallel(lambda n: self.request("POST", base, body(n)), names, workers)
         if not wait:
             return [self.request("GET", f"{base}/{n}") for n in names]
-        return self._wait_for(f"{count} pods Running on {node}", base, names, _pod_ready, timeout,
-                              query=f"?fieldSelector=spec.nodeName%3D{node}")
+        return self._wait_for(
+            f"{count} pods Running on {node}",
+            base,
+            names,
+            _pod_ready,
+            timeout,
+            query=f"?fieldSelector=spec.nodeName%3D{node}",
+        )
 
     def set_pdb_status(self, namespace: str, name: str, disruptions_allowed: int) -> dict:
         """Write a PodDisruptionBudget's status as the disruption controller would
@@ -673,11 +856,16 @@ class KubeCluster:
             "currentHealthy": max(expected, disruptions_allowed),
             "desiredHealthy": max(expected, disruptions_allowed) - disruptions_allowed,
             "expectedPods": max(expected, disruptions_allowed),
-            "conditions": [{"type": "DisruptionAllowed",
-                            "status": "True" if disruptions_allowed > 0 else "False",
-                            "reason": "SufficientPods" if disruptions_allowed > 0 else "InsufficientPods",
-                            "message": "", "observedGeneration": pdb["metadata"]["generation"],
-                            "lastTransitionTime": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}],
+            "conditions": [
+                {
+                    "type": "DisruptionAllowed",
+                    "status": "True" if disruptions_allowed > 0 else "False",
+                    "reason": "SufficientPods" if disruptions_allowed > 0 else "InsufficientPods",
+                    "message": "",
+                    "observedGeneration": pdb["metadata"]["generation"],
+                    "lastTransitionTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            ],
         }
         return self.request("PUT", f"{path}/status", pdb)
 
@@ -688,8 +876,9 @@ class KubeCluster:
         with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
             return list(pool.map(fn, items))
 
-    def _wait_for(self, what: str, collection: str, names: list[str], ready, timeout: float,
-                  query: str = "") -> list[dict]:
+    def _wait_for(
+        self, what: str, collection: str, names: list[str], ready, timeout: float, query: str = ""
+    ) -> list[dict]:
         want = set(names)
         deadline = time.monotonic() + timeout
         pause = 0.1 if len(names) < 100 else 1.0
@@ -702,8 +891,10 @@ class KubeCluster:
                 done = sum(1 for o in got.values() if ready(o))
                 kw = self.procs.get("kwok")
                 hint = "" if kw and kw.poll() is None else " (kwok is not running)"
-                raise KubeError(f"timed out after {timeout:.0f}s waiting for {what}: "
-                                f"{done}/{len(want)} ready{hint}; kwok log: {self.log('kwok')}")
+                raise KubeError(
+                    f"timed out after {timeout:.0f}s waiting for {what}: "
+                    f"{done}/{len(want)} ready{hint}; kwok log: {self.log('kwok')}"
+                )
             time.sleep(pause)
 
 
@@ -724,6 +915,7 @@ def _pod_ready(pod: dict) -> bool:
 
 def main() -> None:  # pragma: no cover - manual use
     import argparse
+
     ap = argparse.ArgumentParser(description="Run the test control plane in the foreground.")
     ap.add_argument("--nodes", type=int, default=0, help="kwok nodes to create")
     args = ap.parse_args()

@@ -7,8 +7,8 @@ tests/integration/test_safety_support.py (deploy/controller).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -18,16 +18,30 @@ _COLLECTIONS = {
     ("v1", "ServiceAccount"): "/api/v1/namespaces/{ns}/serviceaccounts",
     ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps",
     ("apps/v1", "DaemonSet"): "/apis/apps/v1/namespaces/{ns}/daemonsets",
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"):
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    ("rbac.authorization.k8s.io/v1", "Role"): "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"):
-        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    (
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+    ): "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    (
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+    ): "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    (
+        "rbac.authorization.k8s.io/v1",
+        "Role",
+    ): "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    (
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+    ): "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+    ): "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+    ): "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
 }
 
 
@@ -41,7 +55,9 @@ def load(deploy: Path, names: Sequence[str] | None = None) -> list[dict]:
 
 
 def _collection(doc: dict) -> str:
-    return _COLLECTIONS[(doc["apiVersion"], doc["kind"])].format(ns=doc["metadata"].get("namespace", ""))
+    return _COLLECTIONS[(doc["apiVersion"], doc["kind"])].format(
+        ns=doc["metadata"].get("namespace", "")
+    )
 
 
 def apply(kube, doc: dict) -> dict:

@@ -41,11 +41,17 @@ class _Handler:
     def __init__(self, sink: SmtpSink):
         self.sink = sink
 
-    async def handle_DATA(self, server, session, envelope) -> str:  # noqa: N802 (aiosmtpd API)
+    async def handle_DATA(self, server, session, envelope) -> str:
         raw = envelope.original_content or envelope.content
         msg = BytesParser(policy=policy.default).parsebytes(raw)
-        self.sink._add(Received(mail_from=envelope.mail_from, rcpt_tos=list(envelope.rcpt_tos),
-                                message=msg, peer=str(session.peer)))
+        self.sink._add(
+            Received(
+                mail_from=envelope.mail_from,
+                rcpt_tos=list(envelope.rcpt_tos),
+                message=msg,
+                peer=str(session.peer),
+            )
+        )
         return "250 Message accepted for delivery"
 
 
@@ -65,8 +71,13 @@ class SmtpSink:
         self._controller: _Controller | None = None
 
     def start(self) -> SmtpSink:
-        self._controller = _Controller(_Handler(self), hostname=self.host, port=self.port,
-                                       server_hostname="sink.fleetmedic.test", enable_SMTPUTF8=True)
+        self._controller = _Controller(
+            _Handler(self),
+            hostname=self.host,
+            port=self.port,
+            server_hostname="sink.fleetmedic.test",
+            enable_SMTPUTF8=True,
+        )
         self._controller.start()
         self.port = self._controller.port
         return self
@@ -96,8 +107,10 @@ class SmtpSink:
         """Block until at least ``count`` messages arrived; AssertionError after ``timeout``."""
         with self._cond:
             if not self._cond.wait_for(lambda: len(self.received) >= count, timeout):
-                raise AssertionError(f"SMTP sink {self.host}:{self.port} got {len(self.received)} "
-                                     f"message(s) within {timeout:.0f} s, expected {count}")
+                raise AssertionError(
+                    f"SMTP sink {self.host}:{self.port} got {len(self.received)} "
+                    f"message(s) within {timeout:.0f} s, expected {count}"
+                )
             return [r.message for r in self.received]
 
     def clear(self) -> None:
@@ -125,7 +138,9 @@ def attachments(msg: EmailMessage) -> dict[str, bytes]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.harness.smtp", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.harness.smtp", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8025)
     args = ap.parse_args(argv)
@@ -141,8 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             for r in sink.received[seen:]:
                 seen += 1
                 n = len(list(r.message.iter_attachments()))
-                print(f"{time.strftime('%H:%M:%S')} from {r.mail_from} to {', '.join(r.rcpt_tos)}: "
-                      f"{r.message['Subject']!s} ({n} attachment(s))", flush=True)
+                print(
+                    f"{time.strftime('%H:%M:%S')} from {r.mail_from} to {', '.join(r.rcpt_tos)}: "
+                    f"{r.message['Subject']!s} ({n} attachment(s))",
+                    flush=True,
+                )
     except KeyboardInterrupt:
         pass
     finally:

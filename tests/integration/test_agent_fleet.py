@@ -26,9 +26,24 @@ import time
 import uuid
 
 import pytest
-from test_agent_support import (ROOT, AgentProcess, agent_kubeconfig, annotation, append,
-                                banner, clear_taints, get_node, h100, install_agent_rbac, nvml_env,
-                                remove_nodes, set_annotations, taint_keys, wait_until, xid_line)
+from test_agent_support import (
+    ROOT,
+    AgentProcess,
+    agent_kubeconfig,
+    annotation,
+    append,
+    banner,
+    clear_taints,
+    get_node,
+    h100,
+    install_agent_rbac,
+    nvml_env,
+    remove_nodes,
+    set_annotations,
+    taint_keys,
+    wait_until,
+    xid_line,
+)
 
 from fleetmedic.model import keys
 
@@ -46,15 +61,26 @@ def world(fleet, kube, tmp_path_factory):
     install_agent_rbac(kube)
     prefix = f"agf-{uuid.uuid4().hex[:5]}"
     names = {n.index: f"{prefix}-{n.name}" for n in fleet}
-    kube.make_nodes(list(names.values()), addresses={names[n.index]: n.address for n in fleet},
-                    labels={keys.LABEL_VENDOR: "nvidia", keys.LABEL_EXPECTED_GPUS: "8"})
+    kube.make_nodes(
+        list(names.values()),
+        addresses={names[n.index]: n.address for n in fleet},
+        labels={keys.LABEL_VENDOR: "nvidia", keys.LABEL_EXPECTED_GPUS: "8"},
+    )
     tmp = tmp_path_factory.mktemp("agents")
     server = kube.server_url(fleet.host_address)
-    kubeconfigs = {i: agent_kubeconfig(kube, name, tmp / f"{name}.kc", server=server) for i, name in names.items()}
-    saved = {n.index: {f: (n.state_dir / f).read_bytes() if (n.state_dir / f).exists() else None
-                       for f in ("kern.log", "nvml.json")} for n in fleet}
+    kubeconfigs = {
+        i: agent_kubeconfig(kube, name, tmp / f"{name}.kc", server=server)
+        for i, name in names.items()
+    }
+    saved = {
+        n.index: {
+            f: (n.state_dir / f).read_bytes() if (n.state_dir / f).exists() else None
+            for f in ("kern.log", "nvml.json")
+        }
+        for n in fleet
+    }
     for n in fleet:
-        append(n.kern_log, banner())            # a fresh boot: earlier tests' lines are history
+        append(n.kern_log, banner())  # a fresh boot: earlier tests' lines are history
     yield fleet, kube, names, kubeconfigs, tmp
     remove_nodes(kube, list(names.values()))
     for n in fleet:
@@ -76,9 +102,15 @@ def agents(world):
     def start(index: int, *args: str, log: str | None = None) -> AgentProcess:
         node = fleet.node(index)
         path = tmp / (log or f"{names[index]}-{uuid.uuid4().hex[:4]}.log")
-        a = AgentProcess(names[index], kubeconfigs[index], path, kernel_log=node.kern_log,
-                         netns=node.netns, env=nvml_env(node.state_dir),
-                         args=["--interval", "1", "--timeout", "5", *args])
+        a = AgentProcess(
+            names[index],
+            kubeconfigs[index],
+            path,
+            kernel_log=node.kern_log,
+            netns=node.netns,
+            env=nvml_env(node.state_dir),
+            args=["--interval", "1", "--timeout", "5", *args],
+        )
         started.append(a.start())
         return a
 
@@ -88,15 +120,20 @@ def agents(world):
     for n in fleet:
         n.throttle(None)
         (n.state_dir / "nvml.json").write_text(json.dumps(h100()))
-        append(n.kern_log, banner())            # repaired by a reboot: the next test starts clean
+        append(n.kern_log, banner())  # repaired by a reboot: the next test starts clean
     for name in names.values():
         clear_taints(kube, name)
         set_annotations(kube, name, OURS)
 
 
 def ready(a: AgentProcess, rounds: int = 1) -> None:
-    wait_until(f"{rounds} round(s) of the agent", lambda: a.output().count(" round ") >= rounds
-               and ": following (" in a.output(), 90, 0.05, a.tail)
+    wait_until(
+        f"{rounds} round(s) of the agent",
+        lambda: a.output().count(" round ") >= rounds and ": following (" in a.output(),
+        90,
+        0.05,
+        a.tail,
+    )
 
 
 def gpu_strikes(kube, name: str) -> int | None:
@@ -113,28 +150,53 @@ def test_node2_gpu_turns_bad_and_three_strikes_taint_only_node2(world, agents):
 
     def tainted():
         node = get_node(kube, names[2])
-        seen.append(json.loads(node["metadata"].get("annotations", {}).get(keys.ANN_STRIKES, "{}")).get("gpu"))
-        return node if any(t["key"] == "fleetmedic.io/repair" for t in node["spec"].get("taints") or []) else None
+        seen.append(
+            json.loads(node["metadata"].get("annotations", {}).get(keys.ANN_STRIKES, "{}")).get(
+                "gpu"
+            )
+        )
+        return (
+            node
+            if any(t["key"] == "fleetmedic.io/repair" for t in node["spec"].get("taints") or [])
+            else None
+        )
+
     node = wait_until("node 2 tainted repair=reboot", tainted, 60, 0.1, running[2].tail)
-    assert {1, 2} <= set(seen), seen                      # it counted up, it did not jump
+    assert {1, 2} <= set(seen), seen  # it counted up, it did not jump
     # the taint and the round's results are one write
     results = json.loads(node["metadata"]["annotations"][keys.ANN_LAST_RESULTS])
     assert results["gpu"]["status"] == "problem" and "nvidia.ecc" in results["gpu"]["detail"]
-    assert node["spec"]["taints"] == [{"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}]
-    log = wait_until("the fence in the log", lambda: "3 consecutive GPU check failures" in running[2].output()
-                     and running[2].output(), 10, 0.05)
+    assert node["spec"]["taints"] == [
+        {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}
+    ]
+    log = wait_until(
+        "the fence in the log",
+        lambda: "3 consecutive GPU check failures" in running[2].output() and running[2].output(),
+        10,
+        0.05,
+    )
     assert "strikes gpu 1/3" in log and "strikes gpu 2/3" in log
     assert "3 consecutive GPU check failures: nvidia.ecc" in log
-    time.sleep(2)                                         # the others had rounds meanwhile
+    time.sleep(2)  # the others had rounds meanwhile
     for i in (1, 3):
         assert taint_keys(kube, names[i]) == set(), running[i].tail()
         assert gpu_strikes(kube, names[i]) == 0
         assert annotation(kube, names[i], keys.ANN_LAST_RESULTS)["gpu"]["status"] == "ok"
     events = kube.request("GET", "/api/v1/namespaces/default/events")["items"]
-    assert [e["reason"] for e in events if e["involvedObject"]["name"] == names[2]] == ["FleetmedicFenced"]
+    assert [e["reason"] for e in events if e["involvedObject"]["name"] == names[2]] == [
+        "FleetmedicFenced"
+    ]
     # under repair, GPU checks stop: the next rounds say "skipped"
-    wait_until("gpu skipped", lambda: (annotation(kube, names[2], keys.ANN_LAST_RESULTS) or {})
-               .get("gpu", {}).get("status") == "skipped", 10, 0.1, running[2].tail)
+    wait_until(
+        "gpu skipped",
+        lambda: (
+            (annotation(kube, names[2], keys.ANN_LAST_RESULTS) or {}).get("gpu", {}).get("status")
+            == "skipped"
+        ),
+        10,
+        0.1,
+        running[2].tail,
+    )
 
 
 def test_restart_between_strike_2_and_3_still_taints_at_strike_3(world, agents):
@@ -146,9 +208,15 @@ def test_restart_between_strike_2_and_3_still_taints_at_strike_3(world, agents):
     assert gpu_strikes(kube, names[2]) == 2 and taint_keys(kube, names[2]) == set()
     second = agents(2, "--interval", "4")
     wait_until("the taint", lambda: REBOOT in taint_keys(kube, names[2]), 90, 0.1, second.tail)
-    rounds = wait_until("its round's log line", lambda: [ln for ln in second.output().splitlines()
-                                                          if " round " in ln], 10, 0.05)
-    assert "round 1: gpu problem" in rounds[0] and "fenced repair=reboot" in rounds[0], second.tail()
+    rounds = wait_until(
+        "its round's log line",
+        lambda: [ln for ln in second.output().splitlines() if " round " in ln],
+        10,
+        0.05,
+    )
+    assert "round 1: gpu problem" in rounds[0] and "fenced repair=reboot" in rounds[0], (
+        second.tail()
+    )
 
 
 @pytest.fixture
@@ -159,8 +227,11 @@ def iperf3_server(world):
     with socket.socket() as s:
         s.bind((fleet.host_address, 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(["iperf3", "-s", "-B", fleet.host_address, "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["iperf3", "-s", "-B", fleet.host_address, "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_until("iperf3 -s", lambda: _listening(fleet.host_address, port), 10)
     yield f"{fleet.host_address}:{port}"
     proc.terminate()
@@ -175,7 +246,9 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-def test_node3_throttled_gets_slow_network_and_loses_it_when_unthrottled(world, agents, iperf3_server):
+def test_node3_throttled_gets_slow_network_and_loses_it_when_unthrottled(
+    world, agents, iperf3_server
+):
     fleet, kube, names, _, _ = world
     a = agents(3, "--peer", iperf3_server, "--min-mbps", "50", "--network-duration", "1")
     net = lambda: (annotation(kube, names[3], keys.ANN_LAST_RESULTS) or {}).get("network", {})  # noqa: E731
@@ -185,9 +258,17 @@ def test_node3_throttled_gets_slow_network_and_loses_it_when_unthrottled(world, 
     assert net()["status"] == "problem" and "below 50" in net()["detail"]
     assert REBOOT not in taint_keys(kube, names[3])
     fleet.node(3).throttle(None)
-    wait_until("slow-network removed", lambda: SLOW not in taint_keys(kube, names[3]), 60, 0.2, a.tail)
-    log = wait_until("the removal in the log", lambda: "removed fleetmedic.io/slow-network: network check passed"
-                     in a.output() and a.output(), 10, 0.05)
+    wait_until(
+        "slow-network removed", lambda: SLOW not in taint_keys(kube, names[3]), 60, 0.2, a.tail
+    )
+    log = wait_until(
+        "the removal in the log",
+        lambda: (
+            "removed fleetmedic.io/slow-network: network check passed" in a.output() and a.output()
+        ),
+        10,
+        0.05,
+    )
     assert "tainted fleetmedic.io/slow-network: 3 consecutive network check failures" in log
     for i in (1, 2):
         assert taint_keys(kube, names[i]) == set()
@@ -214,22 +295,27 @@ def test_a_hung_check_is_unknown_within_its_timeout_and_keeps_the_strikes(world,
 
     def once(scenario: dict) -> tuple[float, dict]:
         (node.state_dir / "nvml.json").write_text(json.dumps(scenario))
-        a = AgentProcess(names[1], kubeconfigs[1], tmp / f"once-{uuid.uuid4().hex[:4]}.log",
-                         kernel_log=node.kern_log, netns=node.netns, env=nvml_env(node.state_dir),
-                         args=["--once", "--timeout", "2"])
+        a = AgentProcess(
+            names[1],
+            kubeconfigs[1],
+            tmp / f"once-{uuid.uuid4().hex[:4]}.log",
+            kernel_log=node.kern_log,
+            netns=node.netns,
+            env=nvml_env(node.state_dir),
+            args=["--once", "--timeout", "2"],
+        )
         t0 = time.monotonic()
         out = subprocess.run(a.argv, env=a.env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         return time.monotonic() - t0, json.loads(out.stdout)
 
     healthy, _ = once(h100())
-    assert gpu_strikes(kube, names[1]) == 0                 # a pass resets
+    assert gpu_strikes(kube, names[1]) == 0  # a pass resets
     set_annotations(kube, names[1], {keys.ANN_STRIKES: '{"gpu":1,"network":0}'})
-    hung, result = once({**h100(), "hang": "*"})            # every NVML call blocks forever
+    hung, result = once({**h100(), "hang": "*"})  # every NVML call blocks forever
     print(f"\n--once healthy {healthy:.1f}s, with a hung driver {hung:.1f}s (timeout 2s)")
     assert hung - healthy < 2 + 2.0
     gpu = annotation(kube, names[1], keys.ANN_LAST_RESULTS)["gpu"]
     assert gpu["status"] == "unknown" and "did not return within 2s" in gpu["detail"]
     assert result["strikes"] == {"gpu": 1, "network": 0} and result["fenced"] is None
     assert gpu_strikes(kube, names[1]) == 1 and taint_keys(kube, names[1]) == set()
-

@@ -15,10 +15,24 @@ import time
 import uuid
 
 import pytest
-from test_agent_support import (AgentProcess, agent_kubeconfig, annotation, append, banner,
-                                clear_taints, get_node, h100, install_agent_rbac, manifests,
-                                nvml_env, remove_nodes, set_annotations, taint_keys, wait_until,
-                                xid_line)
+from test_agent_support import (
+    AgentProcess,
+    agent_kubeconfig,
+    annotation,
+    append,
+    banner,
+    clear_taints,
+    get_node,
+    h100,
+    install_agent_rbac,
+    manifests,
+    nvml_env,
+    remove_nodes,
+    set_annotations,
+    taint_keys,
+    wait_until,
+    xid_line,
+)
 
 from fleetmedic.adapters.kube import connect
 from fleetmedic.errors import PermanentError
@@ -60,7 +74,9 @@ def denied(fn) -> str:
 
 def test_agent_token_patches_its_own_node_and_is_denied_on_another(rbac, nodes, tmp_path):
     kube = rbac
-    mine, other = nodes(2, taints=[{"key": "example.com/team", "value": "a", "effect": "NoSchedule"}])
+    mine, other = nodes(
+        2, taints=[{"key": "example.com/team", "value": "a", "effect": "NoSchedule"}]
+    )
     api = connect(str(agent_kubeconfig(kube, mine, tmp_path / "kc")))
     strikes = lambda n: nodeedit.set_annotation(n, keys.ANN_STRIKES, '{"gpu":1,"network":0}')  # noqa: E731
 
@@ -72,8 +88,12 @@ def test_agent_token_patches_its_own_node_and_is_denied_on_another(rbac, nodes, 
             return str(exc)
         set_annotations(kube, other, {keys.ANN_STRIKES: None})  # written before the policy loaded
         return None
+
     msg = wait_until("the admission policy to deny another node", other_denied, 20, 0.5)
-    assert "HTTP 403" in msg and f"the fleetmedic agent on node {mine} may not change node {other}" in msg
+    assert (
+        "HTTP 403" in msg
+        and f"the fleetmedic agent on node {mine} may not change node {other}" in msg
+    )
 
     # its own node: strikes, results, finding, a repair taint, slow-network on and off
     api.update_node(mine, strikes)
@@ -87,10 +107,26 @@ def test_agent_token_patches_its_own_node_and_is_denied_on_another(rbac, nodes, 
     # ... but nothing else on it
     for what, edit, fragment in [
         ("label", lambda n: nodeedit.set_label(n, keys.LABEL_STATE, "healthy"), "labels"),
-        ("controller annotation", lambda n: nodeedit.set_annotation(n, keys.ANN_HISTORY, "[]"), "annotations"),
-        ("foreign annotation", lambda n: nodeedit.set_annotation(n, "example.com/x", "1"), "annotations"),
-        ("foreign taint", lambda n: nodeedit.remove_taint(n, TaintName("example.com/team", "a")), "not fleetmedic's"),
-        ("remove repair", lambda n: nodeedit.remove_taint(n, VOCAB.reboot), "may not remove a repair taint"),
+        (
+            "controller annotation",
+            lambda n: nodeedit.set_annotation(n, keys.ANN_HISTORY, "[]"),
+            "annotations",
+        ),
+        (
+            "foreign annotation",
+            lambda n: nodeedit.set_annotation(n, "example.com/x", "1"),
+            "annotations",
+        ),
+        (
+            "foreign taint",
+            lambda n: nodeedit.remove_taint(n, TaintName("example.com/team", "a")),
+            "not fleetmedic's",
+        ),
+        (
+            "remove repair",
+            lambda n: nodeedit.remove_taint(n, VOCAB.reboot),
+            "may not remove a repair taint",
+        ),
         ("cordon", lambda n: nodeedit.set_unschedulable(n, True), "cordon"),
     ]:
         assert fragment in denied(lambda: api.update_node(mine, edit)), what
@@ -108,10 +144,20 @@ def test_agent_token_patches_its_own_node_and_is_denied_on_another(rbac, nodes, 
 def test_a_token_not_bound_to_a_pod_on_a_node_is_denied(rbac, nodes, tmp_path):
     kube = rbac
     (mine,) = nodes(1)
-    path = kube.kubeconfig_for_serviceaccount("fleetmedic", "fleetmedic-agent")  # plain TokenRequest
+    path = kube.kubeconfig_for_serviceaccount(
+        "fleetmedic", "fleetmedic-agent"
+    )  # plain TokenRequest
     api = connect(path)
-    msg = wait_until("a denial", lambda: _error_of(lambda: api.update_node(
-        mine, lambda n: nodeedit.set_annotation(n, keys.ANN_STRIKES, "{}"))), 20, 0.5)
+    msg = wait_until(
+        "a denial",
+        lambda: _error_of(
+            lambda: api.update_node(
+                mine, lambda n: nodeedit.set_annotation(n, keys.ANN_STRIKES, "{}")
+            )
+        ),
+        20,
+        0.5,
+    )
     assert "must be bound to a Pod on a Node" in msg
 
 
@@ -131,11 +177,15 @@ def test_daemonset_manifest_is_accepted_by_the_api_server(rbac):
     # The test API server runs without --allow-privileged; that must be the only objection.
     if status.get("kind") == "Status":
         causes = status["details"]["causes"]
-        assert [c["field"] for c in causes] == ["spec.template.spec.containers[0].securityContext.privileged"]
+        assert [c["field"] for c in causes] == [
+            "spec.template.spec.containers[0].securityContext.privileged"
+        ]
         ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] = False
         assert kube.request("POST", path, ds)["kind"] == "DaemonSet"
     spec = ds["spec"]["template"]["spec"]
-    assert spec["serviceAccountName"] == "fleetmedic-agent" and spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["serviceAccountName"] == "fleetmedic-agent" and spec["tolerations"] == [
+        {"operator": "Exists"}
+    ]
     env = {e["name"]: e for e in spec["containers"][0]["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
@@ -153,8 +203,15 @@ def agent_env(rbac, nodes, tmp_path):
     started: list[AgentProcess] = []
 
     def agent(*args: str, log: str = "agent.log", kubeconfig=None, env=None) -> AgentProcess:
-        a = AgentProcess(name, kubeconfig or kc, tmp_path / log, kernel_log=kern, boot_id_file=boot,
-                         args=["--interval", "1", *args], env=env)
+        a = AgentProcess(
+            name,
+            kubeconfig or kc,
+            tmp_path / log,
+            kernel_log=kern,
+            boot_id_file=boot,
+            args=["--interval", "1", *args],
+            env=env,
+        )
         started.append(a.start())
         return a
 
@@ -164,8 +221,13 @@ def agent_env(rbac, nodes, tmp_path):
 
 
 def following(a: AgentProcess, count: int = 1) -> None:
-    wait_until("the agent to follow its kernel log", lambda: a.output().count(": following (") >= count,
-               60, 0.05, a.tail)
+    wait_until(
+        "the agent to follow its kernel log",
+        lambda: a.output().count(": following (") >= count,
+        60,
+        0.05,
+        a.tail,
+    )
 
 
 def test_xid_fences_at_once_and_restarts_neither_refence_nor_miss_lines(rbac, agent_env):
@@ -181,44 +243,70 @@ def test_xid_fences_at_once_and_restarts_neither_refence_nor_miss_lines(rbac, ag
     assert latency < 1.0
     mark = annotation(kube, node, keys.ANN_LAST_FINDING)
     assert mark["rule"] == "xid.79" and mark["pci"] == "0000:3b:00" and mark["acted"] is True
-    wait_until("the Event", lambda: [e for e in kube.request("GET", "/api/v1/namespaces/default/events")["items"]
-                                     if e["involvedObject"]["name"] == node and e["reason"] == "FleetmedicFenced"],
-               5, 0.1)
-    assert a.stop() == 0 and REBOOT in taint_keys(kube, node)   # SIGTERM leaves the taint
+    wait_until(
+        "the Event",
+        lambda: [
+            e
+            for e in kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+            if e["involvedObject"]["name"] == node and e["reason"] == "FleetmedicFenced"
+        ],
+        5,
+        0.1,
+    )
+    assert a.stop() == 0 and REBOOT in taint_keys(kube, node)  # SIGTERM leaves the taint
 
-    clear_taints(kube, node)                                    # the controller repaired it
+    clear_taints(kube, node)  # the controller repaired it
     b = agent(log="agent2.log")
     following(b)
-    wait_until("the stale line to be recognised", lambda: "was handled before" in b.output(), 10, 0.05, b.tail)
+    wait_until(
+        "the stale line to be recognised",
+        lambda: "was handled before" in b.output(),
+        10,
+        0.05,
+        b.tail,
+    )
     time.sleep(1.5)
     assert taint_keys(kube, node) == set(), b.tail()
     b.stop()
 
-    append(kern, xid_line(bus=0x5A, uptime=300.25))            # while no agent runs
+    append(kern, xid_line(bus=0x5A, uptime=300.25))  # while no agent runs
     c = agent(log="agent3.log")
-    wait_until("the missed line to fence", lambda: REBOOT in taint_keys(kube, node), 60, 0.05, c.tail)
+    wait_until(
+        "the missed line to fence", lambda: REBOOT in taint_keys(kube, node), 60, 0.05, c.tail
+    )
     assert annotation(kube, node, keys.ANN_LAST_FINDING)["pci"] == "0000:5a:00"
-    assert "was handled before" in c.output()                   # the first Xid, still not acted on
+    assert "was handled before" in c.output()  # the first Xid, still not acted on
 
 
 def test_lines_of_an_earlier_boot_never_fence(rbac, agent_env):
     kube = rbac
     node, kern, agent = agent_env
-    kern.write_text(banner() + xid_line(uptime=50.0) + banner() + "[    2.000000] kernel: clean boot\n")
+    kern.write_text(
+        banner() + xid_line(uptime=50.0) + banner() + "[    2.000000] kernel: clean boot\n"
+    )
     a = agent()
-    wait_until("the agent to follow its kernel log", lambda: "current boot from line 3" in a.output(), 60, 0.05,
-               a.tail)
+    wait_until(
+        "the agent to follow its kernel log",
+        lambda: "current boot from line 3" in a.output(),
+        60,
+        0.05,
+        a.tail,
+    )
     time.sleep(1.5)
     assert taint_keys(kube, node) == set(), a.tail()
-    append(kern, banner() + xid_line(uptime=50.0))              # the same text in the next boot counts
+    append(kern, banner() + xid_line(uptime=50.0))  # the same text in the next boot counts
     wait_until("repair=reboot", lambda: REBOOT in taint_keys(kube, node), 5, 0.02, a.tail)
 
 
 def test_sigterm_changes_nothing(rbac, agent_env):
     kube = rbac
     node, _, agent = agent_env
-    kube.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": [VOCAB.slow_network.as_taint()]}},
-                 content_type="application/merge-patch+json")
+    kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}",
+        {"spec": {"taints": [VOCAB.slow_network.as_taint()]}},
+        content_type="application/merge-patch+json",
+    )
     set_annotations(kube, node, {keys.ANN_STRIKES: '{"gpu":2,"network":2}'})
     before = get_node(kube, node)
     a = agent("--vendor", "none")
@@ -294,25 +382,48 @@ class Proxy:
 def test_api_outage_keeps_the_agent_and_its_strikes(rbac, agent_env, tmp_path, fakes_built):
     kube = rbac
     node, _, agent = agent_env
-    kube.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {
-        keys.LABEL_VENDOR: "nvidia", keys.LABEL_EXPECTED_GPUS: "8"}}}, content_type="application/merge-patch+json")
+    kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}",
+        {"metadata": {"labels": {keys.LABEL_VENDOR: "nvidia", keys.LABEL_EXPECTED_GPUS: "8"}}},
+        content_type="application/merge-patch+json",
+    )
     (tmp_path / "nvml.json").write_text(json.dumps(h100(**{"3": {"ecc_volatile_uncorrected": 2}})))
     proxy = Proxy(kube.port)
     proxy.up()
     kc = tmp_path / "kc-proxy"
-    kc.write_text((tmp_path / "kc").read_text().replace(kube.url, f"https://127.0.0.1:{proxy.port}"))
+    kc.write_text(
+        (tmp_path / "kc").read_text().replace(kube.url, f"https://127.0.0.1:{proxy.port}")
+    )
     # rounds 2 s apart: the outage starts well before the second strike could be written
-    a = agent("--interval", "2", "--timeout", "5", "--retry-cap", "1", kubeconfig=kc, env=nvml_env(tmp_path))
+    a = agent(
+        "--interval",
+        "2",
+        "--timeout",
+        "5",
+        "--retry-cap",
+        "1",
+        kubeconfig=kc,
+        env=nvml_env(tmp_path),
+    )
     strikes = lambda: (annotation(kube, node, keys.ANN_STRIKES) or {}).get("gpu")  # noqa: E731
     wait_until("strike 1", lambda: strikes() == 1, 60, 0.05, a.tail)
     proxy.down()
     time.sleep(5)
     assert a.alive(), a.tail()
     assert strikes() == 1 and REBOOT not in taint_keys(kube, node), a.tail()
-    assert a.output().count("API server unavailable") == 1, a.tail()   # one line per outage
+    assert a.output().count("API server unavailable") == 1, a.tail()  # one line per outage
     proxy.up()
-    wait_until("the third strike's taint", lambda: REBOOT in taint_keys(kube, node), 30, 0.1, a.tail)
-    wait_until("the fence in the log", lambda: "3 consecutive GPU check failures" in a.output(), 10, 0.05, a.tail)
+    wait_until(
+        "the third strike's taint", lambda: REBOOT in taint_keys(kube, node), 30, 0.1, a.tail
+    )
+    wait_until(
+        "the fence in the log",
+        lambda: "3 consecutive GPU check failures" in a.output(),
+        10,
+        0.05,
+        a.tail,
+    )
     assert "API server reachable again" in a.output()
     proxy.down()
 
@@ -320,6 +431,8 @@ def test_api_outage_keeps_the_agent_and_its_strikes(rbac, agent_env, tmp_path, f
 @pytest.fixture(scope="session")
 def fakes_built():
     import subprocess
+
     from test_agent_support import FAKES, ROOT
+
     subprocess.run(["bash", str(ROOT / "scripts/setup.d/40-fakes.sh")], check=True)
     return FAKES

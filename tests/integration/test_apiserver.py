@@ -73,18 +73,37 @@ def test_strategic_merge_patch_replaces_the_whole_taint_list(kube, core):
     # The right way: read, compute the full list, write it back.
     node = call(core.read_node, name)
     full = [theirs, *node["spec"]["taints"]]
-    call(core.patch_node, name, {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-                                 "spec": {"taints": full}}, _content_type=MERGE)
-    assert {t["key"] for t in call(core.read_node, name)["spec"]["taints"]} == {theirs["key"], ours["key"]}
+    call(
+        core.patch_node,
+        name,
+        {
+            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+            "spec": {"taints": full},
+        },
+        _content_type=MERGE,
+    )
+    assert {t["key"] for t in call(core.read_node, name)["spec"]["taints"]} == {
+        theirs["key"],
+        ours["key"],
+    }
 
 
 def test_patch_with_stale_resource_version_gets_409(kube, core):
     [node] = kube.make_nodes(1, prefix=f"rv-{uid()}")
     name, stale = node["metadata"]["name"], node["metadata"]["resourceVersion"]
-    call(core.patch_node, name, {"metadata": {"labels": {"someone-else": "was-here"}}}, _content_type=MERGE)
+    call(
+        core.patch_node,
+        name,
+        {"metadata": {"labels": {"someone-else": "was-here"}}},
+        _content_type=MERGE,
+    )
 
-    patch = {"metadata": {"resourceVersion": stale},
-             "spec": {"taints": [{"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}]}}
+    patch = {
+        "metadata": {"resourceVersion": stale},
+        "spec": {
+            "taints": [{"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}]
+        },
+    }
     with pytest.raises(ApiException) as exc:
         call(core.patch_node, name, patch, _content_type=MERGE)
     assert exc.value.status == 409
@@ -98,9 +117,15 @@ def test_patch_with_stale_resource_version_gets_409(kube, core):
 
 
 def _watch(core, resource_version: str, label_selector: str, until, timeout: int = 10):
-    resp = core.list_node(watch=True, allow_watch_bookmarks=True, resource_version=resource_version,
-                          label_selector=label_selector, timeout_seconds=timeout,
-                          _request_timeout=(5, timeout + 10), _preload_content=False)
+    resp = core.list_node(
+        watch=True,
+        allow_watch_bookmarks=True,
+        resource_version=resource_version,
+        label_selector=label_selector,
+        timeout_seconds=timeout,
+        _request_timeout=(5, timeout + 10),
+        _preload_content=False,
+    )
     events = []
     try:
         buf = b""
@@ -131,7 +156,9 @@ def test_watch_with_bookmarks_sees_added_modified_deleted(kube, core):
     kinds = [e["type"] for e in events if e["type"] != "BOOKMARK"]
     assert kinds[0] == "ADDED" and kinds[-1] == "DELETED" and "MODIFIED" in kinds
     assert all(e["object"]["metadata"]["name"] == name for e in events if e["type"] != "BOOKMARK")
-    cordoned = [e for e in events if e["type"] == "MODIFIED" and e["object"]["spec"].get("unschedulable")]
+    cordoned = [
+        e for e in events if e["type"] == "MODIFIED" and e["object"]["spec"].get("unschedulable")
+    ]
     assert cordoned
 
 
@@ -155,8 +182,9 @@ def test_watch_resumed_from_before_an_apiserver_restart_is_410_gone(kube, core):
     listed = call(core.list_node, label_selector=sel)
     assert [n["metadata"]["name"] for n in listed["items"]] == [f"gone-{tag}-0"]
     kube.delete_nodes([f"gone-{tag}-0"])
-    events = _watch(core, listed["metadata"]["resourceVersion"], sel,
-                    lambda evs: evs[-1]["type"] == "DELETED")
+    events = _watch(
+        core, listed["metadata"]["resourceVersion"], sel, lambda evs: evs[-1]["type"] == "DELETED"
+    )
     assert events[-1]["type"] == "DELETED"
 
 
@@ -165,11 +193,22 @@ def test_eviction_respects_the_pdb_and_kwok_completes_the_deletion(kube, core, a
     [node] = kube.make_nodes(1, prefix=ns)
     pods = kube.make_pods(node["metadata"]["name"], 2, namespace=ns, labels={"app": "guarded"})
     policy = client.PolicyV1Api(api)
-    call(policy.create_namespaced_pod_disruption_budget, ns, {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guard"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}}})
+    call(
+        policy.create_namespaced_pod_disruption_budget,
+        ns,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guard"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
     victim = pods[0]["metadata"]["name"]
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": ns}}
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": victim, "namespace": ns},
+    }
 
     kube.set_pdb_status(ns, "guard", disruptions_allowed=0)
     with pytest.raises(ApiException) as exc:
@@ -195,23 +234,43 @@ def test_serviceaccount_with_read_only_node_role_gets_403_on_patch(kube, api):
     rbac = client.RbacAuthorizationV1Api(api)
     ns, role = f"rbac-{uid()}", f"node-reader-{uid()}"
     [node] = kube.make_nodes(1, prefix=ns)
-    call(rbac.create_cluster_role, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                                    "metadata": {"name": role}, "rules": [
-                                        {"apiGroups": [""], "resources": ["nodes"],
-                                         "verbs": ["get", "list", "watch"]}]})
+    call(
+        rbac.create_cluster_role,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+            ],
+        },
+    )
     reader = kube.kubeconfig_for_serviceaccount(ns, "reader")
     nobody = kube.kubeconfig_for_serviceaccount(ns, "nobody")
-    call(rbac.create_cluster_role_binding, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": role}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
-                                                "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]})
+    call(
+        rbac.create_cluster_role_binding,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}],
+        },
+    )
 
     as_reader = client.CoreV1Api(config.new_client_from_config(config_file=reader))
     name = node["metadata"]["name"]
     assert call(as_reader.read_node, name)["metadata"]["name"] == name
     assert status_of(as_reader.list_node, label_selector="type=kwok") == 200
-    patch = {"spec": {"taints": [{"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}]}}
+    patch = {
+        "spec": {
+            "taints": [{"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}]
+        }
+    }
     assert status_of(as_reader.patch_node, name, patch, _content_type=MERGE) == 403
     assert status_of(as_reader.delete_node, name) == 403
 
@@ -235,8 +294,9 @@ def test_nodes_carry_the_addresses_and_labels_asked_for(kube, core):
 
 
 def _global_ipv4() -> str | None:
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True
+    ).stdout
     for line in out.splitlines():
         return line.split()[3].split("/")[0]
     return None
@@ -244,9 +304,14 @@ def _global_ipv4() -> str | None:
 
 def test_serving_cert_and_binding_let_fleet_nodes_reach_it(kube):
     from cryptography import x509
+
     cert = x509.load_pem_x509_certificate((kube.pki / "apiserver.crt").read_bytes())
-    ips = {str(ip) for ip in cert.extensions.get_extension_for_class(
-        x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress)}
+    ips = {
+        str(ip)
+        for ip in cert.extensions.get_extension_for_class(
+            x509.SubjectAlternativeName
+        ).value.get_values_for_type(x509.IPAddress)
+    }
     assert {"127.0.0.1", *FLEET_HOST_ADDRESSES} <= ips
     # Bound to the wildcard: reachable on a non-loopback address of this host too
     # (verified against the "kubernetes.default.svc" name in the cert).
@@ -299,13 +364,21 @@ def test_a_failed_start_says_why_in_one_line_and_cleans_up(tmp_path):
 @pytest.mark.slow
 def test_a_killed_test_run_leaves_no_servers_behind(tmp_path):
     # The parent dies by SIGKILL (no teardown runs); the kernel kills the children.
-    script = ("import os, sys\n"
-              "from tests.harness.kube import KubeCluster\n"
-              f"c = KubeCluster({str(tmp_path / 'k')!r}).start()\n"
-              "print(' '.join(map(str, c.pids().values())), flush=True)\n"
-              "os.kill(os.getpid(), 9)\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    script = (
+        "import os, sys\n"
+        "from tests.harness.kube import KubeCluster\n"
+        f"c = KubeCluster({str(tmp_path / 'k')!r}).start()\n"
+        "print(' '.join(map(str, c.pids().values())), flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     pids = [int(p) for p in out.stdout.split()]
     assert len(pids) == 3, out.stderr[-500:]
     deadline = time.monotonic() + 10

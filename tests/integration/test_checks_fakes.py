@@ -43,9 +43,13 @@ class Hardware:
         self.nvml = tmp / "nvml.json"
         self.amd = tmp / "amd.json"
         self.tmp = tmp
-        self.env = {**os.environ, "LD_LIBRARY_PATH": str(build / "lib"),
-                    "FLEETMEDIC_FAKE_NVML": str(self.nvml), "FLEETMEDIC_FAKE_AMD": str(self.amd),
-                    "PATH": f"{build / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        self.env = {
+            **os.environ,
+            "LD_LIBRARY_PATH": str(build / "lib"),
+            "FLEETMEDIC_FAKE_NVML": str(self.nvml),
+            "FLEETMEDIC_FAKE_AMD": str(self.amd),
+            "PATH": f"{build / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        }
 
     def set_nvml(self, doc: dict) -> None:
         self.nvml.write_text(json.dumps(doc))
@@ -65,40 +69,68 @@ def by_name(results):
 
 def h100(n=8, **per_gpu):
     """n healthy H100s with 18 NVLinks each; per_gpu={index: {key: value}}."""
-    gpus = [{"name": "NVIDIA H100 80GB HBM3", "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
-             "nvlink": [1] * 18} for i in range(n)]
+    gpus = [
+        {
+            "name": "NVIDIA H100 80GB HBM3",
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+            "nvlink": [1] * 18,
+        }
+        for i in range(n)
+    ]
     for i, extra in per_gpu.items():
         gpus[int(i)].update(extra)
     return {"driver_version": "550.90.07", "gpus": gpus}
 
 
 def nv(hw, cfg=None):
-    return by_name(nvidia.run(cfg or CheckConfig(vendor="nvidia", expected_gpus=8, timeout=5), hw.env))
+    return by_name(
+        nvidia.run(cfg or CheckConfig(vendor="nvidia", expected_gpus=8, timeout=5), hw.env)
+    )
 
 
 # =================================================================== NVIDIA
 def test_healthy_node_through_real_pynvml(hw):
     hw.set_nvml(h100())
     res = nv(hw)
-    assert {n: r.status for n, r in res.items()} == {n: "ok" for n in nvidia.nvidia_rules.CHECK_NAMES}
+    assert {n: r.status for n, r in res.items()} == {
+        n: "ok" for n in nvidia.nvidia_rules.CHECK_NAMES
+    }
     assert res["nvidia.driver"].evidence["driver_version"] == "550.90.07"
     assert res["nvidia.nvlink"].evidence["gpus"]["7"]["links"] == 18
     assert res["nvidia.pcie"].summary == "PCIe links at full width and speed on 8 GPU(s)"
 
 
-@pytest.mark.parametrize("fault,check,fragment,action", [
-    ({"ecc_volatile_uncorrected": 4}, "nvidia.ecc", "4 volatile uncorrectable ECC", None),
-    ({"retired_pages_dbe": 2, "retired_pages_pending": True}, "nvidia.retired_pages", "retirement pending", None),
-    ({"remapped_rows_uncorrectable": 1, "remapped_rows_pending": True}, "nvidia.remapped_rows", "remap pending", None),
-    ({"remapped_rows_failure": True}, "nvidia.remapped_rows", "row remapping failed", "manual"),
-    ({"recovery_action": 2}, "nvidia.recovery_action", "NODE_REBOOT", None),
-    ({"pcie_width": 4}, "nvidia.pcie", "link width x4 of x16", None),
-    ({"pcie_gen": 3, "clocks_event_reasons": 0}, "nvidia.pcie", "link Gen3 of Gen5", None),
-    ({"nvlink": [1] * 10 + [0] + [1] * 7}, "nvidia.nvlink", "NVLink link 10 down (17/18 up)", None),
-    ({"clocks_event_reasons": 0x40}, "nvidia.slowdown", "HwThermalSlowdown", None),
-    ({"clocks_event_reasons": 0x80}, "nvidia.slowdown", "HwPowerBrakeSlowdown", None),
-    ({"persistence_mode": 0}, "nvidia.persistence", "persistence mode is off", None),
-])
+@pytest.mark.parametrize(
+    "fault,check,fragment,action",
+    [
+        ({"ecc_volatile_uncorrected": 4}, "nvidia.ecc", "4 volatile uncorrectable ECC", None),
+        (
+            {"retired_pages_dbe": 2, "retired_pages_pending": True},
+            "nvidia.retired_pages",
+            "retirement pending",
+            None,
+        ),
+        (
+            {"remapped_rows_uncorrectable": 1, "remapped_rows_pending": True},
+            "nvidia.remapped_rows",
+            "remap pending",
+            None,
+        ),
+        ({"remapped_rows_failure": True}, "nvidia.remapped_rows", "row remapping failed", "manual"),
+        ({"recovery_action": 2}, "nvidia.recovery_action", "NODE_REBOOT", None),
+        ({"pcie_width": 4}, "nvidia.pcie", "link width x4 of x16", None),
+        ({"pcie_gen": 3, "clocks_event_reasons": 0}, "nvidia.pcie", "link Gen3 of Gen5", None),
+        (
+            {"nvlink": [1] * 10 + [0] + [1] * 7},
+            "nvidia.nvlink",
+            "NVLink link 10 down (17/18 up)",
+            None,
+        ),
+        ({"clocks_event_reasons": 0x40}, "nvidia.slowdown", "HwThermalSlowdown", None),
+        ({"clocks_event_reasons": 0x80}, "nvidia.slowdown", "HwPowerBrakeSlowdown", None),
+        ({"persistence_mode": 0}, "nvidia.persistence", "persistence mode is off", None),
+    ],
+)
 def test_each_fault_through_real_pynvml(hw, fault, check, fragment, action):
     hw.set_nvml(h100(**{"5": fault}))
     res = nv(hw)
@@ -121,11 +153,20 @@ def test_missing_gpu(hw):
     assert r.status == "problem" and r.summary == "7 of 8 expected GPUs visible"
 
 
-@pytest.mark.parametrize("call", [
-    "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRetiredPages_v2",
-    "nvmlDeviceGetRemappedRows", "nvmlDeviceGetFieldValues", "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMaxPcieLinkWidth",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+        "nvmlDeviceGetRetiredPages_v2",
+        "nvmlDeviceGetRemappedRows",
+        "nvmlDeviceGetFieldValues",
+        "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetPersistenceMode",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+    ],
+)
 def test_not_supported_is_never_a_problem(hw, call):
     hw.set_nvml({**h100(), "errors": {call: "NOT_SUPPORTED"}})
     res = nv(hw)
@@ -134,22 +175,41 @@ def test_not_supported_is_never_a_problem(hw, call):
 
 
 def test_pre_a100_gpu_without_row_remapping_or_recovery_field(hw):
-    gpus = [{"name": "Tesla V100-SXM2-32GB", "remapped_rows_supported": 0, "field_errors": {"230": "NOT_SUPPORTED"},
-             "retired_pages_sbe": 1} for _ in range(8)]
+    gpus = [
+        {
+            "name": "Tesla V100-SXM2-32GB",
+            "remapped_rows_supported": 0,
+            "field_errors": {"230": "NOT_SUPPORTED"},
+            "retired_pages_sbe": 1,
+        }
+        for _ in range(8)
+    ]
     hw.set_nvml({"gpus": gpus})
     res = nv(hw)
     assert res["nvidia.remapped_rows"].status == "ok" and not res["nvidia.remapped_rows"].applicable
-    assert res["nvidia.recovery_action"].status == "ok" and not res["nvidia.recovery_action"].applicable
+    assert (
+        res["nvidia.recovery_action"].status == "ok"
+        and not res["nvidia.recovery_action"].applicable
+    )
     assert res["nvidia.nvlink"].status == "ok" and not res["nvidia.nvlink"].applicable
     assert res["nvidia.retired_pages"].status == "ok" and res["nvidia.retired_pages"].applicable
 
 
-@pytest.mark.parametrize("fault", [{"lost": True}, {"errors": {"nvmlDeviceGetHandleByIndex_v2": "GPU_IS_LOST"}},
-                                   {"errors": {"nvmlDeviceGetRemappedRows": "GPU_IS_LOST"}}])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"lost": True},
+        {"errors": {"nvmlDeviceGetHandleByIndex_v2": "GPU_IS_LOST"}},
+        {"errors": {"nvmlDeviceGetRemappedRows": "GPU_IS_LOST"}},
+    ],
+)
 def test_gpu_is_lost_is_a_problem(hw, fault):
     hw.set_nvml(h100(**{"3": fault}))
     res = nv(hw)
-    assert res["nvidia.driver"].status == "problem" and "GPU 3: GPU is lost" in res["nvidia.driver"].summary
+    assert (
+        res["nvidia.driver"].status == "problem"
+        and "GPU 3: GPU is lost" in res["nvidia.driver"].summary
+    )
     assert base.exit_code(res.values()) == 1
 
 
@@ -172,14 +232,20 @@ def test_library_not_installed(hw, tmp_path):
     hw.set_nvml(h100())
     env = {**hw.env, "LD_LIBRARY_PATH": str(tmp_path)}
     res = by_name(nvidia.run(CheckConfig(vendor="nvidia", timeout=5), env))
-    assert res["nvidia.driver"].status == "problem" and "libnvidia-ml.so.1 not found" in res["nvidia.driver"].summary
+    assert (
+        res["nvidia.driver"].status == "problem"
+        and "libnvidia-ml.so.1 not found" in res["nvidia.driver"].summary
+    )
 
 
-@pytest.mark.parametrize("hang,where", [
-    ({"hang": "nvmlInitWithFlags"}, "nvmlInitWithFlags"),
-    ({"hang": "nvmlDeviceGetCount_v2"}, "nvmlDeviceGetCount_v2"),
-    ({"gpus_hang": (6, ["nvmlDeviceGetRemappedRows"])}, "nvmlDeviceGetRemappedRows on GPU 6"),
-])
+@pytest.mark.parametrize(
+    "hang,where",
+    [
+        ({"hang": "nvmlInitWithFlags"}, "nvmlInitWithFlags"),
+        ({"hang": "nvmlDeviceGetCount_v2"}, "nvmlDeviceGetCount_v2"),
+        ({"gpus_hang": (6, ["nvmlDeviceGetRemappedRows"])}, "nvmlDeviceGetRemappedRows on GPU 6"),
+    ],
+)
 def test_hung_driver_call_gives_unknown_within_the_timeout(hw, hang, where):
     doc = h100()
     if "gpus_hang" in hang:
@@ -191,7 +257,10 @@ def test_hung_driver_call_gives_unknown_within_the_timeout(hw, hang, where):
     elapsed = time.monotonic() - start
     assert elapsed < 2 + 1.5, elapsed
     assert res["nvidia.driver"].status == "unknown"
-    assert where in res["nvidia.driver"].summary and "did not return within 2s" in res["nvidia.driver"].summary
+    assert (
+        where in res["nvidia.driver"].summary
+        and "did not return within 2s" in res["nvidia.driver"].summary
+    )
     assert base.overall(res.values()) == "unknown"
     assert not any(r.status == "ok" and r.name in ("nvidia.remapped_rows",) for r in res.values())
 
@@ -220,27 +289,43 @@ def mi300x(n=8, fmt=None, **per_gpu):
 
 
 def amd_run(hw, cfg=None, env=None):
-    return by_name(amd.run(cfg or CheckConfig(vendor="amd", expected_gpus=8, timeout=10), env or hw.env))
+    return by_name(
+        amd.run(cfg or CheckConfig(vendor="amd", expected_gpus=8, timeout=10), env or hw.env)
+    )
 
 
 @pytest.mark.parametrize("fmt", [None, "list"])
 def test_amd_healthy(hw, fmt):
     hw.set_amd(mi300x(fmt=fmt))
     res = amd_run(hw)
-    assert {n: r.status for n, r in res.items()} == {n: "ok" for n in amd.CHECK_NAMES}, \
-        {n: r.summary for n, r in res.items()}
+    assert {n: r.status for n, r in res.items()} == {n: "ok" for n in amd.CHECK_NAMES}, {
+        n: r.summary for n, r in res.items()
+    }
 
 
-@pytest.mark.parametrize("fault,check,fragment,action", [
-    ({"ecc_uncorrectable": 3}, "amd.ecc", "3 uncorrectable ECC", None),
-    ({"ecc_blocks": {"GFX": {"uncorrectable": 1}}}, "amd.ecc", "blocks GFX", None),
-    ({"bad_pages": {"retired": 4, "pending": 1}}, "amd.bad_pages", "1 bad page(s) pending", None),
-    ({"bad_pages": {"retired": 4, "unreservable": 2}}, "amd.bad_pages", "2 unreservable", "manual"),
-    ({"pcie_width": 8}, "amd.pcie", "link width x8 of x16", None),
-    ({"pcie_speed": 16}, "amd.pcie", "link speed 16 of 32 GT/s", None),
-    ({"xgmi_err": 1}, "amd.xgmi", "XGMI link errors", None),
-    ({"agent": False}, "amd.agents", "7 of 8 expected GPU agents", None),
-])
+@pytest.mark.parametrize(
+    "fault,check,fragment,action",
+    [
+        ({"ecc_uncorrectable": 3}, "amd.ecc", "3 uncorrectable ECC", None),
+        ({"ecc_blocks": {"GFX": {"uncorrectable": 1}}}, "amd.ecc", "blocks GFX", None),
+        (
+            {"bad_pages": {"retired": 4, "pending": 1}},
+            "amd.bad_pages",
+            "1 bad page(s) pending",
+            None,
+        ),
+        (
+            {"bad_pages": {"retired": 4, "unreservable": 2}},
+            "amd.bad_pages",
+            "2 unreservable",
+            "manual",
+        ),
+        ({"pcie_width": 8}, "amd.pcie", "link width x8 of x16", None),
+        ({"pcie_speed": 16}, "amd.pcie", "link speed 16 of 32 GT/s", None),
+        ({"xgmi_err": 1}, "amd.xgmi", "XGMI link errors", None),
+        ({"agent": False}, "amd.agents", "7 of 8 expected GPU agents", None),
+    ],
+)
 def test_amd_faults(hw, fault, check, fragment, action):
     hw.set_amd(mi300x(**{"4": fault}))
     res = amd_run(hw)
@@ -252,7 +337,10 @@ def test_amd_faults(hw, fault, check, fragment, action):
 
 def test_amd_driver_not_loaded(hw):
     res = amd_run(hw)  # no scenario file: amdgpu not loaded
-    assert res["amd.agents"].status == "problem" and "ROCk module is NOT loaded" in res["amd.agents"].summary
+    assert (
+        res["amd.agents"].status == "problem"
+        and "ROCk module is NOT loaded" in res["amd.agents"].summary
+    )
     assert base.exit_code(res.values()) == 1
 
 
@@ -327,11 +415,16 @@ def iperf3_server():
     if not shutil.which("iperf3"):
         pytest.skip("iperf3 is not installed (scripts/setup.d/40-fakes.apt)")
     port = free_port()
-    proc = subprocess.Popen(["iperf3", "-s", "-B", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["iperf3", "-s", "-B", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True
+        ).stdout
         if out.strip():
             break
         time.sleep(0.05)
@@ -341,7 +434,9 @@ def iperf3_server():
 
 
 def net(peers, min_mbps, **kw):
-    cfg = CheckConfig(timeout=10, network=NetworkConfig(peers=tuple(peers), min_mbps=min_mbps, duration=1, **kw))
+    cfg = CheckConfig(
+        timeout=10, network=NetworkConfig(peers=tuple(peers), min_mbps=min_mbps, duration=1, **kw)
+    )
     (r,) = network.run(cfg)
     return r
 
@@ -365,18 +460,43 @@ def test_unreachable_peer_is_unknown_and_next_peer_is_tried(iperf3_server):
     closed = f"127.0.0.1:{free_port()}"
     assert net([closed], 1).status == "unknown"
     r = net([closed, iperf3_server], 1)
-    assert r.status == "ok" and r.evidence["peer"] == iperf3_server and "Connection refused" in r.evidence["tried"][0]
+    assert (
+        r.status == "ok"
+        and r.evidence["peer"] == iperf3_server
+        and "Connection refused" in r.evidence["tried"][0]
+    )
 
 
 # ====================================================================== CLI
 def fleetmedic_check(env, *args):
-    return subprocess.run([sys.executable, "-m", "fleetmedic", "check", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "fleetmedic", "check", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_cli_exit_codes_end_to_end(hw, iperf3_server):
-    common = ["--vendor", "nvidia", "--expected-gpus", "8", "--category", "gpu", "--category", "network",
-              "--peer", iperf3_server, "--min-mbps", "10", "--duration", "1", "--timeout", "3"]
+    common = [
+        "--vendor",
+        "nvidia",
+        "--expected-gpus",
+        "8",
+        "--category",
+        "gpu",
+        "--category",
+        "network",
+        "--peer",
+        iperf3_server,
+        "--min-mbps",
+        "10",
+        "--duration",
+        "1",
+        "--timeout",
+        "3",
+    ]
     hw.set_nvml(h100())
     ok = fleetmedic_check(hw.env, "--json", *common)
     assert ok.returncode == 0, ok.stdout + ok.stderr
@@ -385,7 +505,11 @@ def test_cli_exit_codes_end_to_end(hw, iperf3_server):
 
     hw.set_nvml(h100(**{"1": {"remapped_rows_failure": True}}))
     bad = fleetmedic_check(hw.env, *common)
-    assert bad.returncode == 1 and "[action: manual]" in bad.stdout and "overall: problem (exit 1)" in bad.stdout
+    assert (
+        bad.returncode == 1
+        and "[action: manual]" in bad.stdout
+        and "overall: problem (exit 1)" in bad.stdout
+    )
 
     hw.set_nvml({**h100(), "hang": "nvmlDeviceGetCount_v2"})
     start = time.monotonic()
@@ -423,7 +547,9 @@ def test_nvidia_check_inside_a_fleet_node(fleet_node):
     (fleet_node.state_dir / "nvml.json").write_text(json.dumps(h100(**{"3": {"lost": True}})))
     rc, res = node_check(fleet_node, "--vendor nvidia --expected-gpus 8 --category gpu")
     assert rc == 1 and res["nvidia.driver"]["status"] == "problem"
-    (fleet_node.state_dir / "nvml.json").write_text(json.dumps({**h100(), "hang": "nvmlDeviceGetCount_v2"}))
+    (fleet_node.state_dir / "nvml.json").write_text(
+        json.dumps({**h100(), "hang": "nvmlDeviceGetCount_v2"})
+    )
     start = time.monotonic()
     rc, res = node_check(fleet_node, "--vendor nvidia --category gpu --timeout 2")
     assert rc == 2 and res["nvidia.driver"]["status"] == "unknown" and time.monotonic() - start < 15
@@ -444,8 +570,11 @@ def test_throughput_probe_from_a_fleet_node_sees_throttling(fleet, fleet_node):
     if not shutil.which("iperf3"):
         pytest.skip("iperf3 is not installed")
     port = free_port()
-    server = subprocess.Popen(["iperf3", "-s", "-B", fleet.host_address, "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        ["iperf3", "-s", "-B", fleet.host_address, "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(0.3)
         args = f"--category network --peer {fleet.host_address}:{port} --min-mbps 50 --duration 1"

@@ -28,8 +28,11 @@ REPAIR_KEY = "fleetmedic.io/repair"
 
 
 def state_of(kube, name: str) -> str:
-    values = [t["value"] for t in taints(kube, name) if t["key"] == REPAIR_KEY
-              and t["effect"] == "NoSchedule"]
+    values = [
+        t["value"]
+        for t in taints(kube, name)
+        if t["key"] == REPAIR_KEY and t["effect"] == "NoSchedule"
+    ]
     return values[0] if values else "healthy"
 
 
@@ -50,6 +53,7 @@ def wait_state(kube, name: str, state: str, proc: ControllerProcess, timeout: fl
     def reached():
         assert proc.alive, f"the controller died:\n{proc.tail()}"
         return state_of(kube, name) == state
+
     try:
         wait_until(reached, timeout, f"{name} to be {state}")
     except AssertionError:
@@ -61,7 +65,7 @@ def wait_state(kube, name: str, state: str, proc: ControllerProcess, timeout: fl
 def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
     b = bench(1)
     node = b.fleet.node(1)
-    ctlenv.xid79(node)                                  # fails `fleetmedic check` until a reboot
+    ctlenv.xid79(node)  # fails `fleetmedic check` until a reboot
     [name] = b.register({1: [ctlenv.repair_taint("reboot"), FOREIGN]})
     boot_before, boots = node.boot_id(), node.boots
     cfg = b.config()
@@ -77,8 +81,9 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
     [attempt] = history(b.kube, name)
     assert (attempt["step"], attempt["result"], attempt["phase"]) == ("reboot", "pass", "verify")
     assert attempt["run_id"] and attempt["start"] <= attempt["end"]
-    events = b.kube.request("GET", "/api/v1/namespaces/default/events?fieldSelector="
-                                   f"involvedObject.name%3D{name}")["items"]
+    events = b.kube.request(
+        "GET", f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}"
+    )["items"]
     assert {"RepairStarted", "Repaired"} <= {e["reason"] for e in events}
     status = cli(cfg, "status", "--json")
     assert status.returncode == 0, status.stderr
@@ -90,13 +95,16 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
 def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_sink):
     b = bench(1)
     node = b.fleet.node(1)
-    ctlenv.prepare_apt_repo(b.fleet, [node], b.dir)   # reimage really reinstalls the driver
-    ctlenv.gpu_lost(node)                              # stays lost through reboot and reinstall
+    ctlenv.prepare_apt_repo(b.fleet, [node], b.dir)  # reimage really reinstalls the driver
+    ctlenv.gpu_lost(node)  # stays lost through reboot and reinstall
     last_results = {"gpu": "problem", "checks": {"nvidia.driver": "GPU 1: GPU is lost"}}
     [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
-    b.kube.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"annotations": {
-        "fleetmedic.io/last-results": json.dumps(last_results)}}},
-        content_type="application/merge-patch+json")
+    b.kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{name}",
+        {"metadata": {"annotations": {"fleetmedic.io/last-results": json.dumps(last_results)}}},
+        content_type="application/merge-patch+json",
+    )
     boots = node.boots
     cfg = b.config(smtp_sink)
     proc = b.controller(cfg)
@@ -110,7 +118,10 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     files = attachments(msg)
     report = json.loads(files[f"{name}-escalation.json"])
     assert [(a["step"], a["result"]) for a in report["attempts"]] == [
-        ("reboot", "fail"), ("reimage", "fail"), ("manual", "escalated")]
+        ("reboot", "fail"),
+        ("reimage", "fail"),
+        ("manual", "escalated"),
+    ]
     assert report["last_results"] == last_results
     bundles = [f for f in files if f.endswith(".tar.gz")]
     assert len(bundles) == 2, f"the diagnostics of both attempts: {list(files)}"
@@ -143,7 +154,7 @@ def test_c_node_that_never_returns_counts_as_failed_and_nothing_is_stuck(bench, 
     node = b.fleet.node(1)
     ctlenv.xid79(node)
     [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
-    node.set_hang(True)                                  # the next reboot never comes back
+    node.set_hang(True)  # the next reboot never comes back
     cfg = b.config(smtp_sink)
     proc = b.controller(cfg)
     try:
@@ -170,7 +181,7 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
     [name] = b.register({1: [ctlenv.repair_taint("reboot"), FOREIGN]})
     expected = {(FOREIGN["key"], FOREIGN["value"])}
     errors: list[BaseException] = []
-    during_repair = []                      # ops done while the node had repair work under way
+    during_repair = []  # ops done while the node had repair work under way
     rng = random.Random(7)
 
     def churn() -> None:
@@ -179,13 +190,19 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
             for i in range(100):
                 if added and (i % 3 == 2):
                     key = added.pop(rng.randrange(len(added)))
-                    ctlenv.set_taints(b.kube, name, lambda ts, k=key: [t for t in ts
-                                                                       if t["key"] != k])
+                    ctlenv.set_taints(
+                        b.kube, name, lambda ts, k=key: [t for t in ts if t["key"] != k]
+                    )
                     expected.discard((key, "x"))
                 else:
                     key = f"example.com/churn-{i}"
-                    ctlenv.set_taints(b.kube, name, lambda ts, k=key: ts + [
-                        {"key": k, "value": "x", "effect": "PreferNoSchedule"}])
+                    ctlenv.set_taints(
+                        b.kube,
+                        name,
+                        lambda ts, k=key: (
+                            ts + [{"key": k, "value": "x", "effect": "PreferNoSchedule"}]
+                        ),
+                    )
                     added.append(key)
                     expected.add((key, "x"))
                 ann = ctlenv.node(b.kube, name)["metadata"].get("annotations") or {}
@@ -203,7 +220,9 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
     got = {(t["key"], t.get("value")) for t in taints(b.kube, name)}
     assert got == expected, f"lost: {expected - got}, unexpected: {got - expected}"
     assert [a["result"] for a in history(b.kube, name)] == ["pass"]
-    assert sum(during_repair) >= 50, f"only {sum(during_repair)} of 100 changes overlapped the repair"
+    assert sum(during_repair) >= 50, (
+        f"only {sum(during_repair)} of 100 changes overlapped the repair"
+    )
 
 
 # -- e) kill -9 during the reboot step ----------------------------------------------------
@@ -221,10 +240,15 @@ def test_e_sigkill_during_reboot_then_restart_reboots_exactly_once(bench, when):
     def in_reboot_phase():
         fl = annotation(b.kube, name, "fleetmedic.io/in-flight") or {}
         return fl.get("phase") == "reboot" and fl.get("status") == "running"
+
     wait_until(in_reboot_phase, 180, "the reboot phase to start")
     if when == "node-down":
-        wait_until(lambda: node.boots > boots or node.status().get("state") != "running", 60,
-                   "the node to go down", interval=0.1)
+        wait_until(
+            lambda: node.boots > boots or node.status().get("state") != "running",
+            60,
+            "the node to go down",
+            interval=0.1,
+        )
     first.kill9()
     assert not first.alive
     down_at = node.status().get("state")
@@ -241,18 +265,23 @@ def test_e_sigkill_during_reboot_then_restart_reboots_exactly_once(bench, when):
 # -- f) reset -----------------------------------------------------------------------------
 def test_f_reset_removes_only_our_taints(kube, tmp_path):
     pool = pool_name("reset")
-    ours = [ctlenv.repair_taint("reimage"),
-            {"key": "fleetmedic.io/slow-network", "value": "true", "effect": "NoSchedule"}]
-    foreign = [FOREIGN,
-               {"key": REPAIR_KEY, "value": "reboot", "effect": "NoExecute"},      # not our effect
-               {"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"},
-               {"key": "repair-reboot", "value": "true", "effect": "NoSchedule"}]  # ossci names
+    ours = [
+        ctlenv.repair_taint("reimage"),
+        {"key": "fleetmedic.io/slow-network", "value": "true", "effect": "NoSchedule"},
+    ]
+    foreign = [
+        FOREIGN,
+        {"key": REPAIR_KEY, "value": "reboot", "effect": "NoExecute"},  # not our effect
+        {"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"},
+        {"key": "repair-reboot", "value": "true", "effect": "NoSchedule"},
+    ]  # ossci names
     # (the API allows one taint per key and effect, so "not our value" is on a node of its own)
     other_value = foreign + [{"key": REPAIR_KEY, "value": "someday", "effect": "NoSchedule"}]
     names = [f"{pool}-{i}" for i in range(3)]
     kube.make_nodes(names[:2], labels={ctlenv.POOL_LABEL: pool}, taints=ours + foreign)
-    kube.make_nodes(names[2:], labels={ctlenv.POOL_LABEL: pool}, taints=other_value,
-                    unschedulable=True)  # cordoned by someone else: stays cordoned
+    kube.make_nodes(
+        names[2:], labels={ctlenv.POOL_LABEL: pool}, taints=other_value, unschedulable=True
+    )  # cordoned by someone else: stays cordoned
     cfg = ctlenv.write_config(tmp_path, kube, _NoFleet(), pool)
     r = cli(cfg, "reset", input="n\n")
     assert r.returncode != 0 and "2 node(s)" in r.stderr
@@ -276,8 +305,15 @@ class _NoFleet:
 def test_cli_errors_are_one_line(kube, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("safety:\n  max_concurent: 3\n")
-    for args in (["status"], ["plan"], ["run", "--once"], ["release", "x"], ["reset", "--yes"],
-                 ["breaker", "status"], ["breaker", "reset", "--yes"]):
+    for args in (
+        ["status"],
+        ["plan"],
+        ["run", "--once"],
+        ["release", "x"],
+        ["reset", "--yes"],
+        ["breaker", "status"],
+        ["breaker", "reset", "--yes"],
+    ):
         r = cli(bad, *args)
         assert r.returncode != 0
         assert r.stderr.startswith("fleetmedic: error: config ") and "max_concurent" in r.stderr
@@ -287,7 +323,7 @@ def test_cli_errors_are_one_line(kube, tmp_path):
     assert r.returncode != 0 and "missing files: ansible.ssh_key" in r.stderr, r.stderr
     r = cli(cfg, "status")
     assert r.returncode == 0 and "no nodes" in r.stdout
-    for args in (["breaker", "status"], ["breaker", "reset", "--yes"]):   # no pause ConfigMap
+    for args in (["breaker", "status"], ["breaker", "reset", "--yes"]):  # no pause ConfigMap
         r = cli(cfg, *args)
         assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "not found" in r.stderr and "deploy/controller/configmap.yaml" in r.stderr, r.stderr
@@ -298,10 +334,18 @@ def test_run_once_climbs_an_unreachable_node_to_manual_and_exits(kube, tmp_path)
     counts as failed at every step, and without SMTP the escalation is only recorded."""
     pool = pool_name("once")
     name = f"{pool}-0"
-    kube.make_nodes([name], labels={ctlenv.POOL_LABEL: pool, "fleetmedic.io/gpu-vendor": "nvidia"},
-                    addresses=["192.0.2.10"],   # TEST-NET-1: nobody answers there
-                    taints=[{"key": "gpu-healthcheck.aws-samples.io/unhealthy", "value": "true",
-                             "effect": "NoSchedule"}])
+    kube.make_nodes(
+        [name],
+        labels={ctlenv.POOL_LABEL: pool, "fleetmedic.io/gpu-vendor": "nvidia"},
+        addresses=["192.0.2.10"],  # TEST-NET-1: nobody answers there
+        taints=[
+            {
+                "key": "gpu-healthcheck.aws-samples.io/unhealthy",
+                "value": "true",
+                "effect": "NoSchedule",
+            }
+        ],
+    )
     key = tmp_path / "id_ed25519"
     key.write_text("not a key\n")
 
@@ -316,8 +360,11 @@ def test_run_once_climbs_an_unreachable_node_to_manual_and_exits(kube, tmp_path)
     assert time.monotonic() - t0 < 300
     assert state_of(kube, name) == "manual"
     steps = [(a["step"], a["result"]) for a in history(kube, name)]
-    assert steps == [("reboot", "unreachable"), ("reimage", "unreachable"),
-                     ("manual", "escalated")], steps
+    assert steps == [
+        ("reboot", "unreachable"),
+        ("reimage", "unreachable"),
+        ("manual", "escalated"),
+    ], steps
     esc = annotation(kube, name, "fleetmedic.io/escalated")
     assert esc["sent"] and "no smtp" in esc.get("error", ""), esc
     assert "foreign signal: taint gpu-healthcheck.aws-samples.io/unhealthy" in r.stderr

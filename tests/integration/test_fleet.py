@@ -36,8 +36,11 @@ REBOOT = [{"hosts": "node-2", "gather_facts": False, "tasks": [{"ansible.builtin
 
 def task_seconds(r) -> float:
     """How long the (only) task took, from ansible-runner's per-host result event."""
-    ends = [e["event_data"]["duration"] for e in r.events
-            if e.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")]
+    ends = [
+        e["event_data"]["duration"]
+        for e in r.events
+        if e.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
+    ]
     assert len(ends) == 1, ends
     return float(ends[0])
 
@@ -47,9 +50,11 @@ def test_three_nodes_boot_with_their_own_identity(fleet):
     ids = set()
     for n in fleet:
         assert n.status()["state"] == "running"
-        out = n.ssh("hostname; cat /etc/machine-id /var/lib/dbus/machine-id; "
-                    "ip -4 -o addr show eth0; getent hosts $(hostname) | head -1; "
-                    "test -f /var/lib/fleetmedic-test/kern.log && echo state-ok").stdout.split("\n")
+        out = n.ssh(
+            "hostname; cat /etc/machine-id /var/lib/dbus/machine-id; "
+            "ip -4 -o addr show eth0; getent hosts $(hostname) | head -1; "
+            "test -f /var/lib/fleetmedic-test/kern.log && echo state-ok"
+        ).stdout.split("\n")
         assert out[0] == n.name
         assert out[1] == out[2] == n.machine_id
         assert f"inet {n.address}/24" in out[3]
@@ -59,7 +64,9 @@ def test_three_nodes_boot_with_their_own_identity(fleet):
     assert len(ids) == 3
     # the host-side state dir is the node's /var/lib/fleetmedic-test
     node = fleet.node(1)
-    node.kern_log.write_text("kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    node.kern_log.write_text(
+        "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    )
     assert "Xid" in node.ssh("cat /var/lib/fleetmedic-test/kern.log").stdout
     # the checkout's fleetmedic runs inside the node
     assert node.ssh("fleetmedic --version").stdout.startswith("fleetmedic")
@@ -80,8 +87,9 @@ def test_a_wrong_host_key_is_refused(fleet, tmp_path):
     bad = [lines[0].split()[0] + " " + " ".join(lines[1].split()[1:]), *lines[1:]]
     (tmp_path / "known_hosts").write_text("\n".join(bad) + "\n")
     inv = yaml.safe_load(fleet.inventory.read_text())
-    inv["all"]["vars"]["ansible_ssh_common_args"] = inv["all"]["vars"]["ansible_ssh_common_args"].replace(
-        str(fleet.known_hosts), str(tmp_path / "known_hosts"))
+    inv["all"]["vars"]["ansible_ssh_common_args"] = inv["all"]["vars"][
+        "ansible_ssh_common_args"
+    ].replace(str(fleet.known_hosts), str(tmp_path / "known_hosts"))
     inv["all"]["vars"]["ansible_control_path_dir"] = str(tmp_path / "cp")  # no reused ssh masters
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
     r = run_ansible(fleet, module="ping", timeout=120, inventory=tmp_path / "inventory.yml")
@@ -89,8 +97,13 @@ def test_a_wrong_host_key_is_refused(fleet, tmp_path):
     assert set(r.stats["ok"]) == {"node-2", "node-3"}
     # ansible-runner's own default (ANSIBLE_HOST_KEY_CHECKING=False) does not weaken it:
     # the inventory sets ansible_host_key_checking, which wins over the environment.
-    r = run_ansible(fleet, module="ping", timeout=120, inventory=tmp_path / "inventory.yml",
-                    envvars={"ANSIBLE_HOST_KEY_CHECKING": "False"})
+    r = run_ansible(
+        fleet,
+        module="ping",
+        timeout=120,
+        inventory=tmp_path / "inventory.yml",
+        envvars={"ANSIBLE_HOST_KEY_CHECKING": "False"},
+    )
     assert hosts_with(r, "runner_on_unreachable") == {"node-1"}
 
 
@@ -100,14 +113,17 @@ def test_ansible_reboot_gives_node2_a_new_boot_and_leaves_the_others(fleet):
     t0 = time.monotonic()
     r = run_ansible(fleet, playbook=REBOOT, timeout=300)
     took = time.monotonic() - t0
-    print(f"\nTIMING ansible.builtin.reboot of node-2: task {task_seconds(r):.1f} s, "
-          f"whole ansible-runner run {took:.1f} s")
+    print(
+        f"\nTIMING ansible.builtin.reboot of node-2: task {task_seconds(r):.1f} s, "
+        f"whole ansible-runner run {took:.1f} s"
+    )
     assert r.rc == 0, r.stdout.read()
     assert set(r.stats["changed"]) == {"node-2"}
     after = {n.name: n.boot_id() for n in fleet}
     assert after["node-2"] != before["node-2"]
-    assert {k: v for k, v in after.items() if k != "node-2"} == \
-           {k: v for k, v in before.items() if k != "node-2"}
+    assert {k: v for k, v in after.items() if k != "node-2"} == {
+        k: v for k, v in before.items() if k != "node-2"
+    }
     assert fleet.node(2).boots == boots["node-2"] + 1
     assert fleet.node(1).boots == boots["node-1"] and fleet.node(3).boots == boots["node-3"]
 
@@ -125,20 +141,32 @@ def test_a_node_that_never_returns_ends_unreachable_in_time(fleet_factory):
     for node in f:
         node.set_hang(True)
     reboot_timeout = 40
-    play = [{"hosts": "all", "gather_facts": False,
-             "vars": {"ansible_pipelining": "{{ inventory_hostname == 'node-2' }}"},
-             "tasks": [{"ansible.builtin.reboot": {"reboot_timeout": reboot_timeout}}]}]
+    play = [
+        {
+            "hosts": "all",
+            "gather_facts": False,
+            "vars": {"ansible_pipelining": "{{ inventory_hostname == 'node-2' }}"},
+            "tasks": [{"ansible.builtin.reboot": {"reboot_timeout": reboot_timeout}}],
+        }
+    ]
     t0 = time.monotonic()
     r = run_ansible(f, playbook=play, timeout=6 * reboot_timeout)
     took = time.monotonic() - t0
-    durations = {e["event_data"]["host"]: (e["event"], float(e["event_data"]["duration"]))
-                 for e in r.events if e.get("event") in ("runner_on_failed", "runner_on_unreachable")}
-    print(f"\nTIMING reboot of nodes that never return (reboot_timeout={reboot_timeout}): "
-          f"{durations}, whole run {took:.1f} s, rc {r.rc}")
+    durations = {
+        e["event_data"]["host"]: (e["event"], float(e["event_data"]["duration"]))
+        for e in r.events
+        if e.get("event") in ("runner_on_failed", "runner_on_unreachable")
+    }
+    print(
+        f"\nTIMING reboot of nodes that never return (reboot_timeout={reboot_timeout}): "
+        f"{durations}, whole run {took:.1f} s, rc {r.rc}"
+    )
     assert r.status != "timeout", "ansible-runner's backstop fired: the task itself hung"
     assert durations["node-1"][0] == "runner_on_unreachable" and r.rc == 4
     assert durations["node-2"][0] == "runner_on_failed"
-    failed = [e["event_data"]["res"]["msg"] for e in r.events if e.get("event") == "runner_on_failed"]
+    failed = [
+        e["event_data"]["res"]["msg"] for e in r.events if e.get("event") == "runner_on_failed"
+    ]
     assert "Timed out waiting for last boot time check" in failed[0]
     assert all(d < 2 * reboot_timeout for _, d in durations.values())
     assert all(n.status()["state"] == "hung" for n in f)
@@ -174,8 +202,12 @@ def test_faults_link_down_slow_boot_and_throttle(fleet_factory):
     mbit = json.loads(res)["end"]["sum_received"]["bits_per_second"] / 1e6
     assert mbit < 3, f"throttled link carried {mbit:.1f} Mbit/s"
     f.reset_faults()
-    assert "tbf" not in subprocess.run(["tc", "qdisc", "show", "dev", n1.veth], capture_output=True,
-                                       text=True).stdout
+    assert (
+        "tbf"
+        not in subprocess.run(
+            ["tc", "qdisc", "show", "dev", n1.veth], capture_output=True, text=True
+        ).stdout
+    )
 
 
 def _fleet_pids(f) -> set[int]:
@@ -218,11 +250,18 @@ def test_teardown_leaves_no_netns_bridge_mount_or_process():
 
 def _owned_fleet_in_subprocess(then: str) -> tuple[subprocess.Popen, str]:
     """A stand-in for a pytest run: a process that starts an owned 1-node fleet."""
-    code = ("import os, signal, sys, time; from tests.harness.fleet import start_fleet; "
-            "f = start_fleet(1, prefix='pytest'); print(f.name, flush=True); " + then)
+    code = (
+        "import os, signal, sys, time; from tests.harness.fleet import start_fleet; "
+        "f = start_fleet(1, prefix='pytest'); print(f.name, flush=True); " + then
+    )
     root = Path(__file__).resolve().parents[2]
-    p = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     name = p.stdout.readline().strip()
     assert name, p.stderr.read()
     return p, name
@@ -286,8 +325,13 @@ def test_a_node_that_misses_sshd_fails_in_one_line_and_keeps_its_logs():
         assert rec["state"] == "failed"
         assert leftovers(d, rec) == [f"dir {d}"]  # only the logs stay
         kept = sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
-        assert set(kept) <= {"fleet.json", "supervisor.log", "nodes/node-1/console.log",
-                             "nodes/node-1/boots.log", "nodes/node-1/status.json"}
+        assert set(kept) <= {
+            "fleet.json",
+            "supervisor.log",
+            "nodes/node-1/console.log",
+            "nodes/node-1/boots.log",
+            "nodes/node-1/status.json",
+        }
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -297,8 +341,13 @@ def test_cli_up_status_down(tmp_path):
     name = "pytest-cli"
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "tests.harness.fleet", *args, "--name", name],
-                              cwd=root, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "tests.harness.fleet", *args, "--name", name],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     try:
         up = cli("up", "-n", "2")
@@ -312,10 +361,18 @@ def test_cli_up_status_down(tmp_path):
         assert st.stdout.count("running") == 2
         # the written inventory works with plain ansible (Molecule uses it the same way)
         env_bin = str(Path(sys.executable).parent)
-        ping = subprocess.run([f"{env_bin}/ansible", "-i", str(f.inventory), "all", "-m", "ping"],
-                              cwd=root, capture_output=True, text=True, timeout=120,
-                              env={"PATH": f"{env_bin}:/usr/sbin:/usr/bin:/sbin:/bin",
-                                   "ANSIBLE_CONFIG": str(root / "ansible.cfg"), "HOME": "/root"})
+        ping = subprocess.run(
+            [f"{env_bin}/ansible", "-i", str(f.inventory), "all", "-m", "ping"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={
+                "PATH": f"{env_bin}:/usr/sbin:/usr/bin:/sbin:/bin",
+                "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+                "HOME": "/root",
+            },
+        )
         assert ping.returncode == 0, ping.stdout + ping.stderr
         rec = f.record()
     finally:

@@ -26,10 +26,13 @@ pytestmark = pytest.mark.kube
 
 def ansible_env(**extra: str) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
-    env = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               # a source that fails to parse is an error, not an empty inventory
-               ANSIBLE_INVENTORY_UNPARSED_FAILED="1")
+    env = dict(
+        os.environ,
+        PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        # a source that fails to parse is an error, not an empty inventory
+        ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
+    )
     for var in ("KUBECONFIG", "FLEETMEDIC_KUBECONFIG", "K8S_AUTH_KUBECONFIG", "K8S_AUTH_CONTEXT"):
         env.pop(var, None)
     env.update(extra)
@@ -37,8 +40,14 @@ def ansible_env(**extra: str) -> dict[str, str]:
 
 
 def inventory(source: Path | str, *args: str, env: dict | None = None, check: bool = True):
-    p = subprocess.run(["ansible-inventory", "-i", str(source), *args], capture_output=True,
-                       text=True, env=env or ansible_env(), cwd=ROOT, timeout=120)
+    p = subprocess.run(
+        ["ansible-inventory", "-i", str(source), *args],
+        capture_output=True,
+        text=True,
+        env=env or ansible_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
     if check and p.returncode != 0:
         raise AssertionError(f"ansible-inventory failed ({p.returncode}): {p.stderr[-2000:]}")
     return p
@@ -60,15 +69,26 @@ def fleet_nodes(kube):
         "reimage": ([taint("reimage")], "amd"),
         "manual": ([taint("manual")], "amd"),
         "slow": ([taint("slow_network")], "nvidia"),
-        "both": ([taint("reboot"), taint("slow_network"),
-                  {"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"}], ""),
+        "both": (
+            [
+                taint("reboot"),
+                taint("slow_network"),
+                {"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"},
+            ],
+            "",
+        ),
     }
     names = {}
     for i, (what, (taints, vendor)) in enumerate(spec.items()):
         name = f"inv-{run}-{what}"
         labels = {**label, **({"fleetmedic.io/gpu-vendor": vendor} if vendor else {})}
-        kube.make_nodes([name], labels=labels, taints=taints, addresses=[f"10.77.0.{10 + i}"],
-                        annotations={"fleetmedic.io/strikes": '{"gpu": 3}'})
+        kube.make_nodes(
+            [name],
+            labels=labels,
+            taints=taints,
+            addresses=[f"10.77.0.{10 + i}"],
+            annotations={"fleetmedic.io/strikes": '{"gpu": 3}'},
+        )
         names[what] = name
     yield {"run": run, "selector": f"fleetmedic-test/run={run}", "names": names}
     kube.delete_nodes(names.values())
@@ -102,14 +122,22 @@ def groups_of(listing: dict, host: str) -> set[str]:
 
 def test_graph_shows_tainted_nodes_in_their_groups(kube, fleet_nodes, tmp_path):
     n = fleet_nodes["names"]
-    src = write_config(tmp_path, kubeconfig=kube.kubeconfig, label_selector=fleet_nodes["selector"],
-                       states=["reboot", "reimage", "manual", "slow_network"],
-                       foreign_signals=[{"kind": "taint", "key": "trainy.konduktor.ai/faulty"}])
+    src = write_config(
+        tmp_path,
+        kubeconfig=kube.kubeconfig,
+        label_selector=fleet_nodes["selector"],
+        states=["reboot", "reimage", "manual", "slow_network"],
+        foreign_signals=[{"kind": "taint", "key": "trainy.konduktor.ai/faulty"}],
+    )
     graph = inventory(src, "--graph").stdout
     # --graph indents members under their group
-    for group, host in (("repair_reboot", n["reboot"]), ("repair_reimage", n["reimage"]),
-                        ("repair_manual", n["manual"]), ("slow_network", n["slow"]),
-                        ("vendor_amd", n["reimage"])):
+    for group, host in (
+        ("repair_reboot", n["reboot"]),
+        ("repair_reimage", n["reimage"]),
+        ("repair_manual", n["manual"]),
+        ("slow_network", n["slow"]),
+        ("vendor_amd", n["reimage"]),
+    ):
         section = graph.split(f"@{group}:")[1].split("@")[0]
         assert host in section, f"{host} not under @{group}:\n{graph}"
     assert n["healthy"] not in graph
@@ -118,7 +146,11 @@ def test_graph_shows_tainted_nodes_in_their_groups(kube, fleet_nodes, tmp_path):
     hostvars = listing["_meta"]["hostvars"]
     assert groups_of(listing, n["both"]) == {"repair_reboot", "slow_network", "vendor_unknown"}
     assert groups_of(listing, n["reimage"]) == {"repair_reimage", "vendor_amd"}
-    assert set(listing["in_repair"]["children"]) == {"repair_manual", "repair_reboot", "repair_reimage"}
+    assert set(listing["in_repair"]["children"]) == {
+        "repair_manual",
+        "repair_reboot",
+        "repair_reimage",
+    }
     v = hostvars[n["reboot"]]
     assert v["ansible_host"] == "10.77.0.11"
     assert v["fleetmedic_state"] == "reboot" and v["fleetmedic_vendor"] == "nvidia"
@@ -140,11 +172,18 @@ def test_shipped_inventory_file_with_kubeconfig_from_environment(kube, fleet_nod
 
 def test_ossci_preset_reads_ossci_taints(kube, tmp_path):
     name = f"inv-ossci-{uuid.uuid4().hex[:6]}"
-    kube.make_nodes([name], labels={"fleetmedic-test/ossci": name}, taints=[taint("reimage", "ossci")])
+    kube.make_nodes(
+        [name], labels={"fleetmedic-test/ossci": name}, taints=[taint("reimage", "ossci")]
+    )
     try:
         for preset_name, group in (("ossci", "repair_reimage"), ("default", "healthy")):
-            src = write_config(tmp_path, f"{preset_name}.k8s_nodes.yml", kubeconfig=kube.kubeconfig,
-                               label_selector=f"fleetmedic-test/ossci={name}", taint_preset=preset_name)
+            src = write_config(
+                tmp_path,
+                f"{preset_name}.k8s_nodes.yml",
+                kubeconfig=kube.kubeconfig,
+                label_selector=f"fleetmedic-test/ossci={name}",
+                taint_preset=preset_name,
+            )
             listing = listing_of(src)
             assert listing[group]["hosts"] == [name]
     finally:
@@ -152,9 +191,13 @@ def test_ossci_preset_reads_ossci_taints(kube, tmp_path):
 
 
 def test_constructed_keyed_groups_on_real_nodes(kube, fleet_nodes, tmp_path):
-    src = write_config(tmp_path, kubeconfig=kube.kubeconfig, label_selector=fleet_nodes["selector"],
-                       keyed_groups=[{"prefix": "state", "key": "fleetmedic_state"}],
-                       compose={"ansible_user": "'ops'"})
+    src = write_config(
+        tmp_path,
+        kubeconfig=kube.kubeconfig,
+        label_selector=fleet_nodes["selector"],
+        keyed_groups=[{"prefix": "state", "key": "fleetmedic_state"}],
+        compose={"ansible_user": "'ops'"},
+    )
     listing = listing_of(src)
     n = fleet_nodes["names"]
     assert set(listing["state_healthy"]["hosts"]) == {n["healthy"], n["slow"]}
@@ -183,5 +226,5 @@ def test_clear_one_line_error(kube, tmp_path, case):
     assert p.returncode != 0
     lines = [line for line in p.stderr.splitlines() if want in line]
     assert lines, p.stderr[-3000:]
-    message = lines[0][lines[0].index("k8s_nodes:"):]
+    message = lines[0][lines[0].index("k8s_nodes:") :]
     assert len(message) < 300, message

@@ -63,11 +63,13 @@ def test_update_node_keeps_concurrent_foreign_taints(kube, api):
     worker = threading.Thread(target=other_actor)
     worker.start()
     for state in ["reboot", "reimage", "manual"] * 4:
+
         def mutate(n, state=state):
             for s in ("reboot", "reimage", "manual"):
                 nodeedit.remove_taint(n, VOCAB.repair(s))
             nodeedit.add_taint(n, VOCAB.repair(state))
             nodeedit.set_annotation(n, keys.ANN_STATE_SINCE, state)
+
         api.update_node(name, mutate)
     stop.set()
     worker.join()
@@ -89,8 +91,9 @@ def test_update_node_skips_noop_writes(kube, api):
 def test_watcher_sees_changes_and_recovers_from_apiserver_restart(kube, api):
     prefix = f"watch-{uuid.uuid4().hex[:6]}"
     kube.make_nodes([f"{prefix}-a"], labels={"fleetmedic.test/pool": prefix})
-    watcher = NodeWatcher(api, label_selector=f"fleetmedic.test/pool={prefix}", watch_timeout=30,
-                          retry_delay=0.5)
+    watcher = NodeWatcher(
+        api, label_selector=f"fleetmedic.test/pool={prefix}", watch_timeout=30, retry_delay=0.5
+    )
     stop = threading.Event()
     watcher.start(stop)
     try:
@@ -104,8 +107,10 @@ def test_watcher_sees_changes_and_recovers_from_apiserver_restart(kube, api):
         kube.restart_apiserver()
         api.update_node(f"{prefix}-a", lambda n: nodeedit.add_taint(n, VOCAB.reboot))
         deadline = time.monotonic() + 30
-        while not any(VOCAB.reboot.matches(t) for t in
-                      watcher.snapshot()[f"{prefix}-a"].get("spec", {}).get("taints") or []):
+        while not any(
+            VOCAB.reboot.matches(t)
+            for t in watcher.snapshot()[f"{prefix}-a"].get("spec", {}).get("taints") or []
+        ):
             assert time.monotonic() < deadline, "watch did not recover after an API server restart"
             watcher.wait_for_change(0.5)
     finally:
@@ -140,9 +145,16 @@ def test_drain_evicts_skips_daemonsets_and_respects_pdb(kube, api):
     free = kube.make_pods(name, 2, namespace=ns, labels={"app": "free"})
     guarded = kube.make_pods(name, 1, namespace=ns, labels={"app": "guarded"}, prefix=f"{name}-g")
     ds = kube.make_pods(name, 1, namespace=ns, owner_kind="DaemonSet", prefix=f"{name}-ds")
-    kube.request("POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "g"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}})
+    kube.request(
+        "POST",
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "g"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
     kube.set_pdb_status(ns, "g", 0)
     result = drain.drain(api, name, timeout=2, poll=0.5)
     assert not result.complete
@@ -150,7 +162,10 @@ def test_drain_evicts_skips_daemonsets_and_respects_pdb(kube, api):
     assert set(result.evicted) == {f"{ns}/{p['metadata']['name']}" for p in free}
     assert result.skipped == (f"{ns}/{ds[0]['metadata']['name']}",)
     node = api.get_node(name)
-    assert node["spec"]["unschedulable"] and node["metadata"]["annotations"][keys.ANN_CORDONED] == "true"
+    assert (
+        node["spec"]["unschedulable"]
+        and node["metadata"]["annotations"][keys.ANN_CORDONED] == "true"
+    )
     forced = drain.drain(api, name, timeout=1, poll=0.5, force_blocked=True)
     assert forced.complete
     assert drain.uncordon_if_ours(api, name)

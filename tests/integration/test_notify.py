@@ -24,12 +24,28 @@ from tests.harness.smtp import SmtpSink, _Handler, attachments, body_text
 pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 
 HISTORY = [
-    {"ep": 1, "step": "reboot", "attempt": 1, "start": "2026-11-21T12:00:00Z",
-     "end": "2026-11-21T12:04:00Z", "result": "fail", "phase": "verify",
-     "run_id": "20261121T120300Z-verify-1a2b3c4d", "message": "verify failed: Xid 79 on GPU 3"},
-    {"ep": 1, "step": "reimage", "attempt": 1, "start": "2026-11-21T12:05:00Z",
-     "end": "2026-11-21T12:40:00Z", "result": "unreachable", "phase": "reinstall",
-     "run_id": "20261121T120600Z-reimage-5e6f7a8b", "message": "ssh: connect timed out"},
+    {
+        "ep": 1,
+        "step": "reboot",
+        "attempt": 1,
+        "start": "2026-11-21T12:00:00Z",
+        "end": "2026-11-21T12:04:00Z",
+        "result": "fail",
+        "phase": "verify",
+        "run_id": "20261121T120300Z-verify-1a2b3c4d",
+        "message": "verify failed: Xid 79 on GPU 3",
+    },
+    {
+        "ep": 1,
+        "step": "reimage",
+        "attempt": 1,
+        "start": "2026-11-21T12:05:00Z",
+        "end": "2026-11-21T12:40:00Z",
+        "result": "unreachable",
+        "phase": "reinstall",
+        "run_id": "20261121T120600Z-reimage-5e6f7a8b",
+        "message": "ssh: connect timed out",
+    },
 ]
 RESULTS = {"gpu": {"status": "problem", "detail": "GPU 3 missing (expected 8, found 7)"}}
 
@@ -37,24 +53,40 @@ RESULTS = {"gpu": {"status": "problem", "detail": "GPU 3 missing (expected 8, fo
 def node_view():
     vocab = preset("default")
     node = {
-        "metadata": {"name": "gpu-17", "labels": {keys.LABEL_VENDOR: "nvidia", "rack": "r4"},
-                     "annotations": {keys.ANN_HISTORY: json.dumps(HISTORY),
-                                     keys.ANN_LAST_RESULTS: json.dumps(RESULTS)}},
-        "spec": {"taints": [vocab.manual.as_taint(),
-                            {"key": "example.com/other", "effect": "NoSchedule"}]},
+        "metadata": {
+            "name": "gpu-17",
+            "labels": {keys.LABEL_VENDOR: "nvidia", "rack": "r4"},
+            "annotations": {
+                keys.ANN_HISTORY: json.dumps(HISTORY),
+                keys.ANN_LAST_RESULTS: json.dumps(RESULTS),
+            },
+        },
+        "spec": {
+            "taints": [
+                vocab.manual.as_taint(),
+                {"key": "example.com/other", "effect": "NoSchedule"},
+            ]
+        },
         "status": {"addresses": [{"type": "InternalIP", "address": "10.1.4.17"}]},
     }
     return view(node, vocab)
 
 
 def escalation(evidence=()):
-    return notify.Escalation.of(node_view(), "reimage did not fix it", "2026-11-21T12:41:00Z",
-                                episode=1, evidence=evidence)
+    return notify.Escalation.of(
+        node_view(), "reimage did not fix it", "2026-11-21T12:41:00Z", episode=1, evidence=evidence
+    )
 
 
 def smtp_for(sink, **kw) -> SmtpConfig:
-    return SmtpConfig(host=sink.host, port=sink.port, tls="none", to=["oncall@example.test"],
-                      **{"from": "fleetmedic@example.test"}, **kw)
+    return SmtpConfig(
+        host=sink.host,
+        port=sink.port,
+        tls="none",
+        to=["oncall@example.test"],
+        **{"from": "fleetmedic@example.test"},
+        **kw,
+    )
 
 
 def test_escalation_email_carries_node_attempts_results_and_evidence(smtp_sink, tmp_path):
@@ -65,11 +97,25 @@ def test_escalation_email_carries_node_attempts_results_and_evidence(smtp_sink, 
     assert msg["Subject"].startswith("[fleetmedic] gpu-17 needs hands: reimage did not fix it")
     assert smtp_sink.received[0].rcpt_tos == ["oncall@example.test"]
     assert smtp_sink.received[0].mail_from == "fleetmedic@example.test"
-    assert msg["Message-ID"] == sent.message_id == "<fleetmedic.gpu-17.e1.20261121T124100Z@example.test>"
+    assert (
+        msg["Message-ID"]
+        == sent.message_id
+        == "<fleetmedic.gpu-17.e1.20261121T124100Z@example.test>"
+    )
     html = msg.get_body(preferencelist=("html",)).get_content()
-    for text in ("gpu-17", "10.1.4.17", "rack", "r4", "fleetmedic.io/repair", "example.com/other",
-                 "Xid 79 on GPU 3", "unreachable", "20261121T120600Z-reimage-5e6f7a8b",
-                 "GPU 3 missing (expected 8, found 7)", "fleetmedic release gpu-17"):
+    for text in (
+        "gpu-17",
+        "10.1.4.17",
+        "rack",
+        "r4",
+        "fleetmedic.io/repair",
+        "example.com/other",
+        "Xid 79 on GPU 3",
+        "unreachable",
+        "20261121T120600Z-reimage-5e6f7a8b",
+        "GPU 3 missing (expected 8, found 7)",
+        "fleetmedic release gpu-17",
+    ):
         assert text in html, text
     files = attachments(msg)
     assert files["gpu-17-e1-reboot1.tar.gz"] == bundle.read_bytes()
@@ -81,8 +127,9 @@ def test_escalation_email_carries_node_attempts_results_and_evidence(smtp_sink, 
 def test_evidence_too_big_or_missing_is_named_not_attached(smtp_sink, tmp_path):
     big = tmp_path / "nvidia-bug-report.tar.gz"
     big.write_bytes(b"x" * 300_000)
-    sent = notify.send_escalation(escalation([big, tmp_path / "gone.tar.gz"]),
-                                  smtp_for(smtp_sink, max_attachment_mb=0.1))
+    sent = notify.send_escalation(
+        escalation([big, tmp_path / "gone.tar.gz"]), smtp_for(smtp_sink, max_attachment_mb=0.1)
+    )
     [msg] = smtp_sink.wait_for(1)
     assert set(attachments(msg)) == {"gpu-17-escalation.json"}
     assert len(sent.not_attached) == 2
@@ -91,8 +138,14 @@ def test_evidence_too_big_or_missing_is_named_not_attached(smtp_sink, tmp_path):
 
 
 def test_storm_email(smtp_sink):
-    storm = notify.Storm(pool=40, nodes=["gpu-1", "gpu-2", "gpu-9"], window=600,
-                         threshold_percent=5, tripped_at="2026-11-21T12:00:00Z", cluster="prod-a")
+    storm = notify.Storm(
+        pool=40,
+        nodes=["gpu-1", "gpu-2", "gpu-9"],
+        window=600,
+        threshold_percent=5,
+        tripped_at="2026-11-21T12:00:00Z",
+        cluster="prod-a",
+    )
     notify.send_storm(storm, smtp_for(smtp_sink))
     [msg] = smtp_sink.wait_for(1)
     assert "circuit breaker open on prod-a: 3 of 40 nodes" in msg["Subject"]
@@ -100,11 +153,12 @@ def test_storm_email(smtp_sink):
 
 
 def test_relay_down_is_a_temporary_error(tmp_path):
-    with socket.socket() as s:          # a port nobody listens on
+    with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    smtp = SmtpConfig(host="127.0.0.1", port=port, tls="none", to=["oncall@example.test"],
-                      retry_interval=42)
+    smtp = SmtpConfig(
+        host="127.0.0.1", port=port, tls="none", to=["oncall@example.test"], retry_interval=42
+    )
     with pytest.raises(TemporaryError) as exc:
         notify.send_escalation(escalation(), smtp)
     assert exc.value.delay == 42 and f"127.0.0.1:{port}" in str(exc.value)
@@ -123,9 +177,14 @@ class _Auth:
 def auth_relay():
     """A real relay that requires AUTH (over plain TCP, as a loopback test may)."""
     sink = SmtpSink()
-    controller = Controller(_Handler(sink), hostname="127.0.0.1", port=_free_port(),
-                            authenticator=_Auth("s3cret pass"), auth_required=True,
-                            auth_require_tls=False)
+    controller = Controller(
+        _Handler(sink),
+        hostname="127.0.0.1",
+        port=_free_port(),
+        authenticator=_Auth("s3cret pass"),
+        auth_required=True,
+        auth_require_tls=False,
+    )
     controller.start()
     sink.host, sink.port = "127.0.0.1", controller.port
     yield sink
@@ -165,9 +224,28 @@ def test_missing_password_file_is_a_config_error(tmp_path):
 
 def _self_signed(tmp_path):
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return key, cert
 
 
@@ -176,12 +254,18 @@ def test_starttls_verifies_the_relay_certificate(tmp_path):
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
     sink = SmtpSink()
-    controller = Controller(_Handler(sink), hostname="127.0.0.1", port=_free_port(), tls_context=ctx,
-                            require_starttls=True)
+    controller = Controller(
+        _Handler(sink),
+        hostname="127.0.0.1",
+        port=_free_port(),
+        tls_context=ctx,
+        require_starttls=True,
+    )
     controller.start()
     try:
-        base = dict(host="127.0.0.1", port=controller.port, tls="starttls",
-                    to=["oncall@example.test"])
+        base = dict(
+            host="127.0.0.1", port=controller.port, tls="starttls", to=["oncall@example.test"]
+        )
         with pytest.raises(TemporaryError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
             notify.send_escalation(escalation(), SmtpConfig(**base))
         notify.send_escalation(escalation(), SmtpConfig(**base, ca_file=cert))

@@ -27,16 +27,30 @@ from fleetmedic.model.vocabulary import preset
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
-CHECK = ["fleetmedic", "check", "--json", "--vendor", "nvidia", "--expected-gpus", "2", "--category", "gpu"]
+CHECK = [
+    "fleetmedic",
+    "check",
+    "--json",
+    "--vendor",
+    "nvidia",
+    "--expected-gpus",
+    "2",
+    "--category",
+    "gpu",
+]
 HEALTHY = {"gpus": [{}, {}]}
 BROKEN = {"gpus": [{}, {"ecc_volatile_uncorrected": 4}]}
 
 
 def env() -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
-    e = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-             ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
-             ANSIBLE_NOCOLOR="1")
+    e = dict(
+        os.environ,
+        PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
+        ANSIBLE_NOCOLOR="1",
+    )
     for var in ("KUBECONFIG", "FLEETMEDIC_KUBECONFIG", "K8S_AUTH_KUBECONFIG"):
         e.pop(var, None)
     return e
@@ -63,14 +77,21 @@ def recap(output: str) -> dict[str, dict[str, int]]:
 
 
 def make_inventory(kube, fleet, directory: Path, selector_value: str, prefix: str) -> Path:
-    kube.ensure_namespace("fleetmedic")     # reboot.yml and reimage.yml take node Leases there
+    kube.ensure_namespace("fleetmedic")  # reboot.yml and reimage.yml take node Leases there
     fleet_vars = yaml.safe_load(fleet.inventory.read_text())["all"]["vars"]
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "group_vars").mkdir(exist_ok=True)
     (directory / "group_vars" / "all.yml").write_text(yaml.safe_dump(fleet_vars))
     src = directory / "fleet.k8s_nodes.yml"
-    src.write_text(yaml.safe_dump({"plugin": "fleetmedic.fleet.k8s_nodes", "kubeconfig": str(kube.kubeconfig),
-                                   "label_selector": f"fleetmedic-test/pb={selector_value}"}))
+    src.write_text(
+        yaml.safe_dump(
+            {
+                "plugin": "fleetmedic.fleet.k8s_nodes",
+                "kubeconfig": str(kube.kubeconfig),
+                "label_selector": f"fleetmedic-test/pb={selector_value}",
+            }
+        )
+    )
     return src
 
 
@@ -80,8 +101,11 @@ def k8s_fleet(kube, fleet, tmp_path_factory):
     run = uuid.uuid4().hex[:6]
     prefix = f"pb-{run}"
     names = {n.index: f"{prefix}-{n.name}" for n in fleet}
-    kube.make_nodes(list(names.values()), labels={"fleetmedic-test/pb": run, "fleetmedic.io/gpu-vendor": "nvidia"},
-                    addresses={names[n.index]: n.address for n in fleet})
+    kube.make_nodes(
+        list(names.values()),
+        labels={"fleetmedic-test/pb": run, "fleetmedic.io/gpu-vendor": "nvidia"},
+        addresses={names[n.index]: n.address for n in fleet},
+    )
     src = make_inventory(kube, fleet, tmp_path_factory.mktemp("inv"), run, prefix)
     for n in fleet:
         (n.state_dir / "nvml.json").write_text(json.dumps(HEALTHY))
@@ -100,28 +124,47 @@ def set_taints(kube, name: str, taints: list[dict]) -> None:
 def test_reboot_playbook_really_reboots_the_tainted_node(kube, fleet, k8s_fleet, tmp_path):
     names = k8s_fleet["names"]
     set_taints(kube, names[2], [preset("default").reboot.as_taint()])
-    graph = subprocess.run(["ansible-inventory", "-i", str(k8s_fleet["inventory"]), "--graph"],
-                           capture_output=True, text=True, env=env(), cwd=ROOT, check=True).stdout
+    graph = subprocess.run(
+        ["ansible-inventory", "-i", str(k8s_fleet["inventory"]), "--graph"],
+        capture_output=True,
+        text=True,
+        env=env(),
+        cwd=ROOT,
+        check=True,
+    ).stdout
     assert names[2] in graph.split("@repair_reboot:")[1].split("@")[0], graph
 
     before = {i: fleet.node(i).boot_id() for i in (1, 2, 3)}
     (fleet.node(2).kern_log).write_text(
-        "2026-11-21T10:00:00.000000+00:00 node-2 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n")
-    p = playbook(k8s_fleet["inventory"], "reboot.yml", "--limit", names[2], extravars={
-        "diagnostics_fetch_dir": str(tmp_path / "evidence"),
-        "diagnostics_kernel_log_files": ["/var/lib/fleetmedic-test/kern.log"],
-        "diagnostics_check_command": CHECK, "gpu_health_command": CHECK,
-        "reboot_timeout": 120, "reboot_verify_delay": 2})
+        "2026-11-21T10:00:00.000000+00:00 node-2 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n"
+    )
+    p = playbook(
+        k8s_fleet["inventory"],
+        "reboot.yml",
+        "--limit",
+        names[2],
+        extravars={
+            "diagnostics_fetch_dir": str(tmp_path / "evidence"),
+            "diagnostics_kernel_log_files": ["/var/lib/fleetmedic-test/kern.log"],
+            "diagnostics_check_command": CHECK,
+            "gpu_health_command": CHECK,
+            "reboot_timeout": 120,
+            "reboot_verify_delay": 2,
+        },
+    )
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     after = {i: fleet.node(i).boot_id() for i in (1, 2, 3)}
     assert after[2] != before[2], "node 2 did not reboot"
     assert after[1] == before[1] and after[3] == before[3], "other nodes were touched"
     assert recap(p.stdout)[names[2]]["failed"] == 0
     assert f"{names[2]} is healthy" in p.stdout
-    lease = kube.request("GET", "/apis/coordination.k8s.io/v1/namespaces/fleetmedic/leases/"
-                                f"fleetmedic-node-{names[2]}")
-    assert lease["spec"].get("acquireTime") and lease["spec"].get("holderIdentity") is None, \
+    lease = kube.request(
+        "GET",
+        f"/apis/coordination.k8s.io/v1/namespaces/fleetmedic/leases/fleetmedic-node-{names[2]}",
+    )
+    assert lease["spec"].get("acquireTime") and lease["spec"].get("holderIdentity") is None, (
         "the run held the node's Lease and gave it back"
+    )
 
     bundles = list((tmp_path / "evidence" / names[2]).glob(f"{names[2]}-*.tar.gz"))
     assert len(bundles) == 1
@@ -139,14 +182,21 @@ def test_verify_playbook_fails_only_the_unhealthy_node_with_a_readable_message(f
     names = k8s_fleet["names"]
     fleet.node(3).state_dir.joinpath("nvml.json").write_text(json.dumps(BROKEN))
     try:
-        p = playbook(k8s_fleet["inventory"], "verify.yml", "--limit", f"{names[1]},{names[3]}",
-                     extravars={"gpu_health_command": CHECK})
+        p = playbook(
+            k8s_fleet["inventory"],
+            "verify.yml",
+            "--limit",
+            f"{names[1]},{names[3]}",
+            extravars={"gpu_health_command": CHECK},
+        )
     finally:
         fleet.node(3).state_dir.joinpath("nvml.json").write_text(json.dumps(HEALTHY))
     assert p.returncode == 2, p.stdout[-3000:]
     counts = recap(p.stdout)
     assert counts[names[1]]["failed"] == 0 and counts[names[3]]["failed"] == 1
-    line = next(line for line in (p.stdout + p.stderr).splitlines() if f"{names[3]} is not healthy" in line)
+    line = next(
+        line for line in (p.stdout + p.stderr).splitlines() if f"{names[3]} is not healthy" in line
+    )
     assert "problem" in line and "nvidia.ecc" in line, line
 
 
@@ -169,7 +219,9 @@ def test_reimage_without_a_vendor_says_what_to_set(kube, k8s_fleet):
         node["metadata"]["labels"]["fleetmedic.io/gpu-vendor"] = "nvidia"
         kube.request("PUT", f"/api/v1/nodes/{names[1]}", node)
     assert p.returncode == 2
-    assert "GPU vendor is 'unknown'" in p.stdout and "fleetmedic.io/gpu-vendor" in p.stdout, p.stdout[-2000:]
+    assert "GPU vendor is 'unknown'" in p.stdout and "fleetmedic.io/gpu-vendor" in p.stdout, (
+        p.stdout[-2000:]
+    )
 
 
 def test_a_node_that_never_comes_back_is_unreachable_in_bounded_time(kube, fleet_factory, tmp_path):
@@ -179,20 +231,34 @@ def test_a_node_that_never_comes_back_is_unreachable_in_bounded_time(kube, fleet
     lone = fleet_factory(1)
     run = uuid.uuid4().hex[:6]
     name = f"pb-{run}-hang"
-    kube.make_nodes([name], labels={"fleetmedic-test/pb": run, "fleetmedic.io/gpu-vendor": "nvidia"},
-                    addresses=[lone.node(1).address], taints=[preset("default").reboot.as_taint()])
+    kube.make_nodes(
+        [name],
+        labels={"fleetmedic-test/pb": run, "fleetmedic.io/gpu-vendor": "nvidia"},
+        addresses=[lone.node(1).address],
+        taints=[preset("default").reboot.as_taint()],
+    )
     try:
         inv = make_inventory(kube, lone, tmp_path / "inv", run, f"pb-{run}")
         lone.node(1).set_hang(True)
         timeout = 20
-        p = playbook(inv, "reboot.yml", "--limit", name, extravars={
-            "fleetmedic_collect_evidence": False, "reboot_timeout": timeout}, timeout=300)
+        p = playbook(
+            inv,
+            "reboot.yml",
+            "--limit",
+            name,
+            extravars={"fleetmedic_collect_evidence": False, "reboot_timeout": timeout},
+            timeout=300,
+        )
         assert p.returncode in (2, 4), p.stdout[-3000:]
         counts = recap(p.stdout)[name]
         assert counts["failed"] + counts["unreachable"] == 1
-        assert "Timed out waiting for last boot time check" in p.stdout or counts["unreachable"] == 1
+        assert (
+            "Timed out waiting for last boot time check" in p.stdout or counts["unreachable"] == 1
+        )
         assert p.seconds < 2 * timeout + 30, f"took {p.seconds:.0f} s"
-        print(f"never-return reboot ended (rc {p.returncode}) after {p.seconds:.1f} s (reboot_timeout {timeout})")
+        print(
+            f"never-return reboot ended (rc {p.returncode}) after {p.seconds:.1f} s (reboot_timeout {timeout})"
+        )
     finally:
         lone.node(1).set_hang(False)
         kube.delete_nodes([name])

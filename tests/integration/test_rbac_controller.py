@@ -9,8 +9,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_safety_support import (NAMESPACE, SA, apply, history, install_controller_rbac,
-                                 manifests, remove, safety_bench, state_of)  # noqa: F401
+from test_safety_support import (
+    NAMESPACE,
+    SA,
+    apply,
+    history,
+    install_controller_rbac,
+    manifests,
+    remove,
+    state_of,
+)
 
 from fleetmedic.adapters.kube import MERGE_PATCH, connect
 from fleetmedic.errors import ForbiddenError, PermanentError
@@ -31,20 +39,23 @@ def test_shipped_rbac_repairs_a_node_end_to_end(safety_bench):
     b = safety_bench(1, tag="rbac")
     install_controller_rbac(b.kube)
     sa_kubeconfig = b.kube.kubeconfig_for_serviceaccount(NAMESPACE, SA)
-    node = b.fleet.node(1)     # GPUs healthy: a human's taint, so verify passes after the reboot
+    node = b.fleet.node(1)  # GPUs healthy: a human's taint, so verify passes after the reboot
     [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
     ns = f"w{b.pool}"
     work = b.kube.make_pods(name, 2, namespace=ns)
     ds = b.kube.make_pods(name, 1, namespace=ns, prefix=f"{name}-ds", owner_kind="DaemonSet")
     boot = node.boot_id()
-    cfg = b.config(kube={"kubeconfig": sa_kubeconfig},
-                   leader_election={"namespace": NAMESPACE, "lease_name": f"fleetmedic-{b.pool}"},
-                   safety={"pause_configmap": f"{NAMESPACE}/fleetmedic"})
+    cfg = b.config(
+        kube={"kubeconfig": sa_kubeconfig},
+        leader_election={"namespace": NAMESPACE, "lease_name": f"fleetmedic-{b.pool}"},
+        safety={"pause_configmap": f"{NAMESPACE}/fleetmedic"},
+    )
     proc = b.controller(cfg)
 
     def repaired():
         assert proc.alive, proc.tail()
         return state_of(b.kube, name) == "healthy" and history(b.kube, name)
+
     wait_until(repaired, 240, f"{name} repaired with the shipped RBAC")
     assert node.boot_id() != boot
     [attempt] = history(b.kube, name)
@@ -55,11 +66,13 @@ def test_shipped_rbac_repairs_a_node_end_to_end(safety_bench):
     left = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
     assert not left & {p["metadata"]["name"] for p in work}, f"workload pods evicted: {left}"
     assert ds[0]["metadata"]["name"] in left, "the DaemonSet pod is left alone"
-    events = b.kube.request("GET", "/api/v1/namespaces/default/events?fieldSelector="
-                                   f"involvedObject.name%3D{name}")["items"]
+    events = b.kube.request(
+        "GET", f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}"
+    )["items"]
     assert "Repaired" in {e["reason"] for e in events}
-    lease = b.kube.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/"
-                                  f"leases/fleetmedic-{b.pool}")
+    lease = b.kube.request(
+        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/fleetmedic-{b.pool}"
+    )
     assert lease["spec"]["holderIdentity"], "the leader Lease was taken with the SA's rights"
     log = proc.log.read_text(errors="replace")
     assert "HTTP 403" not in log and "forbidden" not in log.lower(), log[-3000:]
@@ -80,32 +93,45 @@ def test_force_drain_without_the_opt_in_grant_goes_to_a_human(safety_bench):
     [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
     ns = f"w{b.pool}"
     [guarded] = b.kube.make_pods(name, 1, namespace=ns, prefix=f"{name}-db", labels={"app": "db"})
-    b.kube.request("POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}})
+    b.kube.request(
+        "POST",
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "db"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+        },
+    )
     b.kube.set_pdb_status(ns, "db", 0)
-    cfg = b.config(ansible={"playbook_dir": fast_playbooks(b.dir), "forks": 5},
-                   ladder={"reboot": {"phases": ["drain", "verify"]}},
-                   kube={"kubeconfig": b.kube.kubeconfig_for_serviceaccount(NAMESPACE, SA)},
-                   leader_election={"namespace": NAMESPACE, "lease_name": f"fleetmedic-{b.pool}"},
-                   safety={"pause_configmap": f"{NAMESPACE}/fleetmedic",
-                           "drain": {"timeout": 2, "pdb_blocked": "force", "retry_interval": 3}})
+    cfg = b.config(
+        ansible={"playbook_dir": fast_playbooks(b.dir), "forks": 5},
+        ladder={"reboot": {"phases": ["drain", "verify"]}},
+        kube={"kubeconfig": b.kube.kubeconfig_for_serviceaccount(NAMESPACE, SA)},
+        leader_election={"namespace": NAMESPACE, "lease_name": f"fleetmedic-{b.pool}"},
+        safety={
+            "pause_configmap": f"{NAMESPACE}/fleetmedic",
+            "drain": {"timeout": 2, "pdb_blocked": "force", "retry_interval": 3},
+        },
+    )
     proc = b.controller(cfg)
 
     def manual():
         assert proc.alive, proc.tail()
         return state_of(b.kube, name) == "manual"
+
     wait_until(manual, 60, f"{name} to go to manual")
     attempt, *rest = history(b.kube, name)
     assert (attempt["step"], attempt["result"]) == ("reboot", "drain-blocked"), attempt
     assert [(a["step"], a["result"]) for a in rest] in ([], [("manual", "escalated")]), rest
     assert "force-drain.yaml" in attempt["message"] and "403" in attempt["message"], attempt
-    events = b.kube.request("GET", "/api/v1/namespaces/default/events?fieldSelector="
-                                   f"involvedObject.name%3D{name}")["items"]
+    events = b.kube.request(
+        "GET", f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}"
+    )["items"]
     assert "DrainForceForbidden" in {e["reason"] for e in events}
     pods = b.kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
     assert guarded["metadata"]["name"] in {p["metadata"]["name"] for p in pods}, "pod kept"
-    time.sleep(5)    # past the retry interval: no second forbidden delete
+    time.sleep(5)  # past the retry interval: no second forbidden delete
     assert proc.log.read_text(errors="replace").count("forcing deletion of") == 1
     assert [a["result"] for a in history(b.kube, name)] == ["drain-blocked", "escalated"]
 
@@ -117,55 +143,114 @@ def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
     name = node["metadata"]["name"]
     [pod] = kube.make_pods(name, 1, namespace="rbacx")
     pname = pod["metadata"]["name"]
-    kube.request("POST", "/api/v1/namespaces/fleetmedic/secrets",
-                 {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "rbacx"}}, ok=(409,))
+    kube.request(
+        "POST",
+        "/api/v1/namespaces/fleetmedic/secrets",
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "rbacx"}},
+        ok=(409,),
+    )
     try:
         # what it needs works
         k.list_nodes()
-        k.update_node(name, lambda n: n["metadata"].setdefault("annotations", {}).update(
-            {"fleetmedic.io/rbac-test": "1"}))
+        k.update_node(
+            name,
+            lambda n: (
+                n["metadata"].setdefault("annotations", {}).update({"fleetmedic.io/rbac-test": "1"})
+            ),
+        )
         k.list_pods_on_node(name)
-        assert k.get_config_map(NAMESPACE, "fleetmedic")["data"]["pause"] == "false"   # shipped
-        k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": "1"})   # the breaker's record
+        assert k.get_config_map(NAMESPACE, "fleetmedic")["data"]["pause"] == "false"  # shipped
+        k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": "1"})  # the breaker's record
         k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": None})
         c = k.core
         # and nothing else
         forbidden(lambda: k._call("delete node", c.delete_node, name))
-        forbidden(lambda: k._call("create node", c.create_node,
-                                  {"apiVersion": "v1", "kind": "Node",
-                                   "metadata": {"name": f"{name}-new"}}))
-        forbidden(lambda: k._call("patch node status", c.patch_node_status, name,
-                                  {"metadata": {"labels": {"x": "y"}}}, _content_type=MERGE_PATCH))
+        forbidden(
+            lambda: k._call(
+                "create node",
+                c.create_node,
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{name}-new"}},
+            )
+        )
+        forbidden(
+            lambda: k._call(
+                "patch node status",
+                c.patch_node_status,
+                name,
+                {"metadata": {"labels": {"x": "y"}}},
+                _content_type=MERGE_PATCH,
+            )
+        )
         forbidden(lambda: k._call("read secret", c.read_namespaced_secret, "rbacx", NAMESPACE))
         forbidden(lambda: k._call("list secrets", c.list_secret_for_all_namespaces))
-        forbidden(lambda: k._call("patch pod", c.patch_namespaced_pod, pname, "rbacx",
-                                  {"metadata": {"labels": {"x": "y"}}}, _content_type=MERGE_PATCH))
+        forbidden(
+            lambda: k._call(
+                "patch pod",
+                c.patch_namespaced_pod,
+                pname,
+                "rbacx",
+                {"metadata": {"labels": {"x": "y"}}},
+                _content_type=MERGE_PATCH,
+            )
+        )
         forbidden(lambda: k._call("delete pod", c.delete_namespaced_pod, pname, "rbacx"))
         forbidden(lambda: k._call("get pod", c.read_namespaced_pod, pname, "rbacx"))
-        forbidden(lambda: k._call("other configmap", c.read_namespaced_config_map,
-                                  "kube-root-ca.crt", NAMESPACE))
+        forbidden(
+            lambda: k._call(
+                "other configmap", c.read_namespaced_config_map, "kube-root-ca.crt", NAMESPACE
+            )
+        )
         forbidden(lambda: k.patch_config_map_data(NAMESPACE, "kube-root-ca.crt", {"x": "y"}))
-        forbidden(lambda: k._call("create configmap", c.create_namespaced_config_map, NAMESPACE,
-                                  {"metadata": {"name": "rbacx"}, "data": {}}))
-        forbidden(lambda: k._call("delete our configmap", c.delete_namespaced_config_map,
-                                  "fleetmedic", NAMESPACE))
-        forbidden(lambda: k._call("lease elsewhere", k.coordination.read_namespaced_lease,
-                                  "x", "kube-system"))
-        forbidden(lambda: k._call("delete lease", k.coordination.delete_namespaced_lease,
-                                  "x", NAMESPACE))
-        forbidden(lambda: k._call("event elsewhere", c.create_namespaced_event, "kube-system",
-                                  {"metadata": {"name": "x"}, "involvedObject": {"kind": "Node",
-                                                                              "name": name}}))
+        forbidden(
+            lambda: k._call(
+                "create configmap",
+                c.create_namespaced_config_map,
+                NAMESPACE,
+                {"metadata": {"name": "rbacx"}, "data": {}},
+            )
+        )
+        forbidden(
+            lambda: k._call(
+                "delete our configmap", c.delete_namespaced_config_map, "fleetmedic", NAMESPACE
+            )
+        )
+        forbidden(
+            lambda: k._call(
+                "lease elsewhere", k.coordination.read_namespaced_lease, "x", "kube-system"
+            )
+        )
+        forbidden(
+            lambda: k._call("delete lease", k.coordination.delete_namespaced_lease, "x", NAMESPACE)
+        )
+        forbidden(
+            lambda: k._call(
+                "event elsewhere",
+                c.create_namespaced_event,
+                "kube-system",
+                {"metadata": {"name": "x"}, "involvedObject": {"kind": "Node", "name": name}},
+            )
+        )
         # the opt-in force-drain grant adds pod delete, and only that
         force = manifests(["force-drain.yaml"])
         for doc in force:
             apply(kube, doc)
         try:
-            wait_until(lambda: k.delete_pod("rbacx", pname) is None, 10, "pod delete allowed",
-                       tolerate=(PermanentError,))
-            forbidden(lambda: k._call("patch pod", c.patch_namespaced_pod, pname, "rbacx",
-                                      {"metadata": {"labels": {"x": "y"}}},
-                                      _content_type=MERGE_PATCH))
+            wait_until(
+                lambda: k.delete_pod("rbacx", pname) is None,
+                10,
+                "pod delete allowed",
+                tolerate=(PermanentError,),
+            )
+            forbidden(
+                lambda: k._call(
+                    "patch pod",
+                    c.patch_namespaced_pod,
+                    pname,
+                    "rbacx",
+                    {"metadata": {"labels": {"x": "y"}}},
+                    _content_type=MERGE_PATCH,
+                )
+            )
         finally:
             for doc in force:
                 remove(kube, doc)

@@ -16,10 +16,16 @@ pytestmark = pytest.mark.fleet
 
 @pytest.fixture
 def settings(fleet, tmp_path) -> AnsibleConfig:
-    return AnsibleConfig(playbook_dir=ROOT / "playbooks", config_file=ROOT / "ansible.cfg",
-                         run_dir=tmp_path / "runs", evidence_dir=tmp_path / "evidence",
-                         ssh_key_file=fleet.private_key, known_hosts_file=fleet.known_hosts,
-                         remote_user="root", job_timeout=300)
+    return AnsibleConfig(
+        playbook_dir=ROOT / "playbooks",
+        config_file=ROOT / "ansible.cfg",
+        run_dir=tmp_path / "runs",
+        evidence_dir=tmp_path / "evidence",
+        ssh_key_file=fleet.private_key,
+        known_hosts_file=fleet.known_hosts,
+        remote_user="root",
+        job_timeout=300,
+    )
 
 
 def targets(fleet, *indexes, **hostvars):
@@ -27,14 +33,31 @@ def targets(fleet, *indexes, **hostvars):
 
 
 def test_per_host_outcome_run_id_and_fresh_private_data_dir(fleet, settings):
-    play = [{"hosts": "all", "gather_facts": False, "tasks": [
-        {"name": "Read the hostname", "ansible.builtin.command": "hostname", "changed_when": False},
-        {"name": "Check the GPUs", "ansible.builtin.fail": {"msg": "Xid 79 on GPU 3"},
-         "when": "inventory_hostname == 'node-2'"}]}]
+    play = [
+        {
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Read the hostname",
+                    "ansible.builtin.command": "hostname",
+                    "changed_when": False,
+                },
+                {
+                    "name": "Check the GPUs",
+                    "ansible.builtin.fail": {"msg": "Xid 79 on GPU 3"},
+                    "when": "inventory_hostname == 'node-2'",
+                },
+            ],
+        }
+    ]
     r = runner.run_playbook(play, targets(fleet, 1, 2), settings, timeout=120)
     assert r.hosts["node-1"] == runner.HostResult("ok", stdout="node-1")
     assert r.hosts["node-2"].status == "failed"
-    assert (r.hosts["node-2"].task, r.hosts["node-2"].message) == ("Check the GPUs", "Xid 79 on GPU 3")
+    assert (r.hosts["node-2"].task, r.hosts["node-2"].message) == (
+        "Check the GPUs",
+        "Xid 79 on GPU 3",
+    )
     assert set(r.hosts) == {"node-1", "node-2"}, "only the targets are in the inventory"
     assert r.rc == 2 and r.artifact_dir.is_dir() and r.artifact_dir.name == r.run_id
     again = runner.run_playbook(play, targets(fleet, 1), settings, timeout=120)
@@ -51,16 +74,24 @@ def test_host_key_checking_is_on(fleet, settings, tmp_path):
 
 
 def test_unreachable_address_and_missing_address(fleet, settings):
-    dead = fleet.node(1).address.rsplit(".", 1)[0] + ".250"   # on the fleet's bridge, no one there
-    r = runner.read_boot_ids([runner.Target("ghost", dead), runner.Target("nameless", None)],
-                             settings, timeout=120)
+    dead = fleet.node(1).address.rsplit(".", 1)[0] + ".250"  # on the fleet's bridge, no one there
+    r = runner.read_boot_ids(
+        [runner.Target("ghost", dead), runner.Target("nameless", None)], settings, timeout=120
+    )
     assert r.hosts["ghost"].status == "unreachable"
-    assert r.hosts["nameless"].status == "unreachable" and "no address" in r.hosts["nameless"].message
+    assert (
+        r.hosts["nameless"].status == "unreachable" and "no address" in r.hosts["nameless"].message
+    )
 
 
 def test_job_timeout_is_a_timeout_not_a_pass(fleet, settings):
-    play = [{"hosts": "all", "gather_facts": False,
-             "tasks": [{"name": "Hang", "ansible.builtin.command": "sleep 60"}]}]
+    play = [
+        {
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [{"name": "Hang", "ansible.builtin.command": "sleep 60"}],
+        }
+    ]
     r = runner.run_playbook(play, targets(fleet, 3), settings, timeout=8)
     assert r.status == "timeout"
     assert r.hosts["node-3"].status == "timeout" and r.hosts["node-3"].task == "Hang"
@@ -68,12 +99,23 @@ def test_job_timeout_is_a_timeout_not_a_pass(fleet, settings):
 
 
 def test_evidence_fetched_into_the_evidence_dir_is_reported(fleet, settings):
-    play = [{"hosts": "all", "gather_facts": False, "tasks": [{
-        "name": "Fetch a bundle",
-        "ansible.builtin.fetch": {
-            "src": "/etc/hostname", "flat": True,
-            "dest": "{{ lookup('ansible.builtin.env', 'FLEETMEDIC_EVIDENCE_DIR') }}/"
-                    "{{ inventory_hostname }}/{{ inventory_hostname }}-{{ fleetmedic_run_id }}.txt"}}]}]
+    play = [
+        {
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Fetch a bundle",
+                    "ansible.builtin.fetch": {
+                        "src": "/etc/hostname",
+                        "flat": True,
+                        "dest": "{{ lookup('ansible.builtin.env', 'FLEETMEDIC_EVIDENCE_DIR') }}/"
+                        "{{ inventory_hostname }}/{{ inventory_hostname }}-{{ fleetmedic_run_id }}.txt",
+                    },
+                }
+            ],
+        }
+    ]
     r = runner.run_playbook(play, targets(fleet, 1), settings, timeout=120)
     [bundle] = r.hosts["node-1"].evidence
     assert Path(bundle).read_text().strip() == "node-1" and r.run_id in bundle
@@ -93,16 +135,22 @@ def test_the_collections_reboot_playbook_really_reboots_once_per_request(fleet, 
     node = fleet.node(2)
     before = runner.read_boot_ids(targets(fleet, 2), settings).hosts[node.name].stdout
     assert before == node.boot_id()
-    hostvars = {"fleetmedic_request_id": "e1-reboot1-test", "fleetmedic_collect_evidence": False,
-                "reboot_verify": False, "fleetmedic_node_lease": False}   # as the controller runs it
-    r = runner.run_playbook(settings.playbook_dir / "reboot.yml", targets(fleet, 2, **hostvars),
-                            settings, timeout=300)
+    hostvars = {
+        "fleetmedic_request_id": "e1-reboot1-test",
+        "fleetmedic_collect_evidence": False,
+        "reboot_verify": False,
+        "fleetmedic_node_lease": False,
+    }  # as the controller runs it
+    r = runner.run_playbook(
+        settings.playbook_dir / "reboot.yml", targets(fleet, 2, **hostvars), settings, timeout=300
+    )
     assert r.hosts[node.name].ok, r.hosts[node.name]
     after = runner.read_boot_ids(targets(fleet, 2), settings).hosts[node.name].stdout
     assert after and after != before
     # the same request again (a controller restarted mid-phase): no second reboot
-    r = runner.run_playbook(settings.playbook_dir / "reboot.yml", targets(fleet, 2, **hostvars),
-                            settings, timeout=300)
+    r = runner.run_playbook(
+        settings.playbook_dir / "reboot.yml", targets(fleet, 2, **hostvars), settings, timeout=300
+    )
     assert r.hosts[node.name].ok
     assert runner.read_boot_ids(targets(fleet, 2), settings).hosts[node.name].stdout == after
 

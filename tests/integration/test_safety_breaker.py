@@ -34,16 +34,22 @@ def started(kube, names) -> set[str]:
     for n in names:
         node = ctlenv.node(kube, n)
         ann = node["metadata"].get("annotations") or {}
-        if ann.get("fleetmedic.io/history") or ann.get("fleetmedic.io/in-flight") or \
-                node["spec"].get("unschedulable"):
+        if (
+            ann.get("fleetmedic.io/history")
+            or ann.get("fleetmedic.io/in-flight")
+            or node["spec"].get("unschedulable")
+        ):
             out.add(n)
     return out
 
 
 def taint_all(kube, names) -> None:
-    threads = [threading.Thread(target=ctlenv.set_taints,
-                                args=(kube, n, lambda t: t + [ctlenv.repair_taint("reboot")]))
-               for n in names]
+    threads = [
+        threading.Thread(
+            target=ctlenv.set_taints, args=(kube, n, lambda t: t + [ctlenv.repair_taint("reboot")])
+        )
+        for n in names
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -55,15 +61,32 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     fleet_nodes = list(b.fleet.nodes)
     names = [f"{b.pool}-{i:02d}" for i in range(10)]
     b.make_nodes(names, [fleet_nodes[i % 2].address for i in range(10)])
-    cfg = fast_config(b, b.dir, smtp_sink, max_concurrent=10, breaker={
-        "enabled": True, "threshold_percent": 20, "min_nodes": 3, "window": 600,
-        "cooldown": None})
-    b.kube.request("POST", "/api/v1/namespaces/kube-system/configmaps", {   # as deploy/ ships it
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"fleetmedic-{b.pool}"},
-        "data": {"pause": "false"}})
+    cfg = fast_config(
+        b,
+        b.dir,
+        smtp_sink,
+        max_concurrent=10,
+        breaker={
+            "enabled": True,
+            "threshold_percent": 20,
+            "min_nodes": 3,
+            "window": 600,
+            "cooldown": None,
+        },
+    )
+    b.kube.request(
+        "POST",
+        "/api/v1/namespaces/kube-system/configmaps",
+        {  # as deploy/ ships it
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"fleetmedic-{b.pool}"},
+            "data": {"pause": "false"},
+        },
+    )
     proc = b.controller(cfg)
     wait_until(lambda: "watching 10 nodes" in proc.log.read_text(), 30, "controller ready")
-    time.sleep(2)                                  # past the first (baseline) observation
+    time.sleep(2)  # past the first (baseline) observation
 
     storm = names[:6]
     taint_all(b.kube, storm)
@@ -82,8 +105,9 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     # a node whose repair began before the trip is held too, before any disruptive phase
     runs = b.dir / "ctl" / "runs"
     assert not runs.exists() or not any(runs.iterdir()), "no playbook ran at all"
-    assert not any(ctlenv.node(b.kube, n)["spec"].get("unschedulable") for n in names), \
+    assert not any(ctlenv.node(b.kube, n)["spec"].get("unschedulable") for n in names), (
         "nothing was cordoned or drained"
+    )
     record = json.loads(pause_cm(b)["data"]["breaker"])
     # the record names the turns that tripped it: more than the limit of 2, all from the storm
     assert record["tripped_at"] and len(record["nodes"]) >= 3, record
@@ -91,13 +115,18 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     st = cli(cfg, "breaker", "status")
     assert st.returncode == 0 and "OPEN since" in st.stdout, (st.stdout, st.stderr)
     st = json.loads(cli(cfg, "breaker", "status", "--json").stdout)
-    assert st["open"] and st["tripped_at"] == record["tripped_at"] and st["nodes"] == record["nodes"]
+    assert (
+        st["open"] and st["tripped_at"] == record["tripped_at"] and st["nodes"] == record["nodes"]
+    )
 
     # a restart keeps it open: the trip is on the ConfigMap
     assert proc.stop() == 0
     proc2 = b.controller(cfg, n=2)
-    wait_until(lambda: "circuit breaker open since" in proc2.log.read_text(), 30,
-               "the restarted controller to find the breaker open")
+    wait_until(
+        lambda: "circuit breaker open since" in proc2.log.read_text(),
+        30,
+        "the restarted controller to find the breaker open",
+    )
     time.sleep(8)
     assert started(b.kube, names) == early, "no repair starts after a restart either"
     assert len(smtp_sink.messages) == 1, "no second storm email after a restart"
@@ -109,20 +138,28 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     assert all(state_of(b.kube, n) == "healthy" for n in names)
     r = cli(cfg, "breaker", "reset", "--yes")
     assert r.returncode == 0 and "reset by" in r.stdout, (r.stdout, r.stderr)
-    wait_until(lambda: "circuit breaker reset by" in proc2.log.read_text(), 30,
-               "the running controller to see the reset")
+    wait_until(
+        lambda: "circuit breaker reset by" in proc2.log.read_text(),
+        30,
+        "the running controller to see the reset",
+    )
     assert not json.loads(pause_cm(b)["data"]["breaker"])["tripped_at"]
     assert "closed" in cli(cfg, "breaker", "status").stdout
     time.sleep(5)
     assert {n: len(history(b.kube, n)) for n in names} == before, "nothing stale replayed"
-    assert not any((ctlenv.node(b.kube, n)["metadata"].get("annotations") or {})
-                   .get("fleetmedic.io/in-flight") for n in names)
+    assert not any(
+        (ctlenv.node(b.kube, n)["metadata"].get("annotations") or {}).get("fleetmedic.io/in-flight")
+        for n in names
+    )
     assert len(smtp_sink.messages) == 1
     # automation is back: one new fault is repaired, the storm's turns do not re-trip it
     one = names[9]
     taint_all(b.kube, [one])
-    wait_until(lambda: state_of(b.kube, one) == "healthy" and history(b.kube, one), 60,
-               "the new fault to be repaired")
+    wait_until(
+        lambda: state_of(b.kube, one) == "healthy" and history(b.kube, one),
+        60,
+        "the new fault to be repaired",
+    )
     assert [(a["step"], a["result"]) for a in history(b.kube, one)] == [("reboot", "pass")]
     assert len(smtp_sink.messages) == 1 and "tripped" not in proc2.log.read_text()
 

@@ -23,11 +23,21 @@ from tests.harness.ctlenv import wait_until
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
-FAST_PLAY = [{"name": "fleetmedic test: a fast stand-in for {step}", "hosts": "all",
-              "gather_facts": False,
-              "tasks": [{"name": "Reach the node", "ansible.builtin.ping": {}},
-                        {"name": "Take a moment, as real work does",
-                         "ansible.builtin.command": "sleep 0.5", "changed_when": False}]}]
+FAST_PLAY = [
+    {
+        "name": "fleetmedic test: a fast stand-in for {step}",
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "Reach the node", "ansible.builtin.ping": {}},
+            {
+                "name": "Take a moment, as real work does",
+                "ansible.builtin.command": "sleep 0.5",
+                "changed_when": False,
+            },
+        ],
+    }
+]
 
 
 def fast_playbooks(workdir) -> str:
@@ -41,23 +51,33 @@ def fast_playbooks(workdir) -> str:
 
 
 def fast_config(b, workdir, smtp=None, name: str = "ctl", **safety):
-    return b.config(smtp, name=name, ansible={"playbook_dir": fast_playbooks(workdir), "forks": 5},
-                    ladder={"reboot": {"phases": ["drain", "verify"]}},
-                    safety={"max_concurrent": 3, **safety})
+    return b.config(
+        smtp,
+        name=name,
+        ansible={"playbook_dir": fast_playbooks(workdir), "forks": 5},
+        ladder={"reboot": {"phases": ["drain", "verify"]}},
+        safety={"max_concurrent": 3, **safety},
+    )
 
 
 def in_flight_now(kube, pool: str) -> int:
     nodes = kube.request("GET", f"/api/v1/nodes?labelSelector={ctlenv.POOL_LABEL}%3D{pool}")
-    return sum(1 for n in nodes["items"]
-               if "fleetmedic.io/in-flight" in (n["metadata"].get("annotations") or {}))
+    return sum(
+        1
+        for n in nodes["items"]
+        if "fleetmedic.io/in-flight" in (n["metadata"].get("annotations") or {})
+    )
 
 
 def test_thirty_fail_at_once_never_more_than_three_in_repair(safety_bench):
     b = safety_bench(3, tag="bud")
     fleet_nodes = list(b.fleet.nodes)
     names = [f"{b.pool}-{i:02d}" for i in range(30)]
-    b.make_nodes(names, [fleet_nodes[i % 3].address for i in range(30)],
-                 taints=[ctlenv.repair_taint("reboot")])
+    b.make_nodes(
+        names,
+        [fleet_nodes[i % 3].address for i in range(30)],
+        taints=[ctlenv.repair_taint("reboot")],
+    )
     cfg = fast_config(b, b.dir)
     proc = b.controller(cfg)
 
@@ -71,13 +91,16 @@ def test_thirty_fail_at_once_never_more_than_three_in_repair(safety_bench):
             except Exception:  # a slow answer on a loaded machine: skip this sample
                 pass
             time.sleep(0.25)
+
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     t0 = time.monotonic()
     try:
+
         def all_done():
             assert proc.alive, proc.tail()
             return all(state_of(b.kube, n) == "healthy" for n in names)
+
         wait_until(all_done, 170, "all 30 nodes repaired", interval=2)
     finally:
         stop.set()
@@ -92,5 +115,7 @@ def test_thirty_fail_at_once_never_more_than_three_in_repair(safety_bench):
     assert peak <= 3, f"{peak} nodes in repair at once (history intervals)"
     assert peak == 3, "the budget was used (3 at a time), not serialised"
     assert max(seen) <= 3, f"sampled in-flight markers: peak {max(seen)}"
-    print(f"30 nodes repaired in {took:.0f}s; peak concurrent {peak} (history), "
-          f"{max(seen)} (sampled, {len(seen)} samples)")
+    print(
+        f"30 nodes repaired in {took:.0f}s; peak concurrent {peak} (history), "
+        f"{max(seen)} (sampled, {len(seen)} samples)"
+    )

@@ -26,8 +26,11 @@ pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
 
 def live_pods(kube, ns: str) -> set[str]:
-    return {p["metadata"]["name"] for p in kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
-            if not p["metadata"].get("deletionTimestamp")}
+    return {
+        p["metadata"]["name"]
+        for p in kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        if not p["metadata"].get("deletionTimestamp")
+    }
 
 
 @pytest.mark.parametrize("mode", ["wait", "skip", "force", "escalate"])
@@ -38,9 +41,16 @@ def test_pdb_blocked_drain_follows_config(safety_bench, mode):
     [guarded] = b.kube.make_pods(name, 1, namespace=ns, prefix=f"{name}-db", labels={"app": "db"})
     [free] = b.kube.make_pods(name, 1, namespace=ns, prefix=f"{name}-web", labels={"app": "web"})
     [ds] = b.kube.make_pods(name, 1, namespace=ns, prefix=f"{name}-ds", owner_kind="DaemonSet")
-    b.kube.request("POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}})
+    b.kube.request(
+        "POST",
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "db"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+        },
+    )
     b.kube.set_pdb_status(ns, "db", 0)
     g, f, d = (p["metadata"]["name"] for p in (guarded, free, ds))
     cfg = fast_config(b, b.dir, drain={"timeout": 3, "pdb_blocked": mode, "retry_interval": 5})
@@ -48,15 +58,17 @@ def test_pdb_blocked_drain_follows_config(safety_bench, mode):
 
     def alive():
         assert proc.alive, proc.tail()
+
     if mode == "wait":
         wait_until(lambda: alive() or "DrainBlocked" in proc.log.read_text(), 60, "DrainBlocked")
-        time.sleep(8)                                        # past a retry: still blocked
+        time.sleep(8)  # past a retry: still blocked
         assert state_of(b.kube, name) == "reboot"
         assert ctlenv.node(b.kube, name)["spec"].get("unschedulable"), "cordoned while waiting"
         assert g in live_pods(b.kube, ns) and f not in live_pods(b.kube, ns)
         assert not (b.dir / "ctl" / "runs").exists() or not any(
-            "verify" in r.name for r in (b.dir / "ctl" / "runs").iterdir()), "nothing ran"
-        b.kube.set_pdb_status(ns, "db", 1)                  # the app can spare one now
+            "verify" in r.name for r in (b.dir / "ctl" / "runs").iterdir()
+        ), "nothing ran"
+        b.kube.set_pdb_status(ns, "db", 1)  # the app can spare one now
         wait_until(lambda: alive() or state_of(b.kube, name) == "healthy", 60, "repaired")
         assert g not in live_pods(b.kube, ns)
     elif mode == "escalate":

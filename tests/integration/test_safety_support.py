@@ -29,7 +29,7 @@ NAMESPACE = "fleetmedic"
 SA = "fleetmedic-controller"
 REPAIR_KEY = "fleetmedic.io/repair"
 
-apply, remove = shipped.apply, shipped.remove   # test_rbac_controller.py imports them from here
+apply, remove = shipped.apply, shipped.remove  # test_rbac_controller.py imports them from here
 
 
 def manifests(names: list[str] | None = None) -> list[dict]:
@@ -56,14 +56,21 @@ def _t(s: str) -> datetime:
 
 
 def intervals(kube, names: list[str]) -> dict[str, list[tuple[datetime, datetime, dict]]]:
-    return {n: [(_t(a["start"]), _t(a["end"]), a) for a in history(kube, n)
-                if a.get("start") and a.get("end")] for n in names}
+    return {
+        n: [
+            (_t(a["start"]), _t(a["end"]), a)
+            for a in history(kube, n)
+            if a.get("start") and a.get("end")
+        ]
+        for n in names
+    }
 
 
 def max_overlap(spans: list[tuple[datetime, datetime]]) -> int:
     """Most spans open at one instant (an end and a start at the same instant do not overlap)."""
-    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans],
-                    key=lambda p: (p[0], p[1]))
+    points = sorted(
+        [(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda p: (p[0], p[1])
+    )
     best = cur = 0
     for _, d in points:
         cur += d

@@ -5,7 +5,9 @@ from fleetmedic import __version__
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "fleetmedic", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "fleetmedic", *args], capture_output=True, text=True
+    )
 
 
 def test_version():

@@ -38,7 +38,8 @@ def test_empty_file_gives_documented_defaults(tmp_path):
     assert cfg.foreign() == (
         ForeignSignal("taint", "trainy.konduktor.ai/faulty"),
         ForeignSignal("taint", "gpu-healthcheck.aws-samples.io/unhealthy"),
-        ForeignSignal("condition", "GPUProblem", "True"))
+        ForeignSignal("condition", "GPUProblem", "True"),
+    )
 
 
 def test_every_field_says_why():
@@ -47,13 +48,27 @@ def test_every_field_says_why():
     while models:
         model = models.pop()
         for name, field in model.model_fields.items():
-            sub = [a for a in getattr(field.annotation, "__args__", ()) + (field.annotation,)
-                   if isinstance(a, type) and issubclass(a, config.types.Section)]
+            sub = [
+                a
+                for a in getattr(field.annotation, "__args__", ()) + (field.annotation,)
+                if isinstance(a, type) and issubclass(a, config.types.Section)
+            ]
             models += sub
-            if not sub and not field.description and name not in {"password", "key", "value",
-                                                                     "port", "enabled",
-                                                                     "namespace", "lease_name",
-                                                                     "window"}:
+            if (
+                not sub
+                and not field.description
+                and name
+                not in {
+                    "password",
+                    "key",
+                    "value",
+                    "port",
+                    "enabled",
+                    "namespace",
+                    "lease_name",
+                    "window",
+                }
+            ):
                 undocumented.append(f"{model.__name__}.{name}")
     assert not undocumented
 
@@ -66,8 +81,12 @@ def test_example_file_is_valid_and_says_what_it_sets():
 
 
 def test_ossci_preset_and_overrides(tmp_path):
-    cfg = config.load(write(tmp_path, "taints:\n  preset: ossci\n"
-                                      "  manual: {key: example.com/hands, value: needed}\n"))
+    cfg = config.load(
+        write(
+            tmp_path,
+            "taints:\n  preset: ossci\n  manual: {key: example.com/hands, value: needed}\n",
+        )
+    )
     vocab = cfg.vocabulary()
     assert vocab.reboot.key == "repair-reboot" and vocab.manual.key == "example.com/hands"
 
@@ -79,33 +98,63 @@ def test_relative_paths_are_relative_to_the_file(tmp_path):
     assert cfg.playbook_path(cfg.ladder.playbooks.reboot) == tmp_path / "pb" / "reboot.yml"
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("smtp: {port: 0, to: [a@example.test]}", "smtp.port: must be 1..65535, got 0"),
-    ("smtp: {password: hunter2, to: [a@example.test]}",
-     "smtp.password: never put the password in the config file"),
-    ("smtp: {to: [a@example.test], user: bob}", "neither password_file nor password_credential"),
-    ("smtp: {prot: 25, to: [a@example.test]}", "smtp.prot: unknown key (did you mean 'port'?)"),
-    ("smtp: {tls: maybe, to: [a@example.test]}", "smtp.tls: input should be 'none', 'starttls' or 'ssl'"),
-    ("smtp: {}", "smtp.to: required"),
-    ("safety: {min_healthy: 120%}", "safety.min_healthy: must be a count"),
-    ("safety: {max_concurrent: 0}", "safety.max_concurrent: input should be greater than or equal to 1, got 0"),
-    ("safety: {breaker: {window: soon}}", "safety.breaker.window: must be a duration like"),
-    ("safety: {drain: {pdb_blocked: ignore}}", "safety.drain.pdb_blocked: input should be"),
-    ("safety: {maintenance_windows: [{start: '02:00', end: '04:00', timezone: Mars/Base}]}",
-     "safety.maintenance_windows.0.timezone: unknown time zone 'Mars/Base'"),
-    ("ladder: {reboot: {phases: [reboot]}}", "ladder.reboot.phases: must be distinct phases ending in verify"),
-    ("ladder: {reboot: {phases: [reboot, fix, verify]}}", "ladder.reboot.phases.1: input should be"),
-    ("taints: {preset: nope}", "taints.preset: must be one of default, ossci, got 'nope'"),
-    ("taints: {reboot: {key: 'has space'}}", "taints.reboot.key: must be a valid taint key"),
-    ("taints: {reboot: {key: fleetmedic.io/repair, value: reimage}}", "must be distinct taints"),
-    ("ansible: {extra_ssh_args: ['-o', 'StrictHostKeyChecking=no']}",
-     "ansible: extra_ssh_args must not change host key checking"),
-    ("leader_election: {renew_deadline: 5m}", "need retry_period < renew_deadline < lease_duration"),
-    ("foreign_signals: [{kind: label, key: x}]", "foreign_signals.0.kind: input should be"),
-    ("metrics: {port: http}", "metrics.port: input should be a valid integer"),
-    ("- just a list", "must be a mapping at the top level"),
-    ("smtp: [unclosed", "line 1 column"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("smtp: {port: 0, to: [a@example.test]}", "smtp.port: must be 1..65535, got 0"),
+        (
+            "smtp: {password: hunter2, to: [a@example.test]}",
+            "smtp.password: never put the password in the config file",
+        ),
+        (
+            "smtp: {to: [a@example.test], user: bob}",
+            "neither password_file nor password_credential",
+        ),
+        ("smtp: {prot: 25, to: [a@example.test]}", "smtp.prot: unknown key (did you mean 'port'?)"),
+        (
+            "smtp: {tls: maybe, to: [a@example.test]}",
+            "smtp.tls: input should be 'none', 'starttls' or 'ssl'",
+        ),
+        ("smtp: {}", "smtp.to: required"),
+        ("safety: {min_healthy: 120%}", "safety.min_healthy: must be a count"),
+        (
+            "safety: {max_concurrent: 0}",
+            "safety.max_concurrent: input should be greater than or equal to 1, got 0",
+        ),
+        ("safety: {breaker: {window: soon}}", "safety.breaker.window: must be a duration like"),
+        ("safety: {drain: {pdb_blocked: ignore}}", "safety.drain.pdb_blocked: input should be"),
+        (
+            "safety: {maintenance_windows: [{start: '02:00', end: '04:00', timezone: Mars/Base}]}",
+            "safety.maintenance_windows.0.timezone: unknown time zone 'Mars/Base'",
+        ),
+        (
+            "ladder: {reboot: {phases: [reboot]}}",
+            "ladder.reboot.phases: must be distinct phases ending in verify",
+        ),
+        (
+            "ladder: {reboot: {phases: [reboot, fix, verify]}}",
+            "ladder.reboot.phases.1: input should be",
+        ),
+        ("taints: {preset: nope}", "taints.preset: must be one of default, ossci, got 'nope'"),
+        ("taints: {reboot: {key: 'has space'}}", "taints.reboot.key: must be a valid taint key"),
+        (
+            "taints: {reboot: {key: fleetmedic.io/repair, value: reimage}}",
+            "must be distinct taints",
+        ),
+        (
+            "ansible: {extra_ssh_args: ['-o', 'StrictHostKeyChecking=no']}",
+            "ansible: extra_ssh_args must not change host key checking",
+        ),
+        (
+            "leader_election: {renew_deadline: 5m}",
+            "need retry_period < renew_deadline < lease_duration",
+        ),
+        ("foreign_signals: [{kind: label, key: x}]", "foreign_signals.0.kind: input should be"),
+        ("metrics: {port: http}", "metrics.port: input should be a valid integer"),
+        ("- just a list", "must be a mapping at the top level"),
+        ("smtp: [unclosed", "line 1 column"),
+    ],
+)
 def test_one_line_errors_name_the_file_and_the_field(tmp_path, text, expected):
     message = error_of(tmp_path, text)
     assert message.startswith(f"config {tmp_path / 'controller.yaml'}: ")
@@ -118,12 +167,17 @@ def test_missing_file():
 
 
 def test_secrets_by_systemd_credential(tmp_path):
-    cfg = config.parse({"smtp": {"to": ["a@example.test"], "user": "u",
-                                 "password_credential": "smtp"},
-                        "ansible": {"playbook_dir": str(tmp_path)}})
-    assert config.secret_path(cfg.smtp.password_file, cfg.smtp.password_credential,
-                              {"CREDENTIALS_DIRECTORY": "/run/credentials/x"}) == \
-        Path("/run/credentials/x/smtp")
+    cfg = config.parse(
+        {
+            "smtp": {"to": ["a@example.test"], "user": "u", "password_credential": "smtp"},
+            "ansible": {"playbook_dir": str(tmp_path)},
+        }
+    )
+    assert config.secret_path(
+        cfg.smtp.password_file,
+        cfg.smtp.password_credential,
+        {"CREDENTIALS_DIRECTORY": "/run/credentials/x"},
+    ) == Path("/run/credentials/x/smtp")
     with pytest.raises(ConfigError, match="CREDENTIALS_DIRECTORY is not set"):
         config.secret_path(None, "smtp", {})
     missing = cfg.missing_files({"CREDENTIALS_DIRECTORY": str(tmp_path)})
@@ -134,12 +188,15 @@ def test_secrets_by_systemd_credential(tmp_path):
 def test_password_never_shows_in_repr_or_dump(tmp_path):
     cfg = config.parse({"smtp": {"to": ["a@example.test"]}})
     assert "password=" not in repr(cfg.smtp).replace("password_file", "").replace(
-        "password_credential", "")
+        "password_credential", ""
+    )
     assert "password" not in cfg.smtp.model_dump()
 
 
-@pytest.mark.parametrize("text,seconds", [(30, 30), ("90s", 90), ("10m", 600), ("1h30m", 5400),
-                                          ("7d", 604800), ("2.5", 2.5)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [(30, 30), ("90s", 90), ("10m", 600), ("1h30m", 5400), ("7d", 604800), ("2.5", 2.5)],
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 

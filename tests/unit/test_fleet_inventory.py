@@ -18,9 +18,18 @@ from tests.harness.fleet import ROOT, Fleet, Node, _write_inventory
 @pytest.fixture
 def fleet(tmp_path):
     f = Fleet(name="unit", dir=tmp_path, octet=247)
-    f.nodes = [Node(fleet=f, name=f"node-{i}", index=i, address=net.node_address(247, i),
-                    netns=net.netns_name(247, f"node-{i}"), veth=net.veth_name(247, i),
-                    machine_id="0" * 32) for i in (1, 2, 3)]
+    f.nodes = [
+        Node(
+            fleet=f,
+            name=f"node-{i}",
+            index=i,
+            address=net.node_address(247, i),
+            netns=net.netns_name(247, f"node-{i}"),
+            veth=net.veth_name(247, i),
+            machine_id="0" * 32,
+        )
+        for i in (1, 2, 3)
+    ]
     _write_inventory(f)
     return f
 
@@ -49,9 +58,14 @@ def test_ssh_options_check_host_keys(fleet):
 
 def test_ansible_inventory_parses_it(fleet):
     bindir = Path(sys.executable).parent
-    out = subprocess.run([str(bindir / "ansible-inventory"), "-i", str(fleet.inventory), "--list"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT,
-                         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    out = subprocess.run(
+        [str(bindir / "ansible-inventory"), "-i", str(fleet.inventory), "--list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+    )
     assert out.returncode == 0, out.stderr
     assert "192.168.247.11" in out.stdout
 

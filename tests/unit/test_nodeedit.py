@@ -1,6 +1,7 @@
 import copy
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleetmedic.model import nodeedit
 from fleetmedic.model.vocabulary import preset
@@ -10,8 +11,15 @@ FOREIGN = {"key": "team.example/x", "value": "1", "effect": "NoSchedule"}
 
 
 def node(taints=None, labels=None, annotations=None):
-    return {"metadata": {"name": "n", "labels": labels or {}, "annotations": annotations or {},
-                         "resourceVersion": "1"}, "spec": {"taints": taints}}
+    return {
+        "metadata": {
+            "name": "n",
+            "labels": labels or {},
+            "annotations": annotations or {},
+            "resourceVersion": "1",
+        },
+        "spec": {"taints": taints},
+    }
 
 
 def test_add_taint_is_idempotent_and_keeps_foreign():
@@ -22,7 +30,11 @@ def test_add_taint_is_idempotent_and_keeps_foreign():
 
 
 def test_remove_only_exact_match():
-    same_key_other_effect = {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoExecute"}
+    same_key_other_effect = {
+        "key": "fleetmedic.io/repair",
+        "value": "reboot",
+        "effect": "NoExecute",
+    }
     n = node([FOREIGN, same_key_other_effect, VOCAB.reboot.as_taint()])
     assert nodeedit.remove_taint(n, VOCAB.reboot)
     assert n["spec"]["taints"] == [FOREIGN, same_key_other_effect]
@@ -36,8 +48,10 @@ def test_merge_patch_sends_whole_taint_list_and_nulls_removed_keys():
     nodeedit.set_annotation(new, "y", None)
     nodeedit.set_label(new, "b", "2")
     patch = nodeedit.merge_patch(old, new)
-    assert patch == {"metadata": {"labels": {"b": "2"}, "annotations": {"y": None}},
-                     "spec": {"taints": [FOREIGN, VOCAB.manual.as_taint()]}}
+    assert patch == {
+        "metadata": {"labels": {"b": "2"}, "annotations": {"y": None}},
+        "spec": {"taints": [FOREIGN, VOCAB.manual.as_taint()]},
+    }
 
 
 def test_merge_patch_empty_when_nothing_changed():
@@ -51,9 +65,13 @@ def test_unschedulable_round_trip():
     assert nodeedit.merge_patch(node(), n) == {"spec": {"unschedulable": True}}
 
 
-taint = st.fixed_dictionaries({"key": st.sampled_from(["fleetmedic.io/repair", "a/b", "repair-reboot"]),
-                               "value": st.sampled_from(["reboot", "manual", "true", "1"]),
-                               "effect": st.sampled_from(["NoSchedule", "NoExecute"])})
+taint = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(["fleetmedic.io/repair", "a/b", "repair-reboot"]),
+        "value": st.sampled_from(["reboot", "manual", "true", "1"]),
+        "effect": st.sampled_from(["NoSchedule", "NoExecute"]),
+    }
+)
 
 
 @given(st.lists(taint, max_size=6), st.sampled_from(["reboot", "reimage", "manual"]))

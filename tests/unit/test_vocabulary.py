@@ -6,8 +6,12 @@ from fleetmedic.model.vocabulary import preset, presets
 
 def node(taints=(), labels=None, annotations=None, addresses=(), conditions=()):
     return {
-        "metadata": {"name": "n1", "labels": labels or {}, "annotations": annotations or {},
-                     "resourceVersion": "7"},
+        "metadata": {
+            "name": "n1",
+            "labels": labels or {},
+            "annotations": annotations or {},
+            "resourceVersion": "7",
+        },
         "spec": {"taints": list(taints)},
         "status": {"addresses": list(addresses), "conditions": list(conditions)},
     }
@@ -17,7 +21,10 @@ def test_presets_have_default_and_ossci():
     assert {"default", "ossci"} <= set(presets())
     assert preset("ossci").reboot.key == "repair-reboot"
     assert preset("default").manual.as_taint() == {
-        "key": "fleetmedic.io/repair", "value": "manual", "effect": "NoSchedule"}
+        "key": "fleetmedic.io/repair",
+        "value": "manual",
+        "effect": "NoSchedule",
+    }
 
 
 def test_unknown_preset_is_one_line_error():
@@ -44,21 +51,27 @@ def test_foreign_and_wrong_effect_taints_are_not_ours():
 
 def test_furthest_step_wins_and_slow_network_is_separate():
     vocab = preset()
-    v = nodestate.view(node([vocab.reboot.as_taint(), vocab.manual.as_taint(),
-                             vocab.slow_network.as_taint()]), vocab)
+    v = nodestate.view(
+        node([vocab.reboot.as_taint(), vocab.manual.as_taint(), vocab.slow_network.as_taint()]),
+        vocab,
+    )
     assert v.state == "manual" and v.slow_network
 
 
 def test_address_override_vendor_and_foreign_signals():
     vocab = preset()
-    n = node([{"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"}],
-             labels={"fleetmedic.io/gpu-vendor": "amd"},
-             annotations={"fleetmedic.io/ssh-host": "10.0.0.9"},
-             addresses=[{"type": "InternalIP", "address": "192.168.1.2"}],
-             conditions=[{"type": "GPUProblem", "status": "True"}])
-    signals = [nodestate.ForeignSignal("taint", "trainy.konduktor.ai/faulty"),
-               nodestate.ForeignSignal("condition", "GPUProblem", "True"),
-               nodestate.ForeignSignal("taint", "gpu-healthcheck.aws-samples.io/unhealthy")]
+    n = node(
+        [{"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"}],
+        labels={"fleetmedic.io/gpu-vendor": "amd"},
+        annotations={"fleetmedic.io/ssh-host": "10.0.0.9"},
+        addresses=[{"type": "InternalIP", "address": "192.168.1.2"}],
+        conditions=[{"type": "GPUProblem", "status": "True"}],
+    )
+    signals = [
+        nodestate.ForeignSignal("taint", "trainy.konduktor.ai/faulty"),
+        nodestate.ForeignSignal("condition", "GPUProblem", "True"),
+        nodestate.ForeignSignal("taint", "gpu-healthcheck.aws-samples.io/unhealthy"),
+    ]
     v = nodestate.view(n, vocab, signals)
     assert v.address == "10.0.0.9" and v.vendor == "amd"
     assert v.foreign_signals == ("taint trainy.konduktor.ai/faulty", "condition GPUProblem=True")

@@ -1,1 +1,3 @@
-"""Thin adapters to the outside world (Kubernetes, ansible-runner, SMTP). They map third-party errors into fleetmedic.errors."""
+"""Thin adapters to the outside world (Kubernetes, ansible-runner, SMTP).
+
+They map third-party errors into fleetmedic.errors."""

@@ -27,22 +27,30 @@ import json
 import logging
 import random
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from fleetmedic.errors import (ConfigError, ConflictError, FleetmedicError, ForbiddenError,
-                               NotFoundError, PermanentError, TemporaryError)
+from fleetmedic.errors import (
+    ConfigError,
+    ConflictError,
+    FleetmedicError,
+    ForbiddenError,
+    NotFoundError,
+    PermanentError,
+    TemporaryError,
+)
 from fleetmedic.model.nodeedit import merge_patch
 
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = 15.0  # seconds for any non-watch call
-LIST_PAGE = 500        # nodes per list page (the API server's own default chunk size)
+LIST_PAGE = 500  # nodes per list page (the API server's own default chunk size)
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -90,10 +98,13 @@ class Kube:
         except ApiException as exc:
             raise _error_from(exc.status, exc.reason or "", exc.body, what) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TemporaryError(f"{what}: API server {self.server} unreachable: "
-                                 f"{type(exc).__name__}", delay=2.0) from None
+            raise TemporaryError(
+                f"{what}: API server {self.server} unreachable: {type(exc).__name__}", delay=2.0
+            ) from None
         if not 200 <= resp.status <= 299:
-            raise _error_from(resp.status, resp.reason or "", resp.data.decode(errors="replace"), what)
+            raise _error_from(
+                resp.status, resp.reason or "", resp.data.decode(errors="replace"), what
+            )
         return json.loads(resp.data) if resp.data else {}
 
     # -- nodes ------------------------------------------------------------
@@ -101,12 +112,13 @@ class Kube:
         """All nodes (matching ``label_selector``) and the list's resourceVersion."""
         items: list[dict] = []
         rv = ""
-        for page, rv in self.list_node_pages(label_selector):
+        for page, rv in self.list_node_pages(label_selector):  # noqa: B007 (the last page's rv)
             items.extend(page)
         return items, rv
 
-    def list_node_pages(self, label_selector: str | None = None,
-                        page_size: int = LIST_PAGE) -> Iterator[tuple[list[dict], str]]:
+    def list_node_pages(
+        self, label_selector: str | None = None, page_size: int = LIST_PAGE
+    ) -> Iterator[tuple[list[dict], str]]:
         """Nodes a page at a time, each with the list's resourceVersion.
 
         Every page comes from the same snapshot (``continue``), so any page's
@@ -131,17 +143,22 @@ class Kube:
     def get_node(self, name: str) -> dict:
         return self._call(f"get node {name}", self.core.read_node, name)
 
-    def watch_nodes(self, resource_version: str, timeout: int = 300,
-                    label_selector: str | None = None) -> Iterator[tuple[str, dict]]:
+    def watch_nodes(
+        self, resource_version: str, timeout: int = 300, label_selector: str | None = None
+    ) -> Iterator[tuple[str, dict]]:
         """Yield ``(type, node)`` from a watch with bookmarks until ``timeout``.
 
         Types are ADDED, MODIFIED, DELETED and BOOKMARK. Raises :class:`Expired`
         when the server says the resourceVersion is gone (list again then).
         """
-        kwargs: dict[str, Any] = dict(watch=True, allow_watch_bookmarks=True,
-                                      resource_version=resource_version, timeout_seconds=timeout,
-                                      _request_timeout=(REQUEST_TIMEOUT, timeout + 15),
-                                      _preload_content=False)
+        kwargs: dict[str, Any] = dict(
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout,
+            _request_timeout=(REQUEST_TIMEOUT, timeout + 15),
+            _preload_content=False,
+        )
         if label_selector:
             kwargs["label_selector"] = label_selector
         try:
@@ -149,18 +166,21 @@ class Kube:
         except ApiException as exc:
             raise _error_from(exc.status, exc.reason or "", exc.body, "watch nodes") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TemporaryError(f"watch nodes: API server {self.server} unreachable: "
-                                 f"{type(exc).__name__}") from None
+            raise TemporaryError(
+                f"watch nodes: API server {self.server} unreachable: {type(exc).__name__}"
+            ) from None
         if not 200 <= resp.status <= 299:
-            raise _error_from(resp.status, resp.reason or "", resp.data.decode(errors="replace"),
-                              "watch nodes")
+            raise _error_from(
+                resp.status, resp.reason or "", resp.data.decode(errors="replace"), "watch nodes"
+            )
         try:
             for line in _lines(resp):
                 event = json.loads(line)
                 obj = event.get("object") or {}
                 if event.get("type") == "ERROR":
-                    raise _error_from(obj.get("code"), obj.get("reason", ""), json.dumps(obj),
-                                      "watch nodes")
+                    raise _error_from(
+                        obj.get("code"), obj.get("reason", ""), json.dumps(obj), "watch nodes"
+                    )
                 yield event["type"], obj
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             # A dropped stream is normal (API server restart, timeout): the
@@ -169,8 +189,9 @@ class Kube:
         finally:
             resp.release_conn()
 
-    def update_node(self, name: str, mutate: Callable[[dict], bool | None],
-                    retries: int = 20) -> dict:
+    def update_node(
+        self, name: str, mutate: Callable[[dict], bool | None], retries: int = 20
+    ) -> dict:
         """Read-modify-write a node, guarded by its resourceVersion.
 
         ``mutate`` edits a deep copy in place (see :mod:`fleetmedic.model.nodeedit`)
@@ -186,60 +207,98 @@ class Kube:
             patch = merge_patch(node, new)
             if not patch:
                 return node
-            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"][
+                "resourceVersion"
+            ]
             try:
-                return self._call(f"patch node {name}", self.core.patch_node, name, patch,
-                                  _content_type=MERGE_PATCH)
+                return self._call(
+                    f"patch node {name}",
+                    self.core.patch_node,
+                    name,
+                    patch,
+                    _content_type=MERGE_PATCH,
+                )
             except ConflictError:
-                time.sleep(min(0.5, 0.01 * 2 ** attempt) * random.uniform(0.5, 1.5))
-        raise TemporaryError(f"node {name} kept changing under us; gave up after {retries} conflicts")
+                time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.5))
+        raise TemporaryError(
+            f"node {name} kept changing under us; gave up after {retries} conflicts"
+        )
 
     # -- pods and eviction (drain) ----------------------------------------
     def list_pods_on_node(self, node_name: str) -> list[dict]:
-        body = self._call(f"list pods on {node_name}", self.core.list_pod_for_all_namespaces,
-                          field_selector=f"spec.nodeName={node_name}")
+        body = self._call(
+            f"list pods on {node_name}",
+            self.core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={node_name}",
+        )
         return body.get("items") or []
 
     def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Evict through the Eviction API. A PDB that forbids it raises
         TemporaryError (HTTP 429); a pod already gone counts as evicted."""
-        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                                "metadata": {"name": name, "namespace": namespace}}
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
         if grace_seconds is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
         try:
-            self._call(f"evict pod {namespace}/{name}", self.core.create_namespaced_pod_eviction,
-                       name, namespace, body)
+            self._call(
+                f"evict pod {namespace}/{name}",
+                self.core.create_namespaced_pod_eviction,
+                name,
+                namespace,
+                body,
+            )
         except NotFoundError:
             pass
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Delete without asking PDBs (the drain's ``force`` mode)."""
         try:
-            self._call(f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace)
+            self._call(
+                f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace
+            )
         except NotFoundError:
             pass
 
     # -- leases -----------------------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict:
-        return self._call(f"get lease {namespace}/{name}",
-                          self.coordination.read_namespaced_lease, name, namespace)
+        return self._call(
+            f"get lease {namespace}/{name}",
+            self.coordination.read_namespaced_lease,
+            name,
+            namespace,
+        )
 
     def create_lease(self, namespace: str, body: dict) -> dict:
-        return self._call(f"create lease {namespace}/{body['metadata']['name']}",
-                          self.coordination.create_namespaced_lease, namespace, body)
+        return self._call(
+            f"create lease {namespace}/{body['metadata']['name']}",
+            self.coordination.create_namespaced_lease,
+            namespace,
+            body,
+        )
 
     def replace_lease(self, namespace: str, body: dict) -> dict:
         """Replace guarded by body.metadata.resourceVersion (409 if it moved)."""
-        return self._call(f"update lease {namespace}/{body['metadata']['name']}",
-                          self.coordination.replace_namespaced_lease,
-                          body["metadata"]["name"], namespace, body)
+        return self._call(
+            f"update lease {namespace}/{body['metadata']['name']}",
+            self.coordination.replace_namespaced_lease,
+            body["metadata"]["name"],
+            namespace,
+            body,
+        )
 
     # -- config maps (pause switch) ---------------------------------------
     def get_config_map(self, namespace: str, name: str) -> dict | None:
         try:
-            return self._call(f"get configmap {namespace}/{name}",
-                              self.core.read_namespaced_config_map, name, namespace)
+            return self._call(
+                f"get configmap {namespace}/{name}",
+                self.core.read_namespaced_config_map,
+                name,
+                namespace,
+            )
         except NotFoundError:
             return None
 
@@ -250,23 +309,46 @@ class Kube:
         named ConfigMap only (``create`` cannot be limited by name), and
         deploy/controller ships it. A missing one is NotFoundError.
         """
-        return self._call(f"patch configmap {namespace}/{name}",
-                          self.core.patch_namespaced_config_map, name, namespace, {"data": data},
-                          _content_type=MERGE_PATCH)
+        return self._call(
+            f"patch configmap {namespace}/{name}",
+            self.core.patch_namespaced_config_map,
+            name,
+            namespace,
+            {"data": data},
+            _content_type=MERGE_PATCH,
+        )
 
     # -- events -----------------------------------------------------------
-    def post_event(self, node: dict, reason: str, message: str, type: str = "Normal",
-                   component: str = "fleetmedic") -> None:
+    def post_event(
+        self,
+        node: dict,
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        component: str = "fleetmedic",
+    ) -> None:
         """Record a core/v1 Event on the Node. Never raises: events are best effort."""
         meta = node.get("metadata") or {}
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
-            "metadata": {"generateName": f"{meta.get('name', 'node')}.fleetmedic.", "namespace": "default"},
-            "involvedObject": {"kind": "Node", "apiVersion": "v1", "name": meta.get("name"),
-                               "uid": meta.get("uid")},
-            "reason": reason, "message": message[:1024], "type": type,
-            "source": {"component": component}, "reportingComponent": component,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "metadata": {
+                "generateName": f"{meta.get('name', 'node')}.fleetmedic.",
+                "namespace": "default",
+            },
+            "involvedObject": {
+                "kind": "Node",
+                "apiVersion": "v1",
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": type,
+            "source": {"component": component},
+            "reportingComponent": component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
         try:
             self._call("post event", self.core.create_namespaced_event, "default", body)
@@ -284,8 +366,9 @@ def _lines(resp: urllib3.HTTPResponse) -> Iterator[bytes]:
         yield buf
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None,
-            in_cluster: bool = False) -> Kube:
+def connect(
+    kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False
+) -> Kube:
     """Connect with a kubeconfig file (or in-cluster credentials).
 
     Raises :class:`ConfigError` with a one-line message when the kubeconfig is
@@ -296,14 +379,22 @@ def connect(kubeconfig: str | None = None, context: str | None = None,
         if in_cluster:
             config.load_incluster_config(client_configuration=cfg)
         else:
-            config.load_kube_config(config_file=kubeconfig, context=context,
-                                    client_configuration=cfg, persist_config=False)
+            config.load_kube_config(
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=cfg,
+                persist_config=False,
+            )
     except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
-        where = "in-cluster config" if in_cluster else f"kubeconfig {kubeconfig or '~/.kube/config'}"
+        where = (
+            "in-cluster config" if in_cluster else f"kubeconfig {kubeconfig or '~/.kube/config'}"
+        )
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{where}: {first}") from None
     except Exception as exc:  # yaml errors and the like; still one line
-        raise ConfigError(f"kubeconfig {kubeconfig}: {type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise ConfigError(
+            f"kubeconfig {kubeconfig}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     cfg.retries = False  # we retry ourselves, with our own error mapping
     return Kube(client.ApiClient(cfg), cfg.host)

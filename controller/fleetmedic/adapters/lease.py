@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.errors import ConflictError, NotFoundError
@@ -22,7 +22,7 @@ MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _fmt(t: datetime) -> str:
@@ -33,7 +33,7 @@ def _parse(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
-        return datetime.strptime(value.replace("+00:00", "Z"), MICROTIME).replace(tzinfo=timezone.utc)
+        return datetime.strptime(value.replace("+00:00", "Z"), MICROTIME).replace(tzinfo=UTC)
     except ValueError:
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -63,12 +63,19 @@ class Lease:
         spec = dict((existing or {}).get("spec") or {})
         if acquire:
             spec["acquireTime"] = now
-            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if existing else 0)
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (
+                1 if existing else 0
+            )
         spec.update(holderIdentity=self.holder, leaseDurationSeconds=self.duration, renewTime=now)
         meta = {"name": self.name, "namespace": self.namespace}
         if existing:
             meta["resourceVersion"] = existing["metadata"]["resourceVersion"]
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": spec,
+        }
 
     def holder_of(self, lease: dict) -> str | None:
         """The current holder, or None when the lease is free or expired."""
@@ -89,7 +96,9 @@ class Lease:
         """
         if self._mine is not None:
             try:
-                self._mine = self.kube.replace_lease(self.namespace, self._body(self._mine, acquire=False))
+                self._mine = self.kube.replace_lease(
+                    self.namespace, self._body(self._mine, acquire=False)
+                )
                 return True
             except (ConflictError, NotFoundError):
                 self._mine = None  # someone else wrote it: look before deciding
@@ -105,8 +114,9 @@ class Lease:
         if current not in (None, self.holder):
             return False
         try:
-            self._mine = self.kube.replace_lease(self.namespace,
-                                                 self._body(existing, acquire=current is None))
+            self._mine = self.kube.replace_lease(
+                self.namespace, self._body(existing, acquire=current is None)
+            )
             return True
         except ConflictError:
             return False

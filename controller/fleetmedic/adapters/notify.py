@@ -24,8 +24,9 @@ import json
 import os
 import smtplib
 import ssl
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import yagmail
 from yagmail.error import YagAddressError, YagInvalidEmailAddress
@@ -44,25 +45,39 @@ class Escalation:
     address: str | None
     labels: Mapping[str, str]
     taints: Sequence[Mapping[str, Any]]
-    attempts: Sequence[Mapping[str, Any]]       # the history annotation's entries
-    last_results: Any                           # the agent's last check results
+    attempts: Sequence[Mapping[str, Any]]  # the history annotation's entries
+    last_results: Any  # the agent's last check results
     last_finding: Any
     reason: str
     escalated_at: str
     episode: int = 0
-    evidence: Sequence[str] = ()                # bundle paths on this machine
+    evidence: Sequence[str] = ()  # bundle paths on this machine
     cluster: str = ""
 
     @classmethod
-    def of(cls, view: NodeView, reason: str, escalated_at: str, episode: int = 0,
-           evidence: Sequence[str | os.PathLike[str]] = (), cluster: str = "") -> "Escalation":
-        return cls(node=view.name, address=view.address, labels=dict(view.labels),
-                   taints=[dict(t) for t in view.taints],
-                   attempts=view.annotation_json(keys.ANN_HISTORY, []) or [],
-                   last_results=view.annotation_json(keys.ANN_LAST_RESULTS),
-                   last_finding=view.annotation_json(keys.ANN_LAST_FINDING),
-                   reason=reason, escalated_at=escalated_at, episode=episode,
-                   evidence=[str(p) for p in evidence], cluster=cluster)
+    def of(
+        cls,
+        view: NodeView,
+        reason: str,
+        escalated_at: str,
+        episode: int = 0,
+        evidence: Sequence[str | os.PathLike[str]] = (),
+        cluster: str = "",
+    ) -> Escalation:
+        return cls(
+            node=view.name,
+            address=view.address,
+            labels=dict(view.labels),
+            taints=[dict(t) for t in view.taints],
+            attempts=view.annotation_json(keys.ANN_HISTORY, []) or [],
+            last_results=view.annotation_json(keys.ANN_LAST_RESULTS),
+            last_finding=view.annotation_json(keys.ANN_LAST_FINDING),
+            reason=reason,
+            escalated_at=escalated_at,
+            episode=episode,
+            evidence=[str(p) for p in evidence],
+            cluster=cluster,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -71,7 +86,7 @@ class Escalation:
 @dataclasses.dataclass(frozen=True)
 class Storm:
     pool: int
-    nodes: Sequence[str]      # nodes that turned unhealthy within the window
+    nodes: Sequence[str]  # nodes that turned unhealthy within the window
     window: float
     threshold_percent: float
     tripped_at: str
@@ -111,8 +126,9 @@ def read_password(smtp: SmtpConfig, environ: Mapping[str, str] = os.environ) -> 
         raise ConfigError(f"smtp password file {path}: cannot read: {why}") from None
 
 
-def send_escalation(esc: Escalation, smtp: SmtpConfig,
-                    environ: Mapping[str, str] = os.environ) -> Sent:
+def send_escalation(
+    esc: Escalation, smtp: SmtpConfig, environ: Mapping[str, str] = os.environ
+) -> Sent:
     where = f" on {esc.cluster}" if esc.cluster else ""
     subject = f"[fleetmedic] {esc.node}{where} needs hands: {esc.reason}"[:200]
     report = json.dumps(esc.to_json(), indent=2, default=str).encode()
@@ -127,43 +143,67 @@ def send_escalation(esc: Escalation, smtp: SmtpConfig,
 
 def send_storm(storm: Storm, smtp: SmtpConfig, environ: Mapping[str, str] = os.environ) -> Sent:
     where = f" on {storm.cluster}" if storm.cluster else ""
-    subject = (f"[fleetmedic] circuit breaker open{where}: {len(storm.nodes)} of {storm.pool} "
-               f"nodes unhealthy within {storm.window:g}s; automation paused")
+    subject = (
+        f"[fleetmedic] circuit breaker open{where}: {len(storm.nodes)} of {storm.pool} "
+        f"nodes unhealthy within {storm.window:g}s; automation paused"
+    )
     body = storm_html(storm)
     msg_id = f"<fleetmedic.storm.{_token(storm.tripped_at)}@{_domain(smtp)}>"
     return Sent(msg_id, _send(smtp, subject, body, [], msg_id, environ), (), ())
 
 
-def _send(smtp: SmtpConfig, subject: str, html: str, attachments: list, message_id: str,
-          environ: Mapping[str, str]) -> Mapping[str, Any]:
+def _send(
+    smtp: SmtpConfig,
+    subject: str,
+    html: str,
+    attachments: list,
+    message_id: str,
+    environ: Mapping[str, str],
+) -> Mapping[str, Any]:
     password = read_password(smtp, environ)
     context = ssl.create_default_context(cafile=str(smtp.ca_file) if smtp.ca_file else None)
-    tls: dict[str, Any] = {"smtp_ssl": smtp.tls == "ssl",
-                           "smtp_starttls": {"context": context} if smtp.tls == "starttls" else False}
+    tls: dict[str, Any] = {
+        "smtp_ssl": smtp.tls == "ssl",
+        "smtp_starttls": {"context": context} if smtp.tls == "starttls" else False,
+    }
     if smtp.tls == "ssl":
         tls["context"] = context
     where = f"smtp {smtp.host}:{smtp.port}"
     try:
-        client = _Client((smtp.user, password) if smtp.user else None, user=smtp.sender,
-                         host=smtp.host, port=smtp.port, timeout=smtp.timeout,
-                         soft_email_validation=False, **tls)
+        client = _Client(
+            (smtp.user, password) if smtp.user else None,
+            user=smtp.sender,
+            host=smtp.host,
+            port=smtp.port,
+            timeout=smtp.timeout,
+            soft_email_validation=False,
+            **tls,
+        )
     except (YagAddressError, YagInvalidEmailAddress, ValueError) as exc:
         raise ConfigError(f"{where}: bad sender {smtp.sender!r}: {exc}") from None
     try:
-        result = client.send(to=list(smtp.to), subject=subject, contents=[yagmail.raw(html)],
-                             attachments=attachments or None, prettify_html=False,
-                             message_id=message_id)
+        result = client.send(
+            to=list(smtp.to),
+            subject=subject,
+            contents=[yagmail.raw(html)],
+            attachments=attachments or None,
+            prettify_html=False,
+            message_id=message_id,
+        )
     except smtplib.SMTPAuthenticationError as exc:
-        raise TemporaryError(f"{where}: login as {smtp.user} refused ({exc.smtp_code})",
-                             smtp.retry_interval) from None
+        raise TemporaryError(
+            f"{where}: login as {smtp.user} refused ({exc.smtp_code})", smtp.retry_interval
+        ) from None
     except (smtplib.SMTPException, OSError) as exc:
-        raise TemporaryError(f"{where}: {type(exc).__name__}: {_reason(exc)}",
-                             smtp.retry_interval) from None
+        raise TemporaryError(
+            f"{where}: {type(exc).__name__}: {_reason(exc)}", smtp.retry_interval
+        ) from None
     finally:
         client.close()
     if result is False:
-        raise TemporaryError(f"{where}: the relay kept disconnecting; not sent",
-                             smtp.retry_interval)
+        raise TemporaryError(
+            f"{where}: the relay kept disconnecting; not sent", smtp.retry_interval
+        )
     return dict(result or {})
 
 
@@ -175,8 +215,10 @@ ATTEMPT_COLUMNS = ("ep", "step", "attempt", "start", "end", "result", "phase", "
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th {_CELL}>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td {_CELL}>{html.escape(str(c))}</td>" for c in row)
-                   + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td {_CELL}>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+        for row in rows
+    )
     return f"<table {_TABLE}><tr>{head}</tr>{body}</table>" if rows else "<p>(none)</p>"
 
 
@@ -187,8 +229,9 @@ def _pre(value: Any) -> str:
 
 def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
     e = html.escape
-    attempts = [[a.get(c, "") for c in ATTEMPT_COLUMNS] for a in esc.attempts
-                if isinstance(a, Mapping)]
+    attempts = [
+        [a.get(c, "") for c in ATTEMPT_COLUMNS] for a in esc.attempts if isinstance(a, Mapping)
+    ]
     taints = [[t.get("key", ""), t.get("value", ""), t.get("effect", "")] for t in esc.taints]
     evidence = [[Path(p).name, "attached"] for p in esc.evidence if p not in not_attached]
     evidence += [[p, "not attached: find it on the controller host"] for p in not_attached]
@@ -196,12 +239,18 @@ def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
         f"<h2>{e(esc.node)} needs a human</h2>",
         f"<p><b>Why:</b> {e(esc.reason)}<br><b>Address:</b> {e(esc.address or 'unknown')}"
         f"<br><b>Escalated:</b> {e(esc.escalated_at)} (episode {esc.episode})</p>",
-        "<h3>Automated attempts</h3>", _table(ATTEMPT_COLUMNS, attempts),
-        "<h3>Last check results</h3>", _pre(esc.last_results or "none recorded"),
-        "<h3>Last finding</h3>", _pre(esc.last_finding or "none recorded"),
-        "<h3>Taints</h3>", _table(("key", "value", "effect"), taints),
-        "<h3>Labels</h3>", _table(("label", "value"), sorted(esc.labels.items())),
-        "<h3>Evidence</h3>", _table(("bundle", "where"), evidence),
+        "<h3>Automated attempts</h3>",
+        _table(ATTEMPT_COLUMNS, attempts),
+        "<h3>Last check results</h3>",
+        _pre(esc.last_results or "none recorded"),
+        "<h3>Last finding</h3>",
+        _pre(esc.last_finding or "none recorded"),
+        "<h3>Taints</h3>",
+        _table(("key", "value", "effect"), taints),
+        "<h3>Labels</h3>",
+        _table(("label", "value"), sorted(esc.labels.items())),
+        "<h3>Evidence</h3>",
+        _table(("bundle", "where"), evidence),
         f"<p>When the node is fixed: <code>fleetmedic release {e(esc.node)}</code>. "
         "The attached JSON holds all of the above.</p>",
     ]
@@ -210,14 +259,18 @@ def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
 
 def storm_html(storm: Storm) -> str:
     e = html.escape
-    return "".join([
-        f"<h2>Circuit breaker open: {len(storm.nodes)} of {storm.pool} nodes turned "
-        f"unhealthy within {storm.window:g}s</h2>",
-        f"<p>More than {storm.threshold_percent:g}% of the pool at once looks systemic (network, "
-        f"driver rollout, API server), not like single GPUs. fleetmedic stopped all automated "
-        f"repair at {e(storm.tripped_at)}; nodes stay fenced.</p>",
-        _table(("node",), [[n] for n in storm.nodes]),
-        "<p>Find the common cause, then reset the breaker to resume automation.</p>"])
+    return "".join(
+        [
+            f"<h2>Circuit breaker open: {len(storm.nodes)} of {storm.pool} nodes turned "
+            f"unhealthy within {storm.window:g}s</h2>",
+            f"<p>More than {storm.threshold_percent:g}% of the pool at once looks systemic "
+            "(network, "
+            f"driver rollout, API server), not like single GPUs. fleetmedic stopped all automated "
+            f"repair at {e(storm.tripped_at)}; nodes stay fenced.</p>",
+            _table(("node",), [[n] for n in storm.nodes]),
+            "<p>Find the common cause, then reset the breaker to resume automation.</p>",
+        ]
+    )
 
 
 def _pick(paths: Sequence[str], budget: float) -> tuple[list[str], list[str]]:

@@ -28,9 +28,10 @@ import shutil
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import ansible_runner
 import yaml
@@ -41,9 +42,20 @@ from fleetmedic.model.config import AnsibleConfig, secret_path
 from fleetmedic.model.nodestate import NodeView
 
 OK, FAILED, UNREACHABLE, TIMEOUT = "ok", "failed", "unreachable", "timeout"
-BOOT_ID_PLAY = [{"name": "Read boot_id", "hosts": "all", "gather_facts": False, "tasks": [
-    {"name": "boot_id", "ansible.builtin.command": "cat /proc/sys/kernel/random/boot_id",
-     "changed_when": False}]}]
+BOOT_ID_PLAY = [
+    {
+        "name": "Read boot_id",
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {
+                "name": "boot_id",
+                "ansible.builtin.command": "cat /proc/sys/kernel/random/boot_id",
+                "changed_when": False,
+            }
+        ],
+    }
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,17 +67,17 @@ class Target:
     vars: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, view: NodeView, hostvars: Mapping[str, Any] | None = None) -> "Target":
+    def of(cls, view: NodeView, hostvars: Mapping[str, Any] | None = None) -> Target:
         base = {"fleetmedic_vendor": view.vendor, "k8s_labels": dict(view.labels)}
         return cls(view.name, view.address, {**base, **(hostvars or {})})
 
 
 @dataclasses.dataclass(frozen=True)
 class HostResult:
-    status: str                     # ok | failed | unreachable | timeout
-    task: str | None = None         # the failing task
-    message: str = ""               # one line
-    stdout: str = ""                # the last successful task's stdout (probes)
+    status: str  # ok | failed | unreachable | timeout
+    task: str | None = None  # the failing task
+    message: str = ""  # one line
+    stdout: str = ""  # the last successful task's stdout (probes)
     evidence: tuple[str, ...] = ()  # bundles the diagnostics role fetched in this run
 
     @property
@@ -77,7 +89,7 @@ class HostResult:
 class RunResult:
     run_id: str
     rc: int | None
-    status: str                      # ansible-runner's: successful | failed | timeout
+    status: str  # ansible-runner's: successful | failed | timeout
     hosts: Mapping[str, HostResult]
     artifact_dir: Path
     private_data_dir: Path
@@ -87,17 +99,24 @@ class RunResult:
 def new_run_id(label: str = "run") -> str:
     """Sortable and unique: ``20261121T120000Z-verify-1a2b3c4d``."""
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in label)[:40] or "run"
-    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{safe}-{uuid.uuid4().hex[:8]}"
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{safe}-{uuid.uuid4().hex[:8]}"
 
 
-def inventory(targets: Iterable[Target], settings: AnsibleConfig,
-              environ: Mapping[str, str] = os.environ) -> dict:
+def inventory(
+    targets: Iterable[Target], settings: AnsibleConfig, environ: Mapping[str, str] = os.environ
+) -> dict:
     """The inventory for just these targets (those with an address)."""
-    ssh = ["-o", f"UserKnownHostsFile={settings.known_hosts_file}",
-           "-o", "StrictHostKeyChecking=yes",
-           "-o", f"ServerAliveInterval={settings.server_alive_interval}",
-           "-o", f"ServerAliveCountMax={settings.server_alive_count_max}",
-           *settings.extra_ssh_args]
+    ssh = [
+        "-o",
+        f"UserKnownHostsFile={settings.known_hosts_file}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"ServerAliveInterval={settings.server_alive_interval}",
+        "-o",
+        f"ServerAliveCountMax={settings.server_alive_count_max}",
+        *settings.extra_ssh_args,
+    ]
     common: dict[str, Any] = {
         "ansible_host_key_checking": True,
         "ansible_ssh_common_args": shlex.join(ssh),
@@ -115,14 +134,21 @@ def inventory(targets: Iterable[Target], settings: AnsibleConfig,
     return {"all": {"vars": common, "hosts": hosts}}
 
 
-def run_playbook(playbook: str | os.PathLike[str] | list, targets: Sequence[Target],
-                 settings: AnsibleConfig, *, extravars: Mapping[str, Any] | None = None,
-                 timeout: float | None = None, run_id: str | None = None,
-                 cancel: Callable[[], bool] | None = None,
-                 environ: Mapping[str, str] = os.environ) -> RunResult:
+def run_playbook(
+    playbook: str | os.PathLike[str] | list,
+    targets: Sequence[Target],
+    settings: AnsibleConfig,
+    *,
+    extravars: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    run_id: str | None = None,
+    cancel: Callable[[], bool] | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> RunResult:
     """Run ``playbook`` (a path, or plays as data) on ``targets``; wait for it to end."""
-    run_id = run_id or new_run_id(Path(str(playbook)).stem if not isinstance(playbook, list)
-                                  else "play")
+    run_id = run_id or new_run_id(
+        Path(str(playbook)).stem if not isinstance(playbook, list) else "play"
+    )
     pdd = settings.run_dir / run_id
     evidence = settings.evidence_dir
     try:
@@ -138,11 +164,18 @@ def run_playbook(playbook: str | os.PathLike[str] | list, targets: Sequence[Targ
     reachable = [t for t in targets if t.address]
     started, t0 = time.time(), time.monotonic()
     kwargs: dict[str, Any] = dict(
-        private_data_dir=str(pdd), ident=run_id, playbook=str(playbook),
-        inventory=inventory(reachable, settings, environ), envvars=_env(settings, environ),
+        private_data_dir=str(pdd),
+        ident=run_id,
+        playbook=str(playbook),
+        inventory=inventory(reachable, settings, environ),
+        envvars=_env(settings, environ),
         extravars={"fleetmedic_run_id": run_id, **(extravars or {})},
-        limit=",".join(t.name for t in reachable), forks=settings.forks,
-        timeout=int(timeout or settings.job_timeout), quiet=True, cancel_callback=cancel)
+        limit=",".join(t.name for t in reachable),
+        forks=settings.forks,
+        timeout=int(timeout or settings.job_timeout),
+        quiet=True,
+        cancel_callback=cancel,
+    )
     if not reachable:
         r = None
     else:
@@ -153,22 +186,49 @@ def run_playbook(playbook: str | os.PathLike[str] | list, targets: Sequence[Targ
         except (AnsibleRunnerException, OSError) as exc:
             raise TemporaryError(f"run {run_id}: {_one_line(exc)}", 30) from None
     hosts = _outcomes(r, [t.name for t in reachable], run_id)
-    hosts.update({t.name: HostResult(UNREACHABLE, message="no address: neither the "
-                                     "fleetmedic.io/ssh-host annotation nor an InternalIP")
-                  for t in targets if not t.address})
-    hosts = {name: dataclasses.replace(h, evidence=_evidence(evidence / name, started))
-             for name, h in hosts.items()}
-    return RunResult(run_id=run_id, rc=r.rc if r else None, status=r.status if r else "failed",
-                     hosts=hosts, artifact_dir=pdd / "artifacts" / run_id, private_data_dir=pdd,
-                     duration=time.monotonic() - t0)
+    hosts.update(
+        {
+            t.name: HostResult(
+                UNREACHABLE,
+                message="no address: neither the "
+                "fleetmedic.io/ssh-host annotation nor an InternalIP",
+            )
+            for t in targets
+            if not t.address
+        }
+    )
+    hosts = {
+        name: dataclasses.replace(h, evidence=_evidence(evidence / name, started))
+        for name, h in hosts.items()
+    }
+    return RunResult(
+        run_id=run_id,
+        rc=r.rc if r else None,
+        status=r.status if r else "failed",
+        hosts=hosts,
+        artifact_dir=pdd / "artifacts" / run_id,
+        private_data_dir=pdd,
+        duration=time.monotonic() - t0,
+    )
 
 
-def read_boot_ids(targets: Sequence[Target], settings: AnsibleConfig, *, timeout: float = 60,
-                  run_id: str | None = None, environ: Mapping[str, str] = os.environ
-                  ) -> RunResult:
+def read_boot_ids(
+    targets: Sequence[Target],
+    settings: AnsibleConfig,
+    *,
+    timeout: float = 60,
+    run_id: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> RunResult:
     """Each host's /proc/sys/kernel/random/boot_id, in ``hosts[name].stdout``."""
-    return run_playbook(BOOT_ID_PLAY, targets, settings, timeout=timeout,
-                        run_id=run_id or new_run_id("boot-id"), environ=environ)
+    return run_playbook(
+        BOOT_ID_PLAY,
+        targets,
+        settings,
+        timeout=timeout,
+        run_id=run_id or new_run_id("boot-id"),
+        environ=environ,
+    )
 
 
 def evidence_for(node: str, settings: AnsibleConfig, episode: int | None = None) -> list[str]:
@@ -176,8 +236,11 @@ def evidence_for(node: str, settings: AnsibleConfig, episode: int | None = None)
     given: they are named ``<node>-<request id>``, and request ids begin ``e<episode>-``)."""
     prefix = f"{node}-e{episode}-" if episode is not None else ""
     try:
-        found = [p for p in (settings.evidence_dir / node).iterdir()
-                 if p.is_file() and p.name.startswith(prefix)]
+        found = [
+            p
+            for p in (settings.evidence_dir / node).iterdir()
+            if p.is_file() and p.name.startswith(prefix)
+        ]
     except OSError:
         return []
     return [str(p) for p in sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)]
@@ -189,7 +252,7 @@ def prune_runs(settings: AnsibleConfig) -> int:
         runs = sorted(p for p in settings.run_dir.iterdir() if p.is_dir() and p.name != "cp")
     except OSError:
         return 0
-    old = runs[:max(0, len(runs) - settings.keep_runs)]
+    old = runs[: max(0, len(runs) - settings.keep_runs)]
     for path in old:
         shutil.rmtree(path, ignore_errors=True)
     return len(old)
@@ -197,10 +260,12 @@ def prune_runs(settings: AnsibleConfig) -> int:
 
 def _env(settings: AnsibleConfig, environ: Mapping[str, str]) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
-    env = {"PATH": f"{venv_bin}:{environ.get('PATH', '/usr/bin:/bin')}",
-           "ANSIBLE_HOST_KEY_CHECKING": "True",
-           "FLEETMEDIC_EVIDENCE_DIR": str(settings.evidence_dir),
-           "ANSIBLE_RETRY_FILES_ENABLED": "False"}
+    env = {
+        "PATH": f"{venv_bin}:{environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "FLEETMEDIC_EVIDENCE_DIR": str(settings.evidence_dir),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+    }
     if settings.config_file:
         env["ANSIBLE_CONFIG"] = str(settings.config_file)
     return {**env, **settings.env}
@@ -228,8 +293,9 @@ def _outcomes(r: Any, names: list[str], run_id: str) -> dict[str, HostResult]:
         elif kind == "playbook_on_stats":
             stats = data
     if stats is None and not failed and not unreachable and r.status == "failed":
-        raise PermanentError(f"run {run_id}: ansible-playbook failed before any task ran "
-                             f"(rc {r.rc}): {_tail(r)}")
+        raise PermanentError(
+            f"run {run_id}: ansible-playbook failed before any task ran (rc {r.rc}): {_tail(r)}"
+        )
     out = {}
     for name in names:
         if name in unreachable and (stats is None or name in (stats.get("dark") or {})):
@@ -259,7 +325,7 @@ def _message(res: Mapping[str, Any]) -> str:
 
 def _one_line(value: Any, limit: int = 300) -> str:
     text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _tail(r: Any) -> str:
@@ -272,7 +338,12 @@ def _tail(r: Any) -> str:
 
 def _evidence(directory: Path, since: float) -> tuple[str, ...]:
     try:
-        return tuple(sorted(str(p) for p in directory.iterdir()
-                            if p.is_file() and p.stat().st_mtime >= since - 1))
+        return tuple(
+            sorted(
+                str(p)
+                for p in directory.iterdir()
+                if p.is_file() and p.stat().st_mtime >= since - 1
+            )
+        )
     except OSError:
         return ()

@@ -7,7 +7,8 @@ written only when its content changes, so a healthy node costs no writes:
 - ``fleetmedic.io/last-results``: per category the worst status of the last
   round and, when not ok, what was wrong, plus since when::
 
-      {"gpu": {"status": "problem", "detail": "nvidia.ecc: GPU 3 ...", "since": "2026-11-21T12:00:00Z"},
+      {"gpu": {"status": "problem", "detail": "nvidia.ecc: GPU 3 ...",
+               "since": "2026-11-21T12:00:00Z"},
        "network": {"status": "ok", "since": "..."}}
 
   ``gpu`` reads ``skipped`` while a repair taint is on the node.
@@ -21,7 +22,8 @@ slow-network (the ValidatingAdmissionPolicy in deploy/agent enforces exactly tha
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from fleetmedic.checks.base import CheckResult, worst
 from fleetmedic.model import keys, nodeedit
@@ -70,8 +72,12 @@ def apply_decision(node: dict, decision: Decision, vocab: Vocabulary) -> bool:
     return changed
 
 
-def summarize(results: Iterable[CheckResult], previous: Any, now: str,
-              skipped: Mapping[str, str] | None = None) -> dict[str, Any]:
+def summarize(
+    results: Iterable[CheckResult],
+    previous: Any,
+    now: str,
+    skipped: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The new ``last-results`` value: ``previous`` with the categories of this round
     replaced; ``skipped`` maps a category to why it did not run."""
     prev = previous if isinstance(previous, Mapping) else {}
@@ -90,7 +96,9 @@ def summarize(results: Iterable[CheckResult], previous: Any, now: str,
         entries[cat] = {"status": "skipped", "detail": _clip(why)}
     for cat, entry in entries.items():
         before = out.get(cat) or {}
-        same = before.get("status") == entry["status"] and before.get("detail") == entry.get("detail")
+        same = before.get("status") == entry["status"] and before.get("detail") == entry.get(
+            "detail"
+        )
         entry["since"] = before.get("since", now) if same else now
         out[cat] = entry
     return out

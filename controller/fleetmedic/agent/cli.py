@@ -24,79 +24,191 @@ def _merge(cfg, opts: dict[str, Any]):
     """Flags over the config file (a flag that was not given changes nothing)."""
     from fleetmedic.agent.config import AgentConfig
 
-    kernel = dataclasses.replace(cfg.kernel, **{k: v for k, v in {
-        "source": opts["kernel_log"], "poll": opts["kernel_poll"],
-        "boot_id_file": opts["boot_id_file"]}.items() if v is not None})
+    kernel = dataclasses.replace(
+        cfg.kernel,
+        **{
+            k: v
+            for k, v in {
+                "source": opts["kernel_log"],
+                "poll": opts["kernel_poll"],
+                "boot_id_file": opts["boot_id_file"],
+            }.items()
+            if v is not None
+        },
+    )
     net = cfg.checks.network
-    net = dataclasses.replace(net, **{k: v for k, v in {
-        "peers": tuple(opts["peers"]) or None, "min_mbps": opts["min_mbps"],
-        "duration": opts["network_duration"]}.items() if v is not None})
-    checks = dataclasses.replace(cfg.checks, network=net, **{k: v for k, v in {
-        "vendor": opts["vendor"], "expected_gpus": opts["expected_gpus"],
-        "timeout": opts["timeout"]}.items() if v is not None})
+    net = dataclasses.replace(
+        net,
+        **{
+            k: v
+            for k, v in {
+                "peers": tuple(opts["peers"]) or None,
+                "min_mbps": opts["min_mbps"],
+                "duration": opts["network_duration"],
+            }.items()
+            if v is not None
+        },
+    )
+    checks = dataclasses.replace(
+        cfg.checks,
+        network=net,
+        **{
+            k: v
+            for k, v in {
+                "vendor": opts["vendor"],
+                "expected_gpus": opts["expected_gpus"],
+                "timeout": opts["timeout"],
+            }.items()
+            if v is not None
+        },
+    )
     merged: AgentConfig = cfg.replace(
-        node_name=opts["node_name"], interval=opts["interval"], strike_limit=opts["strike_limit"],
-        taints=opts["taints"], kubeconfig=opts["kubeconfig"], retry_cap=opts["retry_cap"],
-        events=False if opts["no_events"] else None)
+        node_name=opts["node_name"],
+        interval=opts["interval"],
+        strike_limit=opts["strike_limit"],
+        taints=opts["taints"],
+        kubeconfig=opts["kubeconfig"],
+        retry_cap=opts["retry_cap"],
+        events=False if opts["no_events"] else None,
+    )
     return dataclasses.replace(merged, kernel=kernel, checks=checks)
 
 
 def _logging(level: str) -> None:
     logging.Formatter.converter = time.gmtime
-    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%SZ")
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%SZ",
+    )
     for noisy in ("kubernetes", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 @click.command("agent")
-@click.option("--node-name", envvar="NODE_NAME", metavar="NAME",
-              help="This node's Kubernetes Node name; the only Node the agent reads or writes. "
-                   "Env NODE_NAME (the DaemonSet sets it from spec.nodeName).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              envvar="FLEETMEDIC_AGENT_CONFIG", default=DEFAULT_CONFIG, show_default=True,
-              help="YAML settings (see fleetmedic.agent.config); flags below override it. "
-                   "A missing default file is fine.")
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
-              help="Kubeconfig to use. Default: the Pod's own ServiceAccount token when running "
-                   "in a cluster, else $KUBECONFIG or ~/.kube/config.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=None,
-              help="Seconds between check rounds (default 60).")
-@click.option("--strike-limit", type=click.IntRange(min=1), default=None,
-              help="Consecutive failed rounds before fencing (default 3): GPU -> repair=reboot, "
-                   "network -> slow-network.")
-@click.option("--taints", default=None, metavar="PRESET",
-              help="Taint name preset: default (fleetmedic.io/repair=<step>) or ossci "
-                   "(repair-reboot, ...). Must match the controller's.")
-@click.option("--kernel-log", default=None, metavar="SOURCE",
-              help="Kernel log to follow: kmsg (default, /dev/kmsg), journal, a file path "
-                   "(e.g. /var/log/kern.log), or none.")
-@click.option("--kernel-poll", type=click.FloatRange(min=0.01), default=None,
-              help="Seconds between looks at an idle kernel log *file* (default 0.1).")
-@click.option("--boot-id-file", default=None, metavar="PATH",
-              help="Where to read the kernel boot id (default /proc/sys/kernel/random/boot_id).")
-@click.option("--vendor", type=click.Choice(["auto", "nvidia", "amd", "none"]), default=None,
-              help="GPU vendor when the Node has no fleetmedic.io/gpu-vendor label (default auto).")
-@click.option("--expected-gpus", type=click.IntRange(min=0), default=None,
-              help="GPU count when the Node has no fleetmedic.io/expected-gpus label.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
-              help="Hard limit per probe in seconds (default 15); a hung probe is unknown, "
-                   "which neither counts a strike nor clears one.")
-@click.option("--peer", "peers", multiple=True, metavar="HOST[:PORT]",
-              help="iperf3 server for the network probe (repeatable, first that answers). "
-                   "None: no network check.")
-@click.option("--min-mbps", type=click.FloatRange(min=0), default=None,
-              help="Throughput below this many Mbit/s is a network failure (default 1000).")
-@click.option("--network-duration", type=click.FloatRange(min=0.5), default=None,
-              help="Seconds of iperf3 traffic per probe (default 3).")
-@click.option("--retry-cap", type=click.FloatRange(min=0.1), default=None,
-              help="Longest wait between retries while the API server is down (default 30).")
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    metavar="NAME",
+    help="This node's Kubernetes Node name; the only Node the agent reads or writes. "
+    "Env NODE_NAME (the DaemonSet sets it from spec.nodeName).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="FLEETMEDIC_AGENT_CONFIG",
+    default=DEFAULT_CONFIG,
+    show_default=True,
+    help="YAML settings (see fleetmedic.agent.config); flags below override it. "
+    "A missing default file is fine.",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Kubeconfig to use. Default: the Pod's own ServiceAccount token when running "
+    "in a cluster, else $KUBECONFIG or ~/.kube/config.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Seconds between check rounds (default 60).",
+)
+@click.option(
+    "--strike-limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Consecutive failed rounds before fencing (default 3): GPU -> repair=reboot, "
+    "network -> slow-network.",
+)
+@click.option(
+    "--taints",
+    default=None,
+    metavar="PRESET",
+    help="Taint name preset: default (fleetmedic.io/repair=<step>) or ossci "
+    "(repair-reboot, ...). Must match the controller's.",
+)
+@click.option(
+    "--kernel-log",
+    default=None,
+    metavar="SOURCE",
+    help="Kernel log to follow: kmsg (default, /dev/kmsg), journal, a file path "
+    "(e.g. /var/log/kern.log), or none.",
+)
+@click.option(
+    "--kernel-poll",
+    type=click.FloatRange(min=0.01),
+    default=None,
+    help="Seconds between looks at an idle kernel log *file* (default 0.1).",
+)
+@click.option(
+    "--boot-id-file",
+    default=None,
+    metavar="PATH",
+    help="Where to read the kernel boot id (default /proc/sys/kernel/random/boot_id).",
+)
+@click.option(
+    "--vendor",
+    type=click.Choice(["auto", "nvidia", "amd", "none"]),
+    default=None,
+    help="GPU vendor when the Node has no fleetmedic.io/gpu-vendor label (default auto).",
+)
+@click.option(
+    "--expected-gpus",
+    type=click.IntRange(min=0),
+    default=None,
+    help="GPU count when the Node has no fleetmedic.io/expected-gpus label.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Hard limit per probe in seconds (default 15); a hung probe is unknown, "
+    "which neither counts a strike nor clears one.",
+)
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="iperf3 server for the network probe (repeatable, first that answers). "
+    "None: no network check.",
+)
+@click.option(
+    "--min-mbps",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Throughput below this many Mbit/s is a network failure (default 1000).",
+)
+@click.option(
+    "--network-duration",
+    type=click.FloatRange(min=0.5),
+    default=None,
+    help="Seconds of iperf3 traffic per probe (default 3).",
+)
+@click.option(
+    "--retry-cap",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Longest wait between retries while the API server is down (default 30).",
+)
 @click.option("--no-events", is_flag=True, help="Do not post Events on the Node.")
-@click.option("--once", is_flag=True,
-              help="Read the kernel log once (against the watermark), run one check round, write "
-                   "the result, print it as JSON and exit.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              show_default=True, help="Log verbosity (one line per event, on stderr).")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Read the kernel log once (against the watermark), run one check round, write "
+    "the result, print it as JSON and exit.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    help="Log verbosity (one line per event, on stderr).",
+)
 def agent(config_path: Path, once: bool, log_level: str, **opts: Any) -> None:
     """Run the node agent: health checks, strikes and fencing of this node.
 
@@ -123,8 +235,11 @@ def agent(config_path: Path, once: bool, log_level: str, **opts: Any) -> None:
         cfg = _merge(base, opts)
         if not cfg.node_name:
             raise ConfigError("no node name: pass --node-name or set NODE_NAME")
-        in_cluster = cfg.kubeconfig is None and "KUBECONFIG" not in os.environ and bool(
-            os.environ.get("KUBERNETES_SERVICE_HOST"))
+        in_cluster = (
+            cfg.kubeconfig is None
+            and "KUBECONFIG" not in os.environ
+            and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        )
         kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
         kernel_kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
     except FleetmedicError as exc:
@@ -139,10 +254,18 @@ def agent(config_path: Path, once: bool, log_level: str, **opts: Any) -> None:
         out = worker.run_once()
         if out is None:
             sys.exit(2)
-        click.echo(json.dumps({"node": cfg.node_name, "strikes": out.decision.strikes.to_json(),
-                               "fenced": out.fenced, "reason": out.decision.reason,
-                               "kernel_findings_acted": worker.kernel.acted,
-                               "kernel_findings_already_handled": worker.kernel.skipped}))
+        click.echo(
+            json.dumps(
+                {
+                    "node": cfg.node_name,
+                    "strikes": out.decision.strikes.to_json(),
+                    "fenced": out.fenced,
+                    "reason": out.decision.reason,
+                    "kernel_findings_acted": worker.kernel.acted,
+                    "kernel_findings_already_handled": worker.kernel.skipped,
+                }
+            )
+        )
         return
     # The loop runs in a thread so SIGTERM is noticed at once, even mid-round.
     thread = threading.Thread(target=worker.run, name="fleetmedic-agent", daemon=True)

@@ -24,8 +24,9 @@ Example file (every key optional)::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -86,7 +87,7 @@ class AgentConfig:
     """Longest wait between attempts while the API server is unreachable or refuses;
     the agent never gives up and never drops a pending fencing action."""
     kernel: KernelWatchConfig = KernelWatchConfig()
-    checks: CheckConfig = CheckConfig()
+    checks: CheckConfig = dataclasses.field(default_factory=CheckConfig)
 
     def __post_init__(self) -> None:
         if self.interval <= 0:
@@ -103,12 +104,12 @@ class AgentConfig:
         except ValueError as exc:
             raise ConfigError(f"taints: {exc}") from None
 
-    def replace(self, **changes: Any) -> "AgentConfig":
+    def replace(self, **changes: Any) -> AgentConfig:
         """A copy with top-level fields changed; ``None`` values are ignored (unset flags)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "AgentConfig":
+    def from_mapping(cls, data: Mapping[str, Any]) -> AgentConfig:
         if not isinstance(data, Mapping):
             raise ConfigError("agent config: expected a mapping at the top level")
         kwargs = dict(data)
@@ -122,7 +123,7 @@ class AgentConfig:
             raise ConfigError(f"agent config: {_one_line(exc)}") from None
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "AgentConfig":
+    def from_file(cls, path: str | Path) -> AgentConfig:
         try:
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except OSError as exc:

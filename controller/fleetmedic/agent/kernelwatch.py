@@ -26,19 +26,35 @@ import logging
 import subprocess
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import KernelWatchConfig
-from fleetmedic.agent.logsource import Prescan, file_now, journal_now, kind_of, prescan, read_boot_id
+from fleetmedic.agent.logsource import (
+    Prescan,
+    file_now,
+    journal_now,
+    kind_of,
+    prescan,
+    read_boot_id,
+)
 from fleetmedic.agent.retry import Retrier, Stopped
 from fleetmedic.agent.watermark import Mark, is_stale, locate, segment_id
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
-from fleetmedic.scan import (BANNER, Dedup, Finding, Scanner, follow_file, follow_journal, follow_kmsg,
-                             is_banner, read_kmsg)
+from fleetmedic.scan import (
+    BANNER,
+    Dedup,
+    Finding,
+    Scanner,
+    follow_file,
+    follow_journal,
+    follow_kmsg,
+    is_banner,
+    read_kmsg,
+)
 
 log = logging.getLogger("fleetmedic.agent")
 
@@ -51,9 +67,16 @@ def describe(f: Finding) -> str:
 class KernelWatch:
     """``run()`` follows until ``stop``; ``once=True`` reads what is there and returns."""
 
-    def __init__(self, cfg: KernelWatchConfig, writer: NodeWriter, retrier: Retrier,
-                 stop: threading.Event, *, once: bool = False,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        cfg: KernelWatchConfig,
+        writer: NodeWriter,
+        retrier: Retrier,
+        stop: threading.Event,
+        *,
+        once: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cfg = cfg
         self.writer = writer
         self.retrier = retrier
@@ -62,8 +85,8 @@ class KernelWatch:
         self.clock = clock
         self.boot = read_boot_id(cfg.boot_id_file)
         self.kind = kind_of(cfg.source)
-        self.acted = 0            # findings acted on (fenced or recorded) by this process
-        self.skipped = 0          # stale findings not acted on again
+        self.acted = 0  # findings acted on (fenced or recorded) by this process
+        self.skipped = 0  # stale findings not acted on again
         self._mark: Mark | None = None
         self._mark_known = False
         self._mark_line: int | None = None
@@ -89,13 +112,18 @@ class KernelWatch:
             except Stopped:
                 return
             except (FleetmedicError, OSError, subprocess.SubprocessError) as exc:
-                log.error("kernel log %s: %s; retrying in %.0fs", self.path, " ".join(str(exc).split()), delay)
+                log.error(
+                    "kernel log %s: %s; retrying in %.0fs",
+                    self.path,
+                    " ".join(str(exc).split()),
+                    delay,
+                )
                 if self.once:
                     return
                 self.stop.wait(delay)
                 delay = min(delay * 2, 30.0)
             else:
-                if self.kind != "file":   # a follower that ended (journalctl exited): start again
+                if self.kind != "file":  # a follower that ended (journalctl exited): start again
                     self.stop.wait(delay)
 
     def _lines(self) -> Iterator[str]:
@@ -117,8 +145,12 @@ class KernelWatch:
         # Dedup (an Xid storm is one finding) after the watermark: a stale line must not
         # hide a new occurrence of the same fault.
         scanner, self._dedup = Scanner(dedup=False), Dedup(self.cfg.dedup_window)
-        log.info("kernel log %s: following (boot %s, current boot from line %d)",
-                 self.path, self.boot[:8], self._start)
+        log.info(
+            "kernel log %s: following (boot %s, current boot from line %d)",
+            self.path,
+            self.boot[:8],
+            self._start,
+        )
         lines = self._lines()
         # Only a file spans boots. /dev/kmsg and ``journalctl -b`` hold this boot alone, and
         # their banner may have scrolled away: the boot id tells their boots apart.
@@ -146,17 +178,26 @@ class KernelWatch:
     # -- one finding ------------------------------------------------------------
     def _handle(self, f: Finding, n: int) -> None:
         if f.action not in FENCING_ACTIONS:
-            log.info("kernel log: %s at line %d (%s): %s", describe(f), n, f.action, f.message[:120])
+            log.info(
+                "kernel log: %s at line %d (%s): %s", describe(f), n, f.action, f.message[:120]
+            )
             return
         self._load_mark()
         if is_stale(f, n, self._mark, boot=self.boot, seg=self._seg, mark_line=self._mark_line):
             self.skipped += 1
-            log.info("kernel log: %s at line %d was handled before (watermark); not acting again",
-                     describe(f), n)
+            log.info(
+                "kernel log: %s at line %d was handled before (watermark); not acting again",
+                describe(f),
+                n,
+            )
             return
         if not self._dedup.admit(f, f"{self.boot}/{self._seg}"):
-            log.debug("kernel log: %s at line %d repeats a finding of the last %gs",
-                      describe(f), n, self.cfg.dedup_window)
+            log.debug(
+                "kernel log: %s at line %d repeats a finding of the last %gs",
+                describe(f),
+                n,
+                self.cfg.dedup_window,
+            )
             return
         stamp = now_rfc3339(self.clock)
 
@@ -164,13 +205,19 @@ class KernelWatch:
             return Mark.of(f, boot=self.boot, seg=self._seg, line=n, acted=acted, at=stamp)
 
         obs = Observation("kernel", "problem", f"{describe(f)} ({f.rule})", f.action)
-        out = self.retrier.call("record kernel finding",
-                                lambda: self.writer.record_finding(obs, mark))
+        out = self.retrier.call(
+            "record kernel finding", lambda: self.writer.record_finding(obs, mark)
+        )
         self._mark, self._mark_line = mark(out.fenced is not None), n
         self.acted += 1
         if not out.fenced:
-            log.info("kernel log: %s at line %d (%s); node already under repair (%s)",
-                     describe(f), n, f.action, out.before_repair)
+            log.info(
+                "kernel log: %s at line %d (%s); node already under repair (%s)",
+                describe(f),
+                n,
+                f.action,
+                out.before_repair,
+            )
 
     def _load_mark(self) -> None:
         if self._mark_known:

@@ -18,7 +18,8 @@ import dataclasses
 import os
 import stat
 import subprocess
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from fleetmedic.agent.watermark import fingerprint, segment_id
 from fleetmedic.scan import BANNER, Scanner, is_banner, last_boot_offset
@@ -49,7 +50,7 @@ def read_boot_id(path: str) -> str:
 class Prescan:
     """A file's current boot, found before following it."""
 
-    start: int = 0                               # line of the last kernel banner (0: none)
+    start: int = 0  # line of the last kernel banner (0: none)
     seg: str = ""
     seen: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # fingerprint -> lines
 
@@ -65,13 +66,13 @@ def prescan(path: str) -> Prescan:
         return out
     with f:
         offset = last_boot_offset(f)
-        n = 0 if offset is None else _lines_before(f, offset)
-        for n, raw in enumerate(f, start=n + 1):
+        before = 0 if offset is None else _lines_before(f, offset)
+        for n, raw in enumerate(f, start=before + 1):
             if not raw.endswith(b"\n"):
                 break
             if _BANNER_BYTES in raw:
                 text = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if is_banner(text):     # the last boot's banner, or one appended since the search
+                if is_banner(text):  # the last boot's banner, or one appended since the search
                     out = Prescan(n, segment_id(text, n))
                     continue
             for finding in scanner.feed(raw.rstrip(b"\r\n"), n):
@@ -105,6 +106,10 @@ def file_now(path: str) -> Iterator[str]:
 
 def journal_now() -> Iterator[str]:
     """This boot's kernel messages from the journal (journalctl must answer within 60 s)."""
-    proc = subprocess.run(["journalctl", "-k", "-b", "-o", "short-iso-precise", "--no-pager"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["journalctl", "-k", "-b", "-o", "short-iso-precise", "--no-pager"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     yield from proc.stdout.splitlines()

@@ -24,7 +24,8 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.agent import annotations as ann
@@ -63,22 +64,40 @@ def summary_line(results: list[CheckResult], out: Outcome, limit: int) -> str:
         parts.append(f"{cat} {status}" + (f" ({', '.join(bad)})" if bad else ""))
     s = out.decision.strikes
     fenced = f"; fenced repair={out.fenced}" if out.fenced else ""
-    return (f"{'; '.join(parts) or 'no checks'}; strikes gpu {s.gpu}/{limit}, "
-            f"network {s.network}/{limit}{fenced}")
+    return (
+        f"{'; '.join(parts) or 'no checks'}; strikes gpu {s.gpu}/{limit}, "
+        f"network {s.network}/{limit}{fenced}"
+    )
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, kube: Kube, *, kernel_kube: Kube | None = None,
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        kube: Kube,
+        *,
+        kernel_kube: Kube | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.cfg = cfg
         self.stop = stop or threading.Event()
         self.vocab = cfg.vocabulary()
         self.retrier = Retrier(self.stop, cap=cfg.retry_cap)
-        self.writer = NodeWriter(kube, cfg.node_name, self.vocab, strike_limit=cfg.strike_limit,
-                                 events=cfg.events)
+        self.writer = NodeWriter(
+            kube, cfg.node_name, self.vocab, strike_limit=cfg.strike_limit, events=cfg.events
+        )
         # its own connection, so a slow round never delays a fencing write
-        kernel_writer = self.writer if kernel_kube is None else NodeWriter(
-            kernel_kube, cfg.node_name, self.vocab, strike_limit=cfg.strike_limit, events=cfg.events)
+        kernel_writer = (
+            self.writer
+            if kernel_kube is None
+            else NodeWriter(
+                kernel_kube,
+                cfg.node_name,
+                self.vocab,
+                strike_limit=cfg.strike_limit,
+                events=cfg.events,
+            )
+        )
         self.kernel = KernelWatch(cfg.kernel, kernel_writer, self.retrier, self.stop)
         self.rounds = 0
         self._last_line = ""
@@ -97,7 +116,9 @@ class Agent:
             return None
         skipped = {"gpu": f"node under repair ({repair})"} if repair else None
         try:
-            out = self.retrier.call("write node", lambda: self.writer.record_round(results, skipped))
+            out = self.retrier.call(
+                "write node", lambda: self.writer.record_round(results, skipped)
+            )
         except Stopped:
             return None
         self.rounds += 1
@@ -110,9 +131,17 @@ class Agent:
     # -- the whole life ---------------------------------------------------------
     def run(self) -> None:
         cfg = self.cfg
-        log.info("agent for node %s: interval %gs, strike limit %d, taints %s, kernel log %s",
-                 cfg.node_name, cfg.interval, cfg.strike_limit, cfg.taints, cfg.kernel.source)
-        thread = threading.Thread(target=self._kernel_thread, name="fleetmedic-kernelwatch", daemon=True)
+        log.info(
+            "agent for node %s: interval %gs, strike limit %d, taints %s, kernel log %s",
+            cfg.node_name,
+            cfg.interval,
+            cfg.strike_limit,
+            cfg.taints,
+            cfg.kernel.source,
+        )
+        thread = threading.Thread(
+            target=self._kernel_thread, name="fleetmedic-kernelwatch", daemon=True
+        )
         thread.start()
         try:
             while not self.stop.is_set():
@@ -120,8 +149,12 @@ class Agent:
                 try:
                     self.round()
                 except Exception as exc:  # a bug of ours: log it, keep the agent alive
-                    log.exception("round failed (%s: %s); next round in %gs", type(exc).__name__, exc,
-                                  cfg.interval)
+                    log.exception(
+                        "round failed (%s: %s); next round in %gs",
+                        type(exc).__name__,
+                        exc,
+                        cfg.interval,
+                    )
                 self.stop.wait(max(0.0, started + cfg.interval - time.monotonic()))
         finally:
             self.stop.set()

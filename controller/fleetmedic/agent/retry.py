@@ -18,7 +18,8 @@ import logging
 import random
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from fleetmedic.errors import PermanentError, TemporaryError
 
@@ -31,8 +32,14 @@ class Stopped(Exception):
 
 
 class Retrier:
-    def __init__(self, stop: threading.Event, *, base: float = 0.5, cap: float = 30.0,
-                 give_up_after: float | None = None) -> None:
+    def __init__(
+        self,
+        stop: threading.Event,
+        *,
+        base: float = 0.5,
+        cap: float = 30.0,
+        give_up_after: float | None = None,
+    ) -> None:
         self.stop = stop
         self.base = base
         self.cap = cap
@@ -73,8 +80,11 @@ class Retrier:
             if self._down_since is not None:
                 return
             self._down_since = time.monotonic()
-        log.warning("API server unavailable (%s); strikes stay on the Node, retrying up to every %gs",
-                    exc, self.cap)
+        log.warning(
+            "API server unavailable (%s); strikes stay on the Node, retrying up to every %gs",
+            exc,
+            self.cap,
+        )
 
     def _refused(self, what: str, exc: Exception) -> None:
         message = str(exc) if str(exc).startswith(what) else f"{what}: {exc}"

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from fleetmedic.scan import Finding
 
@@ -63,32 +64,51 @@ class Mark:
     rule: str = ""
     pci: str | None = None
     action: str = ""
-    acted: bool = True          # False: seen while the node was already under repair
+    acted: bool = True  # False: seen while the node was already under repair
     msg: str = ""
-    at: str = ""                # RFC 3339 time it was handled
+    at: str = ""  # RFC 3339 time it was handled
 
     @classmethod
-    def of(cls, finding: Finding, *, boot: str, seg: str, line: int, acted: bool, at: str) -> "Mark":
-        return cls(boot=boot, seg=seg, fp=fingerprint(finding), n=line, t=finding.time, c=finding.clock,
-                   rule=finding.rule, pci=finding.pci, action=finding.action, acted=acted,
-                   msg=finding.message[:MAX_MESSAGE], at=at)
+    def of(cls, finding: Finding, *, boot: str, seg: str, line: int, acted: bool, at: str) -> Mark:
+        return cls(
+            boot=boot,
+            seg=seg,
+            fp=fingerprint(finding),
+            n=line,
+            t=finding.time,
+            c=finding.clock,
+            rule=finding.rule,
+            pci=finding.pci,
+            action=finding.action,
+            acted=acted,
+            msg=finding.message[:MAX_MESSAGE],
+            at=at,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     @classmethod
-    def from_json(cls, data: object) -> "Mark | None":
+    def from_json(cls, data: object) -> Mark | None:
         """Tolerant: anything malformed reads as "no watermark" (act on what is there)."""
         if not isinstance(data, Mapping):
             return None
         try:
             t = data.get("t")
-            return cls(boot=str(data["boot"]), seg=str(data.get("seg", "")), fp=str(data["fp"]),
-                       n=int(data.get("n", 0)), t=float(t) if isinstance(t, (int, float)) else None,
-                       c=str(data["c"]) if data.get("c") else None, rule=str(data.get("rule", "")),
-                       pci=data.get("pci"), action=str(data.get("action", "")),
-                       acted=bool(data.get("acted", True)), msg=str(data.get("msg", "")),
-                       at=str(data.get("at", "")))
+            return cls(
+                boot=str(data["boot"]),
+                seg=str(data.get("seg", "")),
+                fp=str(data["fp"]),
+                n=int(data.get("n", 0)),
+                t=float(t) if isinstance(t, (int, float)) else None,
+                c=str(data["c"]) if data.get("c") else None,
+                rule=str(data.get("rule", "")),
+                pci=data.get("pci"),
+                action=str(data.get("action", "")),
+                acted=bool(data.get("acted", True)),
+                msg=str(data.get("msg", "")),
+                at=str(data.get("at", "")),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -103,8 +123,9 @@ def locate(mark: Mark | None, seen: Mapping[str, Iterable[int]]) -> int | None:
     return mark.n if mark.n in lines else lines[-1]
 
 
-def is_stale(finding: Finding, line: int, mark: Mark | None, *, boot: str, seg: str,
-             mark_line: int | None) -> bool:
+def is_stale(
+    finding: Finding, line: int, mark: Mark | None, *, boot: str, seg: str, mark_line: int | None
+) -> bool:
     """Was ``finding`` (at ``line`` of segment ``seg`` of boot ``boot``) handled already?"""
     if mark is None or mark.boot != boot:
         return False

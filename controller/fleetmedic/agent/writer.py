@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.agent import annotations as ann
@@ -58,8 +58,16 @@ def observations(results: Iterable[CheckResult]) -> list[Observation]:
 
 
 class NodeWriter:
-    def __init__(self, kube: Kube, node_name: str, vocab: Vocabulary, *, strike_limit: int = 3,
-                 events: bool = True, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        node_name: str,
+        vocab: Vocabulary,
+        *,
+        strike_limit: int = 3,
+        events: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.kube = kube
         self.node_name = node_name
         self.vocab = vocab
@@ -70,12 +78,16 @@ class NodeWriter:
     def read(self) -> dict:
         return self.kube.get_node(self.node_name)
 
-    def record_round(self, results: Sequence[CheckResult], skipped: dict[str, str] | None = None) -> Outcome:
+    def record_round(
+        self, results: Sequence[CheckResult], skipped: dict[str, str] | None = None
+    ) -> Outcome:
         """One check round: strikes, taints and ``last-results`` in one write."""
         stamp = now_rfc3339(self.clock)
 
         def extra(node: dict) -> bool:
-            summary = ann.summarize(results, ann.annotation_json(node, keys.ANN_LAST_RESULTS), stamp, skipped)
+            summary = ann.summarize(
+                results, ann.annotation_json(node, keys.ANN_LAST_RESULTS), stamp, skipped
+            )
             return ann.set_results(node, summary)
 
         return self._write(observations(results), extra)
@@ -83,6 +95,7 @@ class NodeWriter:
     def record_finding(self, obs: Observation, mark: Callable[[bool], Mark]) -> Outcome:
         """A definitive kernel-log finding: fence at once (unless under repair already)
         and move the watermark to it, in the same write. ``mark(acted)`` builds it."""
+
         def extra(node: dict) -> bool:
             acted = ann.repair_state(node, self.vocab) is None
             return ann.set_finding(node, mark(acted).to_json())
@@ -95,9 +108,14 @@ class NodeWriter:
         def mutate(node: dict) -> bool:
             before_repair = ann.repair_state(node, self.vocab)
             before_slow = ann.slow_network(node, self.vocab)
-            changed = extra(node)       # sees the node before this decision's taints
-            decision = decide(ann.strikes_of(node), obs, in_repair=before_repair is not None,
-                              slow_network=before_slow, strike_limit=self.strike_limit)
+            changed = extra(node)  # sees the node before this decision's taints
+            decision = decide(
+                ann.strikes_of(node),
+                obs,
+                in_repair=before_repair is not None,
+                slow_network=before_slow,
+                strike_limit=self.strike_limit,
+            )
             changed |= ann.apply_decision(node, decision, self.vocab)
             box["out"] = Outcome(decision, node, before_repair, before_slow)
             return changed
@@ -116,7 +134,10 @@ class NodeWriter:
             self._event(out.node, "FleetmedicFenced", msg, "Warning")
         changed = out.slow_network_changed
         if changed is True:
-            msg = f"tainted {self.vocab.slow_network.key}: {self.strike_limit} consecutive network check failures"
+            msg = (
+                f"tainted {self.vocab.slow_network.key}: {self.strike_limit} consecutive "
+                "network check failures"
+            )
             log.warning("%s: %s", self.node_name, msg)
             self._event(out.node, "FleetmedicSlowNetwork", msg, "Warning")
         elif changed is False:

@@ -43,12 +43,19 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "CheckResult": "base", "overall": "base", "exit_code": "base", "by_category": "base",
-    "CheckConfig": "config", "NvidiaConfig": "config", "AmdConfig": "config",
-    "NetworkConfig": "config", "KernelConfig": "config",
-    "run_checks": "runner", "round_limit": "runner",
+    "CheckResult": "base",
+    "overall": "base",
+    "exit_code": "base",
+    "by_category": "base",
+    "CheckConfig": "config",
+    "NvidiaConfig": "config",
+    "AmdConfig": "config",
+    "NetworkConfig": "config",
+    "KernelConfig": "config",
+    "run_checks": "runner",
+    "round_limit": "runner",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 (built from the lazy export table)
 
 
 def __getattr__(name: str) -> Any:

@@ -19,7 +19,8 @@ import dataclasses
 import os
 import shutil
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from fleetmedic.checks import amd_parse as parse
 from fleetmedic.checks.base import CheckResult, not_applicable, problem, unknown, with_duration
@@ -47,17 +48,27 @@ def tools_present(env: Mapping[str, str] | None = None) -> dict[str, str | None]
     return {t: shutil.which(t, path=path) for t in TOOLS}
 
 
-def _run_all(jobs: Mapping[str, tuple[str, ...]], tools: Mapping[str, str | None], timeout: float,
-             env: Mapping[str, str] | None) -> dict[str, Completed]:
+def _run_all(
+    jobs: Mapping[str, tuple[str, ...]],
+    tools: Mapping[str, str | None],
+    timeout: float,
+    env: Mapping[str, str] | None,
+) -> dict[str, Completed]:
     if not jobs or timeout <= 0:
         return {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = {name: pool.submit(run_bounded, (tools[argv[0]], *argv[1:]), timeout, env=env,
-                                     key=f"amd:{name}") for name, argv in jobs.items()}
+        futures = {
+            name: pool.submit(
+                run_bounded, (tools[argv[0]], *argv[1:]), timeout, env=env, key=f"amd:{name}"
+            )
+            for name, argv in jobs.items()
+        }
         return {name: f.result() for name, f in futures.items()}
 
 
-def collect(timeout: float, env: Mapping[str, str] | None = None) -> tuple[dict[str, Completed], dict]:
+def collect(
+    timeout: float, env: Mapping[str, str] | None = None
+) -> tuple[dict[str, Completed], dict]:
     """Run the tools; returns ({job: Completed}, {tool: path or None})."""
     tools = tools_present(env)
     deadline = time.monotonic() + timeout
@@ -95,10 +106,15 @@ def _entries(runs: Mapping[str, Completed], job: str) -> tuple[dict[int, dict] |
         return None, f"{' '.join(AMD_SMI[job])}: {exc}"
 
 
-def evaluate(runs: Mapping[str, Completed], tools: Mapping[str, str | None], cfg: CheckConfig) -> list[CheckResult]:
+def evaluate(
+    runs: Mapping[str, Completed], tools: Mapping[str, str | None], cfg: CheckConfig
+) -> list[CheckResult]:
     listed, list_why = _entries(runs, "list") if "list" in runs else (None, None)
     metric, metric_why = _entries(runs, "metric") if "metric" in runs else (None, None)
-    labels = {i: f"GPU {i} ({e['bdf']})" if e.get("bdf") else f"GPU {i}" for i, e in (listed or {}).items()}
+    labels = {
+        i: f"GPU {i} ({e['bdf']})" if e.get("bdf") else f"GPU {i}"
+        for i, e in (listed or {}).items()
+    }
     rocm_json = _rocm_json(runs)
     return [
         _count(cfg, listed, list_why, rocm_json, tools),
@@ -120,7 +136,9 @@ def _rocm_json(runs: Mapping[str, Completed]) -> dict[int, dict[str, str]] | Non
         return None
 
 
-def _no_source(name: str, tools: Mapping[str, str | None], why: str | None, fallback: str = "") -> CheckResult:
+def _no_source(
+    name: str, tools: Mapping[str, str | None], why: str | None, fallback: str = ""
+) -> CheckResult:
     if why:
         return unknown(name, why)
     if not tools.get("amd-smi") and not tools.get("rocm-smi"):
@@ -136,8 +154,14 @@ def _count(cfg, listed, why, rocm_json, tools) -> CheckResult:
     return _no_source("amd.count", tools, why)
 
 
-def _per_gpu(name: str, entries: Mapping[int, dict], judge: Callable[[dict], Verdict], labels, ok_text: str,
-             **extra: Any) -> CheckResult:
+def _per_gpu(
+    name: str,
+    entries: Mapping[int, dict],
+    judge: Callable[[dict], Verdict],
+    labels,
+    ok_text: str,
+    **extra: Any,
+) -> CheckResult:
     return fold(name, {i: judge(e) for i, e in sorted(entries.items())}, labels, ok_text, **extra)
 
 
@@ -145,20 +169,42 @@ def _ecc_verdict(e: dict) -> Verdict:
     ecc = e.get("ecc")
     if not isinstance(ecc, dict):
         return Verdict("n/a", "ECC not reported")
-    totals = {k: parse.num(ecc.get(k)) for k in ("total_uncorrectable_count", "total_deferred_count",
-                                                  "cache_uncorrectable_count", "total_correctable_count")}
+    totals = {
+        k: parse.num(ecc.get(k))
+        for k in (
+            "total_uncorrectable_count",
+            "total_deferred_count",
+            "cache_uncorrectable_count",
+            "total_correctable_count",
+        )
+    }
     blocks = e.get("ecc_blocks") if isinstance(e.get("ecc_blocks"), dict) else {}
-    bad_blocks = {b: parse.num(v.get("uncorrectable_count")) for b, v in blocks.items()
-                  if isinstance(v, dict) and (parse.num(v.get("uncorrectable_count")) or 0) > 0}
-    ev = {"uncorrectable": totals["total_uncorrectable_count"], "deferred": totals["total_deferred_count"],
-          "cache_uncorrectable": totals["cache_uncorrectable_count"],
-          "correctable": totals["total_correctable_count"], "blocks": bad_blocks}
-    if all(totals[k] is None for k in ("total_uncorrectable_count", "total_deferred_count")) and not bad_blocks:
+    bad_blocks = {
+        b: parse.num(v.get("uncorrectable_count"))
+        for b, v in blocks.items()
+        if isinstance(v, dict) and (parse.num(v.get("uncorrectable_count")) or 0) > 0
+    }
+    ev = {
+        "uncorrectable": totals["total_uncorrectable_count"],
+        "deferred": totals["total_deferred_count"],
+        "cache_uncorrectable": totals["cache_uncorrectable_count"],
+        "correctable": totals["total_correctable_count"],
+        "blocks": bad_blocks,
+    }
+    if (
+        all(totals[k] is None for k in ("total_uncorrectable_count", "total_deferred_count"))
+        and not bad_blocks
+    ):
         return Verdict("n/a", "ECC not supported", ev)
-    bad = [f"{v} {label}" for label, v in (("uncorrectable", totals["total_uncorrectable_count"]),
-                                            ("deferred", totals["total_deferred_count"]),
-                                            ("cache uncorrectable", totals["cache_uncorrectable_count"]))
-           if v]
+    bad = [
+        f"{v} {label}"
+        for label, v in (
+            ("uncorrectable", totals["total_uncorrectable_count"]),
+            ("deferred", totals["total_deferred_count"]),
+            ("cache uncorrectable", totals["cache_uncorrectable_count"]),
+        )
+        if v
+    ]
     if bad or bad_blocks:
         where = f" (blocks {', '.join(sorted(bad_blocks))})" if bad_blocks else ""
         return Verdict("problem", (", ".join(bad) or "uncorrectable") + " ECC error(s)" + where, ev)
@@ -167,17 +213,30 @@ def _ecc_verdict(e: dict) -> Verdict:
 
 def _ecc(runs, metric, why, labels, tools) -> CheckResult:
     if metric is not None:
-        return _per_gpu("amd.ecc", metric, _ecc_verdict, labels, "no uncorrectable ECC errors", source="amd-smi")
+        return _per_gpu(
+            "amd.ecc", metric, _ecc_verdict, labels, "no uncorrectable ECC errors", source="amd-smi"
+        )
     ras_run = runs.get("rocm_ras")
     if ras_run is not None and ras_run.ok:
         ras = parse.rocm_smi_ras(ras_run.stdout)
+
         def judge(blocks: dict) -> Verdict:
             bad = {b: v["uncorrectable"] for b, v in blocks.items() if v.get("uncorrectable")}
             if not any("uncorrectable" in v for v in blocks.values()):
                 return Verdict("n/a", "RAS not enabled")
-            return Verdict("problem", f"uncorrectable ECC errors in {', '.join(sorted(bad))}", {"blocks": bad}) \
-                if bad else Verdict("ok", "", {"blocks": {}})
-        return _per_gpu("amd.ecc", ras, judge, labels, "no uncorrectable ECC errors", source="rocm-smi")
+            return (
+                Verdict(
+                    "problem",
+                    f"uncorrectable ECC errors in {', '.join(sorted(bad))}",
+                    {"blocks": bad},
+                )
+                if bad
+                else Verdict("ok", "", {"blocks": {}})
+            )
+
+        return _per_gpu(
+            "amd.ecc", ras, judge, labels, "no uncorrectable ECC errors", source="rocm-smi"
+        )
     return _no_source("amd.ecc", tools, why or (_failed(ras_run) if ras_run else None))
 
 
@@ -194,12 +253,22 @@ def _bad_pages(runs, cfg: CheckConfig, labels, tools) -> CheckResult:
         if all(v is None for v in counts.values()):
             return Verdict("n/a", "bad pages not reported")
         if counts["un_res"]:
-            return Verdict("problem", f"{counts['un_res']} unreservable bad page(s) (needs hands)", counts, "manual")
+            return Verdict(
+                "problem",
+                f"{counts['un_res']} unreservable bad page(s) (needs hands)",
+                counts,
+                "manual",
+            )
         if counts["pending"]:
-            return Verdict("problem", f"{counts['pending']} bad page(s) pending retirement (reset/reboot)", counts)
+            return Verdict(
+                "problem",
+                f"{counts['pending']} bad page(s) pending retirement (reset/reboot)",
+                counts,
+            )
         if limit and (counts["retired"] or 0) >= limit:
             return Verdict("problem", f"{counts['retired']} retired pages (limit {limit})", counts)
         return Verdict("ok", "", counts)
+
     return _per_gpu("amd.bad_pages", entries, judge, labels, "no pending or unreservable bad pages")
 
 
@@ -214,9 +283,13 @@ def _pcie(runs, metric, why, labels, tools) -> CheckResult:
         pcie, bus = e.get("pcie"), (static.get(i) or {}).get("bus")
         if not isinstance(pcie, dict) or not isinstance(bus, dict):
             return Verdict("n/a", "PCIe link not reported")
-        ev = {"width": parse.num(pcie.get("width")), "max_width": parse.num(bus.get("max_pcie_width")),
-              "speed": parse.num(pcie.get("speed")), "max_speed": parse.num(bus.get("max_pcie_speed")),
-              "replay_count": parse.num(pcie.get("replay_count"))}
+        ev = {
+            "width": parse.num(pcie.get("width")),
+            "max_width": parse.num(bus.get("max_pcie_width")),
+            "speed": parse.num(pcie.get("speed")),
+            "max_speed": parse.num(bus.get("max_pcie_speed")),
+            "replay_count": parse.num(pcie.get("replay_count")),
+        }
         if None in (ev["width"], ev["max_width"]):
             return Verdict("n/a", "PCIe link width not reported", ev)
         bad = []
@@ -225,6 +298,7 @@ def _pcie(runs, metric, why, labels, tools) -> CheckResult:
         if None not in (ev["speed"], ev["max_speed"]) and ev["speed"] < ev["max_speed"]:
             bad.append(f"link speed {ev['speed']} of {ev['max_speed']} GT/s")
         return Verdict("problem", "PCIe " + ", ".join(bad), ev) if bad else Verdict("ok", "", ev)
+
     verdicts = {i: judge(i, e) for i, e in sorted(metric.items())}
     return fold("amd.pcie", verdicts, labels, "PCIe links at full width and speed")
 
@@ -234,14 +308,30 @@ def _xgmi(metric, why, rocm_json, labels, tools) -> CheckResult:
         if n is None:
             return Verdict("n/a", "no XGMI")
         if n:
-            return Verdict("problem", "XGMI link errors" + (" (multiple)" if n > 1 else ""), {"xgmi_err": n})
+            return Verdict(
+                "problem", "XGMI link errors" + (" (multiple)" if n > 1 else ""), {"xgmi_err": n}
+            )
         return Verdict("ok", "", {"xgmi_err": 0})
+
     if metric is not None:
-        return fold("amd.xgmi", {i: verdict(parse.xgmi_errors(e.get("xgmi_err"))) for i, e in sorted(metric.items())},
-                    labels, "no XGMI errors", source="amd-smi")
+        return fold(
+            "amd.xgmi",
+            {i: verdict(parse.xgmi_errors(e.get("xgmi_err"))) for i, e in sorted(metric.items())},
+            labels,
+            "no XGMI errors",
+            source="amd-smi",
+        )
     if rocm_json is not None:
-        return fold("amd.xgmi", {i: verdict(parse.xgmi_errors(c.get("XGMI Error count")))
-                                 for i, c in sorted(rocm_json.items())}, labels, "no XGMI errors", source="rocm-smi")
+        return fold(
+            "amd.xgmi",
+            {
+                i: verdict(parse.xgmi_errors(c.get("XGMI Error count")))
+                for i, c in sorted(rocm_json.items())
+            },
+            labels,
+            "no XGMI errors",
+            source="rocm-smi",
+        )
     return _no_source("amd.xgmi", tools, why)
 
 
@@ -253,9 +343,13 @@ def _agents(runs, cfg: CheckConfig, listed, tools) -> CheckResult:
         return unknown("amd.agents", run.describe())
     if parse.rocm_not_loaded(run.stdout) or run.returncode != 0:
         last = (run.stdout.strip().splitlines() or run.stderr.strip().splitlines() or [""])[-1]
-        return problem("amd.agents", f"rocminfo cannot bring up the GPUs: {last[:200]}", exit=run.returncode)
+        return problem(
+            "amd.agents", f"rocminfo cannot bring up the GPUs: {last[:200]}", exit=run.returncode
+        )
     gpus = [a for a in parse.rocminfo_agents(run.stdout) if a.get("Device Type") == "GPU"]
-    expected = cfg.expected_gpus if cfg.expected_gpus is not None else (len(listed) if listed else None)
+    expected = (
+        cfg.expected_gpus if cfg.expected_gpus is not None else (len(listed) if listed else None)
+    )
     result = count_result("amd.agents", len(gpus), expected, "GPU agents", source="rocminfo")
     names = sorted({a.get("Marketing Name") or a.get("Name", "?") for a in gpus})
     return dataclasses.replace(result, evidence={**result.evidence, "models": names})

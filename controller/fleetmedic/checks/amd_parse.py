@@ -121,7 +121,7 @@ def rocm_smi_ras(text: str) -> dict[int, dict[str, dict[str, Any]]]:
         entry: dict[str, Any] = {"status": words[1]}
         counts = [num(w) for w in words[2:4]]
         if len(counts) == 2 and None not in counts:
-            entry.update(dict(zip(order, counts)))
+            entry.update(dict(zip(order, counts, strict=False)))
         out[gpu][words[0]] = entry
     return out
 

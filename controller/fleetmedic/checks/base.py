@@ -18,7 +18,8 @@ last ones in a Node annotation and the verify playbook can read ``--json``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Literal, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 Status = Literal["ok", "problem", "unknown"]
 Category = Literal["gpu", "network", "kernel"]
@@ -32,13 +33,13 @@ EXIT_CODES = {"ok": 0, "problem": 1, "unknown": 2}
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    name: str                 # dotted, stable: "nvidia.ecc", "amd.xgmi", "network.throughput"
+    name: str  # dotted, stable: "nvidia.ecc", "amd.xgmi", "network.throughput"
     status: Status
-    summary: str              # one line for an operator
+    summary: str  # one line for an operator
     evidence: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # JSON-safe
     category: Category = "gpu"
     action: str | None = None  # definitive repair: reboot | reimage | manual
-    duration: float = 0.0      # seconds spent collecting (shared by a probe's checks)
+    duration: float = 0.0  # seconds spent collecting (shared by a probe's checks)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -55,30 +56,44 @@ class CheckResult:
         return bool(self.evidence.get("applicable", True))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "status": self.status, "summary": self.summary,
-                               "category": self.category, "evidence": dict(self.evidence),
-                               "duration": round(self.duration, 3)}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "category": self.category,
+            "evidence": dict(self.evidence),
+            "duration": round(self.duration, 3),
+        }
         if self.action:
             out["action"] = self.action
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CheckResult":
-        return cls(name=str(data["name"]), status=data["status"], summary=str(data.get("summary", "")),
-                   evidence=dict(data.get("evidence") or {}), category=data.get("category", "gpu"),
-                   action=data.get("action"), duration=float(data.get("duration", 0.0)))
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
+        return cls(
+            name=str(data["name"]),
+            status=data["status"],
+            summary=str(data.get("summary", "")),
+            evidence=dict(data.get("evidence") or {}),
+            category=data.get("category", "gpu"),
+            action=data.get("action"),
+            duration=float(data.get("duration", 0.0)),
+        )
 
 
 def ok(name: str, summary: str, category: Category = "gpu", **evidence: Any) -> CheckResult:
     return CheckResult(name, "ok", summary, evidence, category)
 
 
-def not_applicable(name: str, summary: str, category: Category = "gpu", **evidence: Any) -> CheckResult:
+def not_applicable(
+    name: str, summary: str, category: Category = "gpu", **evidence: Any
+) -> CheckResult:
     return CheckResult(name, "ok", summary, {"applicable": False, **evidence}, category)
 
 
-def problem(name: str, summary: str, category: Category = "gpu", action: str | None = None,
-            **evidence: Any) -> CheckResult:
+def problem(
+    name: str, summary: str, category: Category = "gpu", action: str | None = None, **evidence: Any
+) -> CheckResult:
     return CheckResult(name, "problem", summary, evidence, category, action)
 
 

@@ -31,7 +31,9 @@ def _load_config(path: Path | None) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise click.BadParameter(f"{path}: {str(exc).splitlines()[0]}", param_hint="--config") from None
+        raise click.BadParameter(
+            f"{path}: {str(exc).splitlines()[0]}", param_hint="--config"
+        ) from None
     if not isinstance(data, dict):
         raise click.BadParameter(f"{path}: expected a mapping", param_hint="--config")
     section = data.get("checks", data)
@@ -59,36 +61,87 @@ def render_table(results: list[CheckResult]) -> str:
 
 @click.command("check")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON instead of a table.")
-@click.option("--vendor", type=click.Choice(["auto", "nvidia", "amd", "none"]), default=None,
-              help="GPU vendor (default auto; use the node's fleetmedic.io/gpu-vendor label).")
-@click.option("--expected-gpus", type=click.IntRange(min=0), default=None,
-              help="GPUs this node should have (the fleetmedic.io/expected-gpus label).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
-              help="Hard limit per probe in seconds; a probe still running is killed -> unknown.")
-@click.option("--category", "categories", multiple=True, type=click.Choice(CATEGORIES),
-              help="Only these categories (repeatable). Default: all.")
-@click.option("--peer", "peers", multiple=True, metavar="HOST[:PORT]",
-              help="iperf3 server for the throughput probe (repeatable; first that answers).")
-@click.option("--min-mbps", type=click.FloatRange(min=0), default=None,
-              help="Throughput below this (Mbit/s) is a problem.")
-@click.option("--duration", type=click.FloatRange(min=0.5), default=None, help="Seconds of iperf3 traffic.")
-@click.option("--kernel-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Kernel log file to scan instead of the node's own log.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              envvar="FLEETMEDIC_CHECK_CONFIG", default=DEFAULT_CONFIG, show_default=True,
-              help="YAML with this node's check settings (a `checks:` section, or the settings at "
-                   "top level), e.g. written by the agent's installer from the Node's labels; "
-                   "ignored if absent. Flags win.")
-def check(as_json: bool, vendor: str | None, expected_gpus: int | None, timeout: float | None,
-          categories: tuple[str, ...], peers: tuple[str, ...], min_mbps: float | None,
-          duration: float | None, kernel_log: Path | None, config_path: Path | None) -> None:
+@click.option(
+    "--vendor",
+    type=click.Choice(["auto", "nvidia", "amd", "none"]),
+    default=None,
+    help="GPU vendor (default auto; use the node's fleetmedic.io/gpu-vendor label).",
+)
+@click.option(
+    "--expected-gpus",
+    type=click.IntRange(min=0),
+    default=None,
+    help="GPUs this node should have (the fleetmedic.io/expected-gpus label).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Hard limit per probe in seconds; a probe still running is killed -> unknown.",
+)
+@click.option(
+    "--category",
+    "categories",
+    multiple=True,
+    type=click.Choice(CATEGORIES),
+    help="Only these categories (repeatable). Default: all.",
+)
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="iperf3 server for the throughput probe (repeatable; first that answers).",
+)
+@click.option(
+    "--min-mbps",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Throughput below this (Mbit/s) is a problem.",
+)
+@click.option(
+    "--duration", type=click.FloatRange(min=0.5), default=None, help="Seconds of iperf3 traffic."
+)
+@click.option(
+    "--kernel-log",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Kernel log file to scan instead of the node's own log.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="FLEETMEDIC_CHECK_CONFIG",
+    default=DEFAULT_CONFIG,
+    show_default=True,
+    help="YAML with this node's check settings (a `checks:` section, or the settings at "
+    "top level), e.g. written by the agent's installer from the Node's labels; "
+    "ignored if absent. Flags win.",
+)
+def check(
+    as_json: bool,
+    vendor: str | None,
+    expected_gpus: int | None,
+    timeout: float | None,
+    categories: tuple[str, ...],
+    peers: tuple[str, ...],
+    min_mbps: float | None,
+    duration: float | None,
+    kernel_log: Path | None,
+    config_path: Path | None,
+) -> None:
     """Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown)."""
     data = _load_config(config_path)
     for key, value in (("vendor", vendor), ("expected_gpus", expected_gpus), ("timeout", timeout)):
         if value is not None:
             data[key] = value
     net = dict(data.get("network") or {})
-    for key, value in (("peers", list(peers) or None), ("min_mbps", min_mbps), ("duration", duration)):
+    for key, value in (
+        ("peers", list(peers) or None),
+        ("min_mbps", min_mbps),
+        ("duration", duration),
+    ):
         if value is not None:
             net[key] = value
     data["network"] = net
@@ -104,7 +157,7 @@ def check(as_json: bool, vendor: str | None, expected_gpus: int | None, timeout:
     if as_json:
         doc = {
             "host": socket.gethostname(),
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "status": overall(results),
             "exit_code": code,
             "results": [r.to_dict() for r in results],

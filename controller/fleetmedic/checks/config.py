@@ -9,7 +9,8 @@ same keys from YAML/JSON and turns mistakes into one-line ConfigErrors.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from fleetmedic.errors import ConfigError
 
@@ -88,12 +89,16 @@ class CheckConfig:
             raise ConfigError(f"timeout: must be > 0, got {self.timeout}")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "CheckConfig":
+    def from_mapping(cls, data: Mapping[str, Any]) -> CheckConfig:
         """Build from plain data (YAML/JSON), e.g. the agent config's `checks:` section."""
         try:
             kwargs = dict(data)
-            sections = {"nvidia": NvidiaConfig, "amd": AmdConfig, "network": NetworkConfig,
-                        "kernel": KernelConfig}
+            sections = {
+                "nvidia": NvidiaConfig,
+                "amd": AmdConfig,
+                "network": NetworkConfig,
+                "kernel": KernelConfig,
+            }
             for key, section in sections.items():
                 if key in kwargs:
                     sub = dict(kwargs[key] or {})

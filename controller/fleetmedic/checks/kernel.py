@@ -23,7 +23,7 @@ import contextlib
 import os
 import stat
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from fleetmedic.checks.base import CheckResult, ok, problem, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
@@ -50,7 +50,7 @@ def scan_current_boot(path: str) -> tuple[list[Finding], int]:
             if scanner.boot_key != boot:  # a banner started a new boot: forget the old one
                 boot, current = scanner.boot_key, []
             current.append(finding)
-    if scanner.boot_key != boot:           # a banner after the last finding: a clean boot
+    if scanner.boot_key != boot:  # a banner after the last finding: a clean boot
         current = []
     return current, scanner.lines_read
 
@@ -67,17 +67,39 @@ def run(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> list[CheckRes
     try:
         findings, lines = scan_current_boot(path)
     except OSError as exc:
-        return with_duration([unknown(NAME, f"cannot read kernel log {path}: {exc.strerror or exc}",
-                                      "kernel", source=path)], time.monotonic() - start)
+        return with_duration(
+            [
+                unknown(
+                    NAME,
+                    f"cannot read kernel log {path}: {exc.strerror or exc}",
+                    "kernel",
+                    source=path,
+                )
+            ],
+            time.monotonic() - start,
+        )
     findings.sort(key=lambda f: -ACTION_RANK[f.action])
     fencing = [f for f in findings if f.action in FENCING]
-    evidence = {"source": path, "lines": lines, "findings": [f.to_json() for f in findings[:MAX_EVIDENCE]],
-                "counts": {a: sum(f.action == a for f in findings) for a in sorted({f.action for f in findings})}}
+    evidence = {
+        "source": path,
+        "lines": lines,
+        "findings": [f.to_json() for f in findings[:MAX_EVIDENCE]],
+        "counts": {
+            a: sum(f.action == a for f in findings) for a in sorted({f.action for f in findings})
+        },
+    }
     if fencing:
         worst = fencing[0]
         more = f" (+{len(fencing) - 1} more)" if len(fencing) > 1 else ""
-        result = problem(NAME, f"{_describe(worst)}{more}", "kernel", action=worst.action, **evidence)
+        result = problem(
+            NAME, f"{_describe(worst)}{more}", "kernel", action=worst.action, **evidence
+        )
     else:
         monitor = f"; {len(findings)} finding(s) to monitor" if findings else ""
-        result = ok(NAME, f"no GPU faults needing repair in this boot's kernel log{monitor}", "kernel", **evidence)
+        result = ok(
+            NAME,
+            f"no GPU faults needing repair in this boot's kernel log{monitor}",
+            "kernel",
+            **evidence,
+        )
     return with_duration([result], time.monotonic() - start)

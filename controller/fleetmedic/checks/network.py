@@ -22,19 +22,19 @@ import os
 import random
 import shutil
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from fleetmedic.checks.base import CheckResult, ok, problem, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.proc import run_bounded
 
 NAME = "network.throughput"
-CONNECT_TIMEOUT = 3.0   # seconds iperf3 may spend connecting (--connect-timeout)
-SLACK = 3.0             # seconds beyond the test for setup, the results exchange, exit
+CONNECT_TIMEOUT = 3.0  # seconds iperf3 may spend connecting (--connect-timeout)
+SLACK = 3.0  # seconds beyond the test for setup, the results exchange, exit
 
 
 def split_peer(peer: str, default_port: int) -> tuple[str, int]:
-    """"host", "host:port", "[v6addr]:port" or a bare IPv6 address -> (host, port)."""
+    """ "host", "host:port", "[v6addr]:port" or a bare IPv6 address -> (host, port)."""
     if peer.startswith("["):
         host, _, rest = peer[1:].partition("]")
         return host, int(rest[1:]) if rest.startswith(":") else default_port
@@ -49,12 +49,30 @@ def budget(cfg: CheckConfig) -> float:
     return max(cfg.timeout, cfg.network.duration + CONNECT_TIMEOUT + SLACK)
 
 
-def measure(iperf3: str, host: str, port: int, cfg: CheckConfig, timeout: float,
-            env: Mapping[str, str] | None = None) -> tuple[float | None, str]:
+def measure(
+    iperf3: str,
+    host: str,
+    port: int,
+    cfg: CheckConfig,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+) -> tuple[float | None, str]:
     """One iperf3 run: (Mbit/s received, "") or (None, why it failed)."""
     net = cfg.network
-    argv = [iperf3, "-c", host, "-p", str(port), "-t", f"{net.duration:g}", "-J",
-            "--connect-timeout", str(int(CONNECT_TIMEOUT * 1000)), "-P", str(net.parallel)]
+    argv = [
+        iperf3,
+        "-c",
+        host,
+        "-p",
+        str(port),
+        "-t",
+        f"{net.duration:g}",
+        "-J",
+        "--connect-timeout",
+        str(int(CONNECT_TIMEOUT * 1000)),
+        "-P",
+        str(net.parallel),
+    ]
     if net.reverse:
         argv.append("-R")
     run = run_bounded(argv, timeout, env=env, key=f"iperf3:{host}:{port}")
@@ -103,20 +121,40 @@ def run(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> list[CheckRes
                 break
             mbps, why = measure(iperf3, host, port, cfg, remaining, env)
             if mbps is not None:
-                ev = {"peer": peer, "mbps": round(mbps, 1), "min_mbps": net.min_mbps,
-                      "direction": direction, "duration": net.duration, "tried": failures}
+                ev = {
+                    "peer": peer,
+                    "mbps": round(mbps, 1),
+                    "min_mbps": net.min_mbps,
+                    "direction": direction,
+                    "duration": net.duration,
+                    "tried": failures,
+                }
                 elapsed = time.monotonic() - start
                 if mbps < net.min_mbps:
-                    r = problem(NAME, f"{mbps:.0f} Mbit/s to {peer} ({direction}), below {net.min_mbps:g}",
-                                "network", **ev)
+                    r = problem(
+                        NAME,
+                        f"{mbps:.0f} Mbit/s to {peer} ({direction}), below {net.min_mbps:g}",
+                        "network",
+                        **ev,
+                    )
                 else:
-                    r = ok(NAME, f"{mbps:.0f} Mbit/s to {peer} ({direction}), threshold {net.min_mbps:g}",
-                           "network", **ev)
+                    r = ok(
+                        NAME,
+                        f"{mbps:.0f} Mbit/s to {peer} ({direction}), threshold {net.min_mbps:g}",
+                        "network",
+                        **ev,
+                    )
                 return with_duration([r], elapsed)
             if "busy" in why:
                 time.sleep(random.uniform(0.2, 1.0))  # another node is measuring: retry
                 continue
             failures.append(f"{peer}: {why}")
             break
-    return with_duration([unknown(NAME, "no peer could be measured: " + "; ".join(failures), "network",
-                                  tried=failures)], time.monotonic() - start)
+    return with_duration(
+        [
+            unknown(
+                NAME, "no peer could be measured: " + "; ".join(failures), "network", tried=failures
+            )
+        ],
+        time.monotonic() - start,
+    )

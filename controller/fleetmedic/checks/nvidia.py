@@ -14,12 +14,13 @@ import json
 import os
 import sys
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fleetmedic.checks import nvidia_rules
-from fleetmedic.checks.nvidia_rules import NVML_CALLS
 from fleetmedic.checks.base import CheckResult, with_duration
 from fleetmedic.checks.config import CheckConfig
+from fleetmedic.checks.nvidia_rules import NVML_CALLS
 from fleetmedic.checks.proc import Completed, run_bounded
 
 Reading = Mapping[str, Any]  # {"value": v} or {"error": NAME, "code": n, "message": text}
@@ -27,11 +28,11 @@ Reading = Mapping[str, Any]  # {"value": v} or {"error": NAME, "code": n, "messa
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    system: Mapping[str, Reading]                 # init, driver_version, count
-    gpus: Mapping[int, Mapping[str, Reading]]     # index -> op -> reading
-    complete: bool                                # the worker got to the end
-    hung: tuple[str, int | None] | None = None    # (op, gpu) in flight at the deadline
-    failure: str | None = None                    # why the worker stopped early, one line
+    system: Mapping[str, Reading]  # init, driver_version, count
+    gpus: Mapping[int, Mapping[str, Reading]]  # index -> op -> reading
+    complete: bool  # the worker got to the end
+    hung: tuple[str, int | None] | None = None  # (op, gpu) in flight at the deadline
+    failure: str | None = None  # why the worker stopped early, one line
     timeout: float = 0.0
 
     def hung_call(self) -> str | None:
@@ -78,8 +79,10 @@ def parse(lines: str, run: Completed | None = None, timeout: float = 0.0) -> Sna
         if run.timed_out and run.error:
             failure = run.error
         elif run.timed_out:
-            failure = (f"NVML call {_call_text(hung)} did not return within {timeout:g}s"
-                       " (driver hung?); reader killed")
+            failure = (
+                f"NVML call {_call_text(hung)} did not return within {timeout:g}s"
+                " (driver hung?); reader killed"
+            )
         else:
             failure = "NVML reader stopped early: " + run.describe()
     return Snapshot(system, gpus, complete, hung, failure, timeout)
@@ -88,8 +91,12 @@ def parse(lines: str, run: Completed | None = None, timeout: float = 0.0) -> Sna
 def collect(timeout: float, env: Mapping[str, str] | None = None) -> Snapshot:
     """Read NVML in a child process; at ``timeout`` it is killed and what it
     printed so far is kept."""
-    run = run_bounded([sys.executable, "-m", "fleetmedic.checks.nvml_worker"], timeout,
-                      env=env if env is not None else os.environ, key="nvml")
+    run = run_bounded(
+        [sys.executable, "-m", "fleetmedic.checks.nvml_worker"],
+        timeout,
+        env=env if env is not None else os.environ,
+        key="nvml",
+    )
     return parse(run.stdout, run, timeout)
 
 

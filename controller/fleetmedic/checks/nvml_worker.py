@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def emit(**fields: Any) -> None:
@@ -35,18 +36,31 @@ def main() -> int:
         emit(op="done")
         return 0
 
-    names = {getattr(nv, n): n[len("NVML_ERROR_"):] for n in dir(nv) if n.startswith("NVML_ERROR_")}
+    names = {
+        getattr(nv, n): n[len("NVML_ERROR_") :] for n in dir(nv) if n.startswith("NVML_ERROR_")
+    }
 
     def call(op: str, fn: Callable[[], Any], gpu: int | None = None) -> tuple[bool, Any]:
         emit(begin=op, gpu=gpu)
         try:
             value = fn()
         except nv.NVMLError as exc:
-            emit(op=op, gpu=gpu, error=names.get(exc.value, "UNKNOWN"), code=exc.value,
-                 message=str(exc))
+            emit(
+                op=op,
+                gpu=gpu,
+                error=names.get(exc.value, "UNKNOWN"),
+                code=exc.value,
+                message=str(exc),
+            )
             return False, None
         except Exception as exc:  # a binding bug must cost one reading, not the whole round
-            emit(op=op, gpu=gpu, error="PYTHON_EXCEPTION", code=-2, message=f"{type(exc).__name__}: {exc}")
+            emit(
+                op=op,
+                gpu=gpu,
+                error="PYTHON_EXCEPTION",
+                code=-2,
+                message=f"{type(exc).__name__}: {exc}",
+            )
             return False, None
         emit(op=op, gpu=gpu, value=value)
         return True, value
@@ -86,8 +100,12 @@ def _queries(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
 
     def remapped_rows() -> dict:
         corr, unc, pending, failure = nv.nvmlDeviceGetRemappedRows(h)
-        return {"correctable": corr, "uncorrectable": unc, "pending": bool(pending),
-                "failure": bool(failure)}
+        return {
+            "correctable": corr,
+            "uncorrectable": unc,
+            "pending": bool(pending),
+            "failure": bool(failure),
+        }
 
     def retired(cause: int) -> Callable[[], int]:
         return lambda: len(nv.nvmlDeviceGetRetiredPages_v2(h, cause))
@@ -122,9 +140,15 @@ def _queries(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("name", lambda: _text(nv.nvmlDeviceGetName(h))),
         ("uuid", lambda: _text(nv.nvmlDeviceGetUUID(h))),
         ("pci_bus_id", lambda: _text(nv.nvmlDeviceGetPciInfo(h).busId)),
-        ("ecc_volatile_uncorrected", lambda: int(nv.nvmlDeviceGetTotalEccErrors(h, uncorrected, volatile))),
+        (
+            "ecc_volatile_uncorrected",
+            lambda: int(nv.nvmlDeviceGetTotalEccErrors(h, uncorrected, volatile)),
+        ),
         ("retired_pages_pending", lambda: bool(nv.nvmlDeviceGetRetiredPagesPendingStatus(h))),
-        ("retired_pages_sbe", retired(nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)),
+        (
+            "retired_pages_sbe",
+            retired(nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+        ),
         ("retired_pages_dbe", retired(nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)),
         ("remapped_rows", remapped_rows),
         ("recovery_action", recovery_action),

@@ -23,10 +23,10 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-KILL_GRACE = 1.0          # seconds to wait for EOF/exit after SIGKILL
-MAX_OUTPUT = 8 << 20      # bytes kept per stream; a runaway tool cannot eat the agent
+KILL_GRACE = 1.0  # seconds to wait for EOF/exit after SIGKILL
+MAX_OUTPUT = 8 << 20  # bytes kept per stream; a runaway tool cannot eat the agent
 
 _stuck: dict[str, subprocess.Popen] = {}
 _stuck_lock = threading.Lock()
@@ -35,13 +35,13 @@ _stuck_lock = threading.Lock()
 @dataclasses.dataclass(frozen=True)
 class Completed:
     argv: tuple[str, ...]
-    returncode: int | None     # None: killed at the deadline, or never started
+    returncode: int | None  # None: killed at the deadline, or never started
     stdout: str
     stderr: str
     elapsed: float
     timed_out: bool = False
-    error: str | None = None   # could not start, or refused because a previous run is stuck
-    abandoned: bool = False    # did not exit even after SIGKILL (D state)
+    error: str | None = None  # could not start, or refused because a previous run is stuck
+    abandoned: bool = False  # did not exit even after SIGKILL (D state)
 
     @property
     def ok(self) -> bool:
@@ -71,23 +71,42 @@ def stuck(key: str) -> int | None:
         return None
 
 
-def run_bounded(argv: Sequence[str], timeout: float, *, env: Mapping[str, str] | None = None,
-                key: str | None = None, max_output: int = MAX_OUTPUT) -> Completed:
+def run_bounded(
+    argv: Sequence[str],
+    timeout: float,
+    *,
+    env: Mapping[str, str] | None = None,
+    key: str | None = None,
+    max_output: int = MAX_OUTPUT,
+) -> Completed:
     """Run ``argv`` for at most ``timeout`` seconds; never raises for the child's sake."""
     argv = tuple(str(a) for a in argv)
     start = time.monotonic()
     if key is not None:
         pid = stuck(key)
         if pid is not None:
-            return Completed(argv, None, "", "", 0.0, timed_out=True,
-                             error=f"previous run (pid {pid}) is still stuck after SIGKILL")
+            return Completed(
+                argv,
+                None,
+                "",
+                "",
+                0.0,
+                timed_out=True,
+                error=f"previous run (pid {pid}) is still stuck after SIGKILL",
+            )
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                env=dict(env) if env is not None else None)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+        )
     except OSError as exc:
-        return Completed(argv, None, "", "", time.monotonic() - start,
-                         error=f"cannot run: {exc.strerror or exc}")
+        return Completed(
+            argv, None, "", "", time.monotonic() - start, error=f"cannot run: {exc.strerror or exc}"
+        )
 
     out = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     deadline = start + max(timeout, 0.0)
@@ -110,9 +129,15 @@ def run_bounded(argv: Sequence[str], timeout: float, *, env: Mapping[str, str] |
         returncode = None if timed_out else proc.wait()
         if timed_out:
             proc.wait()
-    return Completed(argv, returncode, out[proc.stdout].decode("utf-8", "replace"),
-                     out[proc.stderr].decode("utf-8", "replace"), time.monotonic() - start,
-                     timed_out=timed_out, abandoned=abandoned)
+    return Completed(
+        argv,
+        returncode,
+        out[proc.stdout].decode("utf-8", "replace"),
+        out[proc.stderr].decode("utf-8", "replace"),
+        time.monotonic() - start,
+        timed_out=timed_out,
+        abandoned=abandoned,
+    )
 
 
 def _pump(proc: subprocess.Popen, out: dict, deadline: float, max_output: int) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from fleetmedic.checks import amd, kernel, network, nvidia, nvidia_rules
 from fleetmedic.checks.base import CATEGORIES, CheckResult, unknown, with_duration
@@ -42,15 +42,23 @@ def gpu(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> list[CheckRes
         return with_duration(nvidia_rules.evaluate(snap, cfg), time.monotonic() - start)
     if amd_tools:
         return amd.run(cfg, env)
-    return [unknown("gpu.vendor", "no NVIDIA library (libnvidia-ml.so.1) and no AMD tools found; "
-                    "pass the vendor explicitly (none for a CPU node)", vendor="auto")]
+    return [
+        unknown(
+            "gpu.vendor",
+            "no NVIDIA library (libnvidia-ml.so.1) and no AMD tools found; "
+            "pass the vendor explicitly (none for a CPU node)",
+            vendor="auto",
+        )
+    ]
 
 
 def probe_limits(cfg: CheckConfig) -> dict[str, float]:
     """Each probe's own worst case (auto may read NVML, then run the AMD tools)."""
-    return {"gpu": cfg.timeout * (2 if cfg.vendor == "auto" else 1),
-            "network": network.budget(cfg) if cfg.network.peers else 0.0,
-            "kernel": cfg.timeout}
+    return {
+        "gpu": cfg.timeout * (2 if cfg.vendor == "auto" else 1),
+        "network": network.budget(cfg) if cfg.network.peers else 0.0,
+        "kernel": cfg.timeout,
+    }
 
 
 def round_limit(cfg: CheckConfig) -> float:
@@ -59,22 +67,29 @@ def round_limit(cfg: CheckConfig) -> float:
 
 
 PROBES: dict[str, Callable[[CheckConfig, Mapping[str, str] | None], list[CheckResult]]] = {
-    "gpu": gpu, "network": network.run, "kernel": kernel.run,
+    "gpu": gpu,
+    "network": network.run,
+    "kernel": kernel.run,
 }
 
 
-def run_checks(cfg: CheckConfig, categories: Iterable[str] | None = None,
-               env: Mapping[str, str] | None = None) -> list[CheckResult]:
+def run_checks(
+    cfg: CheckConfig, categories: Iterable[str] | None = None, env: Mapping[str, str] | None = None
+) -> list[CheckResult]:
     wanted = [c for c in CATEGORIES if categories is None or c in set(categories)]
     limits = probe_limits(cfg)
     out: dict[str, list[CheckResult]] = {}
     threads = {}
     for cat in wanted:
+
         def body(cat: str = cat) -> None:
             try:
                 out[cat] = PROBES[cat](cfg, env)
             except Exception as exc:  # a bug of ours must not stop the agent's loop
-                out[cat] = [unknown(f"{cat}.probe", f"probe failed: {type(exc).__name__}: {exc}", cat)]
+                out[cat] = [
+                    unknown(f"{cat}.probe", f"probe failed: {type(exc).__name__}: {exc}", cat)
+                ]
+
         thread = threading.Thread(target=body, name=f"fleetmedic-check-{cat}", daemon=True)
         thread.start()
         threads[cat] = thread
@@ -83,8 +98,11 @@ def run_checks(cfg: CheckConfig, categories: Iterable[str] | None = None,
     for cat, thread in threads.items():
         thread.join(max(0.0, start + limits[cat] + GUARD - time.monotonic()))
         if thread.is_alive() or cat not in out:
-            results.append(unknown(f"{cat}.probe", f"probe did not finish within {limits[cat] + GUARD:g}s",
-                                   cat))
+            results.append(
+                unknown(
+                    f"{cat}.probe", f"probe did not finish within {limits[cat] + GUARD:g}s", cat
+                )
+            )
         else:
             results.extend(out[cat])
     return results

@@ -8,7 +8,8 @@ with ``applicable: false``. The summary names the GPUs that decided it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fleetmedic.checks import base
 from fleetmedic.checks.base import Category, CheckResult, not_applicable, ok, problem, unknown
@@ -18,18 +19,31 @@ MAX_LISTED = 3  # GPUs named in a summary before "and N more"
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    status: str                 # ok | problem | unknown | n/a
+    status: str  # ok | problem | unknown | n/a
     text: str = ""
     evidence: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     action: str | None = None
 
 
-def fold(name: str, verdicts: Mapping[int, Verdict], labels: Mapping[int, str], ok_text: str,
-         category: Category = "gpu", **extra: Any) -> CheckResult:
-    evidence = {"gpus": {str(i): {"status": v.status, **v.evidence} for i, v in verdicts.items()}, **extra}
+def fold(
+    name: str,
+    verdicts: Mapping[int, Verdict],
+    labels: Mapping[int, str],
+    ok_text: str,
+    category: Category = "gpu",
+    **extra: Any,
+) -> CheckResult:
+    evidence = {
+        "gpus": {str(i): {"status": v.status, **v.evidence} for i, v in verdicts.items()},
+        **extra,
+    }
 
     def listing(status: str) -> str:
-        hits = [f"{labels.get(i, f'GPU {i}')}: {v.text}" for i, v in verdicts.items() if v.status == status]
+        hits = [
+            f"{labels.get(i, f'GPU {i}')}: {v.text}"
+            for i, v in verdicts.items()
+            if v.status == status
+        ]
         more = f"; and {len(hits) - MAX_LISTED} more" if len(hits) > MAX_LISTED else ""
         return "; ".join(hits[:MAX_LISTED]) + more
 
@@ -43,14 +57,17 @@ def fold(name: str, verdicts: Mapping[int, Verdict], labels: Mapping[int, str], 
     if not verdicts:
         return not_applicable(name, "no GPUs to check", category, **evidence)
     if all(s == "n/a" for s in statuses):
-        return not_applicable(name, "not supported on these GPUs (not applicable)", category, **evidence)
+        return not_applicable(
+            name, "not supported on these GPUs (not applicable)", category, **evidence
+        )
     na = statuses.count("n/a")
     note = f" ({na} GPU(s) do not support it)" if na else ""
     return ok(name, f"{ok_text} on {len(statuses) - na} GPU(s){note}", category, **evidence)
 
 
-def count_result(name: str, visible: int, expected: int | None, what: str = "GPUs",
-                 source: str = "") -> CheckResult:
+def count_result(
+    name: str, visible: int, expected: int | None, what: str = "GPUs", source: str = ""
+) -> CheckResult:
     """Compare a visible count with the expected one (None: at least one)."""
     ev = {"visible": visible, "expected": expected, **({"source": source} if source else {})}
     if expected is None:
@@ -60,5 +77,9 @@ def count_result(name: str, visible: int, expected: int | None, what: str = "GPU
     if visible < expected:
         return problem(name, f"{visible} of {expected} expected {what} visible", **ev)
     if visible > expected:
-        return ok(name, f"{visible} {what} visible, more than the {expected} expected (check the label)", **ev)
+        return ok(
+            name,
+            f"{visible} {what} visible, more than the {expected} expected (check the label)",
+            **ev,
+        )
     return ok(name, f"{visible} of {expected} expected {what} visible", **ev)

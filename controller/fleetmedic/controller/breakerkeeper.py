@@ -10,10 +10,10 @@ reset`` there, the storm email, the metric.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from threading import Event
 from datetime import datetime
-from typing import Callable, Sequence
+from threading import Event
 
 from fleetmedic.adapters import notify
 from fleetmedic.adapters.kube import Kube
@@ -32,12 +32,20 @@ STORM_EMAIL_TRIES = 10
 class BreakerKeeper:
     """``send`` runs a job off the main loop (the storm email); ``stop`` says when to give up."""
 
-    def __init__(self, cfg: Config, kube: Kube, metrics: Metrics, *, dry_run: bool,
-                 send: Callable[[Callable[[], None]], Future], stop: Callable[[], Event]) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        kube: Kube,
+        metrics: Metrics,
+        *,
+        dry_run: bool,
+        send: Callable[[Callable[[], None]], Future],
+        stop: Callable[[], Event],
+    ) -> None:
         self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
         self.send, self.stop = send, stop
         self.state = breaker.BreakerState()
-        self.saved: str | None = None      # the trip this process wrote on the ConfigMap
+        self.saved: str | None = None  # the trip this process wrote on the ConfigMap
 
     @property
     def open(self) -> bool:
@@ -59,9 +67,12 @@ class BreakerKeeper:
         self.saved = record.tripped_at if record and record.open else None
         self.metrics.breaker_open.set(1 if self.state.open else 0)
         if record and record.open:
-            log.error("circuit breaker open since %s (recorded on ConfigMap %s); automation "
-                      "stays paused until `fleetmedic breaker reset`", record.tripped_at,
-                      self.cfg.safety.pause_configmap)
+            log.error(
+                "circuit breaker open since %s (recorded on ConfigMap %s); automation "
+                "stays paused until `fleetmedic breaker reset`",
+                record.tripped_at,
+                self.cfg.safety.pause_configmap,
+            )
 
     def observe(self, views: Sequence[NodeView], now: datetime) -> None:
         cfg = self.cfg.safety.breaker
@@ -70,20 +81,30 @@ class BreakerKeeper:
         self.state = obs.state
         self.metrics.breaker_open.set(1 if obs.state.open else 0)
         if was_open and not obs.state.open:
-            log.warning("circuit breaker closed after its cooldown (%.0fs); automation resumes",
-                        cfg.cooldown or 0)
+            log.warning(
+                "circuit breaker closed after its cooldown (%.0fs); automation resumes",
+                cfg.cooldown or 0,
+            )
             self._save(breaker.record_of(obs.state, reset_by="cooldown"))
         if not obs.tripped_now:
             return
-        log.error("circuit breaker tripped: %d nodes turned unhealthy within %.0fs (limit %d); "
-                  "automation paused until `fleetmedic breaker reset`", obs.recent, cfg.window,
-                  obs.limit)
+        log.error(
+            "circuit breaker tripped: %d nodes turned unhealthy within %.0fs (limit %d); "
+            "automation paused until `fleetmedic breaker reset`",
+            obs.recent,
+            cfg.window,
+            obs.limit,
+        )
         if self._save(breaker.record_of(obs.state)):
             self.saved = obs.state.tripped_at
         if self.cfg.smtp and not self.dry_run:
-            storm = notify.Storm(pool=len(views), nodes=sorted({n for n, _ in obs.state.turned}),
-                                 window=cfg.window, threshold_percent=cfg.threshold_percent,
-                                 tripped_at=obs.state.tripped_at or stamp(now))
+            storm = notify.Storm(
+                pool=len(views),
+                nodes=sorted({n for n, _ in obs.state.turned}),
+                window=cfg.window,
+                threshold_percent=cfg.threshold_percent,
+                tripped_at=obs.state.tripped_at or stamp(now),
+            )
             self.send(lambda: self._send_storm(storm))
 
     def adopt_reset(self, record: breaker.Record | None, now: datetime) -> None:
@@ -92,8 +113,12 @@ class BreakerKeeper:
             return
         if breaker.reset_elsewhere(self.state, record):
             assert record is not None
-            log.warning("circuit breaker reset by %s at %s; automation resumes (the storm's "
-                        "turns are not replayed)", record.reset_by or "someone", record.reset_at)
+            log.warning(
+                "circuit breaker reset by %s at %s; automation resumes (the storm's "
+                "turns are not replayed)",
+                record.reset_by or "someone",
+                record.reset_at,
+            )
             self.state = breaker.reset(self.state, now)
             self.saved = None
             self.metrics.breaker_open.set(0)
@@ -107,8 +132,11 @@ class BreakerKeeper:
             self.kube.patch_config_map_data(*ref, {breaker.RECORD_KEY: record.encode()})
             return True
         except FleetmedicError as exc:
-            log.warning("circuit breaker kept in memory only, a restart closes it (%s); ship "
-                        "the ConfigMap of deploy/controller/configmap.yaml", exc)
+            log.warning(
+                "circuit breaker kept in memory only, a restart closes it (%s); ship "
+                "the ConfigMap of deploy/controller/configmap.yaml",
+                exc,
+            )
             return False
 
     def _send_storm(self, storm: notify.Storm) -> None:

@@ -31,9 +31,10 @@ import signal
 import socket
 import sys
 import threading
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -41,7 +42,8 @@ from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
 from fleetmedic.model import config as configmod
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
-from fleetmedic.model.nodestate import NodeView, view as view_of
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.nodestate import view as view_of
 from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
 from fleetmedic.policy.inflight import Escalated, InFlight
 
@@ -52,10 +54,20 @@ STATE_ORDER = {"manual": 0, "reimage": 1, "reboot": 2, "healthy": 3}
 # -- plumbing ---------------------------------------------------------------------------
 def _common(fn: Callable) -> click.Command:
     """--config/--kubeconfig, and FleetmedicError as one line with a non-zero exit."""
-    @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-                  default=None, help=f"Controller config (default {DEFAULT_CONFIG}).")
-    @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
-                  help="kubeconfig file; wins over the config's kube.kubeconfig.")
+
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=f"Controller config (default {DEFAULT_CONFIG}).",
+    )
+    @click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="kubeconfig file; wins over the config's kube.kubeconfig.",
+    )
     @functools.wraps(fn)
     def wrapper(config_path: Path | None, kubeconfig: str | None, **kwargs: Any) -> None:
         try:
@@ -64,6 +76,7 @@ def _common(fn: Callable) -> click.Command:
         except FleetmedicError as exc:
             click.echo(f"fleetmedic: error: {exc}", err=True)
             sys.exit(1)
+
     return wrapper
 
 
@@ -75,23 +88,28 @@ def load_config(path: Path | None) -> Config:
 
 def connect(cfg: Config, kubeconfig: str | None):
     from fleetmedic.adapters.kube import connect as kube_connect
+
     if kubeconfig:
         return kube_connect(kubeconfig, cfg.kube.context)
     path = configmod.secret_path(cfg.kube.kubeconfig, cfg.kube.kubeconfig_credential)
-    if path is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get(
-            "KUBECONFIG"):
+    if (
+        path is None
+        and os.environ.get("KUBERNETES_SERVICE_HOST")
+        and not os.environ.get("KUBECONFIG")
+    ):
         return kube_connect(in_cluster=True)
     return kube_connect(str(path) if path else None, cfg.kube.context)
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def views(kube, cfg: Config) -> list[NodeView]:
     nodes, _ = kube.list_nodes(cfg.kube.label_selector)
-    return sorted((view_of(n, cfg.vocabulary(), cfg.foreign()) for n in nodes),
-                  key=lambda v: v.name)
+    return sorted(
+        (view_of(n, cfg.vocabulary(), cfg.foreign()) for n in nodes), key=lambda v: v.name
+    )
 
 
 def operator() -> str:
@@ -103,11 +121,15 @@ def operator() -> str:
 
 
 def _setup_logging(verbose: bool) -> None:
-    journal = bool(os.environ.get("JOURNAL_STREAM"))   # journald adds its own timestamps
-    fmt = "%(levelname)s %(name)s: %(message)s" if journal else \
-        "%(asctime)s %(levelname)s %(message)s"
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt,
-                        stream=sys.stderr)
+    journal = bool(os.environ.get("JOURNAL_STREAM"))  # journald adds its own timestamps
+    fmt = (
+        "%(levelname)s %(name)s: %(message)s"
+        if journal
+        else "%(asctime)s %(levelname)s %(message)s"
+    )
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format=fmt, stream=sys.stderr
+    )
     for noisy in ("kubernetes", "urllib3", "ansible_runner"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -130,7 +152,7 @@ def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose:
         if missing:
             raise ConfigError(f"missing files: {'; '.join(missing)}")
         if cfg.smtp:
-            notify.read_password(cfg.smtp)       # unreadable secrets fail now, not at 3 am
+            notify.read_password(cfg.smtp)  # unreadable secrets fail now, not at 3 am
         for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
             try:
                 d.mkdir(parents=True, exist_ok=True)
@@ -142,8 +164,10 @@ def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose:
         try:
             controller.metrics.serve(cfg.metrics.address, cfg.metrics.port)
         except OSError as exc:
-            raise ConfigError(f"metrics: cannot listen on {cfg.metrics.address}:"
-                              f"{cfg.metrics.port}: {exc.strerror or exc}") from None
+            raise ConfigError(
+                f"metrics: cannot listen on {cfg.metrics.address}:"
+                f"{cfg.metrics.port}: {exc.strerror or exc}"
+            ) from None
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -181,21 +205,33 @@ def node_status(v: NodeView, at: datetime) -> dict[str, Any]:
     esc = Escalated.decode(v.annotations.get(keys.ANN_ESCALATED))
     attempts = [a.to_json() for a in of_episode(history, ep)] if (v.in_repair or fl) else []
     since = None
-    if v.in_repair:   # fenced by the agent: no transition of ours yet, so when work began
-        since = (v.annotations.get(keys.ANN_STATE_SINCE)
-                 or (fl.step_start if fl and fl.step == v.state else None)
-                 or (attempts[0]["start"] if attempts else None))
+    if v.in_repair:  # fenced by the agent: no transition of ours yet, so when work began
+        since = (
+            v.annotations.get(keys.ANN_STATE_SINCE)
+            or (fl.step_start if fl and fl.step == v.state else None)
+            or (attempts[0]["start"] if attempts else None)
+        )
     if fl is not None:
         doing = f"{fl.step}#{fl.attempt} {fl.phase} {fl.status}"
     elif esc is not None and v.state == "manual":
         doing = f"escalated, email {'sent ' + esc.sent if esc.sent else 'pending'}"
     else:
         doing = ""
-    return {"name": v.name, "state": v.state, "slow_network": v.slow_network,
-            "since": since, "age": _age(since, at), "doing": doing, "episode": ep or None,
-            "attempts": attempts, "last_finding": last_finding(v, attempts),
-            "foreign_signals": list(v.foreign_signals), "unschedulable": v.unschedulable,
-            "address": v.address, "vendor": v.vendor}
+    return {
+        "name": v.name,
+        "state": v.state,
+        "slow_network": v.slow_network,
+        "since": since,
+        "age": _age(since, at),
+        "doing": doing,
+        "episode": ep or None,
+        "attempts": attempts,
+        "last_finding": last_finding(v, attempts),
+        "foreign_signals": list(v.foreign_signals),
+        "unschedulable": v.unschedulable,
+        "address": v.address,
+        "vendor": v.vendor,
+    }
 
 
 def last_finding(v: NodeView, attempts: list[dict]) -> str:
@@ -232,8 +268,9 @@ def _age(stamp: str | None, at: datetime) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def render_status(rows: list[dict], hidden: int = 0, width: int = 200,
-                  since_as_time: bool = False) -> str:
+def render_status(
+    rows: list[dict], hidden: int = 0, width: int = 200, since_as_time: bool = False
+) -> str:
     """The status table. ``since_as_time``: the SINCE column as a UTC time, not an age."""
     head = ("NODE", "STATE", "SINCE", "DOING", "ATTEMPTS", "LAST FINDING")
     table = [head]
@@ -243,11 +280,21 @@ def render_status(rows: list[dict], hidden: int = 0, width: int = 200,
         since = r["age"] and f"{r['age']} ago"
         if since_as_time:
             since = (r["since"] or "")[11:19]
-        table.append((r["name"], state, since, r["doing"],
-                      attempts if r["attempts"] else "", r["last_finding"]))
+        table.append(
+            (
+                r["name"],
+                state,
+                since,
+                r["doing"],
+                attempts if r["attempts"] else "",
+                r["last_finding"],
+            )
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
-             for row in table]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]
+        for row in table
+    ]
     lines = [ln.rstrip()[:width] for ln in lines]
     counts: dict[str, int] = {}
     for r in rows:
@@ -255,8 +302,10 @@ def render_status(rows: list[dict], hidden: int = 0, width: int = 200,
     if hidden:
         counts["healthy"] = counts.get("healthy", 0) + hidden
     summary = ", ".join(f"{counts[s]} {s}" for s in STATE_ORDER if counts.get(s))
-    lines.append(f"\n{summary or 'no nodes'}" + (f" ({hidden} healthy not shown; --all lists "
-                                                  "them)" if hidden else ""))
+    lines.append(
+        f"\n{summary or 'no nodes'}"
+        + (f" ({hidden} healthy not shown; --all lists them)" if hidden else "")
+    )
     return "\n".join(lines)
 
 
@@ -269,15 +318,24 @@ def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -
     at = now()
     kube = connect(cfg, kubeconfig)
     rows = [node_status(v, at) for v in views(kube, cfg)]
-    rows.sort(key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"],
-                             r["since"] or "", r["name"]))
+    rows.sort(
+        key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"], r["since"] or "", r["name"])
+    )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    shown = [r for r in rows if show_all or r["state"] != "healthy" or r["slow_network"]
-             or r["foreign_signals"] or r["doing"]]
-    click.echo(render_status(shown, hidden=len(rows) - len(shown),
-                             width=max(80, _terminal_width())))
+    shown = [
+        r
+        for r in rows
+        if show_all
+        or r["state"] != "healthy"
+        or r["slow_network"]
+        or r["foreign_signals"]
+        or r["doing"]
+    ]
+    click.echo(
+        render_status(shown, hidden=len(rows) - len(shown), width=max(80, _terminal_width()))
+    )
 
 
 def _terminal_width() -> int:
@@ -300,8 +358,14 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     vs = views(kube, cfg)
     decisions = loop.decide_all(vs, at, cfg)
     switches = read_switches(kube, cfg) if loop.actionable(decisions) else Switches()
-    p = loop.make_plan(vs, decisions, at, cfg, paused=switches.paused,
-                       breaker_reason=breakermod.reason(breakermod.resume(switches.breaker)))
+    p = loop.make_plan(
+        vs,
+        decisions,
+        at,
+        cfg,
+        paused=switches.paused,
+        breaker_reason=breakermod.reason(breakermod.resume(switches.breaker)),
+    )
     held = {a.node: why for a, why in p.admission.held}
     admitted = {a.node for a in p.admission.admitted}
     items = []
@@ -309,10 +373,19 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         if a.kind == NONE and a.reason == "healthy":
             continue
         verdict = "do" if a.node in admitted else "held" if a.node in held else a.kind
-        items.append({"node": a.node, "action": a.kind, "step": a.step, "phase": a.phase,
-                      "reason": a.reason, "verdict": verdict, "held_because": held.get(a.node),
-                      "not_before": a.not_before.isoformat() if a.not_before else None,
-                      "playbook": a.playbook})
+        items.append(
+            {
+                "node": a.node,
+                "action": a.kind,
+                "step": a.step,
+                "phase": a.phase,
+                "reason": a.reason,
+                "verdict": verdict,
+                "held_because": held.get(a.node),
+                "not_before": a.not_before.isoformat() if a.not_before else None,
+                "playbook": a.playbook,
+            }
+        )
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
@@ -323,8 +396,10 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
             tail = f"  [not before {i['not_before']}]"
         click.echo(f"{i['node']}: {what} ({i['step'] or '-'}): {i['reason']}{tail}")
     slots = len(p.fleet.active)
-    click.echo(f"{len(admitted)} action(s) would run now, {len(held)} held; "
-               f"{slots} node(s) hold repair slots; {len(vs)} nodes in the pool")
+    click.echo(
+        f"{len(admitted)} action(s) would run now, {len(held)} held; "
+        f"{slots} node(s) hold repair slots; {len(vs)} nodes in the pool"
+    )
 
 
 # -- release and reset ----------------------------------------------------------------
@@ -344,8 +419,10 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
     if v.state == "healthy":
         raise FleetmedicError(f"node {node} is not in repair (no fleetmedic repair taint)")
     if v.state != "manual" and not force:
-        raise FleetmedicError(f"node {node} is in {v.state}, which the controller is still "
-                              "working on; use --force to release it anyway")
+        raise FleetmedicError(
+            f"node {node} is in {v.state}, which the controller is still "
+            "working on; use --force to release it anyway"
+        )
     upd = releasemod.release(v, now(), cfg, by=operator())
     written = kube.update_node(node, upd.apply_for(cfg.vocabulary()))
     for ev in upd.events:
@@ -363,15 +440,19 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
     kube = connect(cfg, kubeconfig)
     vocab = cfg.vocabulary()
     ours = (keys.ANN_IN_FLIGHT, keys.ANN_ESCALATED, keys.ANN_CORDONED)
-    todo = [v for v in views(kube, cfg)
-            if any(vocab.is_ours(t) for t in v.taints) or any(k in v.annotations for k in ours)]
+    todo = [
+        v
+        for v in views(kube, cfg)
+        if any(vocab.is_ours(t) for t in v.taints) or any(k in v.annotations for k in ours)
+    ]
     if not todo:
         click.echo("no node carries a fleetmedic taint")
         return
     names = ", ".join(v.name for v in todo[:10]) + (" ..." if len(todo) > 10 else "")
     if not yes:
-        click.confirm(f"Remove fleetmedic taints from {len(todo)} node(s) ({names})?",
-                      abort=True, err=True)
+        click.confirm(
+            f"Remove fleetmedic taints from {len(todo)} node(s) ({names})?", abort=True, err=True
+        )
     by = operator()
     for v in todo:
         upd = releasemod.reset(v, now(), cfg, by=by)
@@ -400,13 +481,17 @@ def _breaker_record(cfg: Config, kube) -> tuple[tuple[str, str], Any]:
 
     ref = pause_configmap(cfg)
     if ref is None:
-        raise ConfigError("safety.pause_configmap is empty, so the breaker lives only in the "
-                          "controller's memory (restart the controller to reset it)")
+        raise ConfigError(
+            "safety.pause_configmap is empty, so the breaker lives only in the "
+            "controller's memory (restart the controller to reset it)"
+        )
     cm = kube.get_config_map(*ref)
     if cm is None:
-        raise NotFoundError(f"ConfigMap {cfg.safety.pause_configmap} not found (ship "
-                            "deploy/controller/configmap.yaml); without it the breaker lives "
-                            "only in the controller's memory")
+        raise NotFoundError(
+            f"ConfigMap {cfg.safety.pause_configmap} not found (ship "
+            "deploy/controller/configmap.yaml); without it the breaker lives "
+            "only in the controller's memory"
+        )
     return ref, breakermod.Record.decode((cm.get("data") or {}).get(breakermod.RECORD_KEY))
 
 
@@ -417,17 +502,29 @@ def breaker_status(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     """Say whether the circuit breaker is open, since when and for which nodes."""
     _, record = _breaker_record(cfg, connect(cfg, kubeconfig))
     if as_json:
-        click.echo(json.dumps({"open": bool(record and record.open),
-                               **(dataclasses.asdict(record) if record else {})}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "open": bool(record and record.open),
+                    **(dataclasses.asdict(record) if record else {}),
+                },
+                indent=2,
+            )
+        )
         return
     if record is None or not record.open:
-        reset = f" (last reset {record.reset_at} by {record.reset_by})" if record and \
-            record.reset_at else ""
+        reset = (
+            f" (last reset {record.reset_at} by {record.reset_by})"
+            if record and record.reset_at
+            else ""
+        )
         click.echo(f"circuit breaker closed{reset}")
         return
     shown = ", ".join(record.nodes[:10]) + (" ..." if len(record.nodes) > 10 else "")
-    click.echo(f"circuit breaker OPEN since {record.tripped_at}: no repair starts until "
-               f"`fleetmedic breaker reset`\n{len(record.nodes)} node(s) turned unhealthy: {shown}")
+    click.echo(
+        f"circuit breaker OPEN since {record.tripped_at}: no repair starts until "
+        f"`fleetmedic breaker reset`\n{len(record.nodes)} node(s) turned unhealthy: {shown}"
+    )
 
 
 @breaker.command("reset")
@@ -443,9 +540,14 @@ def breaker_reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
         click.echo("circuit breaker is closed; nothing to reset")
         return
     if not yes:
-        click.confirm(f"Reset the circuit breaker open since {record.tripped_at} "
-                      f"({len(record.nodes)} node(s))? Repairs resume at once.", abort=True, err=True)
+        click.confirm(
+            f"Reset the circuit breaker open since {record.tripped_at} "
+            f"({len(record.nodes)} node(s))? Repairs resume at once.",
+            abort=True,
+            err=True,
+        )
     by = operator()
-    kube.patch_config_map_data(*ref, {breakermod.RECORD_KEY: breakermod.closed_by(
-        record, now(), by).encode()})
+    kube.patch_config_map_data(
+        *ref, {breakermod.RECORD_KEY: breakermod.closed_by(record, now(), by).encode()}
+    )
     click.echo(f"circuit breaker reset by {by}; the controller resumes within a few seconds")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.errors import ForbiddenError, TemporaryError
@@ -26,9 +26,9 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 @dataclasses.dataclass(frozen=True)
 class DrainResult:
     evicted: tuple[str, ...]
-    blocked: tuple[str, ...]   # ns/name still running because a PDB forbade eviction
-    skipped: tuple[str, ...]   # DaemonSet and mirror pods, left alone on purpose
-    force_denied: str | None = None   # why force could not delete (RBAC), if it was refused
+    blocked: tuple[str, ...]  # ns/name still running because a PDB forbade eviction
+    skipped: tuple[str, ...]  # DaemonSet and mirror pods, left alone on purpose
+    force_denied: str | None = None  # why force could not delete (RBAC), if it was refused
 
     @property
     def complete(self) -> bool:
@@ -51,12 +51,14 @@ def _ref(pod: dict) -> str:
 
 def cordon(kube: Kube, node: str) -> None:
     """Mark unschedulable; remember that it was us only if it was schedulable."""
+
     def mutate(n: dict) -> bool:
         if (n.get("spec") or {}).get("unschedulable"):
             return False
         nodeedit.set_unschedulable(n, True)
         nodeedit.set_annotation(n, keys.ANN_CORDONED, "true")
         return True
+
     kube.update_node(node, mutate)
 
 
@@ -72,12 +74,20 @@ def uncordon_if_ours(kube: Kube, node: str) -> bool:
         nodeedit.set_annotation(n, keys.ANN_CORDONED, None)
         changed = True
         return True
+
     kube.update_node(node, mutate)
     return changed
 
 
-def drain(kube: Kube, node: str, timeout: float, *, force_blocked: bool = False,
-          poll: float = 1.0, clock: Callable[[], float] = time.monotonic) -> DrainResult:
+def drain(
+    kube: Kube,
+    node: str,
+    timeout: float,
+    *,
+    force_blocked: bool = False,
+    poll: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> DrainResult:
     """Evict every pod but DaemonSet/mirror pods; retry PDB refusals until ``timeout``."""
     cordon(kube, node)
     deadline = clock() + timeout
@@ -102,7 +112,9 @@ def drain(kube: Kube, node: str, timeout: float, *, force_blocked: bool = False,
             log.warning("forcing deletion of %s despite its PodDisruptionBudget", ref)
             try:
                 kube.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
-            except ForbiddenError as exc:   # force is opt-in RBAC (deploy/controller/force-drain.yaml)
+            except (
+                ForbiddenError
+            ) as exc:  # force is opt-in RBAC (deploy/controller/force-drain.yaml)
                 denied = str(exc)
                 break
             evicted.append(ref)

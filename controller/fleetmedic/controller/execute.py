@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.kube import Kube
@@ -54,10 +54,15 @@ class Executor:
     cfg: Config
     kube: Kube
     cluster: str = ""
-    on_run: Callable[[int], None] = lambda delta: None   # runs in flight, for the gauge
+    on_run: Callable[[int], None] = lambda delta: None  # runs in flight, for the gauge
 
-    def execute(self, action: Action, view: NodeView, run_id: str | None = None,
-                cancel: threading.Event | None = None) -> Outcome:
+    def execute(
+        self,
+        action: Action,
+        view: NodeView,
+        run_id: str | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Outcome:
         """Do ``action`` on ``view``'s node and return its outcome (see the module doc)."""
         cancel = cancel or threading.Event()
         if action.kind == RUN:
@@ -75,35 +80,48 @@ class Executor:
         address, hostvars = controller_host_vars(view)
         return runner.Target(view.name, address, {**hostvars, **(extra or {})})
 
-    def _run(self, action: Action, view: NodeView, run_id: str | None,
-             cancel: threading.Event) -> Outcome:
+    def _run(
+        self, action: Action, view: NodeView, run_id: str | None, cancel: threading.Event
+    ) -> Outcome:
         assert action.playbook, action
         self.on_run(1)
         try:
             # the controller holds the node Lease itself (loop.py); the playbooks take it only
             # when a person runs them
-            result = runner.run_playbook(action.playbook, [self._target(view, dict(action.hostvars))],
-                                         self.cfg.ansible, timeout=action.timeout, run_id=run_id,
-                                         cancel=cancel.is_set,
-                                         extravars={"fleetmedic_node_lease": False})
+            result = runner.run_playbook(
+                action.playbook,
+                [self._target(view, dict(action.hostvars))],
+                self.cfg.ansible,
+                timeout=action.timeout,
+                run_id=run_id,
+                cancel=cancel.is_set,
+                extravars={"fleetmedic_node_lease": False},
+            )
         finally:
             self.on_run(-1)
         return self._host_outcome(result, view.name, cancel)
 
-    def _probe(self, action: Action, view: NodeView, run_id: str | None,
-               cancel: threading.Event) -> Outcome:
+    def _probe(
+        self, action: Action, view: NodeView, run_id: str | None, cancel: threading.Event
+    ) -> Outcome:
         self.on_run(1)
         try:
-            result = runner.read_boot_ids([self._target(view)], self.cfg.ansible,
-                                          timeout=action.timeout or self.cfg.ladder.probe_timeout,
-                                          run_id=run_id)
+            result = runner.read_boot_ids(
+                [self._target(view)],
+                self.cfg.ansible,
+                timeout=action.timeout or self.cfg.ladder.probe_timeout,
+                run_id=run_id,
+            )
         finally:
             self.on_run(-1)
         outcome = self._host_outcome(result, view.name, cancel)
         if outcome.ok:
             boot_id = result.hosts[view.name].stdout.strip()
-            return Outcome("ok", outcome.run_id, boot_id=boot_id) if boot_id else Outcome(
-                "failed", outcome.run_id, "boot_id came back empty")
+            return (
+                Outcome("ok", outcome.run_id, boot_id=boot_id)
+                if boot_id
+                else Outcome("failed", outcome.run_id, "boot_id came back empty")
+            )
         return outcome
 
     @staticmethod
@@ -111,22 +129,34 @@ class Executor:
         if cancel.is_set() or result.status == "canceled":
             raise Cancelled(f"run {result.run_id} on {name} cancelled")
         host = result.hosts.get(name) or runner.HostResult(runner.FAILED, message="no result")
-        log.info("%s: run %s: %s%s", name, result.run_id, host.status,
-                 f" ({host.task}: {host.message})" if not host.ok else "")
+        log.info(
+            "%s: run %s: %s%s",
+            name,
+            result.run_id,
+            host.status,
+            f" ({host.task}: {host.message})" if not host.ok else "",
+        )
         return Outcome(host.status, result.run_id, host.message, host.task)
 
     # -- drain --------------------------------------------------------------
     def _drain(self, action: Action) -> Outcome:
-        done = drainmod.drain(self.kube, action.node, action.timeout or
-                              self.cfg.safety.drain.timeout, force_blocked=action.force)
+        done = drainmod.drain(
+            self.kube,
+            action.node,
+            action.timeout or self.cfg.safety.drain.timeout,
+            force_blocked=action.force,
+        )
         if done.complete:
             return Outcome("ok", message=f"evicted {len(done.evicted)} pod(s)")
         shown = ", ".join(done.blocked[:5]) + (" ..." if len(done.blocked) > 5 else "")
         blocked = f"{len(done.blocked)} pod(s) protected by a PodDisruptionBudget: {shown}"
         if done.force_denied:
-            return Outcome("forbidden", message=f"{blocked}; pdb_blocked is force but deleting "
-                           "them is not allowed (apply deploy/controller/force-drain.yaml to "
-                           f"grant it): {done.force_denied}")
+            return Outcome(
+                "forbidden",
+                message=f"{blocked}; pdb_blocked is force but deleting "
+                "them is not allowed (apply deploy/controller/force-drain.yaml to "
+                f"grant it): {done.force_denied}",
+            )
         return Outcome("blocked", message=blocked)
 
     # -- email --------------------------------------------------------------
@@ -139,15 +169,20 @@ class Executor:
         record = Escalated.decode(view.annotations.get(keys.ANN_ESCALATED))
         at = record.decided if record else ""
         evidence = runner.evidence_for(view.name, self.cfg.ansible, episode=action.ep)
-        esc = notify.Escalation.of(view, reason, at, episode=action.ep, evidence=evidence,
-                                   cluster=self.cluster)
+        esc = notify.Escalation.of(
+            view, reason, at, episode=action.ep, evidence=evidence, cluster=self.cluster
+        )
         try:
             sent = notify.send_escalation(esc, smtp)
-        except FleetmedicError as exc:   # TemporaryError (relay down), ConfigError (password)
+        except FleetmedicError as exc:  # TemporaryError (relay down), ConfigError (password)
             log.warning("%s: escalation email not sent: %s", view.name, exc)
             return Outcome("failed", message=str(exc))
-        log.info("%s: escalation email sent (%s, %d attachment(s))", view.name, sent.message_id,
-                 len(sent.attached) + 1)
+        log.info(
+            "%s: escalation email sent (%s, %d attachment(s))",
+            view.name,
+            sent.message_id,
+            len(sent.attached) + 1,
+        )
         return Outcome("ok", message=sent.message_id)
 
 

@@ -38,42 +38,53 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 
 from fleetmedic.adapters import runner
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.adapters.lease import Lease, node_lease_name
 from fleetmedic.controller import sdnotify
 from fleetmedic.controller.breakerkeeper import BreakerKeeper
-from fleetmedic.controller.switches import Switches, read_switches
 from fleetmedic.controller.execute import Cancelled, Executor
 from fleetmedic.controller.metrics import Metrics
+from fleetmedic.controller.switches import Switches, read_switches
 from fleetmedic.controller.watcher import NodeWatcher, wait_synced
 from fleetmedic.errors import FleetmedicError, PermanentError, TemporaryError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
-from fleetmedic.model.nodestate import NodeView, view as view_of
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.nodestate import view as view_of
 from fleetmedic.policy import budget, ladder
-from fleetmedic.policy.actions import (DRAIN, ESCALATE, NONE, PROBE, RUN, WAIT, WRITE, Action,
-                                       Stale, Update)
+from fleetmedic.policy.actions import (
+    DRAIN,
+    ESCALATE,
+    NONE,
+    PROBE,
+    RUN,
+    WAIT,
+    WRITE,
+    Action,
+    Stale,
+    Update,
+)
 from fleetmedic.policy.history import parse_time
 
 log = logging.getLogger(__name__)
 
-IDLE_WAKE = 60.0          # look at the fleet at least this often (cheap: no API call)
-HELD_WAKE = 30.0          # while actions are held (pause ConfigMap, window), look this often
-PAUSE_CACHE = 5.0         # the pause switch is read at most this often
-RECORD_RETRY = 120.0      # keep trying to record an outcome this long before giving up
-ERROR_BACKOFF = 60.0      # after an unexpected error, leave the node alone this long
+IDLE_WAKE = 60.0  # look at the fleet at least this often (cheap: no API call)
+HELD_WAKE = 30.0  # while actions are held (pause ConfigMap, window), look this often
+PAUSE_CACHE = 5.0  # the pause switch is read at most this often
+RECORD_RETRY = 120.0  # keep trying to record an outcome this long before giving up
+ERROR_BACKOFF = 60.0  # after an unexpected error, leave the node alone this long
 PRUNE_EVERY = 600.0
-LEASED_KINDS = (RUN, PROBE, DRAIN)   # actions that touch the node itself
+LEASED_KINDS = (RUN, PROBE, DRAIN)  # actions that touch the node itself
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -88,9 +99,13 @@ class Plan:
         return next((a for a in self.admission.admitted if a.node == name), None)
 
 
-def decide_all(views: Sequence[NodeView], now: datetime, cfg: Config,
-               skip: Iterable[str] = (),
-               memo: dict[str, tuple[NodeView, Action]] | None = None) -> list[tuple[NodeView, Action]]:
+def decide_all(
+    views: Sequence[NodeView],
+    now: datetime,
+    cfg: Config,
+    skip: Iterable[str] = (),
+    memo: dict[str, tuple[NodeView, Action]] | None = None,
+) -> list[tuple[NodeView, Action]]:
     """Every node's next action (nodes in ``skip`` left out).
 
     ``memo`` keeps NONE decisions across cycles: a NONE depends on the Node alone, never
@@ -130,9 +145,16 @@ def actionable(decisions: Iterable[tuple[NodeView, Action]]) -> bool:
     return any(a.kind not in (NONE, WAIT) for _, a in decisions)
 
 
-def make_plan(views: Sequence[NodeView], decisions: Sequence[tuple[NodeView, Action]],
-              now: datetime, cfg: Config, *, busy_slots: Iterable[str] = (),
-              paused: str | None = None, breaker_reason: str | None = None) -> Plan:
+def make_plan(
+    views: Sequence[NodeView],
+    decisions: Sequence[tuple[NodeView, Action]],
+    now: datetime,
+    cfg: Config,
+    *,
+    busy_slots: Iterable[str] = (),
+    paused: str | None = None,
+    breaker_reason: str | None = None,
+) -> Plan:
     """Pass the decisions through the budget (``views``: the whole pool).
 
     ``busy_slots``: nodes this process is working on that hold a repair slot even if
@@ -140,12 +162,13 @@ def make_plan(views: Sequence[NodeView], decisions: Sequence[tuple[NodeView, Act
     """
     fleet = budget.fleet_of(views)
     fleet = budget.Fleet(fleet.size, fleet.healthy, fleet.active | frozenset(busy_slots))
-    pending = [(v, a) for v, a in decisions if a.kind not in (NONE, WAIT)]   # admit skips the rest
+    pending = [(v, a) for v, a in decisions if a.kind not in (NONE, WAIT)]  # admit skips the rest
     since = {v.name: v.annotations.get(keys.ANN_STATE_SINCE) or "" for v, _ in pending}
-    actions = sorted((a for _, a in pending),
-                     key=lambda a: (not a.new_work, since[a.node] if a.new_work else "", a.node))
-    admission = budget.admit(actions, fleet, cfg.safety, now, paused=paused,
-                             breaker=breaker_reason)
+    actions = sorted(
+        (a for _, a in pending),
+        key=lambda a: (not a.new_work, since[a.node] if a.new_work else "", a.node),
+    )
+    admission = budget.admit(actions, fleet, cfg.safety, now, paused=paused, breaker=breaker_reason)
     return Plan(tuple(decisions), admission, fleet)
 
 
@@ -157,9 +180,17 @@ class Controller:
     """``Controller(cfg, kube).run(stop)`` until ``stop`` is set (or, with ``once``, until
     a cycle admits nothing and no work is under way)."""
 
-    def __init__(self, cfg: Config, kube: Kube, *, identity: str | None = None,
-                 dry_run: bool = False, metrics: Metrics | None = None,
-                 clock: Callable[[], datetime] = utcnow, watch_timeout: int = 300) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        kube: Kube,
+        *,
+        identity: str | None = None,
+        dry_run: bool = False,
+        metrics: Metrics | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        watch_timeout: int = 300,
+    ) -> None:
         self.cfg, self.kube, self.clock = cfg, kube, clock
         self.vocab, self.foreign = cfg.vocabulary(), cfg.foreign()
         self.dry_run = dry_run or cfg.dry_run
@@ -167,49 +198,66 @@ class Controller:
         self.identity = identity or le.identity or default_identity()
         self.metrics = metrics or Metrics()
         self.watcher: NodeWatcher[NodeView] = NodeWatcher(
-            kube, cfg.kube.label_selector, watch_timeout=watch_timeout,
-            transform=lambda node: view_of(node, self.vocab, self.foreign))
-        self._settled: dict[str, tuple[NodeView, Action]] = {}   # decide_all's memo
+            kube,
+            cfg.kube.label_selector,
+            watch_timeout=watch_timeout,
+            transform=lambda node: view_of(node, self.vocab, self.foreign),
+        )
+        self._settled: dict[str, tuple[NodeView, Action]] = {}  # decide_all's memo
         self.executor = Executor(cfg, kube, on_run=lambda d: self.metrics.in_flight.inc(d))
         workers = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleetmedic-work")
-        self.leader_lease = (Lease(kube, le.namespace, le.lease_name, self.identity,
-                                   max(1, int(le.lease_duration))) if le.enabled else None)
+        self.leader_lease = (
+            Lease(kube, le.namespace, le.lease_name, self.identity, max(1, int(le.lease_duration)))
+            if le.enabled
+            else None
+        )
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._cancel = threading.Event()         # replaced after each cancellation
+        self._cancel = threading.Event()  # replaced after each cancellation
         self._busy: dict[str, Action] = {}
         self._node_leases: dict[str, tuple[Lease, threading.Lock]] = {}
-        self._backoff: dict[str, float] = {}     # node -> monotonic time to leave it alone until
-        self._said: dict[str, str] = {}          # last decision logged per node
-        self.breaker = BreakerKeeper(cfg, kube, self.metrics, dry_run=self.dry_run,
-                                     send=lambda job: self.pool.submit(job), stop=lambda: self._stop)
+        self._backoff: dict[str, float] = {}  # node -> monotonic time to leave it alone until
+        self._said: dict[str, str] = {}  # last decision logged per node
+        self.breaker = BreakerKeeper(
+            cfg,
+            kube,
+            self.metrics,
+            dry_run=self.dry_run,
+            send=lambda job: self.pool.submit(job),
+            stop=lambda: self._stop,
+        )
         self._is_leader = le.enabled is False
         self._renewed = 0.0
         self._next_renew = 0.0
         self._next_node_renew = 0.0
         self._next_prune = 0.0
-        self._switches_read: tuple[float, Switches] = (0.0, Switches())   # (monotonic time, what)
+        self._switches_read: tuple[float, Switches] = (0.0, Switches())  # (monotonic time, what)
         self.cycles = 0
         self.admitted_total = 0
-        self.finished = 0                        # work items ended (for --once)
+        self.finished = 0  # work items ended (for --once)
         self._futures: dict[str, Future] = {}
 
     # -- running ----------------------------------------------------------------
     def run(self, stop: threading.Event, *, once: bool = False, sync_timeout: float = 60) -> None:
         self._stop = stop
         self.watcher.start(stop)
-        threading.Thread(target=self._relay, args=(stop,), name="fleetmedic-wake",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._relay, args=(stop,), name="fleetmedic-wake", daemon=True
+        ).start()
         wait_synced(self.watcher, sync_timeout)
         if self.leader_lease is None or self.dry_run:
             self.breaker.restore()
         if once and self.leader_lease is not None and not self.dry_run:
             self._lead_within(self.cfg.leader_election.lease_duration + 2)
         sdnotify.notify("READY=1")
-        log.info("controller %s watching %d nodes%s", self.identity,
-                 len(self.watcher.snapshot()), " (dry run: changing nothing)" if self.dry_run else "")
+        log.info(
+            "controller %s watching %d nodes%s",
+            self.identity,
+            len(self.watcher.snapshot()),
+            " (dry run: changing nothing)" if self.dry_run else "",
+        )
         dog = sdnotify.watchdog_interval()
         try:
             while not stop.is_set():
@@ -255,14 +303,16 @@ class Controller:
         self.pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for name, future in list(self._futures.items()):
-                if future.cancelled():              # queued, never started
+                if future.cancelled():  # queued, never started
                     self._busy.pop(name, None)
         deadline = time.monotonic() + grace
         while self.busy() and time.monotonic() < deadline:
             time.sleep(0.1)
         if self.busy():
-            log.warning("stopping with work under way on %s; the next start resumes it",
-                        ", ".join(sorted(self.busy())))
+            log.warning(
+                "stopping with work under way on %s; the next start resumes it",
+                ", ".join(sorted(self.busy())),
+            )
         if self.leader_lease is not None and self._is_leader and not self.dry_run:
             try:
                 self.leader_lease.release()
@@ -288,8 +338,9 @@ class Controller:
             if ok:
                 self._renewed = now
                 if not self._is_leader:
-                    log.info("leading as %s (Lease %s/%s)", self.identity, le.namespace,
-                             le.lease_name)
+                    log.info(
+                        "leading as %s (Lease %s/%s)", self.identity, le.namespace, le.lease_name
+                    )
                     sdnotify.notify(f"STATUS=leading as {self.identity}")
                     self.breaker.restore()
                 self._is_leader = True
@@ -308,14 +359,18 @@ class Controller:
             if time.monotonic() > deadline:
                 holder = self.leader_lease.current_holder() if self.leader_lease else None
                 le = self.cfg.leader_election
-                raise PermanentError(f"another controller ({holder or 'unknown'}) holds the "
-                                     f"leader Lease {le.namespace}/{le.lease_name}")
+                raise PermanentError(
+                    f"another controller ({holder or 'unknown'}) holds the "
+                    f"leader Lease {le.namespace}/{le.lease_name}"
+                )
             time.sleep(min(1.0, self.cfg.leader_election.retry_period))
             self._next_renew = 0.0
 
     def _lose_leadership(self) -> None:
-        log.error("lost the leader Lease (not renewed within %.0fs): cancelling running work",
-                  self.cfg.leader_election.renew_deadline)
+        log.error(
+            "lost the leader Lease (not renewed within %.0fs): cancelling running work",
+            self.cfg.leader_election.renew_deadline,
+        )
         self._is_leader = False
         with self._lock:
             old, self._cancel = self._cancel, threading.Event()
@@ -329,14 +384,17 @@ class Controller:
             held = list(self._node_leases.items())
         for name, entry in held:
             lease, guard = entry
-            with guard:   # never renew a Lease its worker is giving up right now
+            with guard:  # never renew a Lease its worker is giving up right now
                 with self._lock:
                     if self._node_leases.get(name) is not entry:
                         continue
                 try:
                     if not lease.try_acquire():
-                        log.warning("node Lease %s was taken by %s while we worked", lease.name,
-                                    lease.current_holder())
+                        log.warning(
+                            "node Lease %s was taken by %s while we worked",
+                            lease.name,
+                            lease.current_holder(),
+                        )
                 except FleetmedicError as exc:
                     log.warning("node Lease %s: %s", lease.name, exc)
 
@@ -365,18 +423,26 @@ class Controller:
         if backoff:
             wait = min(wait, min(backoff.values()) - mono)
         slots = [n for n, a in busy.items() if a.new_work or a.step in budget.WORKING_STEPS]
-        decisions = decide_all(views, now, self.cfg, skip=set(busy) | set(backoff),
-                               memo=self._settled)
+        decisions = decide_all(
+            views, now, self.cfg, skip=set(busy) | set(backoff), memo=self._settled
+        )
         for _, a in decisions:
             if a.kind == WAIT and a.not_before is not None:
                 wait = min(wait, (a.not_before - now).total_seconds() + 0.05)
         paused = None
-        if actionable(decisions) or self.breaker.open:   # open: watch for a reset
+        if actionable(decisions) or self.breaker.open:  # open: watch for a reset
             switches = self._switches()
             paused = switches.paused
             self.breaker.adopt_reset(switches.breaker, now)
-        plan = make_plan(views, decisions, now, self.cfg, busy_slots=slots, paused=paused,
-                         breaker_reason=self.breaker.reason)
+        plan = make_plan(
+            views,
+            decisions,
+            now,
+            self.cfg,
+            busy_slots=slots,
+            paused=paused,
+            breaker_reason=self.breaker.reason,
+        )
         if plan.admission.held:
             wait = min(wait, HELD_WAKE)
         self._say(plan)
@@ -458,8 +524,11 @@ class Controller:
                 assert action.update is not None
                 self.write(action.update)
                 return
-            run_id = (runner.new_run_id(f"{name}-{action.phase or action.kind}")
-                      if action.kind in (RUN, PROBE) else None)
+            run_id = (
+                runner.new_run_id(f"{name}-{action.phase or action.kind}")
+                if action.kind in (RUN, PROBE)
+                else None
+            )
             upd = ladder.begin(view, action, self.clock(), self.cfg, run_id)
             if upd is not None:
                 view = self.write(upd)
@@ -476,8 +545,9 @@ class Controller:
         except Cancelled as exc:
             log.info("%s", exc)
         except TemporaryError as exc:
-            log.warning("%s: %s (%s); trying again in %.0fs", name, exc, action.describe(),
-                        exc.delay)
+            log.warning(
+                "%s: %s (%s); trying again in %.0fs", name, exc, action.describe(), exc.delay
+            )
             self._back_off(name, max(exc.delay, 1.0))
         except FleetmedicError as exc:
             log.error("%s: %s (%s)", name, exc, action.describe())
@@ -500,8 +570,13 @@ class Controller:
 
     def _take_node_lease(self, name: str) -> Lease | None:
         le = self.cfg.leader_election
-        lease = Lease(self.kube, le.namespace, node_lease_name(name), self.identity,
-                      max(1, int(le.node_lease_duration)))
+        lease = Lease(
+            self.kube,
+            le.namespace,
+            node_lease_name(name),
+            self.identity,
+            max(1, int(le.node_lease_duration)),
+        )
         if not lease.try_acquire():
             holder = lease.current_holder()
             log.info("%s: node Lease held by %s; waiting", name, holder)
@@ -564,5 +639,6 @@ class Controller:
             start, end = parse_time(attempt.start), parse_time(attempt.end)
             if start and end and attempt.step in budget.WORKING_STEPS:
                 self.metrics.duration.labels(step=attempt.step).observe(
-                    max(0.0, (end - start).total_seconds()))
+                    max(0.0, (end - start).total_seconds())
+                )
         return after

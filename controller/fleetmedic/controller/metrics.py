@@ -17,28 +17,43 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.nodes = Gauge("fleetmedic_nodes", "Nodes in the selected pool by repair state",
-                           ["state"], registry=r)
-        self.slow_network = Gauge("fleetmedic_slow_network_nodes",
-                                  "Nodes carrying the slow-network taint", registry=r)
-        self.remediations = Counter("fleetmedic_remediations",
-                                    "Finished remediation steps by step and result",
-                                    ["step", "result"], registry=r)
-        self.duration = Histogram("fleetmedic_remediation_duration_seconds",
-                                  "Wall time of one remediation step (playbook run)", ["step"],
-                                  buckets=(5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 1200, 3600),
-                                  registry=r)
+        self.nodes = Gauge(
+            "fleetmedic_nodes", "Nodes in the selected pool by repair state", ["state"], registry=r
+        )
+        self.slow_network = Gauge(
+            "fleetmedic_slow_network_nodes", "Nodes carrying the slow-network taint", registry=r
+        )
+        self.remediations = Counter(
+            "fleetmedic_remediations",
+            "Finished remediation steps by step and result",
+            ["step", "result"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "fleetmedic_remediation_duration_seconds",
+            "Wall time of one remediation step (playbook run)",
+            ["step"],
+            buckets=(5, 10, 20, 30, 45, 60, 90, 120, 300, 600, 1200, 3600),
+            registry=r,
+        )
         self.in_flight = Gauge("fleetmedic_runs_in_flight", "Playbook runs under way", registry=r)
-        self.leader = Gauge("fleetmedic_leader", "1 while this controller holds the leader Lease",
-                            registry=r)
-        self.breaker_open = Gauge("fleetmedic_circuit_breaker_open",
-                                  "1 while the storm circuit breaker pauses automation", registry=r)
+        self.leader = Gauge(
+            "fleetmedic_leader", "1 while this controller holds the leader Lease", registry=r
+        )
+        self.breaker_open = Gauge(
+            "fleetmedic_circuit_breaker_open",
+            "1 while the storm circuit breaker pauses automation",
+            registry=r,
+        )
         self.paused = Gauge("fleetmedic_paused", "1 while the pause switch is on", registry=r)
-        self.escalations = Counter("fleetmedic_escalations", "Escalation emails by outcome",
-                                   ["outcome"], registry=r)
-        self.unhealthy_seconds = Gauge("fleetmedic_unhealthy_node_duration_seconds",
-                                       "Seconds the longest-unhealthy node has been in repair",
-                                       registry=r)
+        self.escalations = Counter(
+            "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
+        )
+        self.unhealthy_seconds = Gauge(
+            "fleetmedic_unhealthy_node_duration_seconds",
+            "Seconds the longest-unhealthy node has been in repair",
+            registry=r,
+        )
         self.build = Info("fleetmedic_build", "Build information", registry=r)
         self.build.info({"version": __version__})
         for state in STATES:

@@ -19,8 +19,8 @@ from fleetmedic.policy import breaker
 
 @dataclass(frozen=True)
 class Switches:
-    paused: str | None = None                 # why all action is paused, or None
-    breaker: breaker.Record | None = None     # the breaker's record, if there is one
+    paused: str | None = None  # why all action is paused, or None
+    breaker: breaker.Record | None = None  # the breaker's record, if there is one
 
 
 def pause_configmap(cfg: Config) -> tuple[str, str] | None:
@@ -38,7 +38,8 @@ def read_switches(kube: Kube, cfg: Config) -> Switches:
     ann = (cm.get("metadata") or {}).get("annotations") or {}
     data = cm.get("data") or {}
     paused = config_pause
-    if not paused and (ann.get(keys.ANN_PAUSE) == "true" or str(data.get("pause", "")).lower() == "true"):
+    if not paused and (
+        ann.get(keys.ANN_PAUSE) == "true" or str(data.get("pause", "")).lower() == "true"
+    ):
         paused = f"paused by ConfigMap {cfg.safety.pause_configmap}"
     return Switches(paused, breaker.Record.decode(data.get(breaker.RECORD_KEY)))
-

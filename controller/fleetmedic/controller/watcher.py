@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from fleetmedic.adapters.kube import Expired, Kube
 from fleetmedic.errors import FleetmedicError, PermanentError
@@ -32,13 +33,18 @@ def _keep(node: dict) -> Any:
 
 
 class NodeWatcher(Generic[T]):
-    def __init__(self, kube: Kube, label_selector: str | None = None,
-                 watch_timeout: int = 300, retry_delay: float = 2.0,
-                 transform: Callable[[dict], T] = _keep) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        label_selector: str | None = None,
+        watch_timeout: int = 300,
+        retry_delay: float = 2.0,
+        transform: Callable[[dict], T] = _keep,
+    ) -> None:
         self.kube, self.label_selector = kube, label_selector
         self.watch_timeout, self.retry_delay = watch_timeout, retry_delay
         self.transform = transform
-        self._items: dict[str, tuple[int, T]] = {}    # name -> (resourceVersion, kept form)
+        self._items: dict[str, tuple[int, T]] = {}  # name -> (resourceVersion, kept form)
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self.synced = threading.Event()
@@ -65,7 +71,7 @@ class NodeWatcher(Generic[T]):
     def _relist(self) -> str:
         items: dict[str, tuple[int, T]] = {}
         rv = ""
-        for page, rv in self.kube.list_node_pages(self.label_selector):
+        for page, rv in self.kube.list_node_pages(self.label_selector):  # noqa: B007 (last page's)
             self.requests += 1
             for node in page:
                 items[node["metadata"]["name"]] = (_rv(node), self.transform(node))
@@ -111,10 +117,10 @@ class NodeWatcher(Generic[T]):
         version = _rv(node)
         with self._lock:
             old = self._items.get(name)
-        if old and old[0] > version:      # older than what we hold (a relist raced a watch)
+        if old and old[0] > version:  # older than what we hold (a relist raced a watch)
             return
         try:
-            kept = self.transform(node)   # outside the lock: readers never wait for it
+            kept = self.transform(node)  # outside the lock: readers never wait for it
         except Exception:  # one odd Node must never stop the watch
             log.exception("node %s: cannot read it; keeping what we had", name)
             return

@@ -21,8 +21,14 @@ from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
 
 STATE_GROUPS = {"reboot": "repair_reboot", "reimage": "repair_reimage", "manual": "repair_manual"}
-ALL_GROUPS = ("in_repair", "repair_reboot", "repair_reimage", "repair_manual", "slow_network",
-              "healthy")
+ALL_GROUPS = (
+    "in_repair",
+    "repair_reboot",
+    "repair_reimage",
+    "repair_manual",
+    "slow_network",
+    "healthy",
+)
 WITHHELD = "(withheld: looks like a template)"
 _TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.:_-]{0,252})?|\[[0-9A-Fa-f:.]+\]")
@@ -43,8 +49,9 @@ def host_groups(view: NodeView) -> list[str]:
     return [STATE_GROUPS.get(tag, tag) for tag in node_tags(view)] + ["vendor_" + view.vendor]
 
 
-def ansible_address(view: NodeView, address_label: str | None = None,
-                    address_annotation: str | None = None) -> str | None:
+def ansible_address(
+    view: NodeView, address_label: str | None = None, address_annotation: str | None = None
+) -> str | None:
     """SSH address: a label override, an annotation override, else the view's address
     (the ``fleetmedic.io/ssh-host`` annotation, else the InternalIP)."""
     if address_label and view.labels.get(address_label):
@@ -64,8 +71,9 @@ def host_vars(view: NodeView, address: str | None) -> dict[str, Any]:
         "fleetmedic_foreign_signals": list(view.foreign_signals),
         "k8s_labels": dict(view.labels),
         "k8s_taints": [dict(t) for t in view.taints],
-        "fleetmedic_annotations": {k: v for k, v in view.annotations.items()
-                                   if k.startswith(keys.PREFIX)},
+        "fleetmedic_annotations": {
+            k: v for k, v in view.annotations.items() if k.startswith(keys.PREFIX)
+        },
     }
     if address:
         hostvars["ansible_host"] = address
@@ -85,5 +93,6 @@ def controller_host_vars(view: NodeView) -> tuple[str | None, dict[str, Any]]:
     hostvars = host_vars(view, address)
     hostvars["fleetmedic_annotations"] = {
         k: (WITHHELD if _TEMPLATE.search(v) else v)
-        for k, v in hostvars["fleetmedic_annotations"].items()}
+        for k, v in hostvars["fleetmedic_annotations"].items()
+    }
     return address, hostvars

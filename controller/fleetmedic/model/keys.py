@@ -8,23 +8,30 @@ Label values must be valid label values (<=63 chars, [A-Za-z0-9._-], no ':').
 PREFIX = "fleetmedic.io/"
 
 # labels (selectable)
-LABEL_VENDOR = PREFIX + "gpu-vendor"            # nvidia | amd | none
+LABEL_VENDOR = PREFIX + "gpu-vendor"  # nvidia | amd | none
 LABEL_EXPECTED_GPUS = PREFIX + "expected-gpus"  # integer, e.g. "8"
-LABEL_STATE = PREFIX + "state"                  # healthy | reboot | reimage | manual
+LABEL_STATE = PREFIX + "state"  # healthy | reboot | reimage | manual
 
 # annotations (evidence and bookkeeping, JSON unless noted)
-ANN_SSH_HOST = PREFIX + "ssh-host"              # plain string: overrides InternalIP for SSH
-ANN_STRIKES = PREFIX + "strikes"                # agent: {"gpu": n, "network": n}
-ANN_LAST_RESULTS = PREFIX + "last-results"      # agent: last check results
-ANN_LAST_FINDING = PREFIX + "last-finding"      # agent: last catalog finding that acted
-ANN_HISTORY = PREFIX + "history"                # controller: list of attempts
-ANN_IN_FLIGHT = PREFIX + "in-flight"            # controller: step under way
-ANN_STATE_SINCE = PREFIX + "state-since"        # controller: RFC 3339 time of last transition
-ANN_CORDONED = PREFIX + "cordoned"              # controller: "true" when we cordoned it
-ANN_ESCALATED = PREFIX + "escalated"            # controller: escalation record
-ANN_PAUSE = PREFIX + "pause"                    # on the pause ConfigMap / any node: stop all action
+ANN_SSH_HOST = PREFIX + "ssh-host"  # plain string: overrides InternalIP for SSH
+ANN_STRIKES = PREFIX + "strikes"  # agent: {"gpu": n, "network": n}
+ANN_LAST_RESULTS = PREFIX + "last-results"  # agent: last check results
+ANN_LAST_FINDING = PREFIX + "last-finding"  # agent: last catalog finding that acted
+ANN_HISTORY = PREFIX + "history"  # controller: list of attempts
+ANN_IN_FLIGHT = PREFIX + "in-flight"  # controller: step under way
+ANN_STATE_SINCE = PREFIX + "state-since"  # controller: RFC 3339 time of last transition
+ANN_CORDONED = PREFIX + "cordoned"  # controller: "true" when we cordoned it
+ANN_ESCALATED = PREFIX + "escalated"  # controller: escalation record
+ANN_PAUSE = PREFIX + "pause"  # on the pause ConfigMap / any node: stop all action
 
 ALL_ANNOTATIONS = (
-    ANN_SSH_HOST, ANN_STRIKES, ANN_LAST_RESULTS, ANN_LAST_FINDING, ANN_HISTORY,
-    ANN_IN_FLIGHT, ANN_STATE_SINCE, ANN_CORDONED, ANN_ESCALATED,
+    ANN_SSH_HOST,
+    ANN_STRIKES,
+    ANN_LAST_RESULTS,
+    ANN_LAST_FINDING,
+    ANN_HISTORY,
+    ANN_IN_FLIGHT,
+    ANN_STATE_SINCE,
+    ANN_CORDONED,
+    ANN_ESCALATED,
 )

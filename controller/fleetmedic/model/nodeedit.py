@@ -8,7 +8,8 @@ the same key but another value or effect is never touched.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fleetmedic.model.vocabulary import TaintName
 

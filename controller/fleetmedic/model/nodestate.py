@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from fleetmedic.model import keys
 from fleetmedic.model.vocabulary import Vocabulary
@@ -29,25 +30,29 @@ class ForeignSignal:
 
     def matches(self, node: Mapping[str, Any]) -> bool:
         if self.kind == "taint":
-            return any(t.get("key") == self.key and (self.value is None or t.get("value") == self.value)
-                       for t in taints_of(node))
+            return any(
+                t.get("key") == self.key and (self.value is None or t.get("value") == self.value)
+                for t in taints_of(node)
+            )
         if self.kind == "condition":
             want = self.value or "True"
-            return any(c.get("type") == self.key and c.get("status") == want
-                       for c in (node.get("status") or {}).get("conditions") or [])
+            return any(
+                c.get("type") == self.key and c.get("status") == want
+                for c in (node.get("status") or {}).get("conditions") or []
+            )
         raise ValueError(f"unknown foreign signal kind {self.kind!r}")
 
     def describe(self) -> str:
         return f"{self.kind} {self.key}" + (f"={self.value}" if self.value is not None else "")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)   # slots: the controller keeps one per node
+@dataclasses.dataclass(frozen=True, slots=True)  # slots: the controller keeps one per node
 class NodeView:
     name: str
-    state: str                      # healthy | reboot | reimage | manual
+    state: str  # healthy | reboot | reimage | manual
     slow_network: bool
-    vendor: str                     # nvidia | amd | unknown
-    address: str | None             # where to SSH
+    vendor: str  # nvidia | amd | unknown
+    address: str | None  # where to SSH
     unschedulable: bool
     foreign_signals: tuple[str, ...]  # descriptions of matching foreign signals
     labels: Mapping[str, str]
@@ -86,8 +91,9 @@ def address_of(node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def view(node: Mapping[str, Any], vocab: Vocabulary,
-         foreign: Iterable[ForeignSignal] = ()) -> NodeView:
+def view(
+    node: Mapping[str, Any], vocab: Vocabulary, foreign: Iterable[ForeignSignal] = ()
+) -> NodeView:
     meta = node.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
     taints = taints_of(node)

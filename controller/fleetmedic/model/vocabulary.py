@@ -8,9 +8,10 @@ never disagree about which taints are ours.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -62,12 +63,17 @@ class Vocabulary:
         return any(self.slow_network.matches(t) for t in taints)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Mapping[str, str]]) -> "Vocabulary":
+    def from_mapping(cls, data: Mapping[str, Mapping[str, str]]) -> Vocabulary:
         missing = {"reboot", "reimage", "manual", "slow_network"} - set(data)
         if missing:
             raise ValueError(f"taint vocabulary lacks {', '.join(sorted(missing))}")
-        return cls(**{k: TaintName(str(v["key"]), str(v.get("value", ""))) for k, v in data.items()
-                      if k in {"reboot", "reimage", "manual", "slow_network"}})
+        return cls(
+            **{
+                k: TaintName(str(v["key"]), str(v.get("value", "")))
+                for k, v in data.items()
+                if k in {"reboot", "reimage", "manual", "slow_network"}
+            }
+        )
 
 
 @cache
@@ -80,4 +86,6 @@ def preset(name: str = "default") -> Vocabulary:
     try:
         return presets()[name]
     except KeyError:
-        raise ValueError(f"unknown taint preset {name!r}; known: {', '.join(sorted(presets()))}") from None
+        raise ValueError(
+            f"unknown taint preset {name!r}; known: {', '.join(sorted(presets()))}"
+        ) from None

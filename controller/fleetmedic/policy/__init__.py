@@ -1,1 +1,3 @@
-"""Pure decision logic (ladder, strikes, budget, breaker). No I/O here: import-linter enforces it."""
+"""Pure decision logic (ladder, strikes, budget, breaker).
+
+No I/O here: import-linter enforces it."""

@@ -11,8 +11,9 @@ beyond :meth:`Update.apply`, a pure edit of a Node dict.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from fleetmedic.errors import ConflictError
 from fleetmedic.model import keys, nodeedit
@@ -22,12 +23,12 @@ from fleetmedic.policy import history
 from fleetmedic.policy.history import Attempt
 
 # Action kinds
-NONE = "none"          # nothing to do (reason says why)
-WAIT = "wait"          # nothing before ``not_before``
-WRITE = "write"        # only record: apply ``update``
-RUN = "run"            # run ``playbook`` for ``phase``
-PROBE = "probe"        # read the node's boot_id
-DRAIN = "drain"        # cordon and evict (PDB-aware)
+NONE = "none"  # nothing to do (reason says why)
+WAIT = "wait"  # nothing before ``not_before``
+WRITE = "write"  # only record: apply ``update``
+RUN = "run"  # run ``playbook`` for ``phase``
+PROBE = "probe"  # read the node's boot_id
+DRAIN = "drain"  # cordon and evict (PDB-aware)
 ESCALATE = "escalate"  # send the escalation email
 
 HEALTHY = "healthy"
@@ -50,15 +51,15 @@ class Update:
     decision made on an older view can never clobber what a human did meanwhile."""
 
     node: str
-    at: str                                    # RFC 3339 time of the decision
-    expect_state: str | None = None            # None: don't check
-    expect_inflight: str | None = "<any>"      # raw annotation value; "<any>": don't check
-    state: str | None = None                   # new ladder state; None: leave as is
+    at: str  # RFC 3339 time of the decision
+    expect_state: str | None = None  # None: don't check
+    expect_inflight: str | None = "<any>"  # raw annotation value; "<any>": don't check
+    state: str | None = None  # new ladder state; None: leave as is
     annotations: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
     append: tuple[Attempt, ...] = ()
     history_limit: int = 40
-    uncordon: bool = False                     # undo our own cordon (never someone else's)
-    remove_slow_network: bool = False          # only ``fleetmedic reset`` does this
+    uncordon: bool = False  # undo our own cordon (never someone else's)
+    remove_slow_network: bool = False  # only ``fleetmedic reset`` does this
     events: tuple[Event, ...] = ()
 
     def apply(self, node: dict, vocab: Vocabulary) -> bool:
@@ -85,8 +86,9 @@ class Update:
         for key, value in self.annotations.items():
             changed.append(nodeedit.set_annotation(node, key, value))
         if self.append:
-            old = history.decode((node.get("metadata") or {}).get("annotations", {})
-                                 .get(keys.ANN_HISTORY))
+            old = history.decode(
+                (node.get("metadata") or {}).get("annotations", {}).get(keys.ANN_HISTORY)
+            )
             new = history.append(old, self.append, self.history_limit)
             changed.append(nodeedit.set_annotation(node, keys.ANN_HISTORY, history.encode(new)))
         if self.uncordon and ann.get(keys.ANN_CORDONED) == "true":
@@ -104,18 +106,18 @@ class Action:
     kind: str
     node: str
     reason: str
-    step: str | None = None                    # ladder step the action belongs to
-    phase: str | None = None                   # phase within the step
-    ep: int = 0                                # episode
-    playbook: str | None = None                # RUN: absolute playbook path
-    timeout: float | None = None               # RUN/PROBE/DRAIN: hard limit in seconds
+    step: str | None = None  # ladder step the action belongs to
+    phase: str | None = None  # phase within the step
+    ep: int = 0  # episode
+    playbook: str | None = None  # RUN: absolute playbook path
+    timeout: float | None = None  # RUN/PROBE/DRAIN: hard limit in seconds
     hostvars: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    update: Update | None = None               # WRITE: what to write
-    not_before: datetime | None = None         # WAIT: when to look again
-    force: bool = False                        # DRAIN: delete pods a PDB still protects
-    resumed: bool = False                      # re-run of a phase a restart interrupted
-    new_work: bool = False                     # takes a repair slot (budget-gated)
-    disruptive: bool = False                   # drains/reboots/reinstalls (window-gated)
+    update: Update | None = None  # WRITE: what to write
+    not_before: datetime | None = None  # WAIT: when to look again
+    force: bool = False  # DRAIN: delete pods a PDB still protects
+    resumed: bool = False  # re-run of a phase a restart interrupted
+    new_work: bool = False  # takes a repair slot (budget-gated)
+    disruptive: bool = False  # drains/reboots/reinstalls (window-gated)
 
     def describe(self) -> str:
         what = self.kind + (f" {self.phase}" if self.phase else "")

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Iterable
 
 from fleetmedic.model.config import BreakerConfig
 from fleetmedic.model.nodestate import NodeView
@@ -32,9 +32,9 @@ from fleetmedic.policy.history import parse_time, stamp
 
 @dataclasses.dataclass(frozen=True)
 class BreakerState:
-    primed: bool = False                        # a baseline has been taken
-    unhealthy: frozenset[str] = frozenset()     # nodes unhealthy at the last observation
-    turned: tuple[tuple[str, str], ...] = ()    # (node, when it turned unhealthy), in window
+    primed: bool = False  # a baseline has been taken
+    unhealthy: frozenset[str] = frozenset()  # nodes unhealthy at the last observation
+    turned: tuple[tuple[str, str], ...] = ()  # (node, when it turned unhealthy), in window
     tripped_at: str | None = None
     reset_at: str | None = None
 
@@ -46,9 +46,9 @@ class BreakerState:
 @dataclasses.dataclass(frozen=True)
 class Observation:
     state: BreakerState
-    tripped_now: bool   # send the storm email (exactly once per trip)
-    recent: int         # nodes that turned unhealthy within the window
-    limit: int          # more than this many trips it
+    tripped_now: bool  # send the storm email (exactly once per trip)
+    recent: int  # nodes that turned unhealthy within the window
+    limit: int  # more than this many trips it
 
 
 def unhealthy_names(views: Iterable[NodeView]) -> frozenset[str]:
@@ -61,32 +61,58 @@ def limit(pool: int, cfg: BreakerConfig) -> int:
     return max(cfg.min_nodes - 1, int(pool * cfg.threshold_percent / 100))
 
 
-def observe(state: BreakerState, unhealthy: frozenset[str], pool: int, now: datetime,
-            cfg: BreakerConfig) -> Observation:
+def observe(
+    state: BreakerState, unhealthy: frozenset[str], pool: int, now: datetime, cfg: BreakerConfig
+) -> Observation:
     cap = limit(pool, cfg)
-    if not state.primed:   # a baseline; a trip restored from the record stays open
-        return Observation(BreakerState(primed=True, unhealthy=unhealthy, tripped_at=state.tripped_at,
-                                        reset_at=state.reset_at), False, 0, cap)
+    if not state.primed:  # a baseline; a trip restored from the record stays open
+        return Observation(
+            BreakerState(
+                primed=True,
+                unhealthy=unhealthy,
+                tripped_at=state.tripped_at,
+                reset_at=state.reset_at,
+            ),
+            False,
+            0,
+            cap,
+        )
     since = now - timedelta(seconds=cfg.window)
     at = stamp(now)
     turned = [(n, t) for n, t in state.turned if (parse_time(t) or now) >= since]
     turned += [(n, at) for n in sorted(unhealthy - state.unhealthy)]
     recent = len({n for n, _ in turned})
     tripped_at = state.tripped_at
-    if tripped_at and cfg.cooldown and now - parse_time(tripped_at) >= timedelta(  # type: ignore
-            seconds=cfg.cooldown):
+    if (
+        tripped_at
+        and cfg.cooldown
+        and now - parse_time(tripped_at)
+        >= timedelta(  # type: ignore
+            seconds=cfg.cooldown
+        )
+    ):
         return Observation(reset(state, now, unhealthy), False, 0, cap)
     tripped_now = cfg.enabled and not tripped_at and recent > cap
-    new = dataclasses.replace(state, unhealthy=unhealthy, turned=tuple(turned),
-                              tripped_at=at if tripped_now else tripped_at)
+    new = dataclasses.replace(
+        state,
+        unhealthy=unhealthy,
+        turned=tuple(turned),
+        tripped_at=at if tripped_now else tripped_at,
+    )
     return Observation(new, tripped_now, recent, cap)
 
 
-def reset(state: BreakerState, now: datetime,
-          unhealthy: frozenset[str] | None = None) -> BreakerState:
+def reset(
+    state: BreakerState, now: datetime, unhealthy: frozenset[str] | None = None
+) -> BreakerState:
     """Close the breaker; the storm's transitions are forgotten, not replayed."""
-    return BreakerState(primed=True, unhealthy=state.unhealthy if unhealthy is None else unhealthy,
-                        turned=(), tripped_at=None, reset_at=stamp(now))
+    return BreakerState(
+        primed=True,
+        unhealthy=state.unhealthy if unhealthy is None else unhealthy,
+        turned=(),
+        tripped_at=None,
+        reset_at=stamp(now),
+    )
 
 
 def reason(state: BreakerState) -> str | None:
@@ -102,8 +128,8 @@ RECORD_KEY = "breaker"
 class Record:
     """The breaker as kept on the pause ConfigMap: JSON a human can read with kubectl."""
 
-    tripped_at: str | None = None         # None: closed
-    nodes: tuple[str, ...] = ()           # the nodes whose turn tripped it
+    tripped_at: str | None = None  # None: closed
+    nodes: tuple[str, ...] = ()  # the nodes whose turn tripped it
     reset_at: str | None = None
     reset_by: str | None = None
 
@@ -115,23 +141,30 @@ class Record:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def decode(cls, raw: str | None) -> "Record | None":
+    def decode(cls, raw: str | None) -> Record | None:
         """None when absent or unreadable (an unreadable record never opens or resets anything)."""
         try:
             data = json.loads(raw) if raw else None
             if not isinstance(data, dict):
                 return None
             tripped = data.get("tripped_at")
-            return cls(tripped_at=str(tripped) if tripped else None,
-                       nodes=tuple(str(n) for n in data.get("nodes") or ()),
-                       reset_at=data.get("reset_at"), reset_by=data.get("reset_by"))
+            return cls(
+                tripped_at=str(tripped) if tripped else None,
+                nodes=tuple(str(n) for n in data.get("nodes") or ()),
+                reset_at=data.get("reset_at"),
+                reset_by=data.get("reset_by"),
+            )
         except (ValueError, TypeError):
             return None
 
 
 def record_of(state: BreakerState, reset_by: str | None = None) -> Record:
-    return Record(tripped_at=state.tripped_at, nodes=tuple(sorted({n for n, _ in state.turned})),
-                  reset_at=state.reset_at, reset_by=reset_by)
+    return Record(
+        tripped_at=state.tripped_at,
+        nodes=tuple(sorted({n for n, _ in state.turned})),
+        reset_at=state.reset_at,
+        reset_by=reset_by,
+    )
 
 
 def resume(record: Record | None) -> BreakerState:

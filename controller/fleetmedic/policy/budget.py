@@ -20,8 +20,8 @@ never left half-repaired because others queued up behind it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Iterable, Sequence
 
 from fleetmedic.model import keys
 from fleetmedic.model.config import SafetyConfig, quantity_of
@@ -58,8 +58,11 @@ def holds_slot(view: NodeView) -> bool:
 
 def fleet_of(views: Iterable[NodeView]) -> Fleet:
     views = list(views)
-    return Fleet(size=len(views), healthy=sum(1 for v in views if v.state == "healthy"),
-                 active=frozenset(v.name for v in views if holds_slot(v)))
+    return Fleet(
+        size=len(views),
+        healthy=sum(1 for v in views if v.state == "healthy"),
+        active=frozenset(v.name for v in views if holds_slot(v)),
+    )
 
 
 def slots(pool: int, cfg: SafetyConfig) -> int:
@@ -75,8 +78,15 @@ def in_window(now: datetime, cfg: SafetyConfig) -> bool:
     return not cfg.maintenance_windows or any(w.contains(now) for w in cfg.maintenance_windows)
 
 
-def admit(actions: Sequence[Action], fleet: Fleet, cfg: SafetyConfig, now: datetime, *,
-          paused: str | None = None, breaker: str | None = None) -> Admission:
+def admit(
+    actions: Sequence[Action],
+    fleet: Fleet,
+    cfg: SafetyConfig,
+    now: datetime,
+    *,
+    paused: str | None = None,
+    breaker: str | None = None,
+) -> Admission:
     """Split ``actions`` into what may run now and what waits (with the reason).
 
     ``paused``/``breaker``: why automation is stopped, or None. New work is admitted in
@@ -99,8 +109,9 @@ def admit(actions: Sequence[Action], fleet: Fleet, cfg: SafetyConfig, now: datet
             if fleet.healthy < need:
                 held.append((action, f"only {fleet.healthy} healthy, min_healthy is {need}"))
             elif free <= 0:
-                held.append((action, f"{len(fleet.active)} nodes in repair, "
-                                     f"limit {slots(fleet.size, cfg)}"))
+                held.append(
+                    (action, f"{len(fleet.active)} nodes in repair, limit {slots(fleet.size, cfg)}")
+                )
             else:
                 free -= 1
                 admitted.append(action)

@@ -8,8 +8,8 @@ controller restarts and moves with the Node, not with the controller.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Iterable
 
 from fleetmedic.policy.history import Attempt, episode_starts
 

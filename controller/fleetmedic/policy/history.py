@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 MESSAGE_LIMIT = 240  # characters kept per message: the annotation must stay small
@@ -25,35 +26,35 @@ DRAIN_BLOCKED, ABANDONED = "drain-blocked", "abandoned"
 
 
 def stamp(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime(TIME_FORMAT)
+    return when.astimezone(UTC).strftime(TIME_FORMAT)
 
 
 def parse_time(text: Any) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
-        return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=timezone.utc)
+        return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
     except ValueError:
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
             return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def short(message: str) -> str:
     one_line = " ".join(str(message).split())
-    return one_line if len(one_line) <= MESSAGE_LIMIT else one_line[:MESSAGE_LIMIT - 1] + "…"
+    return one_line if len(one_line) <= MESSAGE_LIMIT else one_line[: MESSAGE_LIMIT - 1] + "…"
 
 
 @dataclasses.dataclass(frozen=True)
 class Attempt:
-    ep: int                  # episode number, 1-based, grows per node
-    step: str                # reboot | reimage | manual
-    attempt: int             # 1-based attempt of this step within the episode
-    start: str               # RFC 3339 UTC
-    end: str                 # RFC 3339 UTC
-    result: str              # pass | fail | unreachable | timeout | escalated | ...
+    ep: int  # episode number, 1-based, grows per node
+    step: str  # reboot | reimage | manual
+    attempt: int  # 1-based attempt of this step within the episode
+    start: str  # RFC 3339 UTC
+    end: str  # RFC 3339 UTC
+    result: str  # pass | fail | unreachable | timeout | escalated | ...
     phase: str | None = None  # the phase it ended in (where it failed)
     run_id: str | None = None  # the ansible-runner run of that phase
     message: str = ""
@@ -63,14 +64,21 @@ class Attempt:
         return {k: v for k, v in data.items() if v not in (None, "")}
 
     @classmethod
-    def from_json(cls, data: Any) -> "Attempt | None":
+    def from_json(cls, data: Any) -> Attempt | None:
         if not isinstance(data, dict):
             return None
         try:
-            return cls(ep=int(data["ep"]), step=str(data["step"]), attempt=int(data["attempt"]),
-                       start=str(data["start"]), end=str(data["end"]), result=str(data["result"]),
-                       phase=data.get("phase"), run_id=data.get("run_id"),
-                       message=str(data.get("message", "")))
+            return cls(
+                ep=int(data["ep"]),
+                step=str(data["step"]),
+                attempt=int(data["attempt"]),
+                start=str(data["start"]),
+                end=str(data["end"]),
+                result=str(data["result"]),
+                phase=data.get("phase"),
+                run_id=data.get("run_id"),
+                message=str(data.get("message", "")),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -33,14 +33,14 @@ ESCALATE_PHASE = "escalate"
 
 @dataclasses.dataclass(frozen=True)
 class InFlight:
-    ep: int                     # episode (see history.py)
-    step: str                   # reboot | reimage | manual
-    attempt: int                # 1-based attempt of the step in this episode
-    phase: str                  # diagnose | drain | reinstall | reboot | verify | escalate
-    status: str                 # pending | running
-    step_start: str             # when this attempt began
-    since: str                  # when status last changed
-    run_id: str | None = None   # the run of the current phase, known before it starts
+    ep: int  # episode (see history.py)
+    step: str  # reboot | reimage | manual
+    attempt: int  # 1-based attempt of the step in this episode
+    phase: str  # diagnose | drain | reinstall | reboot | verify | escalate
+    status: str  # pending | running
+    step_start: str  # when this attempt began
+    since: str  # when status last changed
+    run_id: str | None = None  # the run of the current phase, known before it starts
     boot_id: str | None = None  # boot_id read just before the reboot phase
     retry_at: str | None = None  # do nothing before this time (probe/drain back-off)
     notes: tuple[str, ...] = ()  # things worth keeping for the attempt's history message
@@ -50,7 +50,7 @@ class InFlight:
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
-    def decode(cls, raw: str | None) -> "InFlight | None":
+    def decode(cls, raw: str | None) -> InFlight | None:
         """None when absent; ValueError when present but unreadable (never guess)."""
         if raw is None:
             return None
@@ -63,7 +63,7 @@ class InFlight:
             raise ValueError(f"unreadable in-flight record: {raw[:80]}")
         return record
 
-    def with_(self, **changes: Any) -> "InFlight":
+    def with_(self, **changes: Any) -> InFlight:
         return dataclasses.replace(self, **changes)
 
     def retry_time(self) -> datetime | None:
@@ -76,8 +76,8 @@ class InFlight:
 @dataclasses.dataclass(frozen=True)
 class Escalated:
     ep: int
-    decided: str               # when the escalation was decided (once)
-    sent: str | None = None    # when the email went out; None: still to send
+    decided: str  # when the escalation was decided (once)
+    sent: str | None = None  # when the email went out; None: still to send
     tries: int = 0
     error: str = ""
     retry_at: str | None = None
@@ -87,7 +87,7 @@ class Escalated:
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
-    def decode(cls, raw: str | None) -> "Escalated | None":
+    def decode(cls, raw: str | None) -> Escalated | None:
         """Tolerant: a malformed record still counts as decided (never email twice)."""
         if raw is None:
             return None
@@ -96,7 +96,7 @@ class Escalated:
         except (ValueError, TypeError):
             return cls(ep=0, decided="", sent="unknown")
 
-    def with_(self, **changes: Any) -> "Escalated":
+    def with_(self, **changes: Any) -> Escalated:
         return dataclasses.replace(self, **changes)
 
     def retry_time(self) -> datetime | None:

@@ -35,14 +35,46 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config, PlaybookConfig
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import flap
-from fleetmedic.policy.actions import (DRAIN, ESCALATE, HEALTHY, NONE, PROBE, RUN, WAIT, WRITE,
-                                       Action, Event, Outcome, Update)
-from fleetmedic.policy.history import (ESCALATED, FAIL, FLAP_DAMPED, RELEASED, SUPERSEDED,
-                                       Attempt, last_episode, last_pass, short, stamp)
+from fleetmedic.policy.actions import (
+    DRAIN,
+    ESCALATE,
+    HEALTHY,
+    NONE,
+    PROBE,
+    RUN,
+    WAIT,
+    WRITE,
+    Action,
+    Event,
+    Outcome,
+    Update,
+)
+from fleetmedic.policy.history import (
+    ESCALATED,
+    FAIL,
+    FLAP_DAMPED,
+    RELEASED,
+    SUPERSEDED,
+    Attempt,
+    last_episode,
+    last_pass,
+    short,
+    stamp,
+)
 from fleetmedic.policy.inflight import RUNNING, Escalated, InFlight
-from fleetmedic.policy.steps import (MANUAL, REBOOT, RESULT_OF, NodeCtx, after_drain,
-                                     after_email, after_probe, fail_step, failure_text,
-                                     next_phase, still_rebooting)
+from fleetmedic.policy.steps import (
+    MANUAL,
+    REBOOT,
+    RESULT_OF,
+    NodeCtx,
+    after_drain,
+    after_email,
+    after_probe,
+    fail_step,
+    failure_text,
+    next_phase,
+    still_rebooting,
+)
 
 DISRUPTIVE_PHASES = ("reboot", "reinstall")
 
@@ -68,8 +100,11 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
     if fl.step != view.state:
         note = n.attempt(fl, SUPERSEDED, f"moved to {view.state} by someone else")
         new = n.first(fl.ep, view.state, 1)
-        return n.write(f"taint says {view.state}, not {fl.step}: following the taint",
-                       annotations={keys.ANN_IN_FLIGHT: new.encode()}, append=(note,))
+        return n.write(
+            f"taint says {view.state}, not {fl.step}: following the taint",
+            annotations={keys.ANN_IN_FLIGHT: new.encode()},
+            append=(note,),
+        )
     if fl.step == MANUAL:
         return n.action(ESCALATE, "the ladder ran out: escalate to a human", step=MANUAL, ep=fl.ep)
     return _continue(n, fl)
@@ -80,9 +115,12 @@ def _unreadable(n: NodeCtx, why: str) -> Action:
         return n.write(why, annotations={keys.ANN_IN_FLIGHT: None})
     ep = last_episode(n.history) or 1
     new = n.first(ep, MANUAL, 1)
-    return n.write(f"{why}: cannot tell what was under way, so a human decides",
-                   state=MANUAL, annotations={keys.ANN_IN_FLIGHT: new.encode()},
-                   events=(Event("RepairRecordUnreadable", why, "Warning"),))
+    return n.write(
+        f"{why}: cannot tell what was under way, so a human decides",
+        state=MANUAL,
+        annotations={keys.ANN_IN_FLIGHT: new.encode()},
+        events=(Event("RepairRecordUnreadable", why, "Warning"),),
+    )
 
 
 def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
@@ -91,16 +129,23 @@ def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
         ended = ()
         if fl:
             ended = (n.attempt(fl, RELEASED, "repair taint removed by someone else"),)
-        return n.write("our repair taint was removed: forget the repair, undo our cordon",
-                       annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
-                       append=ended, uncordon=True)
+        return n.write(
+            "our repair taint was removed: forget the repair, undo our cordon",
+            annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
+            append=ended,
+            uncordon=True,
+        )
     if not view.foreign_signals:
         return n.action(NONE, "healthy")
     passed = last_pass(n.history)
     grace = timedelta(seconds=cfg.ladder.foreign_grace)
     if passed and n.now < passed + grace:
-        return n.action(WAIT, f"foreign signal ({', '.join(view.foreign_signals)}) ignored "
-                        "while the other tool re-checks after our repair", not_before=passed + grace)
+        return n.action(
+            WAIT,
+            f"foreign signal ({', '.join(view.foreign_signals)}) ignored "
+            "while the other tool re-checks after our repair",
+            not_before=passed + grace,
+        )
     why = f"foreign signal: {', '.join(view.foreign_signals)}"
     return n.write(why, state=REBOOT, events=(Event("RepairEntered", why, "Warning"),))
 
@@ -111,31 +156,60 @@ def _entered(n: NodeCtx) -> Action:
     if state == MANUAL:
         esc = n.escalated
         if esc is None:
-            return n.action(ESCALATE, "fenced for manual repair: escalate to a human",
-                            step=MANUAL, ep=last_episode(n.history) + 1)
+            return n.action(
+                ESCALATE,
+                "fenced for manual repair: escalate to a human",
+                step=MANUAL,
+                ep=last_episode(n.history) + 1,
+            )
         if esc.sent:
             return n.action(NONE, f"escalated at {esc.sent}; waiting for `fleetmedic release`")
         retry = esc.retry_time()
         if retry and now < retry:
-            return n.action(WAIT, f"escalation email failed ({esc.error}); retrying",
-                            not_before=retry)
-        return n.action(ESCALATE, f"escalation email not sent yet (tries: {esc.tries})",
-                        step=MANUAL, ep=esc.ep)
+            return n.action(
+                WAIT, f"escalation email failed ({esc.error}); retrying", not_before=retry
+            )
+        return n.action(
+            ESCALATE, f"escalation email not sent yet (tries: {esc.tries})", step=MANUAL, ep=esc.ep
+        )
     ep = last_episode(n.history) + 1
     fl_cfg = n.cfg.safety.flap
     if flap.damped(n.history, now, fl_cfg.count, fl_cfg.window):
         why = flap.reason(fl_cfg.count, fl_cfg.window)
         stamp_now = stamp(now)
-        mark = Attempt(ep=ep, step=state, attempt=1, start=stamp_now, end=stamp_now,
-                       result=FLAP_DAMPED, message=why)
-        return n.write(why, state=MANUAL, append=(mark,),
-                       annotations={keys.ANN_IN_FLIGHT: n.first(ep, MANUAL, 1).encode(),
-                                    keys.ANN_ESCALATED: None},
-                       events=(Event("RepairFlapDamped", why, "Warning"),))
-    return n.action(WRITE, f"start {state} (episode {ep})", step=state, ep=ep, new_work=True,
-                    update=n.update(annotations={keys.ANN_IN_FLIGHT: n.first(ep, state, 1).encode(),
-                                                 keys.ANN_ESCALATED: None},
-                                    events=(Event("RepairStarted", f"{state}, episode {ep}"),)))
+        mark = Attempt(
+            ep=ep,
+            step=state,
+            attempt=1,
+            start=stamp_now,
+            end=stamp_now,
+            result=FLAP_DAMPED,
+            message=why,
+        )
+        return n.write(
+            why,
+            state=MANUAL,
+            append=(mark,),
+            annotations={
+                keys.ANN_IN_FLIGHT: n.first(ep, MANUAL, 1).encode(),
+                keys.ANN_ESCALATED: None,
+            },
+            events=(Event("RepairFlapDamped", why, "Warning"),),
+        )
+    return n.action(
+        WRITE,
+        f"start {state} (episode {ep})",
+        step=state,
+        ep=ep,
+        new_work=True,
+        update=n.update(
+            annotations={
+                keys.ANN_IN_FLIGHT: n.first(ep, state, 1).encode(),
+                keys.ANN_ESCALATED: None,
+            },
+            events=(Event("RepairStarted", f"{state}, episode {ep}"),),
+        ),
+    )
 
 
 def _continue(n: NodeCtx, fl: InFlight) -> Action:
@@ -143,33 +217,57 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
     phases = n.step_cfg(fl.step).phases
     if fl.phase not in phases:
         new = n.first(fl.ep, fl.step, fl.attempt)
-        return n.write(f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
-                       annotations={keys.ANN_IN_FLIGHT: new.encode()})
+        return n.write(
+            f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
+            annotations={keys.ANN_IN_FLIGHT: new.encode()},
+        )
     retry = fl.retry_time()
     if retry and now < retry:
-        return n.action(WAIT, f"{fl.step}/{fl.phase}: back off", step=fl.step, phase=fl.phase,
-                        ep=fl.ep, not_before=retry)
+        return n.action(
+            WAIT,
+            f"{fl.step}/{fl.phase}: back off",
+            step=fl.step,
+            phase=fl.phase,
+            ep=fl.ep,
+            not_before=retry,
+        )
     resumed = fl.status == RUNNING
     ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
     if fl.phase == "reboot" and (resumed or not fl.boot_id):
-        why = ("a reboot was under way before a restart: did it happen?" if resumed
-               else "read boot_id so the reboot can be confirmed after any restart")
+        why = (
+            "a reboot was under way before a restart: did it happen?"
+            if resumed
+            else "read boot_id so the reboot can be confirmed after any restart"
+        )
         return n.action(PROBE, why, timeout=cfg.ladder.probe_timeout, **ctx)
     again = " (again: interrupted by a restart)" if resumed else ""
     if fl.phase == "drain":
         drain = cfg.safety.drain
-        return n.action(DRAIN, f"drain before {fl.step}{again}", timeout=drain.timeout,
-                        force=drain.pdb_blocked == "force", disruptive=True, **ctx)
+        return n.action(
+            DRAIN,
+            f"drain before {fl.step}{again}",
+            timeout=drain.timeout,
+            force=drain.pdb_blocked == "force",
+            disruptive=True,
+            **ctx,
+        )
     pb = _playbook(cfg, fl.phase, view.vendor)
     if pb is None:
-        msg = (f"no {keys.LABEL_VENDOR} label (nvidia|amd): cannot choose a driver or ROCm "
-               "to reinstall")
+        msg = (
+            f"no {keys.LABEL_VENDOR} label (nvidia|amd): cannot choose a driver or ROCm "
+            "to reinstall"
+        )
         return n.action(WRITE, msg, update=fail_step(n, fl, FAIL, msg), **ctx)
-    return n.action(RUN, f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
-                    playbook=str(cfg.playbook_path(pb)),
-                    timeout=pb.timeout or cfg.ansible.job_timeout,
-                    hostvars=_hostvars(view, fl, phases), resumed=resumed,
-                    disruptive=fl.phase in DISRUPTIVE_PHASES, **ctx)
+    return n.action(
+        RUN,
+        f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
+        playbook=str(cfg.playbook_path(pb)),
+        timeout=pb.timeout or cfg.ansible.job_timeout,
+        hostvars=_hostvars(view, fl, phases),
+        resumed=resumed,
+        disruptive=fl.phase in DISRUPTIVE_PHASES,
+        **ctx,
+    )
 
 
 def request_id(fl: InFlight) -> str:
@@ -179,11 +277,16 @@ def request_id(fl: InFlight) -> str:
 
 
 def _hostvars(view: NodeView, fl: InFlight, phases: tuple[str, ...]) -> dict:
-    return {"fleetmedic_request_id": request_id(fl), "fleetmedic_step": fl.step,
-            "fleetmedic_phase": fl.phase, "fleetmedic_attempt": fl.attempt,
-            "fleetmedic_episode": fl.ep, "fleetmedic_vendor": view.vendor,
-            # the diagnose phase took the evidence already
-            "fleetmedic_collect_evidence": "diagnose" not in phases}
+    return {
+        "fleetmedic_request_id": request_id(fl),
+        "fleetmedic_step": fl.step,
+        "fleetmedic_phase": fl.phase,
+        "fleetmedic_attempt": fl.attempt,
+        "fleetmedic_episode": fl.ep,
+        "fleetmedic_vendor": view.vendor,
+        # the diagnose phase took the evidence already
+        "fleetmedic_collect_evidence": "diagnose" not in phases,
+    }
 
 
 def _playbook(cfg: Config, phase: str, vendor: str) -> PlaybookConfig | None:
@@ -193,8 +296,9 @@ def _playbook(cfg: Config, phase: str, vendor: str) -> PlaybookConfig | None:
     return getattr(books, phase)
 
 
-def begin(view: NodeView, action: Action, now: datetime, cfg: Config,
-          run_id: str | None = None) -> Update | None:
+def begin(
+    view: NodeView, action: Action, now: datetime, cfg: Config, run_id: str | None = None
+) -> Update | None:
     """What to write before executing ``action`` (None: nothing)."""
     n = NodeCtx(view, now, cfg)
     if action.kind in (RUN, DRAIN):
@@ -208,17 +312,26 @@ def begin(view: NodeView, action: Action, now: datetime, cfg: Config,
     if action.kind == ESCALATE and n.escalated is None:
         at = stamp(now)
         record = Escalated(ep=action.ep, decided=at)
-        mark = Attempt(ep=action.ep, step=MANUAL, attempt=1, start=at, end=at,
-                       result=ESCALATED, message=short(action.reason))
-        return n.update(annotations={keys.ANN_ESCALATED: record.encode(),
-                                     keys.ANN_IN_FLIGHT: None},
-                        append=(mark,),
-                        events=(Event("RepairEscalated", action.reason, "Warning"),))
+        mark = Attempt(
+            ep=action.ep,
+            step=MANUAL,
+            attempt=1,
+            start=at,
+            end=at,
+            result=ESCALATED,
+            message=short(action.reason),
+        )
+        return n.update(
+            annotations={keys.ANN_ESCALATED: record.encode(), keys.ANN_IN_FLIGHT: None},
+            append=(mark,),
+            events=(Event("RepairEscalated", action.reason, "Warning"),),
+        )
     return None
 
 
-def complete(view: NodeView, action: Action, outcome: Outcome, now: datetime,
-             cfg: Config) -> Update | None:
+def complete(
+    view: NodeView, action: Action, outcome: Outcome, now: datetime, cfg: Config
+) -> Update | None:
     """What to write after ``action`` ended with ``outcome``; None if the Node moved on."""
     n = NodeCtx(view, now, cfg)
     if action.kind == ESCALATE:
@@ -238,7 +351,6 @@ def complete(view: NodeView, action: Action, outcome: Outcome, now: datetime,
         held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)
         if held:
             return held
-    return fail_step(n, fl, RESULT_OF.get(outcome.status, FAIL),
-                      failure_text(fl.phase, outcome), outcome.run_id)
-
-
+    return fail_step(
+        n, fl, RESULT_OF.get(outcome.status, FAIL), failure_text(fl.phase, outcome), outcome.run_id
+    )

@@ -24,26 +24,49 @@ def _ended(view: NodeView, now: datetime, who: str) -> tuple[Attempt, ...]:
     except ValueError:
         fl = None
     if fl is not None:
-        return (Attempt(ep=fl.ep, step=fl.step, attempt=fl.attempt, start=fl.step_start, end=at,
-                        result=RELEASED, phase=fl.phase, run_id=fl.run_id, message=who),)
+        return (
+            Attempt(
+                ep=fl.ep,
+                step=fl.step,
+                attempt=fl.attempt,
+                start=fl.step_start,
+                end=at,
+                result=RELEASED,
+                phase=fl.phase,
+                run_id=fl.run_id,
+                message=who,
+            ),
+        )
     if view.state == HEALTHY:
         return ()
     ep = last_episode(decode(view.annotations.get(keys.ANN_HISTORY))) or 1
-    return (Attempt(ep=ep, step=view.state, attempt=1, start=at, end=at, result=RELEASED,
-                    message=who),)
+    return (
+        Attempt(ep=ep, step=view.state, attempt=1, start=at, end=at, result=RELEASED, message=who),
+    )
 
 
 def release(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Update:
     """Return a node to service: clear our repair taint and records, undo our cordon."""
     who = f"released by {by}"
-    return Update(node=view.name, at=stamp(now), state=HEALTHY, uncordon=True,
-                  annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
-                  append=_ended(view, now, who), history_limit=cfg.ladder.history_limit,
-                  events=(Event("RepairReleased", f"{view.state} -> healthy, {who}"),))
+    return Update(
+        node=view.name,
+        at=stamp(now),
+        state=HEALTHY,
+        uncordon=True,
+        annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
+        append=_ended(view, now, who),
+        history_limit=cfg.ladder.history_limit,
+        events=(Event("RepairReleased", f"{view.state} -> healthy, {who}"),),
+    )
 
 
 def reset(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Update:
     """Like :func:`release`, and also remove our slow-network taint."""
     upd = release(view, now, cfg, by)
-    return Update(**{**upd.__dict__, "remove_slow_network": True,
-                     "events": (Event("RepairReset", f"all fleetmedic taints removed by {by}"),)})
+    return Update(
+        **{
+            **upd.__dict__,
+            "remove_slow_network": True,
+            "events": (Event("RepairReset", f"all fleetmedic taints removed by {by}"),),
+        }
+    )

@@ -9,8 +9,17 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config, StepConfig
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy.actions import HEALTHY, WRITE, Action, Event, Outcome, Update
-from fleetmedic.policy.history import (DRAIN_BLOCKED, FAIL, PASS, TIMEOUT, UNREACHABLE, Attempt,
-                                       decode, short, stamp)
+from fleetmedic.policy.history import (
+    DRAIN_BLOCKED,
+    FAIL,
+    PASS,
+    TIMEOUT,
+    UNREACHABLE,
+    Attempt,
+    decode,
+    short,
+    stamp,
+)
 from fleetmedic.policy.inflight import ESCALATE_PHASE, PENDING, Escalated, InFlight
 
 REBOOT, REIMAGE, MANUAL = "reboot", "reimage", "manual"
@@ -28,8 +37,14 @@ class NodeCtx:
         self.escalated = Escalated.decode(view.annotations.get(keys.ANN_ESCALATED))
 
     def update(self, **kw) -> Update:
-        return Update(node=self.view.name, at=stamp(self.now), expect_state=self.view.state,
-                      expect_inflight=self.raw, history_limit=self.cfg.ladder.history_limit, **kw)
+        return Update(
+            node=self.view.name,
+            at=stamp(self.now),
+            expect_state=self.view.state,
+            expect_inflight=self.raw,
+            history_limit=self.cfg.ladder.history_limit,
+            **kw,
+        )
 
     def action(self, kind: str, reason: str, **kw) -> Action:
         return Action(kind=kind, node=self.view.name, reason=reason, **kw)
@@ -43,14 +58,31 @@ class NodeCtx:
     def first(self, ep: int, step: str, attempt: int) -> InFlight:
         phase = ESCALATE_PHASE if step == MANUAL else self.step_cfg(step).phases[0]
         now = stamp(self.now)
-        return InFlight(ep=ep, step=step, attempt=attempt, phase=phase, status=PENDING,
-                        step_start=now, since=now)
+        return InFlight(
+            ep=ep,
+            step=step,
+            attempt=attempt,
+            phase=phase,
+            status=PENDING,
+            step_start=now,
+            since=now,
+        )
 
-    def attempt(self, fl: InFlight, result: str, message: str, run_id: str | None = None) -> Attempt:
+    def attempt(
+        self, fl: InFlight, result: str, message: str, run_id: str | None = None
+    ) -> Attempt:
         notes = "; ".join(fl.notes + ((message,) if message else ()))
-        return Attempt(ep=fl.ep, step=fl.step, attempt=fl.attempt, start=fl.step_start,
-                       end=stamp(self.now), result=result, phase=fl.phase,
-                       run_id=run_id or fl.run_id, message=short(notes))
+        return Attempt(
+            ep=fl.ep,
+            step=fl.step,
+            attempt=fl.attempt,
+            start=fl.step_start,
+            end=stamp(self.now),
+            result=result,
+            phase=fl.phase,
+            run_id=run_id or fl.run_id,
+            message=short(notes),
+        )
 
 
 def failure_text(phase: str, outcome: Outcome) -> str:
@@ -63,28 +95,43 @@ def after_email(n: NodeCtx, outcome: Outcome) -> Update | None:
     if esc is None:
         return None  # released meanwhile
     if outcome.ok or outcome.status == "skipped":
-        new = esc.with_(sent=stamp(n.now), tries=esc.tries + 1, retry_at=None,
-                        error="" if outcome.ok else short(outcome.message))
+        new = esc.with_(
+            sent=stamp(n.now),
+            tries=esc.tries + 1,
+            retry_at=None,
+            error="" if outcome.ok else short(outcome.message),
+        )
         events: tuple[Event, ...] = ()
     else:
         retry = n.now + timedelta(seconds=n.cfg.smtp.retry_interval if n.cfg.smtp else 300)
         new = esc.with_(tries=esc.tries + 1, error=short(outcome.message), retry_at=stamp(retry))
         events = (Event("EscalationEmailFailed", short(outcome.message), "Warning"),)
-    return Update(node=n.view.name, at=stamp(n.now),
-                  annotations={keys.ANN_ESCALATED: new.encode()}, events=events)
+    return Update(
+        node=n.view.name,
+        at=stamp(n.now),
+        annotations={keys.ANN_ESCALATED: new.encode()},
+        events=events,
+    )
 
 
 def after_probe(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
     now, cfg = n.now, n.cfg
     if fl.status == PENDING:
         if outcome.ok and outcome.boot_id:
-            return n.update(annotations={keys.ANN_IN_FLIGHT: fl.with_(
-                boot_id=outcome.boot_id, since=stamp(now)).encode()})
-        return fail_step(n, fl, RESULT_OF.get(outcome.status, FAIL),
-                          f"could not read boot_id before the reboot: {outcome.message}")
+            return n.update(
+                annotations={
+                    keys.ANN_IN_FLIGHT: fl.with_(boot_id=outcome.boot_id, since=stamp(now)).encode()
+                }
+            )
+        return fail_step(
+            n,
+            fl,
+            RESULT_OF.get(outcome.status, FAIL),
+            f"could not read boot_id before the reboot: {outcome.message}",
+        )
     if outcome.ok and outcome.boot_id:
         if outcome.boot_id != fl.boot_id:
-            return next_phase(n, fl.with_(notes=fl.notes + ("reboot confirmed after a restart",)))
+            return next_phase(n, fl.with_(notes=(*fl.notes, "reboot confirmed after a restart")))
         again = fl.with_(status=PENDING, since=stamp(now), run_id=None)
         return n.update(annotations={keys.ANN_IN_FLIGHT: again.encode()})
     held = still_rebooting(n, fl, cfg.ladder.playbooks.reboot.timeout or cfg.ansible.job_timeout)
@@ -105,19 +152,24 @@ def after_drain(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
         return next_phase(n, fl)
     mode = n.cfg.safety.drain.pdb_blocked
     if outcome.status == "blocked" and mode == "skip":
-        return next_phase(n, fl.with_(notes=fl.notes + (f"drain incomplete: {outcome.message}",)))
+        return next_phase(n, fl.with_(notes=(*fl.notes, f"drain incomplete: {outcome.message}")))
     if (outcome.status == "blocked" and mode == "escalate") or outcome.status == "forbidden":
         # forbidden: config says force, RBAC says no; retrying cannot help, a human must
         # grant it or drain by hand, so this is the escalate mode's outcome
         reason = "DrainBlocked" if outcome.status == "blocked" else "DrainForceForbidden"
         mark = n.attempt(fl, DRAIN_BLOCKED, outcome.message)
-        return n.update(state=MANUAL, append=(mark,),
-                        annotations={keys.ANN_IN_FLIGHT: n.first(fl.ep, MANUAL, 1).encode()},
-                        events=(Event(reason, short(outcome.message), "Warning"),))
+        return n.update(
+            state=MANUAL,
+            append=(mark,),
+            annotations={keys.ANN_IN_FLIGHT: n.first(fl.ep, MANUAL, 1).encode()},
+            events=(Event(reason, short(outcome.message), "Warning"),),
+        )
     later = n.now + timedelta(seconds=n.cfg.safety.drain.retry_interval)
     wait = fl.with_(status=PENDING, since=stamp(n.now), retry_at=stamp(later))
-    return n.update(annotations={keys.ANN_IN_FLIGHT: wait.encode()},
-                    events=(Event("DrainBlocked", short(outcome.message), "Warning"),))
+    return n.update(
+        annotations={keys.ANN_IN_FLIGHT: wait.encode()},
+        events=(Event("DrainBlocked", short(outcome.message), "Warning"),),
+    )
 
 
 def next_phase(n: NodeCtx, fl: InFlight) -> Update:
@@ -125,23 +177,41 @@ def next_phase(n: NodeCtx, fl: InFlight) -> Update:
     i = phases.index(fl.phase)
     if i + 1 == len(phases):
         done = n.attempt(fl, PASS, "")
-        return n.update(state=HEALTHY, append=(done,), uncordon=True,
-                        annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
-                        events=(Event("Repaired", f"{fl.step} attempt {fl.attempt} passed verify"),))
-    nxt = fl.with_(phase=phases[i + 1], status=PENDING, since=stamp(n.now), run_id=None,
-                   boot_id=None, retry_at=None)
+        return n.update(
+            state=HEALTHY,
+            append=(done,),
+            uncordon=True,
+            annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
+            events=(Event("Repaired", f"{fl.step} attempt {fl.attempt} passed verify"),),
+        )
+    nxt = fl.with_(
+        phase=phases[i + 1],
+        status=PENDING,
+        since=stamp(n.now),
+        run_id=None,
+        boot_id=None,
+        retry_at=None,
+    )
     return n.update(annotations={keys.ANN_IN_FLIGHT: nxt.encode()})
 
 
-def fail_step(n: NodeCtx, fl: InFlight, result: str, message: str,
-               run_id: str | None = None) -> Update:
+def fail_step(
+    n: NodeCtx, fl: InFlight, result: str, message: str, run_id: str | None = None
+) -> Update:
     mark = n.attempt(fl, result, message, run_id)
     if fl.attempt <= n.step_cfg(fl.step).retries:
         again = n.first(fl.ep, fl.step, fl.attempt + 1)
-        return n.update(annotations={keys.ANN_IN_FLIGHT: again.encode()}, append=(mark,),
-                        events=(Event("RepairRetry", short(message), "Warning"),))
+        return n.update(
+            annotations={keys.ANN_IN_FLIGHT: again.encode()},
+            append=(mark,),
+            events=(Event("RepairRetry", short(message), "Warning"),),
+        )
     nxt = NEXT_STEP[fl.step]
-    return n.update(state=nxt, append=(mark,),
-                    annotations={keys.ANN_IN_FLIGHT: n.first(fl.ep, nxt, 1).encode()},
-                    events=(Event("RepairFailed", f"{fl.step} failed, next: {nxt}: "
-                                  f"{short(message)}", "Warning"),))
+    return n.update(
+        state=nxt,
+        append=(mark,),
+        annotations={keys.ANN_IN_FLIGHT: n.first(fl.ep, nxt, 1).encode()},
+        events=(
+            Event("RepairFailed", f"{fl.step} failed, next: {nxt}: {short(message)}", "Warning"),
+        ),
+    )

@@ -21,7 +21,7 @@ Rules (DESIGN.md "The ladder"):
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 ACTION_RANK = {"none": 0, "monitor": 1, "reboot": 2, "reimage": 3, "manual": 4}
 FENCING_ACTIONS = ("reboot", "reimage", "manual")
@@ -33,13 +33,15 @@ class Strikes:
     network: int = 0
 
     @classmethod
-    def from_json(cls, data: object) -> "Strikes":
+    def from_json(cls, data: object) -> Strikes:
         """Tolerant decode: a malformed or missing annotation is a clean slate."""
         if not isinstance(data, Mapping):
             return cls()
+
         def num(key: str) -> int:
             value = data.get(key, 0)
             return value if isinstance(value, int) and 0 <= value < 10_000 else 0
+
         return cls(gpu=num("gpu"), network=num("network"))
 
     def to_json(self) -> dict[str, int]:
@@ -50,8 +52,8 @@ class Strikes:
 class Observation:
     """One check outcome as the policy sees it."""
 
-    category: str          # gpu | network | kernel
-    status: str            # ok | problem | unknown
+    category: str  # gpu | network | kernel
+    status: str  # ok | problem | unknown
     name: str = ""
     action: str | None = None  # definitive: reboot | reimage | manual
 
@@ -59,8 +61,8 @@ class Observation:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     strikes: Strikes
-    repair: str | None = None          # taint to add: reboot | reimage | manual
-    slow_network: bool | None = None   # True add, False remove, None leave
+    repair: str | None = None  # taint to add: reboot | reimage | manual
+    slow_network: bool | None = None  # True add, False remove, None leave
     reason: str = ""
 
 
@@ -72,8 +74,14 @@ def _worst_action(actions: Iterable[str | None]) -> str | None:
     return best
 
 
-def decide(strikes: Strikes, observations: Iterable[Observation], *, in_repair: bool,
-           slow_network: bool, strike_limit: int = 3) -> Decision:
+def decide(
+    strikes: Strikes,
+    observations: Iterable[Observation],
+    *,
+    in_repair: bool,
+    slow_network: bool,
+    strike_limit: int = 3,
+) -> Decision:
     obs = list(observations)
     gpu = [o for o in obs if o.category in ("gpu", "kernel")]
     net = [o for o in obs if o.category == "network"]
@@ -93,7 +101,9 @@ def decide(strikes: Strikes, observations: Iterable[Observation], *, in_repair: 
             gpu_strikes += 1
             if gpu_strikes >= strike_limit:
                 repair = "reboot"
-                reason = f"{gpu_strikes} consecutive GPU check failures: " + ", ".join(o.name for o in problems)
+                reason = f"{gpu_strikes} consecutive GPU check failures: " + ", ".join(
+                    o.name for o in problems
+                )
                 gpu_strikes = 0
         elif all(o.status == "ok" for o in gpu):
             gpu_strikes = 0

@@ -29,11 +29,34 @@ from fleetmedic.scan.classify import Classified, classify
 from fleetmedic.scan.dedup import Dedup
 from fleetmedic.scan.finding import ACTION_RANK, ACTIONS, JSON_FIELDS, Finding, worst
 from fleetmedic.scan.scanner import Scanner
-from fleetmedic.scan.stream import (current_boot_id, follow, follow_file, follow_journal, follow_kmsg,
-                                    read_kmsg)
+from fleetmedic.scan.stream import (
+    current_boot_id,
+    follow,
+    follow_file,
+    follow_journal,
+    follow_kmsg,
+    read_kmsg,
+)
 
 __all__ = [
-    "ACTIONS", "ACTION_RANK", "BANNER", "JSON_FIELDS", "Catalog", "Classified", "Dedup", "Finding", "Scanner",
-    "classify", "current_boot_id", "follow", "follow_file", "follow_journal", "follow_kmsg", "is_banner",
-    "last_boot_offset", "load_catalog", "read_kmsg", "worst",
+    "ACTIONS",
+    "ACTION_RANK",
+    "BANNER",
+    "JSON_FIELDS",
+    "Catalog",
+    "Classified",
+    "Dedup",
+    "Finding",
+    "Scanner",
+    "classify",
+    "current_boot_id",
+    "follow",
+    "follow_file",
+    "follow_journal",
+    "follow_kmsg",
+    "is_banner",
+    "last_boot_offset",
+    "load_catalog",
+    "read_kmsg",
+    "worst",
 ]

@@ -23,8 +23,8 @@ from fleetmedic.scan.parser import parse
 
 BANNER = "Linux version "
 _BANNER_BYTES = BANNER.encode()
-BLOCK = 1 << 20          # bytes read per step, from the end
-MAX_LINE = 1 << 20       # a longer "line" cannot hold a banner
+BLOCK = 1 << 20  # bytes read per step, from the end
+MAX_LINE = 1 << 20  # a longer "line" cannot hold a banner
 
 
 def is_banner(line: str) -> bool:
@@ -41,8 +41,8 @@ def last_boot_offset(handle: BinaryIO) -> int | None:
     """
     fd = handle.fileno()
     pos = os.fstat(fd).st_size
-    tail = b""              # the first line of the window to the right (it began further left)
-    whole = False           # False until the file's last newline is found
+    tail = b""  # the first line of the window to the right (it began further left)
+    whole = False  # False until the file's last newline is found
     while pos > 0:
         start = max(0, pos - BLOCK)
         data = os.pread(fd, pos - start, start) + tail
@@ -54,13 +54,13 @@ def last_boot_offset(handle: BinaryIO) -> int | None:
         while (at := data.rfind(_BANNER_BYTES, 0, search_end)) >= 0:
             line_start = data.rfind(b"\n", 0, at) + 1
             if line_start == 0 and start > 0:
-                break       # the line may begin in the block to the left: look again there
-            if is_banner(data[line_start:data.find(b"\n", at, limit)].decode("utf-8", "replace")):
+                break  # the line may begin in the block to the left: look again there
+            if is_banner(data[line_start : data.find(b"\n", at, limit)].decode("utf-8", "replace")):
                 return start + line_start
             search_end = line_start
         first_newline = data.find(b"\n")
-        tail = data[:first_newline + 1] if first_newline >= 0 else data
-        if len(tail) > MAX_LINE:    # no banner is this long: drop it, as if the file ended here
+        tail = data[: first_newline + 1] if first_newline >= 0 else data
+        if len(tail) > MAX_LINE:  # no banner is this long: drop it, as if the file ended here
             tail, whole = b"", False
         pos = start
     return None

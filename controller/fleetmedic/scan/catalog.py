@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -35,10 +36,10 @@ from fleetmedic.scan.finding import ACTIONS
 
 FILES = ("xid_catalog.yaml", "sxid_catalog.yaml", "amdgpu_catalog.yaml", "workload_catalog.yaml")
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when present: 10x faster start-up
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster start-up
 
 TRIGGER_NVRM = "NVRM"
-TRIGGER_SXID = "nvidia-nvswitch"   # the NVSwitch driver's device name, on every SXid line
+TRIGGER_SXID = "nvidia-nvswitch"  # the NVSwitch driver's device name, on every SXid line
 TRIGGER_AMDGPU = "amdgpu"
 
 
@@ -153,7 +154,9 @@ def _label(entry: Mapping[str, Any]) -> str:
 
 def _action(file: str, entry: Mapping[str, Any], value: Any) -> str:
     if value not in ACTIONS:
-        raise _fail(file, f"entry {_label(entry)} has action {value!r}, not one of {', '.join(ACTIONS)}")
+        raise _fail(
+            file, f"entry {_label(entry)} has action {value!r}, not one of {', '.join(ACTIONS)}"
+        )
     return str(value)
 
 
@@ -190,13 +193,22 @@ def _load_xids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
         code = int(entry["code"])
         if code in xids:
             raise _fail(name, f"Xid {code} is listed twice")
-        xids[code] = XidEntry(code, str(entry["mnemonic"]), str(entry["description"]), entry.get("immediate"),
-                              entry.get("investigatory"), _action(name, entry, entry["action"]), entry.get("why"),
-                              _sources(name, entry, sources))
+        xids[code] = XidEntry(
+            code,
+            str(entry["mnemonic"]),
+            str(entry["description"]),
+            entry.get("immediate"),
+            entry.get("investigatory"),
+            _action(name, entry, entry["action"]),
+            entry.get("why"),
+            _sources(name, entry, sources),
+        )
     x154 = data["xid154"]
     _sources(name, {"id": "xid154", **x154}, sources)
-    actions154 = {_hex(k): (str(v["name"]), _action(name, {"id": f"xid154 {k}"}, v["action"]))
-                  for k, v in x154["recovery_actions"].items()}
+    actions154 = {
+        _hex(k): (str(v["name"]), _action(name, {"id": f"xid154 {k}"}, v["action"]))
+        for k, v in x154["recovery_actions"].items()
+    }
     nvl = data["nvlink5"]
     _sources(name, {"id": "nvlink5", **nvl}, sources)
     nvl_buckets = {str(k): _action(name, {"id": k}, v) for k, v in nvl["bucket_actions"].items()}
@@ -205,17 +217,27 @@ def _load_xids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
         status = {_hex(k): str(v) for k, v in (row.get("status") or {}).items()}
         for bucket in [*status.values(), row.get("default")]:
             if bucket is not None and bucket not in nvl_buckets:
-                raise _fail(name, f"nvlink5 row {row['xid']} uses bucket {bucket!r} without an action")
-        parsed = Nvlink5Row(status, row.get("default"), frozenset(_hex(p) for p in row.get("promotable", ())))
+                raise _fail(
+                    name, f"nvlink5 row {row['xid']} uses bucket {bucket!r} without an action"
+                )
+        parsed = Nvlink5Row(
+            status, row.get("default"), frozenset(_hex(p) for p in row.get("promotable", ()))
+        )
         for unit in row["units"]:
             decode[(int(row["xid"]), str(unit).upper())] = parsed
     return {
-        "xids": xids, "bucket_actions": buckets,
-        "unknown_xid_action": _action(name, {"id": "unknown_xid_action"}, data["unknown_xid_action"]),
+        "xids": xids,
+        "bucket_actions": buckets,
+        "unknown_xid_action": _action(
+            name, {"id": "unknown_xid_action"}, data["unknown_xid_action"]
+        ),
         "xid154_actions": actions154,
         "xid154_unknown_action": _action(name, {"id": "xid154"}, x154["unknown_action"]),
-        "nvlink5": decode, "nvlink5_bucket_actions": nvl_buckets,
-        "nvlink5_severity_actions": {str(k): _action(name, {"id": k}, v) for k, v in nvl["severity_actions"].items()},
+        "nvlink5": decode,
+        "nvlink5_bucket_actions": nvl_buckets,
+        "nvlink5_severity_actions": {
+            str(k): _action(name, {"id": k}, v) for k, v in nvl["severity_actions"].items()
+        },
         "rules": _load_rules(name, data.get("nvrm", ()), sources, "nvidia", "nvrm", TRIGGER_NVRM),
     }
 
@@ -230,18 +252,36 @@ def _load_sxids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
             raise _fail(name, f"SXid {code} is listed twice")
         if entry["severity"] not in severities:
             raise _fail(name, f"SXid {code} has unknown severity {entry['severity']!r}")
-        sxids[code] = SxidEntry(code, str(entry["name"]), str(entry["severity"]), _action(name, entry, entry["action"]),
-                                entry.get("why"), _sources(name, entry, sources))
+        sxids[code] = SxidEntry(
+            code,
+            str(entry["name"]),
+            str(entry["severity"]),
+            _action(name, entry, entry["action"]),
+            entry.get("why"),
+            _sources(name, entry, sources),
+        )
     printed = {str(k).lower(): str(v) for k, v in data["printed_severity"].items()}
     for word, severity in printed.items():
         if severity not in severities:
             raise _fail(name, f"printed severity {word!r} maps to unknown {severity!r}")
-    return {"sxids": sxids, "sxid_severity_actions": severities, "sxid_printed": printed,
-            "unknown_sxid_action": _action(name, {"id": "unknown_sxid_action"}, data["unknown_sxid_action"])}
+    return {
+        "sxids": sxids,
+        "sxid_severity_actions": severities,
+        "sxid_printed": printed,
+        "unknown_sxid_action": _action(
+            name, {"id": "unknown_sxid_action"}, data["unknown_sxid_action"]
+        ),
+    }
 
 
-def _load_rules(name: str, entries: Any, sources: Mapping[str, str], vendor: str, kind: str | None,
-                requires: str | None) -> tuple[Rule, ...]:
+def _load_rules(
+    name: str,
+    entries: Any,
+    sources: Mapping[str, str],
+    vendor: str,
+    kind: str | None,
+    requires: str | None,
+) -> tuple[Rule, ...]:
     rules = []
     for entry in entries or ():
         rule_kind = str(entry.get("kind", kind))
@@ -249,15 +289,25 @@ def _load_rules(name: str, entries: Any, sources: Mapping[str, str], vendor: str
         code = entry.get("code")
         literal = str(entry.get("requires", requires or ""))
         if not literal:
-            raise _fail(name, f"rule {_label(entry)} needs `requires` (a literal pre-filter string)")
-        rules.append(Rule(
-            id=str(entry["id"]), vendor=str(entry.get("vendor", vendor)), kind=rule_kind, requires=literal,
-            match=_regex(name, entry, entry["match"]),
-            unless=_regex(name, entry, entry["unless"]) if entry.get("unless") else None,
-            action=_action(name, entry, entry["action"]), bucket=entry.get("bucket"),
-            code=int(code) if code is not None else None,
-            same_as=(str(same["kind"]), str(same["code"])) if same else None,
-            description=str(entry.get("description", "")), sources=_sources(name, entry, sources)))
+            raise _fail(
+                name, f"rule {_label(entry)} needs `requires` (a literal pre-filter string)"
+            )
+        rules.append(
+            Rule(
+                id=str(entry["id"]),
+                vendor=str(entry.get("vendor", vendor)),
+                kind=rule_kind,
+                requires=literal,
+                match=_regex(name, entry, entry["match"]),
+                unless=_regex(name, entry, entry["unless"]) if entry.get("unless") else None,
+                action=_action(name, entry, entry["action"]),
+                bucket=entry.get("bucket"),
+                code=int(code) if code is not None else None,
+                same_as=(str(same["kind"]), str(same["code"])) if same else None,
+                description=str(entry.get("description", "")),
+                sources=_sources(name, entry, sources),
+            )
+        )
     return tuple(rules)
 
 
@@ -280,9 +330,13 @@ def load(directory: str | None = None) -> Catalog:
         parts = _load_xids(FILES[0], files[FILES[0]])
         parts.update(_load_sxids(FILES[1], files[FILES[1]]))
         amd = files[FILES[2]]
-        parts["rules"] += _load_rules(FILES[2], amd["rules"], amd["sources"], "amd", "amdgpu", TRIGGER_AMDGPU)
+        parts["rules"] += _load_rules(
+            FILES[2], amd["rules"], amd["sources"], "amd", "amdgpu", TRIGGER_AMDGPU
+        )
         work = files[FILES[3]]
-        parts["rules"] += _load_rules(FILES[3], work["rules"], work["sources"], "nvidia", None, None)
+        parts["rules"] += _load_rules(
+            FILES[3], work["rules"], work["sources"], "nvidia", None, None
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"fault catalog: malformed entry ({type(exc).__name__}: {exc})") from None
     ids = [rule.id for rule in parts["rules"]]

@@ -63,16 +63,30 @@ def classify(message: str, catalog: Catalog) -> Classified | None:
 def _classify_xid(xid: nvidia.XidLine, catalog: Catalog) -> Classified:
     entry = catalog.xids.get(xid.code)
     text = xid.text or (entry.description if entry else "")
-    base = dict(vendor="nvidia", kind="xid", code=xid.code, pci=xid.pci, message=text,
-                pid=xid.pid, process=xid.process)
+    base = dict(
+        vendor="nvidia",
+        kind="xid",
+        code=xid.code,
+        pci=xid.pci,
+        message=text,
+        pid=xid.pid,
+        process=xid.process,
+    )
     if xid.code == XID154:
         value = nvidia.recovery_action(xid.text)
         known = catalog.xid154_actions.get(value) if value is not None else None
         if known is None:
-            return Classified(**base, action=catalog.xid154_unknown_action, bucket="XID_154", rule="xid.154.unknown")
+            return Classified(
+                **base,
+                action=catalog.xid154_unknown_action,
+                bucket="XID_154",
+                rule="xid.154.unknown",
+            )
         return Classified(**base, action=known[1], bucket="XID_154", rule=f"xid.154.0x{value:x}")
     if entry is None:
-        return Classified(**base, action=catalog.unknown_xid_action, bucket=None, rule="xid.unknown")
+        return Classified(
+            **base, action=catalog.unknown_xid_action, bucket=None, rule="xid.unknown"
+        )
     if xid.code in NVLINK5:
         action, bucket, rule = _nvlink5(xid, catalog)
         return Classified(**base, action=action, bucket=bucket, rule=rule)
@@ -109,8 +123,16 @@ def _classify_sxid(sxid: nvidia.SxidLine, catalog: Catalog) -> Classified:
         # The driver says fatal: never act less than the severity demands.
         action = _stronger(action, catalog.sxid_severity_actions[printed])
     text = sxid.text or (entry.name if entry else "")
-    return Classified(vendor="nvidia", kind="sxid", code=sxid.code, pci=sxid.pci, action=action, bucket=None,
-                      message=text, rule=f"sxid.{sxid.code}" if entry else "sxid.unknown")
+    return Classified(
+        vendor="nvidia",
+        kind="sxid",
+        code=sxid.code,
+        pci=sxid.pci,
+        action=action,
+        bucket=None,
+        message=text,
+        rule=f"sxid.{sxid.code}" if entry else "sxid.unknown",
+    )
 
 
 def _apply(rule: Rule, message: str) -> Classified | None:
@@ -123,8 +145,17 @@ def _apply(rule: Rule, message: str) -> Classified | None:
     code_text = groups.get("code")
     code = int(code_text) if code_text and code_text.isdigit() else rule.code
     same_kind, same_code = rule.same_as or ("", "")
-    return Classified(vendor=rule.vendor, kind=rule.kind, code=code, pci=pci, action=rule.action,
-                      bucket=rule.bucket, message=message.strip(), rule=rule.id,
-                      pid=int(pid_text) if pid_text and pid_text.isdigit() and int(pid_text) > 0 else None,
-                      process=(groups.get("process") or "").strip() or None,
-                      dedup_kind=same_kind, dedup_code=same_code)
+    return Classified(
+        vendor=rule.vendor,
+        kind=rule.kind,
+        code=code,
+        pci=pci,
+        action=rule.action,
+        bucket=rule.bucket,
+        message=message.strip(),
+        rule=rule.id,
+        pid=int(pid_text) if pid_text and pid_text.isdigit() and int(pid_text) > 0 else None,
+        process=(groups.get("process") or "").strip() or None,
+        dedup_kind=same_kind,
+        dedup_code=same_code,
+    )

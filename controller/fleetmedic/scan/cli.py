@@ -12,7 +12,8 @@ import shutil
 import signal
 import sys
 import threading
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import click
 
@@ -49,9 +50,15 @@ def _scanner(no_dedup: bool, window: float, boot_id: str | None) -> Scanner:
     return Scanner(boot_id=boot_id, dedup=dedup)
 
 
-def _scan_inputs(names: list[str], no_dedup: bool, window: float, boot_id: str | None,
-                 totals: list[int], jobs: int) -> Iterator[tuple[str, Finding]]:
-    handles = [(name, _open(name)) for name in names]   # fail before printing anything
+def _scan_inputs(
+    names: list[str],
+    no_dedup: bool,
+    window: float,
+    boot_id: str | None,
+    totals: list[int],
+    jobs: int,
+) -> Iterator[tuple[str, Finding]]:
+    handles = [(name, _open(name)) for name in names]  # fail before printing anything
     for name, handle in handles:
         scanner = _scanner(no_dedup, window, boot_id)
         try:
@@ -69,7 +76,9 @@ def _scan_inputs(names: list[str], no_dedup: bool, window: float, boot_id: str |
         totals.append(scanner.lines_read)
 
 
-def _follow(name: str, no_dedup: bool, window: float, boot_id: str | None) -> Iterator[tuple[str, Finding]]:
+def _follow(
+    name: str, no_dedup: bool, window: float, boot_id: str | None
+) -> Iterator[tuple[str, Finding]]:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     scanner = _scanner(no_dedup, window, boot_id)
@@ -83,18 +92,51 @@ def _follow(name: str, no_dedup: bool, window: float, boot_id: str | None) -> It
 
 @click.command("scan", short_help="Classify GPU faults in kernel logs (files or stdin).")
 @click.argument("files", nargs=-1, metavar="[FILE]...")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="table for people, json for JSON Lines (one object per finding).")
-@click.option("--no-dedup", is_flag=True, help="Report every matching line, not one per (boot, PCI id, code).")
-@click.option("--window", type=click.FloatRange(min=0), default=DEFAULT_WINDOW, show_default=True,
-              help="Seconds within which a repeat of the same fault is the same finding.")
-@click.option("--boot-id", default=None, help="Kernel boot id of the input (enables the replay guard).")
-@click.option("--follow", "-f", "follow", is_flag=True,
-              help="Keep reading one FILE as it grows (or /dev/kmsg, or 'journal'); Ctrl-C stops.")
-@click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, show_default="0 = one per CPU, at most 4",
-              help="Processes that pre-filter a big file (256 MB or more); 1 keeps it in-process.")
-def scan(files: tuple[str, ...], fmt: str, no_dedup: bool, window: float, boot_id: str | None,
-         follow: bool, jobs: int) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for JSON Lines (one object per finding).",
+)
+@click.option(
+    "--no-dedup", is_flag=True, help="Report every matching line, not one per (boot, PCI id, code)."
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_WINDOW,
+    show_default=True,
+    help="Seconds within which a repeat of the same fault is the same finding.",
+)
+@click.option(
+    "--boot-id", default=None, help="Kernel boot id of the input (enables the replay guard)."
+)
+@click.option(
+    "--follow",
+    "-f",
+    "follow",
+    is_flag=True,
+    help="Keep reading one FILE as it grows (or /dev/kmsg, or 'journal'); Ctrl-C stops.",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default="0 = one per CPU, at most 4",
+    help="Processes that pre-filter a big file (256 MB or more); 1 keeps it in-process.",
+)
+def scan(
+    files: tuple[str, ...],
+    fmt: str,
+    no_dedup: bool,
+    window: float,
+    boot_id: str | None,
+    follow: bool,
+    jobs: int,
+) -> None:
     """Classify GPU faults in kernel logs: NVIDIA Xid/SXid, amdgpu, NCCL/CUDA.
 
     Reads each FILE (stdin when none or '-') in any common format: dmesg
@@ -110,8 +152,11 @@ def scan(files: tuple[str, ...], fmt: str, no_dedup: bool, window: float, boot_i
         _die("--follow takes exactly one FILE")
     totals: list[int] = []
     jobs = jobs or min(4, os.cpu_count() or 1)
-    rows = (_follow(names[0], no_dedup, window, boot_id) if follow
-            else _scan_inputs(names, no_dedup, window, boot_id, totals, jobs))
+    rows = (
+        _follow(names[0], no_dedup, window, boot_id)
+        if follow
+        else _scan_inputs(names, no_dedup, window, boot_id, totals, jobs)
+    )
     out = sys.stdout
     try:
         if fmt == "json" or follow:
@@ -120,15 +165,21 @@ def scan(files: tuple[str, ...], fmt: str, no_dedup: bool, window: float, boot_i
         collected = list(rows)
         width = shutil.get_terminal_size().columns if out.isatty() else None
         show_source = len(names) > 1
-        render.write_table([(name if show_source else None, f) for name, f in collected], out, width)
-        click.echo(render.summary([f for _, f in collected], sum(totals), len(names)), err=not collected)
+        render.write_table(
+            [(name if show_source else None, f) for name, f in collected], out, width
+        )
+        click.echo(
+            render.summary([f for _, f in collected], sum(totals), len(names)), err=not collected
+        )
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
         _quiet_broken_pipe()
 
 
-def _stream_out(rows: Iterator[tuple[str, Finding]], fmt: str, out: io.TextIOBase, flush: bool) -> None:
+def _stream_out(
+    rows: Iterator[tuple[str, Finding]], fmt: str, out: io.TextIOBase, flush: bool
+) -> None:
     """Write findings as they come; flush each one only when following a live log."""
     try:
         for _name, finding in rows:

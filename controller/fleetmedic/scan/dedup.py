@@ -32,7 +32,8 @@ keep it across restarts.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from fleetmedic.scan.finding import ACTION_RANK, Finding
 
@@ -51,8 +52,14 @@ _SCAN_CLOCK = "scan"
 class Dedup:
     """Dedup state. Use :meth:`admit` per finding, or :meth:`filter` for a stream."""
 
-    def __init__(self, window: float = DEFAULT_WINDOW, *, replay_guard: bool = False,
-                 max_entries: int = DEFAULT_MAX_ENTRIES, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        window: float = DEFAULT_WINDOW,
+        *,
+        replay_guard: bool = False,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if window < 0:
             raise ValueError("dedup window must be >= 0 seconds")
         self.window = float(window)
@@ -77,13 +84,21 @@ class Dedup:
         rank = ACTION_RANK[finding.action]
         key = (boot_key, *finding.identity())
         seen = self._seen.get(key)
-        if seen is not None and rank <= seen[2] and (seen[0] != clock or abs(when - seen[1]) < self.window):
+        if (
+            seen is not None
+            and rank <= seen[2]
+            and (seen[0] != clock or abs(when - seen[1]) < self.window)
+        ):
             return False
         newest = self._newest.get((boot_key, clock))
         if self.replay_guard and clock != _SCAN_CLOCK and newest is not None and when < newest:
             return False
-        if seen is not None and rank > seen[2] and (seen[0] != clock or abs(when - seen[1]) < self.window):
-            seen[2] = rank            # escalation inside the window: keep the window's start
+        if (
+            seen is not None
+            and rank > seen[2]
+            and (seen[0] != clock or abs(when - seen[1]) < self.window)
+        ):
+            seen[2] = rank  # escalation inside the window: keep the window's start
         else:
             self._seen[key] = [clock, when, rank]
         if newest is None or when > newest:
@@ -103,7 +118,7 @@ class Dedup:
 
     def _evict(self) -> None:
         ordered = sorted(self._seen.items(), key=lambda item: item[1][1])
-        self._seen = dict(ordered[len(ordered) - self.max_entries:])
+        self._seen = dict(ordered[len(ordered) - self.max_entries :])
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -119,7 +134,7 @@ class Dedup:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], *, clock: Callable[[], float] = time.time) -> "Dedup":
+    def from_state(cls, state: dict[str, Any], *, clock: Callable[[], float] = time.time) -> Dedup:
         """Rebuild a :class:`Dedup` from :meth:`to_state`; a bad state gives an empty one.
 
         An unreadable snapshot must not stop the agent: losing dedup state
@@ -127,10 +142,17 @@ class Dedup:
         guard still holds for new ones).
         """
         try:
-            dedup = cls(float(state.get("window", DEFAULT_WINDOW)),
-                        replay_guard=bool(state.get("replay_guard", False)), clock=clock)
+            dedup = cls(
+                float(state.get("window", DEFAULT_WINDOW)),
+                replay_guard=bool(state.get("replay_guard", False)),
+                clock=clock,
+            )
             for boot, pci, kind, code, clock_name, when, rank in state.get("seen", ()):
-                dedup._seen[(str(boot), str(pci), str(kind), str(code))] = [str(clock_name), float(when), int(rank)]
+                dedup._seen[(str(boot), str(pci), str(kind), str(code))] = [
+                    str(clock_name),
+                    float(when),
+                    int(rank),
+                ]
             for boot, clock_name, when in state.get("newest", ()):
                 dedup._newest[(str(boot), str(clock_name))] = float(when)
             return dedup

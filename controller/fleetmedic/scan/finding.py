@@ -33,7 +33,16 @@ through dedup (``manual`` > ``reimage`` > ``reboot`` > ``monitor`` > ``none``)."
 VENDORS: tuple[str, ...] = ("nvidia", "amd")
 KINDS: tuple[str, ...] = ("xid", "sxid", "nvrm", "amdgpu", "nccl", "cuda")
 
-JSON_FIELDS: tuple[str, ...] = ("line", "vendor", "kind", "code", "pci", "action", "bucket", "message")
+JSON_FIELDS: tuple[str, ...] = (
+    "line",
+    "vendor",
+    "kind",
+    "code",
+    "pci",
+    "action",
+    "bucket",
+    "message",
+)
 """The exact keys of a finding's JSON object, in output order."""
 
 

@@ -25,7 +25,10 @@ _PID = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+|\S*?)(?:,\s?|$)")
 _COMM_MAX = 15
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _TO_HEX = re.compile(r"\bto\s+(0x[0-9a-fA-F]+)")
-_NVL5 = re.compile(r"(?P<unit>[A-Za-z][\w/]*)(?:\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\b)?.*?\((?P<regs>[^)]*)\)", re.S)
+_NVL5 = re.compile(
+    r"(?P<unit>[A-Za-z][\w/]*)(?:\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\b)?.*?\((?P<regs>[^)]*)\)",
+    re.S,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,8 +63,14 @@ def parse_xid(message: str) -> XidLine | None:
     dev = match.group("dev").strip()
     head, _, mig = dev.partition(" ")
     pid, process, text = _pid_and_name(match.group("rest"))
-    return XidLine(int(match.group("code")), pcimod.normalize(head), pid, process, text.strip(),
-                   mig.strip() or None)
+    return XidLine(
+        int(match.group("code")),
+        pcimod.normalize(head),
+        pid,
+        process,
+        text.strip(),
+        mig.strip() or None,
+    )
 
 
 def _pid_and_name(rest: str) -> tuple[int | None, str | None, str]:
@@ -72,12 +81,12 @@ def _pid_and_name(rest: str) -> tuple[int | None, str | None, str]:
         return None, None, rest
     raw = match.group("pid")
     pid = int(raw) if raw.isdigit() else None
-    rest = rest[match.end():]
+    rest = rest[match.end() :]
     if not rest.startswith("name="):
         return pid, None, rest
-    rest = rest[len("name="):]
+    rest = rest[len("name=") :]
     if rest.startswith("<unknown>"):
-        return pid, None, rest[len("<unknown>"):].lstrip(", ")
+        return pid, None, rest[len("<unknown>") :].lstrip(", ")
     # The name is the task comm (<= 15 chars) and may itself contain ", ";
     # the driver writes ", " after it. Of the separators within reach, take
     # the first one followed by what starts a driver message (a capital or a
@@ -93,9 +102,11 @@ def _pid_and_name(rest: str) -> tuple[int | None, str | None, str]:
         cut = rest.find(", ")
         if cut == -1:
             return pid, rest[:_COMM_MAX], rest[_COMM_MAX:]
-        return pid, rest[:cut] or None, rest[cut + 2:]
-    cut = next((i for i in cuts if rest[i + 2:i + 3].isupper() or rest[i + 2:i + 3].isdigit()), cuts[0])
-    return pid, rest[:cut] or None, rest[cut + 2:]
+        return pid, rest[:cut] or None, rest[cut + 2 :]
+    cut = next(
+        (i for i in cuts if rest[i + 2 : i + 3].isupper() or rest[i + 2 : i + 3].isdigit()), cuts[0]
+    )
+    return pid, rest[:cut] or None, rest[cut + 2 :]
 
 
 def parse_sxid(message: str) -> SxidLine | None:
@@ -108,7 +119,9 @@ def parse_sxid(message: str) -> SxidLine | None:
     rest = match.group("rest")
     word = rest.split(",", 1)[0].strip().lower()
     severity = word if word in ("fatal", "non-fatal", "nonfatal") else None
-    return SxidLine(int(match.group("code")), pcimod.normalize(match.group("dev")), severity, rest.strip())
+    return SxidLine(
+        int(match.group("code")), pcimod.normalize(match.group("dev")), severity, rest.strip()
+    )
 
 
 def recovery_action(text: str) -> int | None:

@@ -35,15 +35,23 @@ from functools import lru_cache
 
 _KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;")
 _UPTIME = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
-_CTIME = re.compile(r"\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
-_DECODED = re.compile(r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\d)\s*:"
-                      r"\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?")
+_CTIME = re.compile(
+    r"\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?"
+)
+_DECODED = re.compile(
+    r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\d)\s*:"
+    r"\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?"
+)
 _ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+")
-_SYSLOG = re.compile(r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+")
+_SYSLOG = re.compile(
+    r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+"
+)
 _PRIORITY = re.compile(r"<\d{1,3}>")
 # "host tag: " or "tag: " after a syslog/journal timestamp. A tag is a program
 # name with an optional [pid]; a host is any token that does not end in ":".
-_HOST_TAG = re.compile(r"(?:(?P<host>[^\s:](?:\S*[^\s:])?)\s+)?(?P<tag>[A-Za-z_][\w.@/-]*)(?:\[\d+\])?:\s?")
+_HOST_TAG = re.compile(
+    r"(?:(?P<host>[^\s:](?:\S*[^\s:])?)\s+)?(?P<tag>[A-Za-z_][\w.@/-]*)(?:\[\d+\])?:\s?"
+)
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 
@@ -97,30 +105,30 @@ def parse(line: str) -> Record:
     if text.startswith("<"):
         prio = _PRIORITY.match(text)
         if prio is not None:
-            text = text[prio.end():]
+            text = text[prio.end() :]
     decoded = _DECODED.match(text)
     if decoded is not None:
-        text = text[decoded.end():]
+        text = text[decoded.end() :]
     if text.startswith("["):
         return _parse_bracketed(text)
     if text[:1].isdigit():
         match = _ISO.match(text)
         if match is not None:
             stamp = match.group(1)
-            rest = _strip_host_tag(text[match.end():])
+            rest = _strip_host_tag(text[match.end() :])
             return _with_kernel_time(rest, stamp, "iso")
     elif text[:1].isupper():
         match = _SYSLOG.match(text)
         if match is not None:
             stamp = match.group(1)
-            rest = _strip_host_tag(text[match.end():])
+            rest = _strip_host_tag(text[match.end() :])
             return _with_kernel_time(rest, stamp, "syslog")
     return Record(text)
 
 
 def _parse_kmsg(text: str, match: re.Match[str]) -> Record:
     head, _, _dictionary = text.partition("\n")
-    body = head[match.end():]
+    body = head[match.end() :]
     if "\\x" in body:
         body = _ESCAPE.sub(_unescape, body)
     usec = match.group(3)
@@ -137,11 +145,11 @@ def _parse_bracketed(text: str) -> Record:
     match = _UPTIME.match(text)
     if match is not None:
         stamp = match.group(1)
-        return Record(text[match.end():].strip(), stamp, "uptime")
+        return Record(text[match.end() :].strip(), stamp, "uptime")
     match = _CTIME.match(text)
     if match is not None:
         stamp = match.group(1)
-        return Record(text[match.end():].strip(), stamp, "ctime")
+        return Record(text[match.end() :].strip(), stamp, "ctime")
     return Record(text)
 
 
@@ -155,7 +163,7 @@ def _strip_host_tag(rest: str) -> str:
     # itself ("nvidia-nvswitch1: SXid ..."). Strip only "kernel:" or "prog[pid]:".
     if match.group("host") is None and match.group("tag") != "kernel" and "[" not in match.group(0):
         return rest
-    return rest[match.end():]
+    return rest[match.end() :]
 
 
 def _with_kernel_time(rest: str, stamp: str, kind: str) -> Record:
@@ -163,7 +171,7 @@ def _with_kernel_time(rest: str, stamp: str, kind: str) -> Record:
     if rest.startswith("["):
         inner = _UPTIME.match(rest)
         if inner is not None:
-            rest = rest[inner.end():]
+            rest = rest[inner.end() :]
     return Record(rest.strip(), stamp, kind)
 
 
@@ -178,7 +186,7 @@ def _iso_seconds(stamp: str) -> float | None:
     if dot:
         # fromisoformat takes at most 6 fractional digits before Python 3.11.
         digits = "".join(ch for ch in tail if ch.isdigit())
-        zone = tail[len(digits):]
+        zone = tail[len(digits) :]
         text = f"{head}.{digits[:6]}{zone}"
     try:
         return datetime.fromisoformat(text).timestamp()
@@ -186,8 +194,13 @@ def _iso_seconds(stamp: str) -> float | None:
         return None
 
 
-_MONTHS = {name: number for number, name in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
+        start=1,
+    )
+}
 
 
 @lru_cache(maxsize=1024)
@@ -239,5 +252,10 @@ def _uptime_seconds(stamp: str) -> float | None:
         return None
 
 
-_SECONDS = {"uptime": _uptime_seconds, "kmsg": _uptime_seconds, "iso": _iso_seconds,
-            "syslog": _syslog_seconds, "ctime": _ctime_seconds}
+_SECONDS = {
+    "uptime": _uptime_seconds,
+    "kmsg": _uptime_seconds,
+    "iso": _iso_seconds,
+    "syslog": _syslog_seconds,
+    "ctime": _ctime_seconds,
+}

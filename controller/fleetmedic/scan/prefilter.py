@@ -11,7 +11,8 @@ Only the lines around the hits are cut out. Line numbers come from one
 concatenation).
 
 What this costs is therefore one fast pass per distinct first byte (three
-for the shipped catalog), plus one for the line count; see ``bench/scan_throughput.py`` for the figure against grep.
+for the shipped catalog), plus one for the line count; see
+``bench/scan_throughput.py`` for the figure against grep.
 :func:`candidates_parallel` splits a file into byte ranges and runs the
 passes in worker processes.
 """
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
-from itertools import combinations
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from itertools import combinations, pairwise
+from typing import BinaryIO
 
 CHUNK_SIZE = 16 * 1024 * 1024
 """Bytes read per step: large enough that per-chunk overhead vanishes, small
@@ -39,7 +41,7 @@ _MIN_KEY = 3
 
 def _cost(byte: int) -> int:
     """How often a byte starts a search attempt in typical logs (lower is rarer)."""
-    return 1 if 65 <= byte <= 90 else 3          # capitals are rare in log text, the rest is not
+    return 1 if 65 <= byte <= 90 else 3  # capitals are rare in log text, the rest is not
 
 
 @lru_cache(maxsize=16)
@@ -65,10 +67,10 @@ def search_keys(triggers: tuple[bytes, ...]) -> tuple[bytes, ...]:
             break
     chosen = set(best or ())
     keys = []
-    for literal, first in zip(literals, starts):
+    for literal, first in zip(literals, starts, strict=True):
         # The longest suffix that starts with a chosen byte: specific keys hit fewer other lines.
         usable = first & chosen
-        keys.append(literal[min(literal.index(b) for b in usable):] if usable else literal)
+        keys.append(literal[min(literal.index(b) for b in usable) :] if usable else literal)
     return tuple(keys)
 
 
@@ -88,7 +90,9 @@ def _searchers(triggers: Iterable[bytes]) -> list[re.Pattern[bytes]]:
     for members in groups.values():
         head = re.escape(members[0][:1])
         rests = b"|".join(re.escape(m[1:]) for m in sorted(members, key=len, reverse=True))
-        searchers.append(re.compile(head + b"(?:" + rests + b")" if len(members) > 1 else re.escape(members[0])))
+        searchers.append(
+            re.compile(head + b"(?:" + rests + b")" if len(members) > 1 else re.escape(members[0]))
+        )
     return searchers
 
 
@@ -101,8 +105,12 @@ def _hit_lines(data: bytes, start: int, end: int, searchers: list[re.Pattern[byt
     return sorted(starts)
 
 
-def candidates(stream: BinaryIO, triggers: Sequence[bytes], chunk_size: int = CHUNK_SIZE,
-               limit: int | None = None) -> Iterator[tuple[int, bytes]]:
+def candidates(
+    stream: BinaryIO,
+    triggers: Sequence[bytes],
+    chunk_size: int = CHUNK_SIZE,
+    limit: int | None = None,
+) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, line)`` for every line that contains a trigger.
 
     Line numbers are 1-based from the stream's current position; ``line``
@@ -144,9 +152,9 @@ def candidates(stream: BinaryIO, triggers: Sequence[bytes], chunk_size: int = CH
         end = data.rfind(b"\n") + 1
         counted = start
         for line_start in _hit_lines(data, start, end, searchers):
-            line = bytes(data[line_start:data.find(b"\n", line_start, end)])
+            line = bytes(data[line_start : data.find(b"\n", line_start, end)])
             if not any(t in line for t in literals):
-                continue                       # a key matched, the whole trigger did not
+                continue  # a key matched, the whole trigger did not
             base += data.count(b"\n", counted, line_start)
             counted = line_start
             yield base + 1, line
@@ -171,6 +179,7 @@ def _chunk_reader(stream: BinaryIO, chunk_size: int) -> Callable[[int], bytes | 
             return stream.read(size)
         count = readinto(buffer) or 0
         return buffer if count == size else bytes(buffer[:count])
+
     return read
 
 
@@ -184,10 +193,12 @@ def _ranges(path: str, parts: int) -> list[tuple[int, int]]:
             handle.readline()
             cuts.append(min(handle.tell(), size))
     cuts.append(size)
-    return [(a, b) for a, b in zip(cuts, cuts[1:])]
+    return list(pairwise(cuts))
 
 
-def _scan_range(path: str, start: int, stop: int, triggers: Sequence[bytes]) -> tuple[list[tuple[int, bytes]], int]:
+def _scan_range(
+    path: str, start: int, stop: int, triggers: Sequence[bytes]
+) -> tuple[list[tuple[int, bytes]], int]:
     with open(path, "rb") as handle:
         handle.seek(start)
         generator = candidates(handle, triggers, limit=stop - start)
@@ -199,13 +210,15 @@ def _scan_range(path: str, start: int, stop: int, triggers: Sequence[bytes]) -> 
                 return found, done.value or 0
 
 
-def candidates_parallel(path: str, triggers: Sequence[bytes], workers: int) -> Iterator[tuple[int, bytes]]:
+def candidates_parallel(
+    path: str, triggers: Sequence[bytes], workers: int
+) -> Iterator[tuple[int, bytes]]:
     """Like :func:`candidates` on a whole file, with the passes split over ``workers`` processes.
 
     Results come in file order. The return value is the file's line count.
     Uses ``fork``; call it from a process without threads (the CLI).
     """
-    from concurrent.futures import ProcessPoolExecutor     # only the CLI on big files needs these
+    from concurrent.futures import ProcessPoolExecutor  # only the CLI on big files needs these
     from multiprocessing import get_context
 
     ranges = _ranges(path, workers)

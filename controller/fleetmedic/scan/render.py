@@ -8,7 +8,8 @@ summary line names the worst finding and what to do about it.
 from __future__ import annotations
 
 import json
-from typing import Iterable, TextIO
+from collections.abc import Iterable
+from typing import TextIO
 
 from fleetmedic.scan.finding import ACTIONS, Finding, worst
 
@@ -40,12 +41,20 @@ def write_json(findings: Iterable[Finding], out: TextIO) -> int:
 def _cells(finding: Finding, source: str | None) -> list[str]:
     line = f"{source}:{finding.line}" if source else str(finding.line)
     kind = f"{finding.vendor}/{finding.kind}"
-    return [line, finding.action.upper() if finding.rank >= 2 else finding.action, kind,
-            "" if finding.code is None else str(finding.code), finding.pci or "-", finding.bucket or "-",
-            " ".join(finding.message.split())]
+    return [
+        line,
+        finding.action.upper() if finding.rank >= 2 else finding.action,
+        kind,
+        "" if finding.code is None else str(finding.code),
+        finding.pci or "-",
+        finding.bucket or "-",
+        " ".join(finding.message.split()),
+    ]
 
 
-def write_table(rows: list[tuple[str | None, Finding]], out: TextIO, width: int | None = None) -> None:
+def write_table(
+    rows: list[tuple[str | None, Finding]], out: TextIO, width: int | None = None
+) -> None:
     """Write ``(source, finding)`` rows as an aligned table; ``source`` shown if not ``None``.
 
     ``width`` (the terminal's) cuts the message column; ``None`` leaves it whole.
@@ -55,8 +64,10 @@ def write_table(rows: list[tuple[str | None, Finding]], out: TextIO, width: int 
     table = [list(COLUMNS)] + [_cells(finding, source) for source, finding in rows]
     sizes = [max(len(row[i]) for row in table) for i in range(len(COLUMNS) - 1)]
     for row in table:
-        head = "  ".join(cell.rjust(sizes[i]) if i in (0, 3) else cell.ljust(sizes[i])
-                         for i, cell in enumerate(row[:-1]))
+        head = "  ".join(
+            cell.rjust(sizes[i]) if i in (0, 3) else cell.ljust(sizes[i])
+            for i, cell in enumerate(row[:-1])
+        )
         message = row[-1]
         if width is not None:
             room = max(width - len(head) - 2, 20)
@@ -67,7 +78,9 @@ def write_table(rows: list[tuple[str | None, Finding]], out: TextIO, width: int 
 
 def summary(findings: list[Finding], lines: int, inputs: int) -> str:
     """One line: counts per action and the worst finding, e.g. for stderr or below the table."""
-    scope = f"{lines} line{'s' if lines != 1 else ''}" + (f" in {inputs} inputs" if inputs > 1 else "")
+    scope = f"{lines} line{'s' if lines != 1 else ''}" + (
+        f" in {inputs} inputs" if inputs > 1 else ""
+    )
     if not findings:
         return f"No GPU faults found ({scope})."
     counts = {action: 0 for action in ACTIONS}
@@ -78,5 +91,7 @@ def summary(findings: list[Finding], lines: int, inputs: int) -> str:
     assert top is not None
     label = f"{top.kind} {top.code}" if top.code is not None else top.rule
     where = f" on {top.pci}" if top.pci else ""
-    return (f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({parts}) in {scope}. "
-            f"Worst: {top.action} - {label}{where}, line {top.line}: {_WHAT_NEXT[top.action]}.")
+    return (
+        f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({parts}) in {scope}. "
+        f"Worst: {top.action} - {label}{where}, line {top.line}: {_WHAT_NEXT[top.action]}."
+    )

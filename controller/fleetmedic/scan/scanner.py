@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import BinaryIO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 from fleetmedic.scan import catalog as catalog_mod
 from fleetmedic.scan import parser, prefilter
@@ -71,8 +72,13 @@ class Scanner:
       to share or restore state.
     """
 
-    def __init__(self, catalog: catalog_mod.Catalog | None = None, *, boot_id: str | None = None,
-                 dedup: Dedup | bool = True) -> None:
+    def __init__(
+        self,
+        catalog: catalog_mod.Catalog | None = None,
+        *,
+        boot_id: str | None = None,
+        dedup: Dedup | bool = True,
+    ) -> None:
         self.catalog = catalog or catalog_mod.load()
         self.boot_id = boot_id or None
         if dedup is True:
@@ -147,35 +153,60 @@ class Scanner:
             hint_line, hint_pci = self._hint
             if 0 <= lineno - hint_line <= _HINT_LINES:
                 pci = hint_pci
-        return Finding(line=lineno, vendor=found.vendor, kind=found.kind, code=found.code, pci=pci,
-                       action=found.action, bucket=found.bucket, message=found.message,
-                       timestamp=record.timestamp, time=record.time, clock=record.clock,
-                       pid=found.pid, process=found.process, rule=found.rule, boot_id=self.boot_id,
-                       dedup_kind=found.dedup_kind, dedup_code=found.dedup_code)
+        return Finding(
+            line=lineno,
+            vendor=found.vendor,
+            kind=found.kind,
+            code=found.code,
+            pci=pci,
+            action=found.action,
+            bucket=found.bucket,
+            message=found.message,
+            timestamp=record.timestamp,
+            time=record.time,
+            clock=record.clock,
+            pid=found.pid,
+            process=found.process,
+            rule=found.rule,
+            boot_id=self.boot_id,
+            dedup_kind=found.dedup_kind,
+            dedup_code=found.dedup_code,
+        )
 
     def scan(self, lines: Iterable[str | bytes]) -> Iterator[Finding]:
         """Findings from an iterable of lines (a list, a file, a follower), lazily."""
         for line in lines:
             yield from self.feed(line)
 
-    def scan_binary(self, stream: BinaryIO, chunk_size: int = prefilter.CHUNK_SIZE) -> Iterator[Finding]:
+    def scan_binary(
+        self, stream: BinaryIO, chunk_size: int = prefilter.CHUNK_SIZE
+    ) -> Iterator[Finding]:
         """Findings from a binary stream read in big chunks (the fast path for files).
 
         Same results as :meth:`scan` over the stream's lines; only candidate
         lines are decoded. Afterwards :attr:`lines_read` is the stream's line count.
         """
-        return self._from_candidates(prefilter.candidates(stream, self._byte_triggers(), chunk_size))
+        return self._from_candidates(
+            prefilter.candidates(stream, self._byte_triggers(), chunk_size)
+        )
 
     def scan_path(self, path: str, jobs: int = 1) -> Iterator[Finding]:
-        """Findings from a file; with ``jobs`` > 1 a big file is pre-filtered by that many processes.
+        """Findings from a file; with ``jobs`` > 1 a big file is pre-filtered by that many
+        processes.
 
         Results are identical to :meth:`scan_binary`; only the pre-filter (the
         literal search and the line count) runs in parallel, classification
         and dedup stay in this process and in file order. Files smaller than
         :data:`prefilter.PARALLEL_MIN_BYTES` are always read in-process.
         """
-        if jobs > 1 and os.path.isfile(path) and os.path.getsize(path) >= prefilter.PARALLEL_MIN_BYTES:
-            return self._from_candidates(prefilter.candidates_parallel(path, self._byte_triggers(), jobs))
+        if (
+            jobs > 1
+            and os.path.isfile(path)
+            and os.path.getsize(path) >= prefilter.PARALLEL_MIN_BYTES
+        ):
+            return self._from_candidates(
+                prefilter.candidates_parallel(path, self._byte_triggers(), jobs)
+            )
         return self._scan_opened(path)
 
     def _scan_opened(self, path: str) -> Iterator[Finding]:

@@ -30,7 +30,7 @@ import select
 import subprocess
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from fleetmedic.errors import PermanentError, TemporaryError
 
@@ -69,7 +69,7 @@ def _read_chunk(fd: int) -> bytes | None:
         except BlockingIOError:
             return None
         except OSError as exc:
-            if exc.errno != errno.EPIPE:    # EPIPE: records overwritten before we read them
+            if exc.errno != errno.EPIPE:  # EPIPE: records overwritten before we read them
                 raise
 
 
@@ -79,7 +79,7 @@ class _Records:
 
     def __init__(self) -> None:
         self._pending = ""
-        self._partial = b""     # a line cut by the read size (plain files only)
+        self._partial = b""  # a line cut by the read size (plain files only)
 
     def add(self, chunk: bytes) -> Iterator[str]:
         data = self._partial + chunk
@@ -117,8 +117,13 @@ def read_kmsg(path: str = KMSG) -> Iterator[str]:
         os.close(fd)
 
 
-def follow_kmsg(path: str = KMSG, *, from_start: bool = True, stop: threading.Event | None = None,
-                poll: float = POLL) -> Iterator[str]:
+def follow_kmsg(
+    path: str = KMSG,
+    *,
+    from_start: bool = True,
+    stop: threading.Event | None = None,
+    poll: float = POLL,
+) -> Iterator[str]:
     """Yield ``/dev/kmsg`` records (``"6,1234,5678,-;msg\\n SUBSYSTEM=...``) as they come.
 
     Raises :class:`PermanentError` if ``path`` cannot be opened (one line).
@@ -149,15 +154,16 @@ def follow_kmsg(path: str = KMSG, *, from_start: bool = True, stop: threading.Ev
             yield from records.flush()
             if chunk is None:
                 poller.poll(int(poll * 1000))
-            else:                                   # a plain file or FIFO at EOF
+            else:  # a plain file or FIFO at EOF
                 time.sleep(poll)
         yield from records.flush()
     finally:
         os.close(fd)
 
 
-def follow_file(path: str, *, from_start: bool = True, stop: threading.Event | None = None,
-                poll: float = POLL) -> Iterator[str]:
+def follow_file(
+    path: str, *, from_start: bool = True, stop: threading.Event | None = None, poll: float = POLL
+) -> Iterator[str]:
     """Yield complete lines appended to ``path``, across rotation and truncation.
 
     A missing file is waited for. ``from_start=False`` starts at the current end.
@@ -178,7 +184,7 @@ def follow_file(path: str, *, from_start: bool = True, stop: threading.Event | N
                     first = False
                 except OSError:
                     handle = None
-                    first = False                     # it appears later: all of it is new
+                    first = False  # it appears later: all of it is new
                     time.sleep(poll)
                     continue
             data = handle.read(1 << 20)
@@ -193,11 +199,11 @@ def follow_file(path: str, *, from_start: bool = True, stop: threading.Event | N
             except OSError:
                 stat = None
             if stat is None or (stat.st_dev, stat.st_ino) != inode:
-                handle.close()                       # rotated away: read the new file from its start
+                handle.close()  # rotated away: read the new file from its start
                 handle = None
                 partial = b""
                 continue
-            if stat.st_size < handle.tell():        # truncated in place
+            if stat.st_size < handle.tell():  # truncated in place
                 handle.seek(0)
                 partial = b""
                 continue
@@ -207,8 +213,13 @@ def follow_file(path: str, *, from_start: bool = True, stop: threading.Event | N
             handle.close()
 
 
-def follow_journal(*, args: Sequence[str] = ("-b",), stop: threading.Event | None = None,
-                   poll: float = POLL, journalctl: str = "journalctl") -> Iterator[str]:
+def follow_journal(
+    *,
+    args: Sequence[str] = ("-b",),
+    stop: threading.Event | None = None,
+    poll: float = POLL,
+    journalctl: str = "journalctl",
+) -> Iterator[str]:
     """Yield lines of ``journalctl -k -f -o short-iso-precise <args>``.
 
     ``args`` defaults to ``-b`` (this boot from its start); pass ``("-n", "0")``
@@ -231,7 +242,7 @@ def follow_journal(*, args: Sequence[str] = ("-b",), stop: threading.Event | Non
                 continue
             data = os.read(fd, 65536)
             if not data:
-                break                                # journalctl exited
+                break  # journalctl exited
             data = partial + data
             lines = data.split(b"\n")
             partial = lines.pop()
@@ -247,8 +258,9 @@ def follow_journal(*, args: Sequence[str] = ("-b",), stop: threading.Event | Non
         proc.stdout.close()
 
 
-def follow(source: str, *, from_start: bool = True, stop: threading.Event | None = None,
-           poll: float = POLL) -> Iterator[str]:
+def follow(
+    source: str, *, from_start: bool = True, stop: threading.Event | None = None, poll: float = POLL
+) -> Iterator[str]:
     """Follow ``source``: ``"kmsg"`` (or a char device path), ``"journal"``, or a file path."""
     if source in ("kmsg", KMSG):
         return follow_kmsg(KMSG, from_start=from_start, stop=stop, poll=poll)

@@ -24,8 +24,11 @@ SCENARIO_DEFAULT = "/var/lib/fleetmedic-test/amd.json"
 AMD_SMI_VERSION = "25.5.1"
 ROCM_VERSION = "6.4.1"
 BLOCKS = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")
-XGMI_STATUS = {0: "AMDSMI_XGMI_STATUS_NO_ERRORS", 1: "AMDSMI_XGMI_STATUS_ERROR",
-               2: "AMDSMI_XGMI_STATUS_MULTIPLE_ERRORS"}
+XGMI_STATUS = {
+    0: "AMDSMI_XGMI_STATUS_NO_ERRORS",
+    1: "AMDSMI_XGMI_STATUS_ERROR",
+    2: "AMDSMI_XGMI_STATUS_MULTIPLE_ERRORS",
+}
 
 
 def load() -> dict | None:
@@ -42,7 +45,7 @@ def load() -> dict | None:
 
 
 def maybe_hang(sc: dict, what: list[str]) -> None:
-    """"hang": true | "*" | "amd-smi" | "amd-smi metric" | [...] stalls like a wedged driver."""
+    """ "hang": true | "*" | "amd-smi" | "amd-smi metric" | [...] stalls like a wedged driver."""
     h = sc.get("hang")
     pats = h if isinstance(h, list) else [h]
     if not any(p is True or p == "*" or p in what for p in pats if p):
@@ -81,53 +84,93 @@ def ecc_blocks(g: dict) -> dict:
     out = {}
     for name in BLOCKS:
         b = given.get(name) or {}
-        out[name] = {"correctable_count": b.get("correctable", 0),
-                     "uncorrectable_count": b.get("uncorrectable", 0),
-                     "deferred_count": b.get("deferred", 0)}
+        out[name] = {
+            "correctable_count": b.get("correctable", 0),
+            "uncorrectable_count": b.get("uncorrectable", 0),
+            "deferred_count": b.get("deferred", 0),
+        }
     if not given:  # totals without a breakdown land on UMC (HBM), where real ones do
-        out["UMC"] = {"correctable_count": g.get("ecc_correctable", 0),
-                      "uncorrectable_count": g.get("ecc_uncorrectable", 0),
-                      "deferred_count": g.get("ecc_deferred", 0)}
+        out["UMC"] = {
+            "correctable_count": g.get("ecc_correctable", 0),
+            "uncorrectable_count": g.get("ecc_uncorrectable", 0),
+            "deferred_count": g.get("ecc_deferred", 0),
+        }
     return out
 
 
 def ecc_totals(g: dict) -> dict:
     if g.get("ras_supported", True) is False:
-        return {k: "N/A" for k in ("total_correctable_count", "total_uncorrectable_count",
-                                   "total_deferred_count", "cache_correctable_count",
-                                   "cache_uncorrectable_count")}
+        return {
+            k: "N/A"
+            for k in (
+                "total_correctable_count",
+                "total_uncorrectable_count",
+                "total_deferred_count",
+                "cache_correctable_count",
+                "cache_uncorrectable_count",
+            )
+        }
     blocks = ecc_blocks(g)
+
     def total(key: str, field: str) -> int:
         return g[key] if key in g else sum(b[field] for b in blocks.values())
-    return {"total_correctable_count": total("ecc_correctable", "correctable_count"),
-            "total_uncorrectable_count": total("ecc_uncorrectable", "uncorrectable_count"),
-            "total_deferred_count": total("ecc_deferred", "deferred_count"),
-            "cache_correctable_count": g.get("cache_correctable", 0),
-            "cache_uncorrectable_count": g.get("cache_uncorrectable", 0)}
+
+    return {
+        "total_correctable_count": total("ecc_correctable", "correctable_count"),
+        "total_uncorrectable_count": total("ecc_uncorrectable", "uncorrectable_count"),
+        "total_deferred_count": total("ecc_deferred", "deferred_count"),
+        "cache_correctable_count": g.get("cache_correctable", 0),
+        "cache_uncorrectable_count": g.get("cache_uncorrectable", 0),
+    }
 
 
 def metric(i: int, g: dict, sections: set[str]) -> dict:
-    width, speed = g.get("pcie_width", g.get("pcie_max_width", 16)), g.get("pcie_speed", g.get("pcie_max_speed", 32))
+    width, speed = (
+        g.get("pcie_width", g.get("pcie_max_width", 16)),
+        g.get("pcie_speed", g.get("pcie_max_speed", 32)),
+    )
     xgmi = g.get("xgmi_err", 0)
     all_sections = {
-        "usage": lambda: {"gfx_activity": vu(g.get("gfx_activity", 0), "%"), "umc_activity": vu(0, "%"),
-                          "mm_activity": "N/A"},
-        "power": lambda: {"socket_power": vu(g.get("power_w", 140), "W"), "gfx_voltage": "N/A",
-                          "soc_voltage": "N/A", "mem_voltage": "N/A",
-                          "throttle_status": "THROTTLED" if g.get("throttled") else "UNTHROTTLED",
-                          "power_management": "ENABLED"},
-        "temperature": lambda: {"edge": "N/A", "hotspot": vu(g.get("hotspot_c", 41), "C"),
-                                "mem": vu(g.get("mem_c", 38), "C")},
-        "pcie": lambda: {"width": width, "speed": vu(speed, "GT/s"), "bandwidth": vu(g.get("pcie_bandwidth", 0), "Mb/s"),
-                         "replay_count": g.get("pcie_replay_count", 0), "l0_to_recovery_count": g.get("pcie_l0_to_recovery", 0),
-                         "replay_roll_over_count": 0, "nak_sent_count": 0, "nak_received_count": 0,
-                         "current_bandwidth_sent": "N/A", "current_bandwidth_received": "N/A",
-                         "max_packet_size": "N/A", "lc_perf_other_end_recovery": 0},
+        "usage": lambda: {
+            "gfx_activity": vu(g.get("gfx_activity", 0), "%"),
+            "umc_activity": vu(0, "%"),
+            "mm_activity": "N/A",
+        },
+        "power": lambda: {
+            "socket_power": vu(g.get("power_w", 140), "W"),
+            "gfx_voltage": "N/A",
+            "soc_voltage": "N/A",
+            "mem_voltage": "N/A",
+            "throttle_status": "THROTTLED" if g.get("throttled") else "UNTHROTTLED",
+            "power_management": "ENABLED",
+        },
+        "temperature": lambda: {
+            "edge": "N/A",
+            "hotspot": vu(g.get("hotspot_c", 41), "C"),
+            "mem": vu(g.get("mem_c", 38), "C"),
+        },
+        "pcie": lambda: {
+            "width": width,
+            "speed": vu(speed, "GT/s"),
+            "bandwidth": vu(g.get("pcie_bandwidth", 0), "Mb/s"),
+            "replay_count": g.get("pcie_replay_count", 0),
+            "l0_to_recovery_count": g.get("pcie_l0_to_recovery", 0),
+            "replay_roll_over_count": 0,
+            "nak_sent_count": 0,
+            "nak_received_count": 0,
+            "current_bandwidth_sent": "N/A",
+            "current_bandwidth_received": "N/A",
+            "max_packet_size": "N/A",
+            "lc_perf_other_end_recovery": 0,
+        },
         "ecc": lambda: ecc_totals(g),
         "ecc_blocks": lambda: ecc_blocks(g) if g.get("ras_supported", True) else "N/A",
         "xgmi_err": lambda: XGMI_STATUS.get(xgmi, "N/A") if isinstance(xgmi, int) else "N/A",
-        "mem_usage": lambda: {"total_vram": vu(g.get("vram_mb", 196592), "MB"), "used_vram": vu(283, "MB"),
-                              "free_vram": vu(g.get("vram_mb", 196592) - 283, "MB")},
+        "mem_usage": lambda: {
+            "total_vram": vu(g.get("vram_mb", 196592), "MB"),
+            "used_vram": vu(283, "MB"),
+            "free_vram": vu(g.get("vram_mb", 196592) - 283, "MB"),
+        },
     }
     out: dict = {"gpu": i}
     for name, fn in all_sections.items():
@@ -138,18 +181,34 @@ def metric(i: int, g: dict, sections: set[str]) -> dict:
 
 def static(i: int, g: dict, sections: set[str]) -> dict:
     all_sections = {
-        "asic": lambda: {"market_name": g.get("market_name", "AMD Instinct MI300X"), "vendor_id": "0x1002",
-                         "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]", "subvendor_id": "0x1002",
-                         "device_id": g.get("device_id", "0x74a1"), "subsystem_id": "0x74a1", "rev_id": "0x00",
-                         "asic_serial": f"0x{0x5C2E9A3D00000000 + i:016X}", "oam_id": i,
-                         "num_compute_units": 304, "target_graphics_version": g.get("gfx", "gfx942")},
-        "bus": lambda: {"bdf": bdf(i, g), "max_pcie_width": g.get("pcie_max_width", 16),
-                        "max_pcie_speed": vu(g.get("pcie_max_speed", 32), "GT/s"),
-                        "pcie_interface_version": f"Gen {g.get('pcie_max_gen', 5)}", "slot_type": "OAM"},
+        "asic": lambda: {
+            "market_name": g.get("market_name", "AMD Instinct MI300X"),
+            "vendor_id": "0x1002",
+            "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
+            "subvendor_id": "0x1002",
+            "device_id": g.get("device_id", "0x74a1"),
+            "subsystem_id": "0x74a1",
+            "rev_id": "0x00",
+            "asic_serial": f"0x{0x5C2E9A3D00000000 + i:016X}",
+            "oam_id": i,
+            "num_compute_units": 304,
+            "target_graphics_version": g.get("gfx", "gfx942"),
+        },
+        "bus": lambda: {
+            "bdf": bdf(i, g),
+            "max_pcie_width": g.get("pcie_max_width", 16),
+            "max_pcie_speed": vu(g.get("pcie_max_speed", 32), "GT/s"),
+            "pcie_interface_version": f"Gen {g.get('pcie_max_gen', 5)}",
+            "slot_type": "OAM",
+        },
         "driver": lambda: {"name": "amdgpu", "version": g.get("driver_version", "6.12.12")},
-        "board": lambda: {"model_number": "102-G30211-0C", "product_serial": f"PCB0{i:05d}",
-                          "fru_id": "N/A", "product_name": g.get("market_name", "AMD Instinct MI300X"),
-                          "manufacturer_name": "AMD"},
+        "board": lambda: {
+            "model_number": "102-G30211-0C",
+            "product_serial": f"PCB0{i:05d}",
+            "fru_id": "N/A",
+            "product_name": g.get("market_name", "AMD Instinct MI300X"),
+            "manufacturer_name": "AMD",
+        },
     }
     out: dict = {"gpu": i}
     for name, fn in all_sections.items():
@@ -162,15 +221,26 @@ def bad_pages(i: int, g: dict) -> dict:
     bp = g.get("bad_pages") or {}
     if bp == "N/A" or g.get("ras_supported", True) is False:
         return {"gpu": i, "retired": "N/A", "pending": "N/A", "un_res": "N/A"}
+
     def pages(kind: str, status: str, n: int):
         if not n:
             return "No bad pages found."
-        entries = [{"page_address": 0x7E0000000 + 0x1000 * (k + 1) + (i << 40), "page_size": 4096,
-                    "status": status} for k in range(n)]
+        entries = [
+            {
+                "page_address": 0x7E0000000 + 0x1000 * (k + 1) + (i << 40),
+                "page_size": 4096,
+                "status": status,
+            }
+            for k in range(n)
+        ]
         return entries[0] if n == 1 else entries  # amd-smi drops the list brackets for one page
-    return {"gpu": i, "retired": pages("retired", "RESERVED", bp.get("retired", 0)),
-            "pending": pages("pending", "PENDING", bp.get("pending", 0)),
-            "un_res": pages("un_res", "UNRESERVABLE", bp.get("unreservable", 0))}
+
+    return {
+        "gpu": i,
+        "retired": pages("retired", "RESERVED", bp.get("retired", 0)),
+        "pending": pages("pending", "PENDING", bp.get("pending", 0)),
+        "un_res": pages("un_res", "UNRESERVABLE", bp.get("unreservable", 0)),
+    }
 
 
 def human(obj, indent: int = 0) -> str:
@@ -180,7 +250,9 @@ def human(obj, indent: int = 0) -> str:
             return f"{obj['value']} {obj['unit']}"
         lines = []
         for k, v in obj.items():
-            if isinstance(v, (dict, list)) and not (isinstance(v, dict) and set(v) == {"value", "unit"}):
+            if isinstance(v, (dict, list)) and not (
+                isinstance(v, dict) and set(v) == {"value", "unit"}
+            ):
                 lines.append(f"{pad}{str(k).upper()}:\n{human(v, indent + 1)}")
             else:
                 lines.append(f"{pad}{str(k).upper()}: {human(v)}")
@@ -190,23 +262,49 @@ def human(obj, indent: int = 0) -> str:
     return str(obj)
 
 
-METRIC_FLAGS = {"-u": "usage", "--usage": "usage", "-p": "power", "--power": "power",
-                "-t": "temperature", "--temperature": "temperature", "-P": "pcie", "--pcie": "pcie",
-                "-e": "ecc", "--ecc": "ecc", "-k": "ecc_blocks", "--ecc-blocks": "ecc_blocks",
-                "-x": "xgmi_err", "--xgmi-err": "xgmi_err", "-m": "mem_usage", "--mem-usage": "mem_usage"}
-STATIC_FLAGS = {"-a": "asic", "--asic": "asic", "-B": "bus", "--bus": "bus", "-d": "driver",
-                "--driver": "driver", "-b": "board", "--board": "board"}
+METRIC_FLAGS = {
+    "-u": "usage",
+    "--usage": "usage",
+    "-p": "power",
+    "--power": "power",
+    "-t": "temperature",
+    "--temperature": "temperature",
+    "-P": "pcie",
+    "--pcie": "pcie",
+    "-e": "ecc",
+    "--ecc": "ecc",
+    "-k": "ecc_blocks",
+    "--ecc-blocks": "ecc_blocks",
+    "-x": "xgmi_err",
+    "--xgmi-err": "xgmi_err",
+    "-m": "mem_usage",
+    "--mem-usage": "mem_usage",
+}
+STATIC_FLAGS = {
+    "-a": "asic",
+    "--asic": "asic",
+    "-B": "bus",
+    "--bus": "bus",
+    "-d": "driver",
+    "--driver": "driver",
+    "-b": "board",
+    "--board": "board",
+}
 
 
 def amd_smi(argv: list[str], sc: dict | None) -> int:
     sub = argv[0] if argv else ""
     if sub in ("", "-h", "--help"):
-        print(f"usage: amd-smi [-h]  ...\n\nAMD System Management Interface | Version: {AMD_SMI_VERSION} | "
-              f"ROCm version: {ROCM_VERSION} | Platform: Linux Baremetal")
+        print(
+            f"usage: amd-smi [-h]  ...\n\nAMD System Management Interface | Version: {AMD_SMI_VERSION} | "
+            f"ROCm version: {ROCM_VERSION} | Platform: Linux Baremetal"
+        )
         return 0
     if sc is None or sc.get("driver_loaded") is False:
-        sys.stderr.write("ERROR:root:Unable to detect any GPU devices, check amdgpu version and module status (sudo modprobe amdgpu)\n"
-                         "AMD-SMI: amdgpu driver not initialized (amdgpu not loaded)\n")
+        sys.stderr.write(
+            "ERROR:root:Unable to detect any GPU devices, check amdgpu version and module status (sudo modprobe amdgpu)\n"
+            "AMD-SMI: amdgpu driver not initialized (amdgpu not loaded)\n"
+        )
         return 1
     maybe_hang(sc, ["amd-smi", f"amd-smi {sub}"])
     maybe_fail(sc, ["amd-smi", f"amd-smi {sub}"])
@@ -220,14 +318,30 @@ def amd_smi(argv: list[str], sc: dict | None) -> int:
                 k += 1
     devs = [(i, g) for i, g in enumerate(gpus(sc)) if not sel or i in sel]
     if sub == "version":
-        data = {"tool": "AMDSMI Tool", "version": AMD_SMI_VERSION, "amdsmi_library_version": AMD_SMI_VERSION,
-                "rocm_version": ROCM_VERSION}
-        print(json.dumps([data], indent=4) if as_json else
-              f"AMDSMI Tool: {AMD_SMI_VERSION} | AMDSMI Library version: {AMD_SMI_VERSION} | ROCm version: {ROCM_VERSION}")
+        data = {
+            "tool": "AMDSMI Tool",
+            "version": AMD_SMI_VERSION,
+            "amdsmi_library_version": AMD_SMI_VERSION,
+            "rocm_version": ROCM_VERSION,
+        }
+        print(
+            json.dumps([data], indent=4)
+            if as_json
+            else f"AMDSMI Tool: {AMD_SMI_VERSION} | AMDSMI Library version: {AMD_SMI_VERSION} | ROCm version: {ROCM_VERSION}"
+        )
         return 0
     if sub == "list":
-        out = [{"gpu": i, "bdf": bdf(i, g), "uuid": g.get("uuid", f"{0x11ff74a1 + i:08x}-0000-1000-8000-5c2e9a3d{i:04x}"),
-                "kfd_id": 2000 + i * 1111, "node_id": i + 1, "partition_id": 0} for i, g in devs]
+        out = [
+            {
+                "gpu": i,
+                "bdf": bdf(i, g),
+                "uuid": g.get("uuid", f"{0x11FF74A1 + i:08x}-0000-1000-8000-5c2e9a3d{i:04x}"),
+                "kfd_id": 2000 + i * 1111,
+                "node_id": i + 1,
+                "partition_id": 0,
+            }
+            for i, g in devs
+        ]
         wrap = False  # `list` stays a plain list in every amd-smi version we know
     elif sub == "metric":
         sections = {v for k, v in METRIC_FLAGS.items() if k in argv}
@@ -247,10 +361,18 @@ def amd_smi(argv: list[str], sc: dict | None) -> int:
         legacy = sc.get("amd_smi_format") == "list"  # amd-smi 24.x (ROCm 6.x) printed a bare list
         print(json.dumps({"gpu_data": out} if wrap and not legacy else out, indent=4))
     else:
-        print("\n\n".join(f"GPU: {d['gpu']}\n" + human({k: v for k, v in d.items() if k != "gpu"}, 1)
-                           for d in out) if sub != "list" else
-              "\n\n".join(f"GPU: {d['gpu']}\n    BDF: {d['bdf']}\n    UUID: {d['uuid']}\n"
-                          f"    KFD_ID: {d['kfd_id']}\n    NODE_ID: {d['node_id']}\n    PARTITION_ID: 0" for d in out))
+        print(
+            "\n\n".join(
+                f"GPU: {d['gpu']}\n" + human({k: v for k, v in d.items() if k != "gpu"}, 1)
+                for d in out
+            )
+            if sub != "list"
+            else "\n\n".join(
+                f"GPU: {d['gpu']}\n    BDF: {d['bdf']}\n    UUID: {d['uuid']}\n"
+                f"    KFD_ID: {d['kfd_id']}\n    NODE_ID: {d['node_id']}\n    PARTITION_ID: 0"
+                for d in out
+            )
+        )
     return 0
 
 
@@ -287,7 +409,7 @@ def rocm_smi(argv: list[str], sc: dict | None) -> int:
                 continue
             for name, b in ecc_blocks(g).items():
                 row = [name, "ENABLED", b["uncorrectable_count"], b["correctable_count"]]
-                print("  ".join(f"{str(c):>{len(h)}}" for c, h in zip(row, headers)) + "  ")
+                print("  ".join(f"{c!s:>{len(h)}}" for c, h in zip(row, headers)) + "  ")
             print("_" * width)
         print("=" * width)
         return 0
@@ -306,49 +428,91 @@ def rocminfo(argv: list[str], sc: dict | None) -> int:
         return 1
     maybe_hang(sc, ["rocminfo"])
     maybe_fail(sc, ["rocminfo"])
+
     def field(name: str, value) -> str:
         return f"  {name + ':':<25}{value!s:<35}"
-    lines = [f"ROCk module version {sc.get('rock_version', '6.12.12')} is loaded",
-             "=====================    ", "HSA System Attributes    ", "=====================    ",
-             "Runtime Version:         1.15", "Runtime Ext Version:     1.7",
-             "System Timestamp Freq.:  1000.000000MHz",
-             "Sig. Max Wait Duration:  18446744073709551615 (0xFFFFFFFFFFFFFFFF) (timestamp count)",
-             "Machine Model:           LARGE                              ",
-             "System Endianness:       LITTLE                             ",
-             "Mwaitx:                  DISABLED", "XNACK enabled:           NO", "DMAbuf Support:          YES",
-             "VMM Support:             YES", "", "==========               ", "HSA Agents               ",
-             "==========               "]
+
+    lines = [
+        f"ROCk module version {sc.get('rock_version', '6.12.12')} is loaded",
+        "=====================    ",
+        "HSA System Attributes    ",
+        "=====================    ",
+        "Runtime Version:         1.15",
+        "Runtime Ext Version:     1.7",
+        "System Timestamp Freq.:  1000.000000MHz",
+        "Sig. Max Wait Duration:  18446744073709551615 (0xFFFFFFFFFFFFFFFF) (timestamp count)",
+        "Machine Model:           LARGE                              ",
+        "System Endianness:       LITTLE                             ",
+        "Mwaitx:                  DISABLED",
+        "XNACK enabled:           NO",
+        "DMAbuf Support:          YES",
+        "VMM Support:             YES",
+        "",
+        "==========               ",
+        "HSA Agents               ",
+        "==========               ",
+    ]
     agent = 0
     cpus = sc.get("cpus", ["AMD EPYC 9654 96-Core Processor"] * 2)
     for node, cpu in enumerate(cpus):
         agent += 1
-        lines += ["*******                  ", f"Agent {agent:<17}", "*******                  ",
-                  field("Name", cpu), field("Uuid", "CPU-XX"), field("Marketing Name", cpu),
-                  field("Vendor Name", "CPU"), field("Feature", "None specified"),
-                  field("Profile", "FULL_PROFILE"), field("Float Round Mode", "NEAR"),
-                  field("Max Queue Number", "0(0x0)"), field("Queue Min Size", "0(0x0)"),
-                  field("Queue Max Size", "0(0x0)"), field("Queue Type", "MULTI"),
-                  field("Node", node), field("Device Type", "CPU"),
-                  field("Compute Unit", 192), "  ISA Info:                ", ""]
+        lines += [
+            "*******                  ",
+            f"Agent {agent:<17}",
+            "*******                  ",
+            field("Name", cpu),
+            field("Uuid", "CPU-XX"),
+            field("Marketing Name", cpu),
+            field("Vendor Name", "CPU"),
+            field("Feature", "None specified"),
+            field("Profile", "FULL_PROFILE"),
+            field("Float Round Mode", "NEAR"),
+            field("Max Queue Number", "0(0x0)"),
+            field("Queue Min Size", "0(0x0)"),
+            field("Queue Max Size", "0(0x0)"),
+            field("Queue Type", "MULTI"),
+            field("Node", node),
+            field("Device Type", "CPU"),
+            field("Compute Unit", 192),
+            "  ISA Info:                ",
+            "",
+        ]
     for i, g in enumerate(gpus(sc)):
         if g.get("agent", True) is False:
             continue  # the GPU fell out of the HSA topology: no agent for it
         agent += 1
         busno = int(bdf(i, g).split(":")[1], 16)
         gfx = g.get("gfx", "gfx942")
-        lines += ["*******                  ", f"Agent {agent:<17}", "*******                  ",
-                  field("Name", gfx), field("Uuid", f"GPU-{0x5C2E9A3D11FF0000 + i:016x}"),
-                  field("Marketing Name", g.get("market_name", "AMD Instinct MI300X")),
-                  field("Vendor Name", "AMD"), field("Feature", "KERNEL_DISPATCH"),
-                  field("Profile", "BASE_PROFILE"), field("Float Round Mode", "NEAR"),
-                  field("Max Queue Number", "128(0x80)"), field("Queue Min Size", "64(0x40)"),
-                  field("Queue Max Size", "131072(0x20000)"), field("Queue Type", "MULTI"),
-                  field("Node", len(cpus) + i), field("Device Type", "GPU"),
-                  field("Chip ID", f"{int(g.get('device_id', '0x74a1'), 16)}({g.get('device_id', '0x74a1')})"),
-                  field("BDFID", busno << 8), field("Internal Node ID", len(cpus) + i),
-                  field("Compute Unit", 304), field("SIMDs per CU", 4),
-                  "  ISA Info:                ", "    ISA 1                    ",
-                  f"      Name:                    amdgcn-amd-amdhsa--{gfx}:sramecc+:xnack-", ""]
+        lines += [
+            "*******                  ",
+            f"Agent {agent:<17}",
+            "*******                  ",
+            field("Name", gfx),
+            field("Uuid", f"GPU-{0x5C2E9A3D11FF0000 + i:016x}"),
+            field("Marketing Name", g.get("market_name", "AMD Instinct MI300X")),
+            field("Vendor Name", "AMD"),
+            field("Feature", "KERNEL_DISPATCH"),
+            field("Profile", "BASE_PROFILE"),
+            field("Float Round Mode", "NEAR"),
+            field("Max Queue Number", "128(0x80)"),
+            field("Queue Min Size", "64(0x40)"),
+            field("Queue Max Size", "131072(0x20000)"),
+            field("Queue Type", "MULTI"),
+            field("Node", len(cpus) + i),
+            field("Device Type", "GPU"),
+            field(
+                "Chip ID",
+                f"{int(g.get('device_id', '0x74a1'), 16)}({g.get('device_id', '0x74a1')})",
+            ),
+            field("BDFID", busno << 8),
+            field("Internal Node ID", len(cpus) + i),
+            field("Compute Unit", 304),
+            field("SIMDs per CU", 4),
+            "  ISA Info:                ",
+            "    ISA 1                    ",
+            f"      Name:                    amdgcn-amd-amdhsa--{gfx}:sramecc+:xnack-",
+            "",
+        ]
     lines.append("*** Done ***             ")
     print("\n".join(lines))
     return 0

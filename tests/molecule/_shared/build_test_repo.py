@@ -33,7 +33,7 @@ import textwrap
 from pathlib import Path
 
 KEY = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-NODE_REPO = "/srv/fm-test-repo"   # where the molecule prepare step copies the repository
+NODE_REPO = "/srv/fm-test-repo"  # where the molecule prepare step copies the repository
 DEBIAN_PACKAGES = ["python3-apt", "python-apt-common", "distro-info-data"]
 POSTINST = """#!/bin/sh
 set -e
@@ -78,32 +78,73 @@ apt-get install $yes --no-install-recommends $pkgs
 """
 
 
-def package(name, version, files=None, depends=None, description="fleetmedic test package",
-            scripts=None):
-    return dict(name=name, version=version, files=files or {}, depends=depends or [],
-                description=description, scripts=scripts if scripts is not None else {"postinst": POSTINST})
+def package(
+    name, version, files=None, depends=None, description="fleetmedic test package", scripts=None
+):
+    return dict(
+        name=name,
+        version=version,
+        files=files or {},
+        depends=depends or [],
+        description=description,
+        scripts=scripts if scripts is not None else {"postinst": POSTINST},
+    )
 
 
 def packages():
     out = []
     for ver in ("550.1-1", "550.2-1"):
-        out.append(package("fm-nvidia-kernel", ver, {
-            f"usr/lib/fm-test/nvidia/nvidia.ko.txt": f"test kernel module {ver}\n",
-            f"usr/lib/fm-test/nvidia/version": f"{ver}\n"}))
-        out.append(package("fm-nvidia-utils", ver, {
-            "usr/bin/fm-nvidia-smi": f"#!/bin/sh\necho 'fm-nvidia-smi {ver}'\n"},
-            depends=[f"fm-nvidia-kernel (= {ver})"]))
-    out.append(package("fm-rocm-core", "6.2.0-1", {
-        "opt/rocm-6.2.0/lib/librocm-core.txt": "test rocm core 6.2.0\n",
-        "opt/rocm-6.2.0/.info/version": "6.2.0\n"}))
+        out.append(
+            package(
+                "fm-nvidia-kernel",
+                ver,
+                {
+                    "usr/lib/fm-test/nvidia/nvidia.ko.txt": f"test kernel module {ver}\n",
+                    "usr/lib/fm-test/nvidia/version": f"{ver}\n",
+                },
+            )
+        )
+        out.append(
+            package(
+                "fm-nvidia-utils",
+                ver,
+                {"usr/bin/fm-nvidia-smi": f"#!/bin/sh\necho 'fm-nvidia-smi {ver}'\n"},
+                depends=[f"fm-nvidia-kernel (= {ver})"],
+            )
+        )
+    out.append(
+        package(
+            "fm-rocm-core",
+            "6.2.0-1",
+            {
+                "opt/rocm-6.2.0/lib/librocm-core.txt": "test rocm core 6.2.0\n",
+                "opt/rocm-6.2.0/.info/version": "6.2.0\n",
+            },
+        )
+    )
     out.append(package("fm-rocm", "6.2.0-1", {}, depends=["fm-rocm-core (= 6.2.0-1)"]))
-    out.append(package("fm-amdgpu-dkms", "6.8.5-1", {
-        "usr/src/fm-amdgpu-6.8.5/dkms.conf": 'PACKAGE_NAME="fm-amdgpu"\nPACKAGE_VERSION="6.8.5"\n'}))
+    out.append(
+        package(
+            "fm-amdgpu-dkms",
+            "6.8.5-1",
+            {
+                "usr/src/fm-amdgpu-6.8.5/dkms.conf": 'PACKAGE_NAME="fm-amdgpu"\nPACKAGE_VERSION="6.8.5"\n'
+            },
+        )
+    )
     # Like AMD's, the installer package brings its release's apt source with it.
-    out.append(package("amdgpu-install", "6.2.60200-1", {
-        "usr/bin/amdgpu-install": AMDGPU_INSTALL,
-        "etc/apt/sources.list.d/fm-test-amdgpu.list": f"deb [trusted=yes] file:{NODE_REPO} ./\n"}, scripts={},
-        description="test stand-in for AMD's amdgpu-install"))
+    out.append(
+        package(
+            "amdgpu-install",
+            "6.2.60200-1",
+            {
+                "usr/bin/amdgpu-install": AMDGPU_INSTALL,
+                "etc/apt/sources.list.d/fm-test-amdgpu.list": f"deb [trusted=yes] file:{NODE_REPO} ./\n",
+            },
+            scripts={},
+            description="test stand-in for AMD's amdgpu-install",
+        )
+    )
     return out
 
 
@@ -116,13 +157,13 @@ def build_deb(spec, workdir: Path, outdir: Path) -> None:
         path.write_text(content)
         path.chmod(0o755 if content.startswith("#!") else 0o644)
     control = textwrap.dedent(f"""\
-        Package: {spec['name']}
-        Version: {spec['version']}
+        Package: {spec["name"]}
+        Version: {spec["version"]}
         Architecture: all
         Maintainer: fleetmedic tests <tests@example.invalid>
         Section: misc
         Priority: optional
-        Description: {spec['description']}
+        Description: {spec["description"]}
         """)
     if spec["depends"]:
         control += f"Depends: {', '.join(spec['depends'])}\n"
@@ -132,8 +173,11 @@ def build_deb(spec, workdir: Path, outdir: Path) -> None:
         p.write_text(body)
         p.chmod(0o755)
     deb = outdir / f"{spec['name']}_{spec['version']}_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -143,7 +187,7 @@ def main(argv: list[str]) -> int:
     out = Path(argv[1]).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)     # concurrent runs build one at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs build one at a time
         return build(out)
 
 
@@ -152,7 +196,9 @@ def build(out: Path) -> int:
     if stamp.exists() and stamp.read_text().strip() == KEY:
         print(out)
         return 0
-    tmp = Path(tempfile.mkdtemp(prefix="fm-test-repo-", dir=out.parent if out.parent.exists() else None))
+    tmp = Path(
+        tempfile.mkdtemp(prefix="fm-test-repo-", dir=out.parent if out.parent.exists() else None)
+    )
     try:
         repo = tmp / "repo"
         repo.mkdir()
@@ -161,15 +207,26 @@ def build(out: Path) -> int:
         repo.chmod(0o755)
         # apt-get download writes to the current directory; it runs as root here (unsandboxed
         # when _apt cannot write the temporary directory, which is fine for this cache).
-        dl = subprocess.run(["apt-get", "download", "-q", *DEBIAN_PACKAGES], cwd=repo,
-                            capture_output=True, text=True)
+        dl = subprocess.run(
+            ["apt-get", "download", "-q", *DEBIAN_PACKAGES],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
         if dl.returncode != 0:
             last = (dl.stderr.strip().splitlines() or ["no output"])[-1]
-            print(f"build_test_repo: apt-get download {' '.join(DEBIAN_PACKAGES)} failed: {last}",
-                  file=sys.stderr)
+            print(
+                f"build_test_repo: apt-get download {' '.join(DEBIAN_PACKAGES)} failed: {last}",
+                file=sys.stderr,
+            )
             return 1
-        index = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=repo, check=True,
-                               capture_output=True, text=True).stdout
+        index = subprocess.run(
+            ["dpkg-scanpackages", "--multiversion", "."],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         (repo / "Packages").write_text(index)
         subprocess.run(["gzip", "-9nk", "Packages"], cwd=repo, check=True)
         for p in repo.iterdir():

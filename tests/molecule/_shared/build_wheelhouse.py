@@ -15,8 +15,8 @@ import fcntl
 import hashlib
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     out = Path(argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)     # concurrent molecule/pytest runs build one at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent molecule/pytest runs build one at a time
         build(out)
     print(out)
     return 0
@@ -58,8 +58,11 @@ def build(out: Path) -> None:
         deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
         pip("wheel", "--wheel-dir", str(out), *deps)
         (out / ".deps").write_text(deps_key + "\n")
-    src = [p for p in (ROOT / "controller" / "fleetmedic").rglob("*")
-           if p.is_file() and "__pycache__" not in p.parts]
+    src = [
+        p
+        for p in (ROOT / "controller" / "fleetmedic").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
     self_key = digest(src + [pyproject])
     if not (out / ".self").exists() or (out / ".self").read_text().strip() != self_key:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
@@ -67,7 +70,7 @@ def build(out: Path) -> None:
             for old in out.glob("fleetmedic-*.whl"):
                 old.unlink()
             for new in Path(tmp).glob("fleetmedic-*.whl"):
-                shutil.move(str(new), out / new.name)   # same filesystem: a rename
+                shutil.move(str(new), out / new.name)  # same filesystem: a rename
         (out / ".self").write_text(self_key + "\n")
 
 

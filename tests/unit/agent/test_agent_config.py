@@ -17,29 +17,45 @@ from fleetmedic.model import keys
 
 def test_defaults_have_reasons():
     import dataclasses
+
     cfg = AgentConfig()
-    assert (cfg.interval, cfg.strike_limit, cfg.taints, cfg.kernel.source) == (60.0, 3, "default", "kmsg")
-    assert {f.name for f in dataclasses.fields(AgentConfig)} >= {"interval", "strike_limit", "kernel", "checks"}
+    assert (cfg.interval, cfg.strike_limit, cfg.taints, cfg.kernel.source) == (
+        60.0,
+        3,
+        "default",
+        "kmsg",
+    )
+    assert {f.name for f in dataclasses.fields(AgentConfig)} >= {
+        "interval",
+        "strike_limit",
+        "kernel",
+        "checks",
+    }
 
 
 def test_from_file_with_nested_sections(tmp_path):
     path = tmp_path / "agent.yaml"
-    path.write_text("interval: 5\ntaints: ossci\nkernel: {source: /var/log/kern.log, poll: 0.2}\n"
-                    "checks: {vendor: nvidia, network: {peers: [10.0.0.1], min_mbps: 100}}\n")
+    path.write_text(
+        "interval: 5\ntaints: ossci\nkernel: {source: /var/log/kern.log, poll: 0.2}\n"
+        "checks: {vendor: nvidia, network: {peers: [10.0.0.1], min_mbps: 100}}\n"
+    )
     cfg = AgentConfig.from_file(path)
     assert cfg.interval == 5 and cfg.vocabulary().reboot.key == "repair-reboot"
     assert cfg.kernel.source == "/var/log/kern.log" and cfg.checks.network.peers == ("10.0.0.1",)
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("intervall: 5", "intervall"),
-    ("interval: 0", "interval: must be > 0"),
-    ("taints: nope", "unknown taint preset"),
-    ("kernel: {poll: -1}", "kernel.poll"),
-    ("checks: {vendor: intel}", "vendor"),
-    ("[1, 2]", "mapping"),
-    ("interval: [", "agent.yaml"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("intervall: 5", "intervall"),
+        ("interval: 0", "interval: must be > 0"),
+        ("taints: nope", "unknown taint preset"),
+        ("kernel: {poll: -1}", "kernel.poll"),
+        ("checks: {vendor: intel}", "vendor"),
+        ("[1, 2]", "mapping"),
+        ("interval: [", "agent.yaml"),
+    ],
+)
 def test_bad_config_is_one_line(tmp_path, text, fragment):
     path = tmp_path / "agent.yaml"
     path.write_text(text)
@@ -72,19 +88,35 @@ def test_missing_node_name_is_one_line_exit_2():
 
 def test_bad_kubeconfig_is_one_line_exit_2(tmp_path):
     (tmp_path / "kc").write_text("not: [a kubeconfig")
-    res = CliRunner().invoke(agent, ["--config", "/dev/null", "--node-name", "n1",
-                                     "--kubeconfig", str(tmp_path / "kc")])
+    res = CliRunner().invoke(
+        agent, ["--config", "/dev/null", "--node-name", "n1", "--kubeconfig", str(tmp_path / "kc")]
+    )
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
 
 
 def test_flags_override_the_file(tmp_path):
     from fleetmedic.agent.cli import _merge
+
     path = tmp_path / "agent.yaml"
     path.write_text("interval: 5\nchecks: {timeout: 9, network: {peers: [a], min_mbps: 1}}\n")
-    opts = dict(node_name="n1", interval=2.0, strike_limit=None, taints=None, kubeconfig=None,
-                retry_cap=None, no_events=True, kernel_log="none", kernel_poll=None, boot_id_file=None,
-                peers=("b:5201",), min_mbps=None, network_duration=1.0, vendor="none",
-                expected_gpus=None, timeout=None)
+    opts = dict(
+        node_name="n1",
+        interval=2.0,
+        strike_limit=None,
+        taints=None,
+        kubeconfig=None,
+        retry_cap=None,
+        no_events=True,
+        kernel_log="none",
+        kernel_poll=None,
+        boot_id_file=None,
+        peers=("b:5201",),
+        min_mbps=None,
+        network_duration=1.0,
+        vendor="none",
+        expected_gpus=None,
+        timeout=None,
+    )
     cfg = _merge(AgentConfig.from_file(path), opts)
     assert (cfg.interval, cfg.events, cfg.kernel.source) == (2.0, False, "none")
     assert cfg.checks.network.peers == ("b:5201",) and cfg.checks.network.min_mbps == 1
@@ -95,6 +127,7 @@ def test_summary_line_is_one_line():
     from fleetmedic.agent.writer import Outcome
     from fleetmedic.checks.base import CheckResult
     from fleetmedic.policy.strikes import Decision, Strikes
+
     out = Outcome(Decision(Strikes(2, 0)), {}, None, False)
     line = summary_line([CheckResult("nvidia.ecc", "problem", "x", {}, "gpu")], out, 3)
     assert line == "gpu problem (nvidia.ecc); strikes gpu 2/3, network 0/3"

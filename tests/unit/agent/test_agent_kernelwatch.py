@@ -23,7 +23,9 @@ MANUAL = "fleetmedic.io/repair=manual"
 
 
 def xid(code=79, bus=0x3B, t=100.0, text="GPU has fallen off the bus."):
-    return f"[{t:12.6f}] NVRM: Xid (PCI:0000:{bus:02x}:00): {code}, pid=2417, name=python3, {text}\n"
+    return (
+        f"[{t:12.6f}] NVRM: Xid (PCI:0000:{bus:02x}:00): {code}, pid=2417, name=python3, {text}\n"
+    )
 
 
 def banner(t=0.0):
@@ -51,8 +53,9 @@ class Node:
 
     def release(self):
         """The controller (or a human) clears the repair taint."""
-        self.kube.node["spec"]["taints"] = [t for t in self.kube.node["spec"]["taints"]
-                                            if not t["key"].startswith("fleetmedic.io/")]
+        self.kube.node["spec"]["taints"] = [
+            t for t in self.kube.node["spec"]["taints"] if not t["key"].startswith("fleetmedic.io/")
+        ]
 
 
 @pytest.fixture
@@ -61,15 +64,22 @@ def node(tmp_path):
 
 
 def test_prescan_finds_the_last_boot_and_its_findings(node):
-    node.log.write_text(xid(bus=1) + banner() + xid(bus=2) + banner() + "[ 1.0] x\n" + xid(bus=3)
-                        + "[ 2.0] NVRM: Xid (PCI:0000:04:00): 79, partial")
+    node.log.write_text(
+        xid(bus=1)
+        + banner()
+        + xid(bus=2)
+        + banner()
+        + "[ 1.0] x\n"
+        + xid(bus=3)
+        + "[ 2.0] NVRM: Xid (PCI:0000:04:00): 79, partial"
+    )
     pre = prescan(str(node.log))
     assert pre.start == 4 and pre.seg.endswith("@4")
     assert sorted(n for lines in pre.seen.values() for n in lines) == [6]  # not the partial line
 
 
 def test_prescan_without_a_banner_or_a_file(node):
-    assert prescan(str(node.log)).start == 0                    # missing: an empty file
+    assert prescan(str(node.log)).start == 0  # missing: an empty file
     node.log.write_text(xid(bus=1) + "[ 1.0] x\n" + xid(bus=2))
     pre = prescan(str(node.log))
     assert (pre.start, pre.seg) == (0, "")
@@ -77,7 +87,7 @@ def test_prescan_without_a_banner_or_a_file(node):
 
 
 def test_prescan_banner_on_the_first_and_on_an_unfinished_last_line(node):
-    node.log.write_text(banner() + xid() + banner().rstrip("\n"))   # the second is not written yet
+    node.log.write_text(banner() + xid() + banner().rstrip("\n"))  # the second is not written yet
     pre = prescan(str(node.log))
     assert pre.start == 1 and pre.seg.endswith("@1")
     assert [n for lines in pre.seen.values() for n in lines] == [2]
@@ -88,7 +98,9 @@ def test_xid_79_in_this_boot_fences(node):
     kw = node.run_once()
     assert kw.acted == 1 and REBOOT in node.kube.taints()
     mark = node.kube.ann(keys.ANN_LAST_FINDING)
-    assert mark["rule"] == "xid.79" and mark["n"] == 2 and mark["boot"] == "boot-a" and mark["acted"]
+    assert (
+        mark["rule"] == "xid.79" and mark["n"] == 2 and mark["boot"] == "boot-a" and mark["acted"]
+    )
 
 
 def test_row_remap_failure_fences_manual(node):
@@ -113,9 +125,9 @@ def test_restart_does_not_refence_a_handled_line_but_acts_on_new_ones(node):
     node.log.write_text(banner() + xid(bus=1, t=10.0))
     node.run_once()
     node.release()
-    again = node.run_once()                       # restart: same lines, already handled
+    again = node.run_once()  # restart: same lines, already handled
     assert again.acted == 0 and again.skipped == 1 and REBOOT not in node.kube.taints()
-    with open(node.log, "a") as f:                # written while the agent was down
+    with open(node.log, "a") as f:  # written while the agent was down
         f.write(xid(bus=2, t=20.0))
     third = node.run_once()
     assert third.acted == 1 and third.skipped == 1 and REBOOT in node.kube.taints()
@@ -127,7 +139,7 @@ def test_identical_lines_are_told_apart_by_position(node):
     node.run_once()
     node.release()
     with open(node.log, "a") as f:
-        f.write("unrelated\n" + line)            # the same fault again, later
+        f.write("unrelated\n" + line)  # the same fault again, later
     kw = node.run_once()
     assert (kw.skipped, kw.acted) == (1, 1) and REBOOT in node.kube.taints()
 
@@ -138,7 +150,7 @@ def test_a_new_boot_in_the_file_makes_old_lines_stale_and_new_ones_count(node):
     node.run_once()
     node.release()
     with open(node.log, "a") as f:
-        f.write(banner() + xid(t=100.0))          # same text, same uptime, next boot
+        f.write(banner() + xid(t=100.0))  # same text, same uptime, next boot
     kw = node.run_once()
     assert kw.acted == 1 and REBOOT in node.kube.taints()
 
@@ -147,7 +159,7 @@ def test_watermark_of_another_boot_id_does_not_hide_this_boots_lines(node):
     node.log.write_text(xid(t=5.0))
     node.run_once()
     node.release()
-    node.boot_file.write_text("boot-b\n")         # a reboot the file does not show (no banner)
+    node.boot_file.write_text("boot-b\n")  # a reboot the file does not show (no banner)
     assert node.run_once().acted == 1
 
 
@@ -158,7 +170,7 @@ def test_finding_while_under_repair_moves_the_watermark_without_acting(node):
     assert kw.acted == 1 and MANUAL not in node.kube.taints()
     assert node.kube.ann(keys.ANN_LAST_FINDING)["acted"] is False
     node.release()
-    assert node.run_once().acted == 0             # handled; a release does not replay it
+    assert node.run_once().acted == 0  # handled; a release does not replay it
 
 
 def test_follow_acts_within_a_fraction_of_a_second_and_stops(node):
@@ -220,8 +232,10 @@ def test_source_none_does_nothing(node):
 
 
 def kmsg(t: float, bus: int = 0x5A) -> str:
-    return (f"3,{int(t)},{int(t * 1e6)},-;NVRM: Xid (PCI:0000:{bus:02x}:00): 79, GPU has fallen off the bus.\n"
-            f" SUBSYSTEM=pci\n DEVICE=+pci:0000:{bus:02x}:00.0\n")
+    return (
+        f"3,{int(t)},{int(t * 1e6)},-;NVRM: Xid (PCI:0000:{bus:02x}:00): 79, GPU has fallen off the bus.\n"
+        f" SUBSYSTEM=pci\n DEVICE=+pci:0000:{bus:02x}:00.0\n"
+    )
 
 
 def test_kmsg_records_are_told_apart_by_time_across_restarts(node):
@@ -230,15 +244,16 @@ def test_kmsg_records_are_told_apart_by_time_across_restarts(node):
 
     def run():
         kw = node.watch()
-        kw.kind = "kmsg"                          # a file of records stands in for the device
+        kw.kind = "kmsg"  # a file of records stands in for the device
         kw.run()
         return kw
+
     assert run().acted == 1 and REBOOT in node.kube.taints()
     assert node.kube.ann(keys.ANN_LAST_FINDING)["t"] == 100.0
     node.release()
     again = run()
     assert (again.acted, again.skipped) == (0, 1) and REBOOT not in node.kube.taints()
-    node.log.write_text(kmsg(100.0))              # the ring buffer wrapped: the banner is gone
+    node.log.write_text(kmsg(100.0))  # the ring buffer wrapped: the banner is gone
     again = run()
     assert (again.acted, again.skipped) == (0, 1) and REBOOT not in node.kube.taints()
     with open(node.log, "a") as f:

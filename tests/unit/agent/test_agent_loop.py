@@ -13,8 +13,13 @@ from fleetmedic.errors import TemporaryError
 from fleetmedic.model import keys
 from fleetmedic.model.vocabulary import preset
 
-CFG = AgentConfig(node_name="n1", interval=0.05, retry_cap=0.2, kernel=KernelWatchConfig(source="none"),
-                  checks=CheckConfig(vendor="none", timeout=1))
+CFG = AgentConfig(
+    node_name="n1",
+    interval=0.05,
+    retry_cap=0.2,
+    kernel=KernelWatchConfig(source="none"),
+    checks=CheckConfig(vendor="none", timeout=1),
+)
 
 
 def test_a_round_records_results_and_skips_gpu_under_repair():
@@ -25,8 +30,11 @@ def test_a_round_records_results_and_skips_gpu_under_repair():
     kube.node["spec"]["taints"].append(preset().reimage.as_taint())
     out = agent.round()
     assert out.before_repair == "reimage"
-    assert kube.ann(keys.ANN_LAST_RESULTS)["gpu"] == {"status": "skipped", "detail": "node under repair (reimage)",
-                                                       "since": kube.ann(keys.ANN_LAST_RESULTS)["gpu"]["since"]}
+    assert kube.ann(keys.ANN_LAST_RESULTS)["gpu"] == {
+        "status": "skipped",
+        "detail": "node under repair (reimage)",
+        "since": kube.ann(keys.ANN_LAST_RESULTS)["gpu"]["since"],
+    }
 
 
 def test_the_loop_survives_a_bug_in_a_round_and_stops_on_request():
@@ -37,8 +45,9 @@ def test_the_loop_survives_a_bug_in_a_round_and_stops_on_request():
     def flaky(name):
         calls["n"] += 1
         if calls["n"] == 1:
-            raise KeyError("resourceVersion")       # a bug of ours, not an API error
+            raise KeyError("resourceVersion")  # a bug of ours, not an API error
         return real(name)
+
     kube.get_node = flaky
     agent = Agent(CFG, kube)
     thread = threading.Thread(target=agent.run)
@@ -54,6 +63,9 @@ def test_once_gives_up_when_the_api_server_does_not_answer():
     kube = MemoryKube()
 
     def down(name):
-        raise TemporaryError("get node n1: API server https://x unreachable: MaxRetryError", delay=0.01)
+        raise TemporaryError(
+            "get node n1: API server https://x unreachable: MaxRetryError", delay=0.01
+        )
+
     kube.get_node = down
     assert Agent(CFG, kube).run_once() is None

@@ -19,12 +19,15 @@ def flaky(failures, exc):
         if calls["n"] <= failures:
             raise exc
         return "ok"
+
     return fn, calls
 
 
 def test_outage_logs_one_warning_and_one_recovery(caplog):
     caplog.set_level(logging.INFO, logger="fleetmedic.agent")
-    fn, calls = flaky(4, TemporaryError("get node n1: API server https://x unreachable: MaxRetryError", delay=0))
+    fn, calls = flaky(
+        4, TemporaryError("get node n1: API server https://x unreachable: MaxRetryError", delay=0)
+    )
     r = Retrier(threading.Event(), base=0.001, cap=0.002)
     assert r.call("read node", fn) == "ok" and calls["n"] == 5
     msgs = [rec.getMessage() for rec in caplog.records]
@@ -37,7 +40,9 @@ def test_refusals_are_retried_and_logged_once_per_message(caplog):
     fn, calls = flaky(3, PermanentError("patch node n1: HTTP 403 forbidden"))
     assert Retrier(threading.Event(), base=0.001, cap=0.001).call("patch node n1", fn) == "ok"
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and errors[0].getMessage().startswith("API server refused: patch node n1: HTTP 403")
+    assert len(errors) == 1 and errors[0].getMessage().startswith(
+        "API server refused: patch node n1: HTTP 403"
+    )
 
 
 def test_stop_abandons_the_call():

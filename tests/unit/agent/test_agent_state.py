@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.watermark import Mark, fingerprint, is_stale, locate, segment_id
@@ -17,7 +18,9 @@ from fleetmedic.scan import Scanner
 VOCAB = preset()
 
 
-def finding(line="[  100.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."):
+def finding(
+    line="[  100.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+):
     return Scanner(dedup=False).feed(line)[0]
 
 
@@ -30,8 +33,17 @@ def mark(**kw):
 def test_fingerprint_depends_on_time_device_and_text():
     a = finding()
     assert fingerprint(a) == fingerprint(finding())
-    assert fingerprint(a) != fingerprint(finding(a.message and "[  101.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."))
-    assert fingerprint(a) != fingerprint(finding("[  100.000000] NVRM: Xid (PCI:0000:3c:00): 79, pid=1, name=x, GPU has fallen off the bus."))
+    assert fingerprint(a) != fingerprint(
+        finding(
+            a.message
+            and "[  101.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+        )
+    )
+    assert fingerprint(a) != fingerprint(
+        finding(
+            "[  100.000000] NVRM: Xid (PCI:0000:3c:00): 79, pid=1, name=x, GPU has fallen off the bus."
+        )
+    )
 
 
 def test_segment_id_tells_identical_banners_apart_by_line():
@@ -54,13 +66,13 @@ def test_locate_prefers_the_marked_line_then_the_last():
 
 
 def test_stale_rules():
-    f = finding()                                             # uptime 100.0
+    f = finding()  # uptime 100.0
     assert not is_stale(f, 3, None, boot="b1", seg="s1", mark_line=None)
     assert is_stale(f, 10, mark(), boot="b1", seg="s1", mark_line=10)
     assert not is_stale(f, 11, mark(), boot="b1", seg="s1", mark_line=10)
-    assert not is_stale(f, 3, mark(), boot="b2", seg="s1", mark_line=10)     # another boot
-    assert not is_stale(f, 3, mark(), boot="b1", seg="s2", mark_line=10)     # another segment
-    assert is_stale(f, 3, mark(seg="s1"), boot="b1", seg="", mark_line=10)   # rotated: no banner
+    assert not is_stale(f, 3, mark(), boot="b2", seg="s1", mark_line=10)  # another boot
+    assert not is_stale(f, 3, mark(), boot="b1", seg="s2", mark_line=10)  # another segment
+    assert is_stale(f, 3, mark(seg="s1"), boot="b1", seg="", mark_line=10)  # rotated: no banner
     # not found again (kmsg after a restart): by time on the same clock
     assert is_stale(f, 3, mark(t=100.0), boot="b1", seg="s1", mark_line=None)
     assert not is_stale(f, 3, mark(t=99.0), boot="b1", seg="s1", mark_line=None)
@@ -70,36 +82,51 @@ def test_stale_rules():
 
 # -- annotations -----------------------------------------------------------------------
 def node(taints=(), annotations=None):
-    return {"metadata": {"name": "n", "annotations": dict(annotations or {})}, "spec": {"taints": list(taints)}}
+    return {
+        "metadata": {"name": "n", "annotations": dict(annotations or {})},
+        "spec": {"taints": list(taints)},
+    }
 
 
 def test_apply_decision_adds_repair_and_toggles_slow_network_only():
     foreign = {"key": "example.com/x", "value": "y", "effect": "NoSchedule"}
     n = node([foreign, VOCAB.slow_network.as_taint()])
-    assert ann.apply_decision(n, Decision(Strikes(0, 0), repair="reboot", slow_network=False), VOCAB)
+    assert ann.apply_decision(
+        n, Decision(Strikes(0, 0), repair="reboot", slow_network=False), VOCAB
+    )
     assert n["spec"]["taints"] == [foreign, VOCAB.reboot.as_taint()]
     assert json.loads(n["metadata"]["annotations"][keys.ANN_STRIKES]) == {"gpu": 0, "network": 0}
-    assert not ann.apply_decision(n, Decision(Strikes(0, 0)), VOCAB)   # nothing new
+    assert not ann.apply_decision(n, Decision(Strikes(0, 0)), VOCAB)  # nothing new
 
 
 def test_summarize_keeps_since_while_nothing_changes():
-    bad = [CheckResult("nvidia.ecc", "problem", "GPU 3: 2 errors", {}, "gpu"),
-           CheckResult("nvidia.pcie", "ok", "fine", {}, "gpu")]
+    bad = [
+        CheckResult("nvidia.ecc", "problem", "GPU 3: 2 errors", {}, "gpu"),
+        CheckResult("nvidia.pcie", "ok", "fine", {}, "gpu"),
+    ]
     s1 = ann.summarize(bad, None, "T1")
-    assert s1 == {"gpu": {"status": "problem", "detail": "nvidia.ecc: GPU 3: 2 errors", "since": "T1"}}
+    assert s1 == {
+        "gpu": {"status": "problem", "detail": "nvidia.ecc: GPU 3: 2 errors", "since": "T1"}
+    }
     assert ann.summarize(bad, s1, "T2")["gpu"]["since"] == "T1"
     good = [CheckResult("nvidia.ecc", "ok", "fine", {}, "gpu")]
     s3 = ann.summarize(good, s1, "T3")
     assert s3["gpu"] == {"status": "ok", "since": "T3"}
-    s4 = ann.summarize([CheckResult("network.throughput", "ok", "9 Gbit/s", {}, "network")], s3, "T4",
-                       skipped={"gpu": "node under repair (reboot)"})
+    s4 = ann.summarize(
+        [CheckResult("network.throughput", "ok", "9 Gbit/s", {}, "network")],
+        s3,
+        "T4",
+        skipped={"gpu": "node under repair (reboot)"},
+    )
     assert s4["gpu"]["status"] == "skipped" and s4["network"]["status"] == "ok"
     assert ann.summarize([], "garbage", "T5") == {}
 
 
 @given(st.lists(st.text(max_size=2000), min_size=1, max_size=20))
 def test_results_annotation_stays_small_and_valid_json(summaries):
-    results = [CheckResult(f"nvidia.c{i}", "problem", s, {}, "gpu") for i, s in enumerate(summaries)]
+    results = [
+        CheckResult(f"nvidia.c{i}", "problem", s, {}, "gpu") for i, s in enumerate(summaries)
+    ]
     n = node()
     ann.set_results(n, ann.summarize(results, None, "T"))
     raw = n["metadata"]["annotations"][keys.ANN_LAST_RESULTS]

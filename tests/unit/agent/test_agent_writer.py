@@ -26,8 +26,10 @@ class MemoryKube:
     """get_node / update_node / post_event over one dict, with merge-patch semantics."""
 
     def __init__(self, node: dict | None = None) -> None:
-        self.node = node or {"metadata": {"name": "n1", "annotations": {}, "labels": {}},
-                             "spec": {"taints": [dict(FOREIGN)]}}
+        self.node = node or {
+            "metadata": {"name": "n1", "annotations": {}, "labels": {}},
+            "spec": {"taints": [dict(FOREIGN)]},
+        }
         self.events: list[tuple[str, str, str]] = []
         self.writes = 0
 
@@ -127,13 +129,21 @@ def test_a_healthy_node_is_not_written_every_round(kube, writer):
 
 def test_finding_fences_and_moves_the_watermark_in_one_write(kube, writer):
     from fleetmedic.agent.watermark import Mark
+
     mark = Mark("boot", "seg", "fp", 7, 10.0, "uptime", rule="xid.79", action="reboot")
-    out = writer.record_finding(Observation("kernel", "problem", "Xid 79", "reboot"),
-                                lambda acted: mark.__class__(**{**mark.__dict__, "acted": acted}))
+    out = writer.record_finding(
+        Observation("kernel", "problem", "Xid 79", "reboot"),
+        lambda acted: mark.__class__(**{**mark.__dict__, "acted": acted}),
+    )
     assert out.fenced == "reboot" and kube.writes == 1
-    assert kube.ann(keys.ANN_LAST_FINDING)["fp"] == "fp" and kube.ann(keys.ANN_LAST_FINDING)["acted"] is True
-    out = writer.record_finding(Observation("kernel", "problem", "Xid 79", "reboot"),
-                                lambda acted: mark.__class__(**{**mark.__dict__, "fp": "fp2", "acted": acted}))
+    assert (
+        kube.ann(keys.ANN_LAST_FINDING)["fp"] == "fp"
+        and kube.ann(keys.ANN_LAST_FINDING)["acted"] is True
+    )
+    out = writer.record_finding(
+        Observation("kernel", "problem", "Xid 79", "reboot"),
+        lambda acted: mark.__class__(**{**mark.__dict__, "fp": "fp2", "acted": acted}),
+    )
     assert out.fenced is None and kube.ann(keys.ANN_LAST_FINDING)["acted"] is False
 
 

@@ -1,4 +1,5 @@
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleetmedic.policy.strikes import Decision, Observation, Strikes, decide
 
@@ -38,8 +39,10 @@ def test_restart_resumes_from_annotation():
 
 
 def test_definitive_finding_acts_at_once_worst_wins():
-    obs = [Observation("kernel", "problem", "xid79", "reboot"),
-           Observation("gpu", "problem", "remap", "manual")]
+    obs = [
+        Observation("kernel", "problem", "xid79", "reboot"),
+        Observation("gpu", "problem", "remap", "manual"),
+    ]
     d = decide(Strikes(), obs, in_repair=False, slow_network=False)
     assert d.repair == "manual" and "remap" in d.reason
 

@@ -8,10 +8,12 @@ from fleetmedic.checks import base, cli
 
 
 def test_table_marks_problems_and_not_applicable():
-    results = [base.ok("nvidia.ecc", "no errors on 8 GPU(s)"),
-               base.not_applicable("nvidia.nvlink", "not supported"),
-               base.problem("nvidia.remapped_rows", "GPU 3: row remapping failed", action="manual"),
-               base.unknown("network.throughput", "no peer", "network")]
+    results = [
+        base.ok("nvidia.ecc", "no errors on 8 GPU(s)"),
+        base.not_applicable("nvidia.nvlink", "not supported"),
+        base.problem("nvidia.remapped_rows", "GPU 3: row remapping failed", action="manual"),
+        base.unknown("network.throughput", "no peer", "network"),
+    ]
     text = cli.render_table(results)
     lines = text.splitlines()
     assert lines[0].split() == ["CHECK", "STATUS", "SUMMARY"]

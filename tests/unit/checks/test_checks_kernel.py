@@ -8,14 +8,22 @@ from fleetmedic.checks import kernel
 from fleetmedic.checks.config import CheckConfig, KernelConfig
 from fleetmedic.policy.strikes import Observation, Strikes, decide
 
-BANNER = ("Nov 21 10:00:00 gpu-7 kernel: [    0.000000] Linux version 6.1.0-26-amd64 "
-          "(debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0) #1 SMP PREEMPT_DYNAMIC\n")
-XID79 = ("Nov 21 10:05:00 gpu-7 kernel: [  300.123456] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', "
-         "name=<unknown>, GPU has fallen off the bus.\n")
-XID64 = ("Nov 21 10:06:00 gpu-7 kernel: [  360.000000] NVRM: Xid (PCI:0000:5d:00): 64, pid='<unknown>', "
-         "name=<unknown>, Row remapping failure\n")
-XID13 = ("Nov 21 10:05:01 gpu-7 kernel: [  301.000000] NVRM: Xid (PCI:0000:3b:00): 13, pid=1234, name=python, "
-         "Graphics Exception: ESR 0x504648=0x10000\n")
+BANNER = (
+    "Nov 21 10:00:00 gpu-7 kernel: [    0.000000] Linux version 6.1.0-26-amd64 "
+    "(debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0) #1 SMP PREEMPT_DYNAMIC\n"
+)
+XID79 = (
+    "Nov 21 10:05:00 gpu-7 kernel: [  300.123456] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', "
+    "name=<unknown>, GPU has fallen off the bus.\n"
+)
+XID64 = (
+    "Nov 21 10:06:00 gpu-7 kernel: [  360.000000] NVRM: Xid (PCI:0000:5d:00): 64, pid='<unknown>', "
+    "name=<unknown>, Row remapping failure\n"
+)
+XID13 = (
+    "Nov 21 10:05:01 gpu-7 kernel: [  301.000000] NVRM: Xid (PCI:0000:3b:00): 13, pid=1234, name=python, "
+    "Graphics Exception: ESR 0x504648=0x10000\n"
+)
 NOISE = "Nov 21 10:01:00 gpu-7 kernel: [   60.000000] e1000e: eth0 NIC Link is Up 1000 Mbps Full Duplex\n"
 
 
@@ -37,8 +45,15 @@ def test_xid_79_is_a_definitive_reboot(tmp_path):
     assert r.status == "problem" and r.action == "reboot"
     assert r.summary.startswith("Xid 79 on 0000:3b:00")
     assert r.evidence["counts"] == {"monitor": 1, "reboot": 1}
-    assert decide(Strikes(), [Observation(r.category, r.status, r.name, r.action)],
-                  in_repair=False, slow_network=False).repair == "reboot"
+    assert (
+        decide(
+            Strikes(),
+            [Observation(r.category, r.status, r.name, r.action)],
+            in_repair=False,
+            slow_network=False,
+        ).repair
+        == "reboot"
+    )
 
 
 def test_worst_action_wins(tmp_path):

@@ -19,7 +19,13 @@ def alive(pid: int) -> bool:
 
 def test_normal_exit_keeps_both_streams_and_code():
     r = run_bounded(["sh", "-c", "echo out; echo err >&2; exit 3"], 5)
-    assert (r.returncode, r.stdout, r.stderr, r.timed_out, r.ok) == (3, "out\n", "err\n", False, False)
+    assert (r.returncode, r.stdout, r.stderr, r.timed_out, r.ok) == (
+        3,
+        "out\n",
+        "err\n",
+        False,
+        False,
+    )
     assert "exit 3" in r.describe()
 
 
@@ -79,5 +85,7 @@ def test_a_stuck_previous_run_blocks_its_key_only():
 
 
 def test_env_is_passed():
-    r = run_bounded(["sh", "-c", "echo $FLEETMEDIC_PROBE"], 5, env={**os.environ, "FLEETMEDIC_PROBE": "yes"})
+    r = run_bounded(
+        ["sh", "-c", "echo $FLEETMEDIC_PROBE"], 5, env={**os.environ, "FLEETMEDIC_PROBE": "yes"}
+    )
     assert r.stdout == "yes\n"

@@ -4,7 +4,7 @@ reasons. The loop itself runs end to end in tests/integration/test_controller_e2
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from fleetmedic.controller.cli import last_finding, node_status, render_status
 from fleetmedic.controller.execute import escalation_reason
@@ -16,17 +16,34 @@ from fleetmedic.model.nodestate import view
 from fleetmedic.policy.actions import Action
 from fleetmedic.policy.history import Attempt, encode
 
-NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
-CFG = parse({"safety": {"max_concurrent": 1, "max_concurrent_percent": 100, "min_healthy": 0,
-                        "breaker": {"enabled": False}}, "ansible": {"playbook_dir": "/pb"}})
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+CFG = parse(
+    {
+        "safety": {
+            "max_concurrent": 1,
+            "max_concurrent_percent": 100,
+            "min_healthy": 0,
+            "breaker": {"enabled": False},
+        },
+        "ansible": {"playbook_dir": "/pb"},
+    }
+)
 
 
 def node(name, state=None, annotations=None, address="192.0.2.7"):
-    taints = [{"key": "fleetmedic.io/repair", "value": state, "effect": "NoSchedule"}] if state else []
-    return {"metadata": {"name": name, "labels": {keys.LABEL_VENDOR: "nvidia"},
-                         "annotations": dict(annotations or {}), "resourceVersion": "1"},
-            "spec": {"taints": taints},
-            "status": {"addresses": [{"type": "InternalIP", "address": address}]}}
+    taints = (
+        [{"key": "fleetmedic.io/repair", "value": state, "effect": "NoSchedule"}] if state else []
+    )
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {keys.LABEL_VENDOR: "nvidia"},
+            "annotations": dict(annotations or {}),
+            "resourceVersion": "1",
+        },
+        "spec": {"taints": taints},
+        "status": {"addresses": [{"type": "InternalIP", "address": address}]},
+    }
 
 
 def views(*nodes):
@@ -38,14 +55,16 @@ def test_new_work_waits_for_a_slot_held_by_a_busy_worker():
     decisions = decide_all(vs, NOW, CFG)
     assert actionable(decisions)
     free = make_plan(vs, decisions, NOW, CFG)
-    assert [a.node for a in free.admission.admitted] == ["a"]          # one slot, name order
+    assert [a.node for a in free.admission.admitted] == ["a"]  # one slot, name order
     busy = make_plan(vs, decisions, NOW, CFG, busy_slots=["x"])
     assert not busy.admission.admitted and "limit 1" in busy.admission.held[0][1]
 
 
 def test_longest_waiting_node_gets_the_slot_first():
-    vs = views(node("a", "reboot", {keys.ANN_STATE_SINCE: "2026-11-21T11:59:00Z"}),
-               node("b", "reboot", {keys.ANN_STATE_SINCE: "2026-11-21T10:00:00Z"}))
+    vs = views(
+        node("a", "reboot", {keys.ANN_STATE_SINCE: "2026-11-21T11:59:00Z"}),
+        node("b", "reboot", {keys.ANN_STATE_SINCE: "2026-11-21T10:00:00Z"}),
+    )
     plan = make_plan(vs, decide_all(vs, NOW, CFG), NOW, CFG)
     assert [a.node for a in plan.admission.admitted] == ["b"]
 
@@ -61,47 +80,97 @@ def test_healthy_fleet_is_not_actionable():
 
 
 def test_status_row_of_a_node_mid_repair_and_of_an_escalated_one():
-    hist = encode([Attempt(ep=1, step="reboot", attempt=1, start="2026-11-21T11:00:00Z",
-                           end="2026-11-21T11:05:00Z", result="fail", phase="verify",
-                           message="GPU 1 lost")])
-    fl = json.dumps({"ep": 1, "step": "reimage", "attempt": 1, "phase": "reinstall",
-                     "status": "running", "step_start": "2026-11-21T11:05:00Z",
-                     "since": "2026-11-21T11:06:00Z"})
+    hist = encode(
+        [
+            Attempt(
+                ep=1,
+                step="reboot",
+                attempt=1,
+                start="2026-11-21T11:00:00Z",
+                end="2026-11-21T11:05:00Z",
+                result="fail",
+                phase="verify",
+                message="GPU 1 lost",
+            )
+        ]
+    )
+    fl = json.dumps(
+        {
+            "ep": 1,
+            "step": "reimage",
+            "attempt": 1,
+            "phase": "reinstall",
+            "status": "running",
+            "step_start": "2026-11-21T11:05:00Z",
+            "since": "2026-11-21T11:06:00Z",
+        }
+    )
     [mid] = views(node("a", "reimage", {keys.ANN_HISTORY: hist, keys.ANN_IN_FLIGHT: fl}))
     row = node_status(mid, NOW)
     assert (row["state"], row["doing"], row["since"], row["age"]) == (
-        "reimage", "reimage#1 reinstall running", "2026-11-21T11:05:00Z", "55m00s")
+        "reimage",
+        "reimage#1 reinstall running",
+        "2026-11-21T11:05:00Z",
+        "55m00s",
+    )
     assert row["last_finding"] == "reboot fail: GPU 1 lost" and len(row["attempts"]) == 1
     esc = json.dumps({"ep": 1, "decided": "2026-11-21T11:30:00Z", "sent": "2026-11-21T11:30:01Z"})
-    finding = json.dumps({"kind": "xid", "code": 79, "pci": "0000:5a:00",
-                          "message": "GPU has fallen off the bus."})
-    [manual] = views(node("b", "manual", {keys.ANN_ESCALATED: esc, keys.ANN_LAST_FINDING: finding,
-                                          keys.ANN_STATE_SINCE: "2026-11-21T11:30:00Z"}))
+    finding = json.dumps(
+        {"kind": "xid", "code": 79, "pci": "0000:5a:00", "message": "GPU has fallen off the bus."}
+    )
+    [manual] = views(
+        node(
+            "b",
+            "manual",
+            {
+                keys.ANN_ESCALATED: esc,
+                keys.ANN_LAST_FINDING: finding,
+                keys.ANN_STATE_SINCE: "2026-11-21T11:30:00Z",
+            },
+        )
+    )
     row = node_status(manual, NOW)
     assert row["doing"] == "escalated, email sent 2026-11-21T11:30:01Z"
     assert row["last_finding"] == "Xid 79 on 0000:5a:00: GPU has fallen off the bus."
     table = render_status([node_status(manual, NOW), node_status(mid, NOW)], hidden=5)
-    assert table.splitlines()[0].split() == ["NODE", "STATE", "SINCE", "DOING", "ATTEMPTS",
-                                             "LAST", "FINDING"]
+    assert table.splitlines()[0].split() == [
+        "NODE",
+        "STATE",
+        "SINCE",
+        "DOING",
+        "ATTEMPTS",
+        "LAST",
+        "FINDING",
+    ]
     assert "30m00s ago" in table and table.endswith(
-        "1 manual, 1 reimage, 5 healthy (5 healthy not shown; --all lists them)")
+        "1 manual, 1 reimage, 5 healthy (5 healthy not shown; --all lists them)"
+    )
 
 
 def test_last_finding_falls_back_to_foreign_signals():
     n = node("a")
-    n["spec"]["taints"] = [{"key": "trainy.konduktor.ai/faulty", "value": "true",
-                            "effect": "NoSchedule"}]
+    n["spec"]["taints"] = [
+        {"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"}
+    ]
     [v] = views(n)
     assert last_finding(v, []) == "taint trainy.konduktor.ai/faulty"
 
 
 def test_controller_host_vars_keep_templates_and_odd_addresses_out():
-    [v] = views(node("a", "reboot", {keys.ANN_LAST_RESULTS: "{{ lookup('pipe', 'id') }}",
-                                     keys.ANN_HISTORY: "[]", "other.io/x": "y"}))
+    [v] = views(
+        node(
+            "a",
+            "reboot",
+            {
+                keys.ANN_LAST_RESULTS: "{{ lookup('pipe', 'id') }}",
+                keys.ANN_HISTORY: "[]",
+                "other.io/x": "y",
+            },
+        )
+    )
     address, hv = controller_host_vars(v)
     assert address == "192.0.2.7" and hv["ansible_host"] == "192.0.2.7"
-    assert hv["fleetmedic_annotations"] == {keys.ANN_LAST_RESULTS: WITHHELD,
-                                            keys.ANN_HISTORY: "[]"}
+    assert hv["fleetmedic_annotations"] == {keys.ANN_LAST_RESULTS: WITHHELD, keys.ANN_HISTORY: "[]"}
     assert hv["fleetmedic_state"] == "reboot" and hv["k8s_labels"] == {keys.LABEL_VENDOR: "nvidia"}
     assert host_groups(v) == ["repair_reboot", "vendor_nvidia"]
     for bad in ("{{ 7*7 }}", "host; rm -rf /", "-oProxyCommand=x", ""):
@@ -111,16 +180,23 @@ def test_controller_host_vars_keep_templates_and_odd_addresses_out():
 
 
 def test_escalation_reason_is_the_last_failure_of_the_episode():
-    hist = encode([
-        Attempt(1, "reboot", 1, "t", "t", "pass"),
-        Attempt(2, "reboot", 1, "t", "t", "fail", phase="verify", message="GPU 1 lost"),
-        Attempt(2, "reimage", 1, "t", "t", "unreachable", phase="diagnose", message="ssh: timeout"),
-        Attempt(2, "manual", 1, "t", "t", "escalated")])
+    hist = encode(
+        [
+            Attempt(1, "reboot", 1, "t", "t", "pass"),
+            Attempt(2, "reboot", 1, "t", "t", "fail", phase="verify", message="GPU 1 lost"),
+            Attempt(
+                2, "reimage", 1, "t", "t", "unreachable", phase="diagnose", message="ssh: timeout"
+            ),
+            Attempt(2, "manual", 1, "t", "t", "escalated"),
+        ]
+    )
     [v] = views(node("a", "manual", {keys.ANN_HISTORY: hist}))
     action = Action("escalate", "a", "the ladder ran out", step="manual", ep=2)
     assert escalation_reason(v, action) == "reimage attempt 1 unreachable at diagnose: ssh: timeout"
-    assert escalation_reason(v, Action("escalate", "a", "fenced for manual", ep=3)) == \
-        "fenced for manual"
+    assert (
+        escalation_reason(v, Action("escalate", "a", "fenced for manual", ep=3))
+        == "fenced for manual"
+    )
 
 
 def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(caplog):
@@ -136,9 +212,25 @@ def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(c
     from fleetmedic.controller.loop import Controller
     from fleetmedic.policy.actions import ESCALATE
 
-    begun = node("x", "manual", {keys.ANN_ESCALATED: json.dumps({"ep": 1, "decided": "2026-11-21T11:59:00Z"})})
-    recorded = node("x", "manual", {keys.ANN_ESCALATED: json.dumps(
-        {"ep": 1, "decided": "2026-11-21T11:59:00Z", "sent": "2026-11-21T11:59:01Z", "tries": 1})})
+    begun = node(
+        "x",
+        "manual",
+        {keys.ANN_ESCALATED: json.dumps({"ep": 1, "decided": "2026-11-21T11:59:00Z"})},
+    )
+    recorded = node(
+        "x",
+        "manual",
+        {
+            keys.ANN_ESCALATED: json.dumps(
+                {
+                    "ep": 1,
+                    "decided": "2026-11-21T11:59:00Z",
+                    "sent": "2026-11-21T11:59:01Z",
+                    "tries": 1,
+                }
+            )
+        },
+    )
     recorded["metadata"]["resourceVersion"] = "2"
     nowhere = "https://127.0.0.1:9"
     kube = Kube(client.ApiClient(client.Configuration(host=nowhere)), nowhere)
@@ -146,19 +238,23 @@ def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(c
     class WorkerFinishesWhileTheCycleLooks(Controller):
         def views(self):
             seen = super().views()
-            self.watcher.put(recorded)        # the worker records the outcome...
+            self.watcher.put(recorded)  # the worker records the outcome...
             with self._lock:
-                self._busy.pop("x", None)     # ...then leaves the busy set
+                self._busy.pop("x", None)  # ...then leaves the busy set
             return seen
 
-    cfg = parse({"safety": {"min_healthy": 0, "breaker": {"enabled": False}, "pause_configmap": ""},
-                 "ansible": {"playbook_dir": "/pb"}})
+    cfg = parse(
+        {
+            "safety": {"min_healthy": 0, "breaker": {"enabled": False}, "pause_configmap": ""},
+            "ansible": {"playbook_dir": "/pb"},
+        }
+    )
     ctl = WorkerFinishesWhileTheCycleLooks(cfg, kube, dry_run=True, clock=lambda: NOW)
     ctl.watcher.put(begun)
     ctl._busy["x"] = Action(node="x", kind=ESCALATE, reason="escalating", step="manual", ep=1)
     with caplog.at_level(logging.INFO, logger="fleetmedic.controller.loop"):
         ctl.cycle()
-        ctl.cycle()                             # the next cycle sees the record
+        ctl.cycle()  # the next cycle sees the record
     ctl.pool.shutdown(wait=False)
     lines = [r.getMessage() for r in caplog.records]
     assert not [line for line in lines if "x: escalate" in line], lines

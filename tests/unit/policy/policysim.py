@@ -13,41 +13,62 @@ import copy
 import dataclasses
 import random
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, parse
 from fleetmedic.model.nodestate import ForeignSignal, view
-from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import budget, ladder
-from fleetmedic.policy.actions import (DRAIN, ESCALATE, PROBE, RUN, WRITE, Action, Outcome,
-                                       Stale, Update)
+from fleetmedic.policy.actions import (
+    DRAIN,
+    ESCALATE,
+    PROBE,
+    RUN,
+    WRITE,
+    Action,
+    Outcome,
+    Stale,
+    Update,
+)
 from fleetmedic.policy.history import decode
 
-T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 FOREIGN_TAINT = {"key": "example.com/other-team", "value": "x", "effect": "NoSchedule"}
 
 # what cures a node: "reboot", "reimage", "never" (hardware), or "none" (it is fine)
 FAULTS = ("none", "reboot", "reimage", "never")
 
 
-def make_node(name: str, vendor: str = "nvidia", taints: list[dict] | None = None,
-              annotations: dict | None = None, unschedulable: bool = False,
-              conditions: list[dict] | None = None) -> dict:
+def make_node(
+    name: str,
+    vendor: str = "nvidia",
+    taints: list[dict] | None = None,
+    annotations: dict | None = None,
+    unschedulable: bool = False,
+    conditions: list[dict] | None = None,
+) -> dict:
     return {
-        "metadata": {"name": name, "labels": {keys.LABEL_VENDOR: vendor},
-                     "annotations": dict(annotations or {}), "resourceVersion": "1"},
+        "metadata": {
+            "name": name,
+            "labels": {keys.LABEL_VENDOR: vendor},
+            "annotations": dict(annotations or {}),
+            "resourceVersion": "1",
+        },
         "spec": {"taints": list(taints or []), "unschedulable": unschedulable},
-        "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.1"}],
-                   "conditions": list(conditions or [])},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "192.0.2.1"}],
+            "conditions": list(conditions or []),
+        },
     }
 
 
 def config(**overrides: Any) -> Config:
-    data: dict[str, Any] = {"safety": {"min_healthy": 0, "breaker": {"enabled": False}},
-                            "ansible": {"playbook_dir": "/pb"},
-                            "ladder": {"history_limit": 200}}
+    data: dict[str, Any] = {
+        "safety": {"min_healthy": 0, "breaker": {"enabled": False}},
+        "ansible": {"playbook_dir": "/pb"},
+        "ladder": {"history_limit": 200},
+    }
     for path, value in overrides.items():
         node = data
         *parents, leaf = path.split("__")
@@ -64,26 +85,33 @@ class Truth:
     boots: int = 0
     reachable: bool = True
     fixed_by: set = dataclasses.field(default_factory=set)  # steps applied so far
-    pdb_blocks: int = 0            # drains that will still be blocked
+    pdb_blocks: int = 0  # drains that will still be blocked
     requests: set = dataclasses.field(default_factory=set)  # node-side once-per-request marker
 
     @property
     def healthy(self) -> bool:
-        return (self.fault == "none" or (self.fault == "reboot" and "reboot" in self.fixed_by)
-                or (self.fault == "reimage" and "reinstall" in self.fixed_by))
+        return (
+            self.fault == "none"
+            or (self.fault == "reboot" and "reboot" in self.fixed_by)
+            or (self.fault == "reimage" and "reinstall" in self.fixed_by)
+        )
 
 
 class World:
-    def __init__(self, cfg: Config, rng: random.Random | None = None,
-                 foreign: tuple[ForeignSignal, ...] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        rng: random.Random | None = None,
+        foreign: tuple[ForeignSignal, ...] | None = None,
+    ) -> None:
         self.cfg, self.vocab = cfg, cfg.vocabulary()
         self.foreign = cfg.foreign() if foreign is None else foreign
         self.rng = rng or random.Random(0)
         self.nodes: dict[str, dict] = {}
         self.truth: dict[str, Truth] = {}
         self.now = T0
-        self.reboots: Counter = Counter()      # (node, ep, step, attempt) -> reboots done
-        self.emails: Counter = Counter()       # (node, ep) -> emails delivered
+        self.reboots: Counter = Counter()  # (node, ep, step, attempt) -> reboots done
+        self.emails: Counter = Counter()  # (node, ep) -> emails delivered
         self.max_active = 0
         self.stale = 0
         self.crash_rate = 0.0
@@ -126,8 +154,9 @@ class World:
     def cycle(self, step: float = 30.0, paused: str | None = None) -> list[Action]:
         views = self.views()
         actions = [ladder.decide(v, self.now, self.cfg) for v in views]
-        admission = budget.admit(actions, budget.fleet_of(views), self.cfg.safety, self.now,
-                                 paused=paused)
+        admission = budget.admit(
+            actions, budget.fleet_of(views), self.cfg.safety, self.now, paused=paused
+        )
         for action in admission.admitted:
             self.execute(action)
             self.max_active = max(self.max_active, len(budget.fleet_of(self.views()).active))
@@ -139,13 +168,13 @@ class World:
             self.write(action.update)
             return
         if self.crashed():
-            return                                  # killed before writing the marker
+            return  # killed before writing the marker
         self.write(ladder.begin(self.view(action.node), action, self.now, self.cfg, "run-x"))
         if self.crashed():
-            return                                  # killed before acting
+            return  # killed before acting
         outcome = self.act(action)
         if self.crashed():
-            return                                  # killed before recording the end
+            return  # killed before recording the end
         self.write(ladder.complete(self.view(action.node), action, outcome, self.now, self.cfg))
 
     def act(self, action: Action) -> Outcome:
@@ -197,8 +226,6 @@ class World:
                 esc = v.annotation_json(keys.ANN_ESCALATED) or {}
                 if not esc.get("sent"):
                     return False
-            elif v.state != "healthy" or keys.ANN_IN_FLIGHT in v.annotations:
-                return False
-            elif v.foreign_signals:
+            elif v.state != "healthy" or keys.ANN_IN_FLIGHT in v.annotations or v.foreign_signals:
                 return False
         return True

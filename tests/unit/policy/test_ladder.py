@@ -6,15 +6,13 @@ import json
 from datetime import timedelta
 
 import pytest
+from policysim import FOREIGN_TAINT, T0, World, config
 
 from fleetmedic.model import keys
 from fleetmedic.policy import ladder
-from fleetmedic.policy.actions import (DRAIN, ESCALATE, NONE, PROBE, RUN, WAIT, WRITE, Outcome,
-                                       Stale)
-from fleetmedic.policy.history import encode, Attempt
+from fleetmedic.policy.actions import DRAIN, ESCALATE, NONE, PROBE, RUN, WAIT, WRITE, Outcome, Stale
+from fleetmedic.policy.history import Attempt, encode
 from fleetmedic.policy.inflight import InFlight
-
-from policysim import FOREIGN_TAINT, T0, World, config
 
 
 def in_flight(w: World, name: str) -> dict | None:
@@ -44,15 +42,26 @@ def test_reboot_step_runs_diagnose_drain_probe_reboot_verify_then_clears():
     kinds = []
     for _ in range(8):
         kinds += [(a.kind, a.phase) for a in w.cycle()]
-    assert kinds == [(WRITE, None), (RUN, "diagnose"), (DRAIN, "drain"), (PROBE, "reboot"),
-                     (RUN, "reboot"), (RUN, "verify")]
+    assert kinds == [
+        (WRITE, None),
+        (RUN, "diagnose"),
+        (DRAIN, "drain"),
+        (PROBE, "reboot"),
+        (RUN, "reboot"),
+        (RUN, "verify"),
+    ]
     v = w.view("n1")
     assert v.state == "healthy" and not v.unschedulable
     assert FOREIGN_TAINT in v.taints, "someone else's taint must survive"
     assert keys.ANN_IN_FLIGHT not in v.annotations and keys.ANN_CORDONED not in v.annotations
     assert v.labels[keys.LABEL_STATE] == "healthy"
     [attempt] = w.history("n1")
-    assert (attempt.step, attempt.result, attempt.ep, attempt.run_id) == ("reboot", "pass", 1, "run-x")
+    assert (attempt.step, attempt.result, attempt.ep, attempt.run_id) == (
+        "reboot",
+        "pass",
+        1,
+        "run-x",
+    )
     assert w.truth["n1"].boots == 1
 
 
@@ -63,7 +72,10 @@ def test_failed_verify_climbs_to_reimage_then_manual_with_one_email():
     v = w.view("n1")
     assert v.state == "manual"
     assert [(a.step, a.result) for a in w.history("n1")] == [
-        ("reboot", "fail"), ("reimage", "fail"), ("manual", "escalated")]
+        ("reboot", "fail"),
+        ("reimage", "fail"),
+        ("manual", "escalated"),
+    ]
     assert w.emails == {("n1", 1): 1}
     assert json.loads(v.annotations[keys.ANN_ESCALATED])["sent"]
     assert v.unschedulable, "a manual node stays cordoned until a human releases it"
@@ -99,7 +111,9 @@ def test_unreachable_counts_as_failure():
     w.truth["n1"].reachable = False
     w.run(12)
     assert [(a.step, a.result) for a in w.history("n1")][:2] == [
-        ("reboot", "unreachable"), ("reimage", "unreachable")]
+        ("reboot", "unreachable"),
+        ("reimage", "unreachable"),
+    ]
     assert w.view("n1").state == "manual"
 
 
@@ -116,8 +130,11 @@ def test_failed_diagnose_does_not_block_the_repair():
     w.add("n1", fault="reboot", state="reboot")
     action = step_until(w, "n1", RUN, "diagnose")
     w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "r1"))
-    w.write(ladder.complete(w.view("n1"), action, Outcome("failed", "r1", "nvidia-smi hung"),
-                            w.now, w.cfg))
+    w.write(
+        ladder.complete(
+            w.view("n1"), action, Outcome("failed", "r1", "nvidia-smi hung"), w.now, w.cfg
+        )
+    )
     assert in_flight(w, "n1")["phase"] == "drain"
     w.run(6)
     [attempt] = w.history("n1")
@@ -166,8 +183,8 @@ def test_interrupted_reinstall_waits_for_a_node_that_is_still_rebooting():
     w = World(config())
     w.add("n1", fault="reimage", state="reimage")
     action = step_until(w, "n1", RUN, "reinstall")
-    w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))   # then killed
-    w.truth["n1"].reachable = False                                       # mid-reboot
+    w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))  # then killed
+    w.truth["n1"].reachable = False  # mid-reboot
     w.run(5)
     assert not w.history("n1") and in_flight(w, "n1")["status"] == "running"
     w.truth["n1"].reachable = True
@@ -222,7 +239,7 @@ def test_taint_moved_by_a_human_is_followed():
 def test_removed_taint_ends_the_repair_and_undoes_only_our_cordon():
     w = World(config())
     w.add("n1", state="reboot")
-    step_until(w, "n1", PROBE)          # drained: cordoned by us
+    step_until(w, "n1", PROBE)  # drained: cordoned by us
     assert w.view("n1").unschedulable
     w.nodes["n1"]["spec"]["taints"] = []
     w.run(1)
@@ -251,8 +268,11 @@ class TestForeignSignals:
     def test_ignored_for_a_grace_period_after_our_repair(self):
         w = World(config())
         done = Attempt(1, "reboot", 1, "2026-11-21T11:55:00Z", "2026-11-21T11:58:00Z", "pass")
-        w.add("n1", taints=[{"key": "trainy.konduktor.ai/faulty", "effect": "NoSchedule"}],
-              annotations={keys.ANN_HISTORY: encode([done])})
+        w.add(
+            "n1",
+            taints=[{"key": "trainy.konduktor.ai/faulty", "effect": "NoSchedule"}],
+            annotations={keys.ANN_HISTORY: encode([done])},
+        )
         action = ladder.decide(w.view("n1"), w.now, w.cfg)
         assert action.kind == WAIT and action.not_before > w.now
         w.now += timedelta(seconds=w.cfg.ladder.foreign_grace)
@@ -353,8 +373,15 @@ def test_node_pause_annotation_stops_action():
 
 def test_phase_removed_from_config_restarts_the_attempt():
     w = World(config())
-    fl = InFlight(ep=1, step="reboot", attempt=1, phase="reinstall", status="pending",
-                  step_start="2026-11-21T11:00:00Z", since="2026-11-21T11:00:00Z")
+    fl = InFlight(
+        ep=1,
+        step="reboot",
+        attempt=1,
+        phase="reinstall",
+        status="pending",
+        step_start="2026-11-21T11:00:00Z",
+        since="2026-11-21T11:00:00Z",
+    )
     w.add("n1", state="reboot", annotations={keys.ANN_IN_FLIGHT: fl.encode()})
     w.run(1)
     assert in_flight(w, "n1")["phase"] == "diagnose"

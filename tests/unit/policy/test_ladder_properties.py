@@ -6,27 +6,37 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from policysim import FAULTS, FOREIGN_TAINT, World, config
 
 from fleetmedic.model import keys
 from fleetmedic.policy import budget
 from fleetmedic.policy.history import DRAIN_BLOCKED, ESCALATED, FLAP_DAMPED
 
-from policysim import FAULTS, FOREIGN_TAINT, World, config
-
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-fleets = st.lists(st.tuples(st.sampled_from(FAULTS + ("vanish",)),
-                            st.sampled_from([None, "reboot", "reboot", "reimage", "manual"]),
-                            st.booleans()),   # cordoned by someone else beforehand
-                  min_size=1, max_size=8)
+fleets = st.lists(
+    st.tuples(
+        st.sampled_from(FAULTS + ("vanish",)),
+        st.sampled_from([None, "reboot", "reboot", "reimage", "manual"]),
+        st.booleans(),
+    ),  # cordoned by someone else beforehand
+    min_size=1,
+    max_size=8,
+)
 
 
 def build(spec, seed, **cfg_overrides) -> World:
     w = World(config(**cfg_overrides), random.Random(seed))
     for i, (fault, state, cordoned) in enumerate(spec):
-        w.add(f"n{i}", fault="never" if fault == "vanish" else fault, state=state,
-              taints=[FOREIGN_TAINT], unschedulable=cordoned)
+        w.add(
+            f"n{i}",
+            fault="never" if fault == "vanish" else fault,
+            state=state,
+            taints=[FOREIGN_TAINT],
+            unschedulable=cordoned,
+        )
         w.truth[f"n{i}"].reachable = fault != "vanish"
     return w
 
@@ -41,8 +51,7 @@ def run_checked(w: World, cycles: int, limit: int) -> None:
 @FAST
 @given(fleets, st.integers(1, 3), st.integers(0, 2**32), st.floats(0, 0.3))
 def test_never_more_than_max_concurrent_in_repair(spec, max_concurrent, seed, crash):
-    w = build(spec, seed, safety__max_concurrent=max_concurrent,
-              safety__max_concurrent_percent=100)
+    w = build(spec, seed, safety__max_concurrent=max_concurrent, safety__max_concurrent_percent=100)
     w.crash_rate = crash
     w.unreachable_rate = 0.1
     run_checked(w, 120, max_concurrent)
@@ -82,13 +91,22 @@ def test_a_finished_reboot_is_never_repeated(spec, seed, crash):
 
 
 @FAST
-@given(fleets, st.integers(0, 2**32), st.floats(0, 0.3),
-       st.sampled_from(["wait", "skip", "escalate", "force"]))
+@given(
+    fleets,
+    st.integers(0, 2**32),
+    st.floats(0, 0.3),
+    st.sampled_from(["wait", "skip", "escalate", "force"]),
+)
 def test_no_skipping_from_reboot_to_manual(spec, seed, crash, pdb_mode):
     """Manual needs a failed reimage, flap damping, a blocked drain (escalate mode) or a
     finding that said manual (the node started there)."""
-    w = build(spec, seed, safety__max_concurrent=3, safety__max_concurrent_percent=100,
-              safety__drain={"pdb_blocked": pdb_mode})
+    w = build(
+        spec,
+        seed,
+        safety__max_concurrent=3,
+        safety__max_concurrent_percent=100,
+        safety__drain={"pdb_blocked": pdb_mode},
+    )
     w.crash_rate = crash
     for t in w.truth.values():
         t.pdb_blocks = random.Random(seed).randint(0, 2)
@@ -99,8 +117,12 @@ def test_no_skipping_from_reboot_to_manual(spec, seed, crash, pdb_mode):
             in_ep = [a for a in hist if a.ep == ep]
             reasons = {a.result for a in in_ep}
             failed_reimage = any(a.step == "reimage" and a.failed for a in in_ep)
-            assert (failed_reimage or FLAP_DAMPED in reasons or DRAIN_BLOCKED in reasons
-                    or (state == "manual" and ep == 1)), in_ep
+            assert (
+                failed_reimage
+                or FLAP_DAMPED in reasons
+                or DRAIN_BLOCKED in reasons
+                or (state == "manual" and ep == 1)
+            ), in_ep
 
 
 @FAST
@@ -118,18 +140,22 @@ def test_only_our_cordon_is_undone(seed, cordoned_before):
 @given(fleets, st.integers(0, 2**32))
 def test_pause_stops_every_action(spec, seed):
     w = build(spec, seed)
-    before = {n: (list(w.nodes[n]["spec"]["taints"]), dict(w.nodes[n]["metadata"]["annotations"]))
-              for n in w.nodes}
+    before = {
+        n: (list(w.nodes[n]["spec"]["taints"]), dict(w.nodes[n]["metadata"]["annotations"]))
+        for n in w.nodes
+    }
     for _ in range(20):
         assert w.cycle(paused="paused by ConfigMap") == []
-    after = {n: (w.nodes[n]["spec"]["taints"], w.nodes[n]["metadata"]["annotations"])
-             for n in w.nodes}
+    after = {
+        n: (w.nodes[n]["spec"]["taints"], w.nodes[n]["metadata"]["annotations"]) for n in w.nodes
+    }
     assert before == after
 
 
 @FAST
-@given(fleets, st.integers(0, 2**32), st.floats(0, 0.3),
-       st.sampled_from([1.0, 3600.0, 86400.0 * 30]))
+@given(
+    fleets, st.integers(0, 2**32), st.floats(0, 0.3), st.sampled_from([1.0, 3600.0, 86400.0 * 30])
+)
 def test_a_none_decision_never_changes_with_the_clock_alone(spec, seed, crash, later):
     """The controller keeps NONE decisions while a Node is unchanged (loop.decide_all's
     memo); that is only right if no NONE turns into work just because time passed."""
@@ -156,5 +182,5 @@ def test_a_none_decision_never_changes_with_the_clock_alone(spec, seed, crash, l
         w.cycle()
         if w.settled():
             break
-    check_none_decisions()    # settled: every node is healthy or escalated, i.e. NONE
+    check_none_decisions()  # settled: every node is healthy or escalated, i.e. NONE
     assert seen, "the run must reach NONE decisions (healthy or escalated nodes)"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from policysim import FOREIGN_TAINT, make_node
 
 from fleetmedic.model import keys
 from fleetmedic.model.vocabulary import preset
@@ -14,14 +16,18 @@ from fleetmedic.policy.actions import Stale, Update
 from fleetmedic.policy.history import Attempt
 from fleetmedic.policy.inflight import Escalated, InFlight
 
-from policysim import FOREIGN_TAINT, T0, make_node
-
-attempts = st.builds(Attempt, ep=st.integers(1, 50), step=st.sampled_from(["reboot", "reimage"]),
-                     attempt=st.integers(1, 3), start=st.just("2026-11-21T10:00:00Z"),
-                     end=st.just("2026-11-21T10:05:00Z"),
-                     result=st.sampled_from(["pass", "fail", "unreachable"]),
-                     phase=st.none() | st.just("verify"), run_id=st.none() | st.text(min_size=1, max_size=20),
-                     message=st.text(max_size=50))
+attempts = st.builds(
+    Attempt,
+    ep=st.integers(1, 50),
+    step=st.sampled_from(["reboot", "reimage"]),
+    attempt=st.integers(1, 3),
+    start=st.just("2026-11-21T10:00:00Z"),
+    end=st.just("2026-11-21T10:05:00Z"),
+    result=st.sampled_from(["pass", "fail", "unreachable"]),
+    phase=st.none() | st.just("verify"),
+    run_id=st.none() | st.text(min_size=1, max_size=20),
+    message=st.text(max_size=50),
+)
 
 
 @given(st.lists(attempts, max_size=30))
@@ -33,12 +39,21 @@ def test_history_round_trips(items):
 def test_history_stays_bounded_and_keeps_the_newest(old, new, limit):
     kept = history.append(old, new, limit)
     assert len(kept) <= limit
-    assert kept[-len(new):] == new or not new
+    assert kept[-len(new) :] == new or not new
 
 
 def test_history_annotation_stays_small():
-    long = Attempt(9, "reimage", 3, "2026-11-21T10:00:00Z", "2026-11-21T10:05:00Z", "fail",
-                   "verify", "20261121T100000Z-verify-deadbeef", history.short("x" * 5000))
+    long = Attempt(
+        9,
+        "reimage",
+        3,
+        "2026-11-21T10:00:00Z",
+        "2026-11-21T10:05:00Z",
+        "fail",
+        "verify",
+        "20261121T100000Z-verify-deadbeef",
+        history.short("x" * 5000),
+    )
     assert len(history.encode([long] * 40)) < 20_000  # of the 256 KB all annotations share
 
 
@@ -55,8 +70,18 @@ def test_episode_starts_and_last_pass():
 
 
 def test_in_flight_round_trip_and_strict_decode():
-    fl = InFlight(2, "reboot", 1, "reboot", "running", "2026-11-21T10:00:00Z",
-                  "2026-11-21T10:01:00Z", run_id="r", boot_id="b", notes=("n",))
+    fl = InFlight(
+        2,
+        "reboot",
+        1,
+        "reboot",
+        "running",
+        "2026-11-21T10:00:00Z",
+        "2026-11-21T10:01:00Z",
+        run_id="r",
+        boot_id="b",
+        notes=("n",),
+    )
     assert InFlight.decode(fl.encode()) == fl
     assert InFlight.decode(None) is None
     for bad in ("{", "[]", '{"ep": 1}', fl.encode().replace("running", "weird")):
@@ -73,13 +98,21 @@ class TestUpdateApply:
     vocab = preset("default")
 
     def test_sets_our_taint_and_keeps_others(self):
-        node = make_node("n1", taints=[FOREIGN_TAINT, {"key": "fleetmedic.io/repair",
-                                                        "value": "reboot", "effect": "NoExecute"}])
+        node = make_node(
+            "n1",
+            taints=[
+                FOREIGN_TAINT,
+                {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoExecute"},
+            ],
+        )
         assert Update("n1", "2026-11-21T10:00:00Z", state="reimage").apply(node, self.vocab)
         taints = node["spec"]["taints"]
         assert FOREIGN_TAINT in taints and self.vocab.reimage.as_taint() in taints
-        assert {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoExecute"} in taints, \
-            "same key, other effect: not ours"
+        assert {
+            "key": "fleetmedic.io/repair",
+            "value": "reboot",
+            "effect": "NoExecute",
+        } in taints, "same key, other effect: not ours"
         ann = node["metadata"]["annotations"]
         assert ann[keys.ANN_STATE_SINCE] == "2026-11-21T10:00:00Z"
         assert node["metadata"]["labels"][keys.LABEL_STATE] == "reimage"

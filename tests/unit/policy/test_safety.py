@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from policysim import FOREIGN_TAINT, T0, World, config
 
 from fleetmedic.model import keys
 from fleetmedic.model.config import BreakerConfig, SafetyConfig
 from fleetmedic.policy import breaker, budget, flap
 from fleetmedic.policy.actions import RUN, WAIT, WRITE, Action
-from fleetmedic.policy.history import Attempt, encode
+from fleetmedic.policy.history import Attempt
 from fleetmedic.policy.release import release, reset
-
-from policysim import FOREIGN_TAINT, T0, World, config
 
 
 def start(node: str) -> Action:
@@ -32,8 +32,9 @@ class TestBudget:
     @given(st.integers(0, 30), st.integers(0, 10), st.integers(1, 5))
     def test_never_admits_more_new_work_than_free_slots(self, candidates, active, limit):
         cfg = SafetyConfig(max_concurrent=limit, max_concurrent_percent=100, min_healthy=0)
-        fleet = budget.Fleet(size=100, healthy=100,
-                             active=frozenset(f"busy{i}" for i in range(active)))
+        fleet = budget.Fleet(
+            size=100, healthy=100, active=frozenset(f"busy{i}" for i in range(active))
+        )
         got = budget.admit([start(f"n{i}") for i in range(candidates)], fleet, cfg, T0)
         assert len(got.admitted) == max(0, min(candidates, limit - active))
         assert len(got.admitted) + len(got.held) == candidates
@@ -59,13 +60,18 @@ class TestBudget:
         assert not budget.admit(acts, fleet, SafetyConfig(pause=True), T0).admitted
 
     def test_maintenance_window_holds_new_and_disruptive_work_only(self):
-        cfg = SafetyConfig(min_healthy=0, max_concurrent_percent=100, maintenance_windows=[
-            {"days": ["sat"], "start": "02:00", "end": "06:00"}])
+        cfg = SafetyConfig(
+            min_healthy=0,
+            max_concurrent_percent=100,
+            maintenance_windows=[{"days": ["sat"], "start": "02:00", "end": "06:00"}],
+        )
         fleet = budget.Fleet(size=10, healthy=10, active=frozenset({"b", "c"}))
         reboot = Action(RUN, "b", "reboot", phase="reboot", disruptive=True)
         verify = Action(RUN, "c", "verify", phase="verify")
-        saturday_3am = datetime(2026, 11, 21, 3, 0, tzinfo=timezone.utc)
-        got = budget.admit([start("a"), reboot, verify], fleet, cfg, saturday_3am + timedelta(hours=5))
+        saturday_3am = datetime(2026, 11, 21, 3, 0, tzinfo=UTC)
+        got = budget.admit(
+            [start("a"), reboot, verify], fleet, cfg, saturday_3am + timedelta(hours=5)
+        )
         assert got.admitted == (verify,)
         assert len(budget.admit([start("a"), reboot], fleet, cfg, saturday_3am).admitted) == 2
 
@@ -74,23 +80,32 @@ class TestBudget:
         w.add("idle", state="reboot")
         w.add("busy", state="reboot")
         w.add("manual", state="manual")
-        w.write(__import__("fleetmedic.policy.ladder", fromlist=["decide"]).decide(
-            w.view("busy"), w.now, w.cfg).update)
+        w.write(
+            __import__("fleetmedic.policy.ladder", fromlist=["decide"])
+            .decide(w.view("busy"), w.now, w.cfg)
+            .update
+        )
         fleet = budget.fleet_of(w.views())
         assert fleet.active == {"busy"} and fleet.healthy == 0 and fleet.size == 3
 
 
 class TestWindow:
-    @pytest.mark.parametrize("when,inside", [
-        ("2026-11-21T23:30:00", True),   # Saturday night
-        ("2026-11-22T03:59:00", True),   # Sunday early: still Saturday's window
-        ("2026-11-22T04:00:00", False),
-        ("2026-11-20T23:30:00", False),  # Friday
-    ])
+    @pytest.mark.parametrize(
+        "when,inside",
+        [
+            ("2026-11-21T23:30:00", True),  # Saturday night
+            ("2026-11-22T03:59:00", True),  # Sunday early: still Saturday's window
+            ("2026-11-22T04:00:00", False),
+            ("2026-11-20T23:30:00", False),  # Friday
+        ],
+    )
     def test_overnight_window(self, when, inside):
-        cfg = SafetyConfig(maintenance_windows=[
-            {"days": ["sat"], "start": "22:00", "end": "04:00", "timezone": "Europe/Berlin"}])
-        t = datetime.fromisoformat(when).replace(tzinfo=timezone.utc) - timedelta(hours=1)
+        cfg = SafetyConfig(
+            maintenance_windows=[
+                {"days": ["sat"], "start": "22:00", "end": "04:00", "timezone": "Europe/Berlin"}
+            ]
+        )
+        t = datetime.fromisoformat(when).replace(tzinfo=UTC) - timedelta(hours=1)
         assert budget.in_window(t, cfg) is inside
 
 
@@ -98,26 +113,34 @@ class TestBreaker:
     cfg = BreakerConfig(threshold_percent=20, window=600, min_nodes=3)
 
     def test_first_observation_is_a_baseline(self):
-        obs = breaker.observe(breaker.BreakerState(), frozenset(f"n{i}" for i in range(50)),
-                              100, T0, self.cfg)
+        obs = breaker.observe(
+            breaker.BreakerState(), frozenset(f"n{i}" for i in range(50)), 100, T0, self.cfg
+        )
         assert not obs.tripped_now and not obs.state.open
 
     def test_trips_once_then_holds(self):
         state = breaker.observe(breaker.BreakerState(), frozenset(), 20, T0, self.cfg).state
         obs = breaker.observe(state, frozenset({"a", "b", "c"}), 20, T0, self.cfg)
         assert not obs.tripped_now, "3 of 20 is not more than 20%"
-        obs = breaker.observe(obs.state, frozenset({"a", "b", "c", "d", "e"}), 20,
-                              T0 + timedelta(seconds=60), self.cfg)
+        obs = breaker.observe(
+            obs.state,
+            frozenset({"a", "b", "c", "d", "e"}),
+            20,
+            T0 + timedelta(seconds=60),
+            self.cfg,
+        )
         assert obs.tripped_now and obs.state.open and breaker.reason(obs.state)
-        again = breaker.observe(obs.state, frozenset("abcdefg"), 20, T0 + timedelta(seconds=90),
-                                self.cfg)
+        again = breaker.observe(
+            obs.state, frozenset("abcdefg"), 20, T0 + timedelta(seconds=90), self.cfg
+        )
         assert not again.tripped_now and again.state.open
 
     def test_old_turns_fall_out_of_the_window(self):
         state = breaker.observe(breaker.BreakerState(), frozenset(), 10, T0, self.cfg).state
         state = breaker.observe(state, frozenset({"a", "b"}), 10, T0, self.cfg).state
-        obs = breaker.observe(state, frozenset({"a", "b", "c", "d"}), 10,
-                              T0 + timedelta(seconds=700), self.cfg)
+        obs = breaker.observe(
+            state, frozenset({"a", "b", "c", "d"}), 10, T0 + timedelta(seconds=700), self.cfg
+        )
         assert obs.recent == 2 and not obs.tripped_now
 
     def test_reset_does_not_replay_the_storm(self):
@@ -134,8 +157,9 @@ class TestBreaker:
         state = breaker.observe(breaker.BreakerState(), frozenset(), 10, T0, cfg).state
         state = breaker.observe(state, frozenset("ab"), 10, T0, cfg).state
         assert state.open
-        assert not breaker.observe(state, frozenset("ab"), 10, T0 + timedelta(seconds=61),
-                                   cfg).state.open
+        assert not breaker.observe(
+            state, frozenset("ab"), 10, T0 + timedelta(seconds=61), cfg
+        ).state.open
 
     def test_disabled_never_trips(self):
         cfg = BreakerConfig(enabled=False)
@@ -189,8 +213,11 @@ class TestFlap:
         return Attempt(n, "reboot", 1, start, start, "pass")
 
     def test_counts_episodes_within_the_window(self):
-        hist = [self.ep(1, "2026-11-01T00:00:00Z"), self.ep(2, "2026-11-20T00:00:00Z"),
-                self.ep(3, "2026-11-21T00:00:00Z")]
+        hist = [
+            self.ep(1, "2026-11-01T00:00:00Z"),
+            self.ep(2, "2026-11-20T00:00:00Z"),
+            self.ep(3, "2026-11-21T00:00:00Z"),
+        ]
         assert flap.recent_entries(hist, T0, 7 * 86400) == 2
         assert flap.damped(hist, T0, 3, 7 * 86400)
         assert not flap.damped(hist, T0, 4, 7 * 86400)
@@ -200,9 +227,16 @@ class TestFlap:
 class TestRelease:
     def test_release_clears_ours_only_and_records_it(self):
         w = World(config())
-        w.add("n1", state="manual", taints=[FOREIGN_TAINT],
-              annotations={keys.ANN_ESCALATED: '{"ep": 1, "decided": "x", "sent": "y"}',
-                           keys.ANN_CORDONED: "true"}, unschedulable=True)
+        w.add(
+            "n1",
+            state="manual",
+            taints=[FOREIGN_TAINT],
+            annotations={
+                keys.ANN_ESCALATED: '{"ep": 1, "decided": "x", "sent": "y"}',
+                keys.ANN_CORDONED: "true",
+            },
+            unschedulable=True,
+        )
         w.write(release(w.view("n1"), T0, w.cfg, by="alice"))
         v = w.view("n1")
         assert v.state == "healthy" and v.taints == (FOREIGN_TAINT,) and not v.unschedulable

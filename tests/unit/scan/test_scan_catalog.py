@@ -26,14 +26,16 @@ def test_xid_action_follows_its_bucket_or_says_why(code):
     assert entry.sources and all(s in CAT.sources for s in entry.sources)
     assert entry.action in ACTIONS
     default = CAT.bucket_actions.get(entry.immediate) if entry.immediate else None
-    assert entry.action == default or entry.why, f"Xid {code} deviates from its bucket without a `why`"
+    assert entry.action == default or entry.why, (
+        f"Xid {code} deviates from its bucket without a `why`"
+    )
 
 
 def test_issue_rules():
-    assert CAT.xids[64].action == "manual"          # row-remapping failure
-    assert CAT.xids[54].action == "manual"          # auxiliary power
-    assert CAT.xids[79].action == "reboot"          # fallen off the bus
-    for code in (13, 31, 43, 45, 63, 94):           # application errors
+    assert CAT.xids[64].action == "manual"  # row-remapping failure
+    assert CAT.xids[54].action == "manual"  # auxiliary power
+    assert CAT.xids[79].action == "reboot"  # fallen off the bus
+    for code in (13, 31, 43, 45, 63, 94):  # application errors
         assert CAT.xids[code].action in ("none", "monitor"), code
     assert CAT.bucket_actions["RESET_GPU"] == "reboot"
     for code, entry in CAT.xids.items():
@@ -42,14 +44,28 @@ def test_issue_rules():
 
 
 def test_buckets_named_by_the_issue_are_mapped():
-    for bucket in ("RESTART_APP", "RESET_GPU", "RESTART_BM", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR", "IGNORE",
-                   "CONTACT_SUPPORT", "XID_154", "WORKFLOW_NVLINK5_ERR"):
+    for bucket in (
+        "RESTART_APP",
+        "RESET_GPU",
+        "RESTART_BM",
+        "WORKFLOW_XID_48",
+        "WORKFLOW_NVLINK_ERR",
+        "IGNORE",
+        "CONTACT_SUPPORT",
+        "XID_154",
+        "WORKFLOW_NVLINK5_ERR",
+    ):
         assert CAT.bucket_actions[bucket] in ACTIONS
 
 
 def test_xid154_recovery_actions_by_hex_value():
     assert {k: v[1] for k, v in CAT.xid154_actions.items()} == {
-        0x0: "none", 0x1: "reboot", 0x2: "reboot", 0x3: "reboot", 0x4: "reboot"}
+        0x0: "none",
+        0x1: "reboot",
+        0x2: "reboot",
+        0x3: "reboot",
+        0x4: "reboot",
+    }
     assert CAT.xid154_unknown_action == "manual"
 
 
@@ -75,8 +91,14 @@ def test_rules_have_sources_and_triggers():
 
 def test_amdgpu_covers_the_issue_list():
     ids = {rule.id for rule in CAT.rules}
-    for wanted in ("amdgpu.gpu-reset", "amdgpu.ring-timeout", "amdgpu.ras-uncorrectable", "amdgpu.ras-correctable",
-                   "amdgpu.page-fault", "amdgpu.init-failed"):
+    for wanted in (
+        "amdgpu.gpu-reset",
+        "amdgpu.ring-timeout",
+        "amdgpu.ras-uncorrectable",
+        "amdgpu.ras-correctable",
+        "amdgpu.page-fault",
+        "amdgpu.init-failed",
+    ):
         assert wanted in ids
 
 
@@ -86,13 +108,16 @@ def _copy_catalog(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("breakage", [
-    ("xid_catalog.yaml", lambda d: d["xids"][0].pop("source")),
-    ("xid_catalog.yaml", lambda d: d["xids"][0].update(source="no-such-source")),
-    ("xid_catalog.yaml", lambda d: d["xids"][0].update(action="reset_gpu")),
-    ("amdgpu_catalog.yaml", lambda d: d["rules"][0].update(match="(unclosed")),
-    ("sxid_catalog.yaml", lambda d: d["sxids"][0].update(severity="maybe")),
-])
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        ("xid_catalog.yaml", lambda d: d["xids"][0].pop("source")),
+        ("xid_catalog.yaml", lambda d: d["xids"][0].update(source="no-such-source")),
+        ("xid_catalog.yaml", lambda d: d["xids"][0].update(action="reset_gpu")),
+        ("amdgpu_catalog.yaml", lambda d: d["rules"][0].update(match="(unclosed")),
+        ("sxid_catalog.yaml", lambda d: d["sxids"][0].update(severity="maybe")),
+    ],
+)
 def test_a_broken_catalog_is_a_one_line_config_error(tmp_path, breakage):
     name, breaker = breakage
     directory = _copy_catalog(tmp_path)

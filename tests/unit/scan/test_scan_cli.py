@@ -18,8 +18,13 @@ XID13 = "[ 101.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=42, name=python3, Graphics
 
 
 def scan(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "fleetmedic", "scan", *args], input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "fleetmedic", "scan", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_json_lines_have_exactly_the_contract_fields(tmp_path: Path):
@@ -29,8 +34,16 @@ def test_json_lines_have_exactly_the_contract_fields(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [tuple(row) for row in rows] == [JSON_FIELDS] * 2
-    assert rows[0] == {"line": 2, "vendor": "nvidia", "kind": "xid", "code": 79, "pci": "0000:3b:00",
-                       "action": "reboot", "bucket": "RESTART_BM", "message": "GPU has fallen off the bus."}
+    assert rows[0] == {
+        "line": 2,
+        "vendor": "nvidia",
+        "kind": "xid",
+        "code": 79,
+        "pci": "0000:3b:00",
+        "action": "reboot",
+        "bucket": "RESTART_BM",
+        "message": "GPU has fallen off the bus.",
+    }
     assert rows[1]["code"] == 13 and rows[1]["action"] == "monitor"
     for row in rows:
         assert_valid(Finding(**row))
@@ -40,7 +53,10 @@ def test_no_dedup_reports_every_line(tmp_path: Path):
     log = tmp_path / "kern.log"
     log.write_text(XID79 * 3)
     assert len(scan("--format", "json", str(log)).stdout.splitlines()) == 1
-    assert [json.loads(x)["line"] for x in scan("--format", "json", "--no-dedup", str(log)).stdout.splitlines()] == [1, 2, 3]
+    assert [
+        json.loads(x)["line"]
+        for x in scan("--format", "json", "--no-dedup", str(log)).stdout.splitlines()
+    ] == [1, 2, 3]
 
 
 def test_stdin_when_no_file_or_dash():
@@ -79,7 +95,9 @@ def test_table_is_readable(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["LINE", "ACTION", "KIND", "CODE", "PCI", "BUCKET", "MESSAGE"]
-    assert "nvsentinel-155.dmesg:5" in lines[1] and "REBOOT" in lines[1] and "0000:b3:00" in lines[1]
+    assert (
+        "nvsentinel-155.dmesg:5" in lines[1] and "REBOOT" in lines[1] and "0000:b3:00" in lines[1]
+    )
     assert lines[-1].startswith("3 findings (1 reboot, 2 monitor)")
     assert "Worst: reboot" in lines[-1] and "node needs a reboot" in lines[-1]
 
@@ -93,8 +111,11 @@ def test_every_fixture_scans_cleanly():
 def test_follow_a_growing_file(tmp_path: Path):
     log = tmp_path / "kern.log"
     log.write_text("")
-    proc = subprocess.Popen([sys.executable, "-m", "fleetmedic", "scan", "--follow", "--format", "json", str(log)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetmedic", "scan", "--follow", "--format", "json", str(log)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.0)
         with open(log, "a") as handle:

@@ -10,17 +10,38 @@ from hypothesis import strategies as st
 from fleetmedic.scan import Dedup, Finding
 
 
-def finding(code=79, pci="0000:3b:00", t=100.0, clock="uptime", action="reboot", kind="xid", boot=None, rule=""):
-    return Finding(line=1, vendor="nvidia", kind=kind, code=code, pci=pci, action=action, bucket=None,
-                   message="m", time=t, clock=clock, boot_id=boot, rule=rule or f"{kind}.{code}")
+def finding(
+    code=79,
+    pci="0000:3b:00",
+    t=100.0,
+    clock="uptime",
+    action="reboot",
+    kind="xid",
+    boot=None,
+    rule="",
+):
+    return Finding(
+        line=1,
+        vendor="nvidia",
+        kind=kind,
+        code=code,
+        pci=pci,
+        action=action,
+        bucket=None,
+        message="m",
+        time=t,
+        clock=clock,
+        boot_id=boot,
+        rule=rule or f"{kind}.{code}",
+    )
 
 
 def test_same_identity_within_window_is_one_finding():
     dedup = Dedup(window=60)
     assert dedup.admit(finding(t=100))
     assert not dedup.admit(finding(t=130))
-    assert not dedup.admit(finding(t=100))            # a replayed line
-    assert dedup.admit(finding(t=161))                # a new window
+    assert not dedup.admit(finding(t=100))  # a replayed line
+    assert dedup.admit(finding(t=161))  # a new window
 
 
 def test_identity_parts_each_matter():
@@ -42,9 +63,21 @@ def test_findings_without_code_use_their_rule():
 
 def test_fallen_off_the_bus_shares_xid_79_identity():
     dedup = Dedup()
-    nvrm = Finding(line=1, vendor="nvidia", kind="nvrm", code=None, pci="0000:3b:00", action="reboot",
-                   bucket="RESTART_BM", message="m", time=100.0, clock="uptime", rule="nvrm.fallen-off-bus",
-                   dedup_kind="xid", dedup_code="79")
+    nvrm = Finding(
+        line=1,
+        vendor="nvidia",
+        kind="nvrm",
+        code=None,
+        pci="0000:3b:00",
+        action="reboot",
+        bucket="RESTART_BM",
+        message="m",
+        time=100.0,
+        clock="uptime",
+        rule="nvrm.fallen-off-bus",
+        dedup_kind="xid",
+        dedup_code="79",
+    )
     assert dedup.admit(finding(t=99))
     assert not dedup.admit(nvrm)
 
@@ -60,7 +93,7 @@ def test_a_stronger_action_passes_and_raises_the_bar():
 def test_replay_guard_drops_older_lines_even_when_forgotten():
     dedup = Dedup(window=60, replay_guard=True, max_entries=1)
     assert dedup.admit(finding(code=13, t=10, boot="b"))
-    assert dedup.admit(finding(code=79, t=500, boot="b"))   # evicts code 13 (max_entries=1)
+    assert dedup.admit(finding(code=79, t=500, boot="b"))  # evicts code 13 (max_entries=1)
     assert not dedup.admit(finding(code=13, t=10, boot="b"))  # replayed: older than the newest seen
     assert dedup.admit(finding(code=13, t=600, boot="b"))
     assert dedup.admit(finding(code=13, t=10, boot="other-boot"))
@@ -83,7 +116,7 @@ def test_state_round_trips_through_json():
     restored = Dedup.from_state(json.loads(json.dumps(dedup.to_state())))
     assert restored.to_state() == dedup.to_state()
     assert not restored.admit(finding(t=100, boot="b"))
-    assert not restored.admit(finding(code=13, t=50, boot="b"))   # replay guard survived
+    assert not restored.admit(finding(code=13, t=50, boot="b"))  # replay guard survived
     assert restored.admit(finding(code=13, t=200, boot="b"))
 
 
@@ -124,6 +157,7 @@ def _run(dedup_factory, items):
 def test_dedup_is_idempotent(items, window, guard):
     def factory():
         return Dedup(window=window, replay_guard=guard, clock=lambda: 42.0)
+
     once = _run(factory, items)
     assert _run(factory, once) == once
 

@@ -15,9 +15,20 @@ from scan_helpers import assert_valid, published_lines
 from fleetmedic.scan import Scanner
 
 LINES = 120_000
-PREFIXES = ["", "[ 12.345678] ", "[Fri Aug 30 11:43:09 2024] ", "kern  :err   : ", "2025-01-25T10:34:54,859532+00:00 ",
-            "Feb 14 05:03:41 gpu-1 kernel: ", "2026-02-14T05:03:41+0000 gpu-1 kernel: ", "<3>", "6,1,2,-;",
-            "Dec  2 11:49:53 worker4 kernel: [  885.242168] ", "               ", "9,x,y,z;"]
+PREFIXES = [
+    "",
+    "[ 12.345678] ",
+    "[Fri Aug 30 11:43:09 2024] ",
+    "kern  :err   : ",
+    "2025-01-25T10:34:54,859532+00:00 ",
+    "Feb 14 05:03:41 gpu-1 kernel: ",
+    "2026-02-14T05:03:41+0000 gpu-1 kernel: ",
+    "<3>",
+    "6,1,2,-;",
+    "Dec  2 11:49:53 worker4 kernel: [  885.242168] ",
+    "               ",
+    "9,x,y,z;",
+]
 ALPHABET = "NVRMSXidamdgpu:()[],.=0123456789abcdefx -_'<>\"\\;\t\x0b\u00e9\u2028\ud7ff\x00"
 
 
@@ -30,7 +41,9 @@ def mutate(rng: random.Random, line: str) -> str:
         return line[: rng.randrange(len(line) + 1)]
     if choice == 1:
         i = rng.randrange(len(line) + 1)
-        return line[:i] + "".join(rng.choice(ALPHABET) for _ in range(rng.randrange(1, 12))) + line[i:]
+        return (
+            line[:i] + "".join(rng.choice(ALPHABET) for _ in range(rng.randrange(1, 12))) + line[i:]
+        )
     if choice == 2:
         chars = list(line)
         for _ in range(rng.randrange(1, 6)):
@@ -71,4 +84,4 @@ def test_fuzz_lines_never_raise():
     assert [(f.line, f.rule) for f in bulk] == [(f.line, f.rule) for f in by_line]
     deduped = list(Scanner().scan(lines[:20_000]))
     assert 0 < len(deduped) < 20_000
-    assert time.process_time() - start < 30   # about 5 s of CPU normally
+    assert time.process_time() - start < 30  # about 5 s of CPU normally

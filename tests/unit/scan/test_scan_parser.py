@@ -17,31 +17,102 @@ FORMATS = [
     ("dmesg", f"[ 1843.308145] {MSG}", "1843.308145", "uptime", MSG),
     ("dmesg, large uptime", f"[1231741.378609] {MSG}", "1231741.378609", "uptime", MSG),
     ("dmesg -T", f"[Fri Aug 30 11:43:09 2024] {MSG}", "Fri Aug 30 11:43:09 2024", "wall", MSG),
-    ("dmesg -T, one-digit day", f"[Sat Jan  7 14:25:56 2023] {MSG}", "Sat Jan  7 14:25:56 2023", "wall", MSG),
-    ("dmesg iso", f"2025-01-25T10:34:54,859532+00:00 {MSG}", "2025-01-25T10:34:54,859532+00:00", "wall", MSG),
+    (
+        "dmesg -T, one-digit day",
+        f"[Sat Jan  7 14:25:56 2023] {MSG}",
+        "Sat Jan  7 14:25:56 2023",
+        "wall",
+        MSG,
+    ),
+    (
+        "dmesg iso",
+        f"2025-01-25T10:34:54,859532+00:00 {MSG}",
+        "2025-01-25T10:34:54,859532+00:00",
+        "wall",
+        MSG,
+    ),
     ("dmesg -x", f"kern  :err   : [ 1843.308145] {MSG}", "1843.308145", "uptime", MSG),
-    ("dmesg -x iso", f"kern  :err   : 2025-01-25T10:34:54,859532+00:00 {MSG}", "2025-01-25T10:34:54,859532+00:00",
-     "wall", MSG),
-    ("journalctl short", f"Feb 14 05:03:41 000-000-00000-1-gpu-1 kernel: {MSG}", "Feb 14 05:03:41", "wall", MSG),
+    (
+        "dmesg -x iso",
+        f"kern  :err   : 2025-01-25T10:34:54,859532+00:00 {MSG}",
+        "2025-01-25T10:34:54,859532+00:00",
+        "wall",
+        MSG,
+    ),
+    (
+        "journalctl short",
+        f"Feb 14 05:03:41 000-000-00000-1-gpu-1 kernel: {MSG}",
+        "Feb 14 05:03:41",
+        "wall",
+        MSG,
+    ),
     ("journalctl --no-hostname", f"Mar 21 21:42:01 kernel: {MSG}", "Mar 21 21:42:01", "wall", MSG),
-    ("journalctl short-precise", f"Feb 14 05:03:41.123456 gpu-1 kernel: {MSG}", "Feb 14 05:03:41.123456", "wall", MSG),
-    ("journalctl short-iso", f"2026-02-14T05:03:41+0000 gpu-1 kernel: {MSG}", "2026-02-14T05:03:41+0000", "wall", MSG),
-    ("journalctl short-iso-precise", f"2026-02-14T05:03:41.123456+0000 gpu-1 kernel: {MSG}",
-     "2026-02-14T05:03:41.123456+0000", "wall", MSG),
+    (
+        "journalctl short-precise",
+        f"Feb 14 05:03:41.123456 gpu-1 kernel: {MSG}",
+        "Feb 14 05:03:41.123456",
+        "wall",
+        MSG,
+    ),
+    (
+        "journalctl short-iso",
+        f"2026-02-14T05:03:41+0000 gpu-1 kernel: {MSG}",
+        "2026-02-14T05:03:41+0000",
+        "wall",
+        MSG,
+    ),
+    (
+        "journalctl short-iso-precise",
+        f"2026-02-14T05:03:41.123456+0000 gpu-1 kernel: {MSG}",
+        "2026-02-14T05:03:41.123456+0000",
+        "wall",
+        MSG,
+    ),
     ("syslog", f"Jun 30 11:07:05 gpu-0 kernel: {MSG}", "Jun 30 11:07:05", "wall", MSG),
-    ("syslog, padded day, kernel time", f"Dec  2 11:49:53 worker4 kernel: [  885.242168] {MSG}", "Dec  2 11:49:53",
-     "wall", MSG),
-    ("syslog with priority", f"<3>Feb 14 05:03:41 host kernel: {MSG}", "Feb 14 05:03:41", "wall", MSG),
-    ("RFC 5424-ish", f"2024-02-14T05:03:41.123456+00:00 host kernel: {MSG}", "2024-02-14T05:03:41.123456+00:00",
-     "wall", MSG),
-    ("kubectl --timestamps", "2024-02-14T05:03:44.123456789Z RuntimeError: CUDA error: uncorrectable ECC error encountered",
-     "2024-02-14T05:03:44.123456789Z", "wall", "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
+    (
+        "syslog, padded day, kernel time",
+        f"Dec  2 11:49:53 worker4 kernel: [  885.242168] {MSG}",
+        "Dec  2 11:49:53",
+        "wall",
+        MSG,
+    ),
+    (
+        "syslog with priority",
+        f"<3>Feb 14 05:03:41 host kernel: {MSG}",
+        "Feb 14 05:03:41",
+        "wall",
+        MSG,
+    ),
+    (
+        "RFC 5424-ish",
+        f"2024-02-14T05:03:41.123456+00:00 host kernel: {MSG}",
+        "2024-02-14T05:03:41.123456+00:00",
+        "wall",
+        MSG,
+    ),
+    (
+        "kubectl --timestamps",
+        "2024-02-14T05:03:44.123456789Z RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        "2024-02-14T05:03:44.123456789Z",
+        "wall",
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    ),
     ("/dev/kmsg", f"3,4471,3023054882,-;{MSG}", "3023.054882", "uptime", MSG),
     ("/dev/kmsg extra fields", f"4,1227,123456789,c,caller=T42;{MSG}", "123.456789", "uptime", MSG),
-    ("/dev/kmsg with dictionary", f"3,4471,3023054882,-;{MSG}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0",
-     "3023.054882", "uptime", MSG),
-    ("dmesg continuation line", "               NVRM: (PCI ID: 10de:26b5) installed in this system has", None, None,
-     "NVRM: (PCI ID: 10de:26b5) installed in this system has"),
+    (
+        "/dev/kmsg with dictionary",
+        f"3,4471,3023054882,-;{MSG}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0",
+        "3023.054882",
+        "uptime",
+        MSG,
+    ),
+    (
+        "dmesg continuation line",
+        "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+        None,
+        None,
+        "NVRM: (PCI ID: 10de:26b5) installed in this system has",
+    ),
     ("bare message", MSG, None, None, MSG),
     ("CRLF", f"[ 1.5] {MSG}\r\n", "1.5", "uptime", MSG),
 ]
@@ -58,9 +129,11 @@ def test_format(fmt, line, timestamp, clock, message):
 
 def test_dmesg_iso_keeps_device_prefixed_messages():
     # "host tag:" must not be stripped from dmesg's own "name: text" messages.
-    for message in ("nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x1}",
-                    "amdgpu 0000:c5:00.0: amdgpu: GPU reset begin!",
-                    "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)"):
+    for message in (
+        "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x1}",
+        "amdgpu 0000:c5:00.0: amdgpu: GPU reset begin!",
+        "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
+    ):
         assert parser.parse(f"2025-01-25T10:34:54,859532+00:00 {message}").message == message
 
 
@@ -90,7 +163,16 @@ def test_parser_never_raises_on_text(line):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(published_lines() + [f[1] for f in FORMATS]), st.integers(0, 400), st.text(max_size=20))
+@given(
+    st.sampled_from(published_lines() + [f[1] for f in FORMATS]),
+    st.integers(0, 400),
+    st.text(max_size=20),
+)
 def test_parser_never_raises_on_damaged_lines(line, cut, junk):
-    for damaged in (line[:cut], junk + line, line[:cut] + junk + line[cut:], line.replace(" ", junk, 1)):
+    for damaged in (
+        line[:cut],
+        junk + line,
+        line[:cut] + junk + line[cut:],
+        line.replace(" ", junk, 1),
+    ):
         assert isinstance(parser.parse(damaged).message, str)

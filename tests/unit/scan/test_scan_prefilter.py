@@ -30,12 +30,29 @@ def run(data: bytes, chunk: int):
             return out, stop.value
 
 
-_pieces = st.sampled_from([b"NVRM: Xid (PCI:0000:3b:00): 79, x", b"noise", b"", b"SXid", b"xxamdgpuxx",
-                           b"Got completion from peer 1", b"uncorrectable", b"NVR", b"M", b"\xff\xfe", b"\r"])
+_pieces = st.sampled_from(
+    [
+        b"NVRM: Xid (PCI:0000:3b:00): 79, x",
+        b"noise",
+        b"",
+        b"SXid",
+        b"xxamdgpuxx",
+        b"Got completion from peer 1",
+        b"uncorrectable",
+        b"NVR",
+        b"M",
+        b"\xff\xfe",
+        b"\r",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(_pieces, max_size=4).map(b" ".join), max_size=40), st.integers(1, 64), st.booleans())
+@given(
+    st.lists(st.lists(_pieces, max_size=4).map(b" ".join), max_size=40),
+    st.integers(1, 64),
+    st.booleans(),
+)
 def test_candidates_match_a_naive_scan(lines, chunk, trailing):
     data = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
     assert run(data, chunk) == naive(data)
@@ -54,7 +71,10 @@ def test_overlong_line_is_cut(monkeypatch):
 
 
 def test_parallel_equals_sequential(tmp_path):
-    lines = [b"NVRM: Xid (PCI:0000:3b:00): %d, x" % i if i % 7 == 0 else b"noise %d" % i for i in range(20_000)]
+    lines = [
+        b"NVRM: Xid (PCI:0000:3b:00): %d, x" % i if i % 7 == 0 else b"noise %d" % i
+        for i in range(20_000)
+    ]
     path = tmp_path / "log"
     path.write_bytes(b"\n".join(lines) + b"\n")
     sequential = run(path.read_bytes(), prefilter.CHUNK_SIZE)
@@ -77,7 +97,7 @@ def test_search_keys_are_suffixes_and_few_passes_cover_the_catalog():
     assert len(keys) == len(triggers)
     for trigger, key in zip(triggers, keys):
         assert trigger.endswith(key) and len(key) >= 3
-    assert len({key[0] for key in keys}) <= 3          # one pass per distinct first byte
+    assert len({key[0] for key in keys}) <= 3  # one pass per distinct first byte
     assert len(prefilter._searchers(triggers)) == len({key[0] for key in keys})
 
 

@@ -39,5 +39,13 @@ def test_cases_cover_every_kind_and_format():
     kinds = {c["expect"].get("kind", "xid") for c in CASES if c["expect"]}
     assert kinds >= {"xid", "sxid", "nvrm", "amdgpu", "nccl", "cuda"}
     formats = " ".join(c["format"] for c in CASES)
-    for name in ("dmesg -T", "dmesg -x", "journalctl (short)", "short-iso", "syslog", "/dev/kmsg", "legacy"):
+    for name in (
+        "dmesg -T",
+        "dmesg -x",
+        "journalctl (short)",
+        "short-iso",
+        "syslog",
+        "/dev/kmsg",
+        "legacy",
+    ):
         assert name in formats, name

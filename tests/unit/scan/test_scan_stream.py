@@ -52,9 +52,9 @@ def test_follow_file_appends_truncation_and_rotation(tmp_path: Path):
         time.sleep(0.1)
         handle.write("rd\n")
     wait_for(got, 3)
-    path.write_text("after truncation\n")               # truncated in place
+    path.write_text("after truncation\n")  # truncated in place
     wait_for(got, 4)
-    path.rename(tmp_path / "kern.log.1")                # rotated away
+    path.rename(tmp_path / "kern.log.1")  # rotated away
     path.write_text("new file\n")
     wait_for(got, 5)
     stop.set()
@@ -117,8 +117,11 @@ def test_follow_real_dev_kmsg_when_readable():
 
 
 RECORDS = "6,1,10,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n6,2,20,-;second\n6,3,30,-;last\n SUBSYSTEM=pci\n"
-GROUPED = ["6,1,10,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0", "6,2,20,-;second",
-           "6,3,30,-;last\n SUBSYSTEM=pci"]
+GROUPED = [
+    "6,1,10,-;first\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0",
+    "6,2,20,-;second",
+    "6,3,30,-;last\n SUBSYSTEM=pci",
+]
 
 
 def test_read_kmsg_groups_records_from_the_first_to_the_last_and_returns(tmp_path: Path):
@@ -131,7 +134,7 @@ def test_read_kmsg_returns_when_nothing_more_is_buffered(tmp_path: Path):
     """A FIFO whose writer stays open stands in for /dev/kmsg: the end is EAGAIN, not EOF."""
     path = tmp_path / "kmsg"
     os.mkfifo(path)
-    holder = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # lets the writer open without blocking
+    holder = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer open without blocking
     writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
     try:
         for record in RECORDS.splitlines(keepends=True):
@@ -164,6 +167,7 @@ def read_with_one_epipe(monkeypatch, after: int):
         if len(calls) == after + 1:
             raise OSError(errno.EPIPE, os.strerror(errno.EPIPE))
         return real_read(fd, size)
+
     monkeypatch.setattr(os, "read", read)
     return calls
 
@@ -205,14 +209,18 @@ def test_follow_journal_runs_journalctl_and_stops_it(tmp_path: Path):
     fake = tmp_path / "journalctl"
     log = tmp_path / "args"
     # A stand-in that records its arguments and writes two short-iso lines, then blocks like -f does.
-    fake.write_text(f"#!/bin/sh\necho \"$@\" > {log}\n"
-                    "echo '2026-02-14T05:03:41.000001+0000 gpu-1 kernel: NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.'\n"
-                    "echo '2026-02-14T05:03:42.000001+0000 gpu-1 kernel: usb 1-1: new device'\n"
-                    "exec sleep 60\n")
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" > {log}\n'
+        "echo '2026-02-14T05:03:41.000001+0000 gpu-1 kernel: NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.'\n"
+        "echo '2026-02-14T05:03:42.000001+0000 gpu-1 kernel: usb 1-1: new device'\n"
+        "exec sleep 60\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     stop = threading.Event()
     scanner = Scanner()
-    thread, got = collect(scanner.scan(follow_journal(journalctl=str(fake), stop=stop, poll=0.05)), want=1)
+    thread, got = collect(
+        scanner.scan(follow_journal(journalctl=str(fake), stop=stop, poll=0.05)), want=1
+    )
     wait_for(got, 1)
     stop.set()
     thread.join(10)

@@ -18,31 +18,67 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from fleetmedic.errors import ConfigError
-from fleetmedic.model.config.ladder import (PHASES, AnsibleConfig, LadderConfig,
-                                            PlaybookConfig, PlaybooksConfig, StepConfig)
-from fleetmedic.model.config.safety import (BreakerConfig, DrainConfig, FlapConfig,
-                                            SafetyConfig)
-from fleetmedic.model.config.sections import (DEFAULT_FOREIGN, ForeignSignalConfig,
-                                              KubeConfig, LeaderElectionConfig, MetricsConfig,
-                                              SmtpConfig, TaintsConfig)
-from fleetmedic.model.config.types import (Section, Window, credential_path, parse_duration,
-                                           quantity_of)
+from fleetmedic.model.config.ladder import (
+    PHASES,
+    AnsibleConfig,
+    LadderConfig,
+    PlaybookConfig,
+    PlaybooksConfig,
+    StepConfig,
+)
+from fleetmedic.model.config.safety import BreakerConfig, DrainConfig, FlapConfig, SafetyConfig
+from fleetmedic.model.config.sections import (
+    DEFAULT_FOREIGN,
+    ForeignSignalConfig,
+    KubeConfig,
+    LeaderElectionConfig,
+    MetricsConfig,
+    SmtpConfig,
+    TaintsConfig,
+)
+from fleetmedic.model.config.types import (
+    Section,
+    Window,
+    credential_path,
+    parse_duration,
+    quantity_of,
+)
 from fleetmedic.model.nodestate import ForeignSignal
 from fleetmedic.model.vocabulary import Vocabulary
 
 __all__ = [
-    "PHASES", "AnsibleConfig", "BreakerConfig", "Config", "DrainConfig", "FlapConfig",
-    "ForeignSignalConfig", "KubeConfig", "LadderConfig", "LeaderElectionConfig",
-    "MetricsConfig", "PlaybookConfig", "PlaybooksConfig", "SafetyConfig", "SmtpConfig",
-    "StepConfig", "TaintsConfig", "Window", "credential_path", "load", "parse",
-    "parse_duration", "quantity_of", "secret_path",
+    "PHASES",
+    "AnsibleConfig",
+    "BreakerConfig",
+    "Config",
+    "DrainConfig",
+    "FlapConfig",
+    "ForeignSignalConfig",
+    "KubeConfig",
+    "LadderConfig",
+    "LeaderElectionConfig",
+    "MetricsConfig",
+    "PlaybookConfig",
+    "PlaybooksConfig",
+    "SafetyConfig",
+    "SmtpConfig",
+    "StepConfig",
+    "TaintsConfig",
+    "Window",
+    "credential_path",
+    "load",
+    "parse",
+    "parse_duration",
+    "quantity_of",
+    "secret_path",
 ]
 
 
@@ -76,17 +112,26 @@ class Config(Section):
         pb = self.ladder.playbooks
         wanted: list[tuple[str, Path | None]] = [
             (f"ladder.playbooks.{name}", self.playbook_path(getattr(pb, name)))
-            for name in type(pb).model_fields]
+            for name in type(pb).model_fields
+        ]
         wanted += [
             ("ansible.config_file", self.ansible.config_file),
-            ("ansible.ssh_key", secret_path(self.ansible.ssh_key_file,
-                                            self.ansible.ssh_key_credential, environ)),
-            ("kube.kubeconfig", secret_path(self.kube.kubeconfig,
-                                            self.kube.kubeconfig_credential, environ)),
+            (
+                "ansible.ssh_key",
+                secret_path(self.ansible.ssh_key_file, self.ansible.ssh_key_credential, environ),
+            ),
+            (
+                "kube.kubeconfig",
+                secret_path(self.kube.kubeconfig, self.kube.kubeconfig_credential, environ),
+            ),
         ]
         if self.smtp:
-            wanted.append(("smtp.password", secret_path(self.smtp.password_file,
-                                                        self.smtp.password_credential, environ)))
+            wanted.append(
+                (
+                    "smtp.password",
+                    secret_path(self.smtp.password_file, self.smtp.password_credential, environ),
+                )
+            )
         return [f"{name}: {path}" for name, path in wanted if path and not path.exists()]
 
 
@@ -119,8 +164,9 @@ def load(path: str | os.PathLike[str]) -> Config:
     return parse(data, f"config {path}", path.parent.absolute())
 
 
-def secret_path(file: Path | None, credential: str | None,
-                environ: Mapping[str, str] = os.environ) -> Path | None:
+def secret_path(
+    file: Path | None, credential: str | None, environ: Mapping[str, str] = os.environ
+) -> Path | None:
     """The file holding a secret: the systemd credential if named, else the file."""
     return credential_path(credential, environ) if credential else file
 
@@ -155,7 +201,7 @@ def _field_names() -> list[str]:
         model = models.pop()
         for name, field in model.model_fields.items():
             names.add(field.alias or name)
-            for sub in getattr(field.annotation, "__args__", ()) + (field.annotation,):
+            for sub in (*getattr(field.annotation, "__args__", ()), field.annotation):
                 if isinstance(sub, type) and issubclass(sub, Section) and sub is not model:
                     models.append(sub)
     return sorted(names)

@@ -109,14 +109,24 @@ class AnsibleConfig(Section):
     """Hosts per run in parallel; the budget keeps runs small, 20 is Ansible's common value."""
     job_timeout: Duration = 3600
     """Backstop for any run whose phase sets no timeout: a hung ssh never blocks forever."""
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for ansible-playbook (e.g. ANSIBLE_STDOUT_CALLBACK)."""
 
     @model_validator(mode="after")
-    def _known_hosts_on(self) -> "AnsibleConfig":
-        bad = [a for a in self.extra_ssh_args if re.search(r"StrictHostKeyChecking|"
-                                                            r"UserKnownHostsFile", a, re.I)]
+    def _known_hosts_on(self) -> AnsibleConfig:
+        bad = [
+            a
+            for a in self.extra_ssh_args
+            if re.search(
+                r"StrictHostKeyChecking|"
+                r"UserKnownHostsFile",
+                a,
+                re.I,
+            )
+        ]
         if bad:
-            raise ValueError("extra_ssh_args must not change host key checking "
-                             f"(use known_hosts_file), got {bad[0]!r}")
+            raise ValueError(
+                "extra_ssh_args must not change host key checking "
+                f"(use known_hosts_file), got {bad[0]!r}"
+            )
         return self

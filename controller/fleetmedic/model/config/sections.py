@@ -7,8 +7,15 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fleetmedic.model.config.types import (ConfigPath, Duration, Email, LabelValue, Port,
-                                           Section, TaintKey)
+from fleetmedic.model.config.types import (
+    ConfigPath,
+    Duration,
+    Email,
+    LabelValue,
+    Port,
+    Section,
+    TaintKey,
+)
 from fleetmedic.model.nodestate import ForeignSignal
 from fleetmedic.model.vocabulary import TaintName, Vocabulary, preset, presets
 
@@ -50,7 +57,7 @@ class TaintsConfig(Section):
         return v
 
     @model_validator(mode="after")
-    def _distinct(self) -> "TaintsConfig":
+    def _distinct(self) -> TaintsConfig:
         names = [(t.key, t.value) for t in self.vocabulary().all()]
         if len(set(names)) != len(names):
             raise ValueError("reboot, reimage, manual and slow_network must be distinct taints")
@@ -59,8 +66,9 @@ class TaintsConfig(Section):
     def vocabulary(self) -> Vocabulary:
         base = preset(self.preset)
         picked = {s: getattr(self, s) for s in ("reboot", "reimage", "manual", "slow_network")}
-        return Vocabulary(**{s: TaintName(o.key, o.value) if o else getattr(base, s)
-                             for s, o in picked.items()})
+        return Vocabulary(
+            **{s: TaintName(o.key, o.value) if o else getattr(base, s) for s, o in picked.items()}
+        )
 
 
 class ForeignSignalConfig(Section):
@@ -112,11 +120,12 @@ class SmtpConfig(Section):
     @field_validator("password")
     @classmethod
     def _no_password(cls, v: Any) -> Any:
-        raise ValueError("never put the password in the config file; "
-                         "use password_file or password_credential")
+        raise ValueError(
+            "never put the password in the config file; use password_file or password_credential"
+        )
 
     @model_validator(mode="after")
-    def _secret_named(self) -> "SmtpConfig":
+    def _secret_named(self) -> SmtpConfig:
         if self.user and not (self.password_file or self.password_credential):
             raise ValueError("user is set but neither password_file nor password_credential")
         return self
@@ -147,7 +156,7 @@ class LeaderElectionConfig(Section):
     """Per-node Lease, renewed while a node is worked on; short so a crash frees it soon."""
 
     @model_validator(mode="after")
-    def _ordered(self) -> "LeaderElectionConfig":
+    def _ordered(self) -> LeaderElectionConfig:
         if not self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("need retry_period < renew_deadline < lease_duration")
         return self

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo,
-                      field_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationInfo,
+    field_validator,
+)
 
 from fleetmedic.errors import ConfigError
 
@@ -66,7 +73,7 @@ def _quantity(v: Any) -> int | str:
             return f"{float(m.group(1)):g}%"
         if v.strip().isdigit():
             return int(v)
-    raise ValueError(f"must be a count (e.g. 3) or a percentage (e.g. \"50%\"), got {v!r}")
+    raise ValueError(f'must be a count (e.g. 3) or a percentage (e.g. "50%"), got {v!r}')
 
 
 def _taint_key(v: str) -> str:
@@ -88,8 +95,9 @@ class Section(BaseModel):
     """Base of every config section: unknown keys are errors (typos must not pass
     silently), values are immutable, and attribute docstrings become descriptions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
-                              populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True
+    )
 
 
 def _resolve(p: Path, info: ValidationInfo) -> Path:
@@ -98,6 +106,8 @@ def _resolve(p: Path, info: ValidationInfo) -> Path:
 
 
 ConfigPath = Annotated[Path, AfterValidator(_resolve)]
+
+
 def _email(v: str) -> str:
     if not re.fullmatch(r"[^@\s<>,]+@[^@\s<>,]+", v):
         raise ValueError(f"must be an email address like oncall@example.com, got {v!r}")
@@ -158,6 +168,8 @@ def credential_path(name: str, environ: Mapping[str, str] = os.environ) -> Path:
     """``$CREDENTIALS_DIRECTORY/name`` (systemd LoadCredential=)."""
     directory = environ.get("CREDENTIALS_DIRECTORY")
     if not directory:
-        raise ConfigError(f"credential {name!r} named but $CREDENTIALS_DIRECTORY is not set "
-                          "(LoadCredential= in the unit provides it)")
+        raise ConfigError(
+            f"credential {name!r} named but $CREDENTIALS_DIRECTORY is not set "
+            "(LoadCredential= in the unit provides it)"
+        )
     return Path(directory) / name

@@ -41,12 +41,20 @@ def plugin():
 
 def node(name, taints=(), labels=None, annotations=None, ip="10.0.0.1", conditions=()):
     return {
-        "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {}),
-                     "resourceVersion": "42"},
+        "metadata": {
+            "name": name,
+            "labels": dict(labels or {}),
+            "annotations": dict(annotations or {}),
+            "resourceVersion": "42",
+        },
         "spec": {"taints": [dict(t) for t in taints]},
-        "status": {"addresses": ([{"type": "Hostname", "address": name}]
-                                 + ([{"type": "InternalIP", "address": ip}] if ip else [])),
-                   "conditions": list(conditions)},
+        "status": {
+            "addresses": (
+                [{"type": "Hostname", "address": name}]
+                + ([{"type": "InternalIP", "address": ip}] if ip else [])
+            ),
+            "conditions": list(conditions),
+        },
     }
 
 
@@ -79,18 +87,25 @@ def run(plugin, tmp_path, nodes, config=None, cache=True, filename="test.k8s_nod
 
 
 def members(inventory, group):
-    return sorted(h.name for h in inventory.groups[group].get_hosts()) if group in inventory.groups else []
+    return (
+        sorted(h.name for h in inventory.groups[group].get_hosts())
+        if group in inventory.groups
+        else []
+    )
 
 
 # -- verify_file --------------------------------------------------------------
-@pytest.mark.parametrize("filename,ok", [
-    ("tainted.k8s_nodes.yml", True),
-    ("prod.k8s_nodes.yaml", True),
-    ("k8s_nodes.yml", False),          # the suffix is ".k8s_nodes.yml", as aws_ec2 uses its own
-    ("tainted.aws_ec2.yml", False),
-    ("tainted.k8s_nodes.json", False),
-    ("hosts.ini", False),
-])
+@pytest.mark.parametrize(
+    "filename,ok",
+    [
+        ("tainted.k8s_nodes.yml", True),
+        ("prod.k8s_nodes.yaml", True),
+        ("k8s_nodes.yml", False),  # the suffix is ".k8s_nodes.yml", as aws_ec2 uses its own
+        ("tainted.aws_ec2.yml", False),
+        ("tainted.k8s_nodes.json", False),
+        ("hosts.ini", False),
+    ],
+)
 def test_verify_file(plugin, tmp_path, filename, ok):
     path = tmp_path / filename
     path.write_text(f"plugin: {NAME}\n")
@@ -113,15 +128,18 @@ def test_wrong_plugin_name_is_rejected(plugin, tmp_path):
 
 # -- groups by state ----------------------------------------------------------
 @pytest.mark.parametrize("preset_name", ["default", "ossci"])
-@pytest.mark.parametrize("taints,groups,state", [
-    ([], ["healthy"], "healthy"),
-    (["reboot"], ["in_repair", "repair_reboot"], "reboot"),
-    (["reimage"], ["in_repair", "repair_reimage"], "reimage"),
-    (["manual"], ["in_repair", "repair_manual"], "manual"),
-    (["slow_network"], ["slow_network"], "healthy"),
-    (["reboot", "slow_network"], ["in_repair", "repair_reboot", "slow_network"], "reboot"),
-    (["reboot", "manual"], ["in_repair", "repair_manual"], "manual"),   # furthest step wins
-])
+@pytest.mark.parametrize(
+    "taints,groups,state",
+    [
+        ([], ["healthy"], "healthy"),
+        (["reboot"], ["in_repair", "repair_reboot"], "reboot"),
+        (["reimage"], ["in_repair", "repair_reimage"], "reimage"),
+        (["manual"], ["in_repair", "repair_manual"], "manual"),
+        (["slow_network"], ["slow_network"], "healthy"),
+        (["reboot", "slow_network"], ["in_repair", "repair_reboot", "slow_network"], "reboot"),
+        (["reboot", "manual"], ["in_repair", "repair_manual"], "manual"),  # furthest step wins
+    ],
+)
 def test_groups_by_state(plugin, tmp_path, preset_name, taints, groups, state):
     n = node("n1", [taint(s, preset_name) for s in taints], NVIDIA)
     inventory, _ = run(plugin, tmp_path, [n], {"taint_preset": preset_name})
@@ -139,11 +157,14 @@ def test_other_preset_taints_are_not_ours(plugin, tmp_path):
     assert members(inventory, "healthy") == ["n1"]
 
 
-@pytest.mark.parametrize("extra", [
-    FOREIGN,
-    {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoExecute"},   # wrong effect
-    {"key": "fleetmedic.io/repair", "value": "later", "effect": "NoSchedule"},   # unknown value
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        FOREIGN,
+        {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoExecute"},  # wrong effect
+        {"key": "fleetmedic.io/repair", "value": "later", "effect": "NoSchedule"},  # unknown value
+    ],
+)
 def test_foreign_or_malformed_taints_leave_node_healthy(plugin, tmp_path, extra):
     inventory, _ = run(plugin, tmp_path, [node("n1", [extra])])
     assert members(inventory, "healthy") == ["n1"]
@@ -151,7 +172,10 @@ def test_foreign_or_malformed_taints_leave_node_healthy(plugin, tmp_path, extra)
 
 
 def test_custom_taint_names(plugin, tmp_path):
-    names = {s: {"key": "example.com/" + s, "value": "yes"} for s in ("reboot", "reimage", "manual", "slow_network")}
+    names = {
+        s: {"key": "example.com/" + s, "value": "yes"}
+        for s in ("reboot", "reimage", "manual", "slow_network")
+    }
     n = node("n1", [{"key": "example.com/reimage", "value": "yes", "effect": "NoSchedule"}])
     inventory, _ = run(plugin, tmp_path, [n, node("n2", [taint("reboot")])], {"taint_names": names})
     assert members(inventory, "repair_reimage") == ["n1"]
@@ -160,19 +184,32 @@ def test_custom_taint_names(plugin, tmp_path):
 
 def test_state_groups_exist_even_when_empty(plugin, tmp_path):
     inventory, _ = run(plugin, tmp_path, [])
-    for group in ("in_repair", "repair_reboot", "repair_reimage", "repair_manual", "slow_network", "healthy"):
+    for group in (
+        "in_repair",
+        "repair_reboot",
+        "repair_reimage",
+        "repair_manual",
+        "slow_network",
+        "healthy",
+    ):
         assert group in inventory.groups
     assert sorted(g.name for g in inventory.groups["in_repair"].child_groups) == [
-        "repair_manual", "repair_reboot", "repair_reimage"]
+        "repair_manual",
+        "repair_reboot",
+        "repair_reimage",
+    ]
 
 
 # -- vendor groups ------------------------------------------------------------
-@pytest.mark.parametrize("labels,group", [
-    (NVIDIA, "vendor_nvidia"),
-    (AMD, "vendor_amd"),
-    ({}, "vendor_unknown"),
-    ({"fleetmedic.io/gpu-vendor": "intel"}, "vendor_unknown"),
-])
+@pytest.mark.parametrize(
+    "labels,group",
+    [
+        (NVIDIA, "vendor_nvidia"),
+        (AMD, "vendor_amd"),
+        ({}, "vendor_unknown"),
+        ({"fleetmedic.io/gpu-vendor": "intel"}, "vendor_unknown"),
+    ],
+)
 def test_vendor_groups(plugin, tmp_path, labels, group):
     inventory, _ = run(plugin, tmp_path, [node("n1", labels=labels)])
     assert members(inventory, group) == ["n1"]
@@ -190,30 +227,45 @@ FLEET = [
 ]
 
 
-@pytest.mark.parametrize("config,expected", [
-    ({}, ["cpu-01", "gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-05"]),
-    ({"states": ["reboot", "reimage", "manual", "slow_network"]}, ["gpu-02", "gpu-03", "gpu-04", "gpu-05"]),
-    ({"states": ["reboot"]}, ["gpu-02"]),
-    ({"states": ["slow_network"]}, ["gpu-05"]),
-    ({"states": ["healthy"]}, ["cpu-01", "gpu-01"]),
-    ({"vendors": ["amd"]}, ["gpu-03", "gpu-04"]),
-    ({"vendor": ["nvidia"], "states": ["reboot", "manual"]}, ["gpu-02"]),
-    ({"vendors": ["unknown"]}, ["cpu-01"]),
-    ({"names": ["gpu-02", "gpu-04", "absent"]}, ["gpu-02", "gpu-04"]),
-    ({"names": ["gpu-02"], "states": ["manual"]}, []),
-])
+@pytest.mark.parametrize(
+    "config,expected",
+    [
+        ({}, ["cpu-01", "gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-05"]),
+        (
+            {"states": ["reboot", "reimage", "manual", "slow_network"]},
+            ["gpu-02", "gpu-03", "gpu-04", "gpu-05"],
+        ),
+        ({"states": ["reboot"]}, ["gpu-02"]),
+        ({"states": ["slow_network"]}, ["gpu-05"]),
+        ({"states": ["healthy"]}, ["cpu-01", "gpu-01"]),
+        ({"vendors": ["amd"]}, ["gpu-03", "gpu-04"]),
+        ({"vendor": ["nvidia"], "states": ["reboot", "manual"]}, ["gpu-02"]),
+        ({"vendors": ["unknown"]}, ["cpu-01"]),
+        ({"names": ["gpu-02", "gpu-04", "absent"]}, ["gpu-02", "gpu-04"]),
+        ({"names": ["gpu-02"], "states": ["manual"]}, []),
+    ],
+)
 def test_filters(plugin, tmp_path, config, expected):
     inventory, _ = run(plugin, tmp_path, FLEET, config)
     assert sorted(inventory.hosts) == expected
 
 
-@pytest.mark.parametrize("config,expected", [
-    ({}, (None, None, None)),
-    ({"label_selector": "pool=h100"}, (None, None, "pool=h100")),
-    ({"kubeconfig": "/etc/fleetmedic/kubeconfig", "context": "prod"}, ("/etc/fleetmedic/kubeconfig", "prod", None)),
-    ({"kubeconfig": "~/kc"}, (str(pathlib.Path("~/kc").expanduser()), None, None)),
-    ({"kubeconfig": "kc/admin.conf"}, ("{dir}/kc/admin.conf", None, None)),   # relative to the file
-])
+@pytest.mark.parametrize(
+    "config,expected",
+    [
+        ({}, (None, None, None)),
+        ({"label_selector": "pool=h100"}, (None, None, "pool=h100")),
+        (
+            {"kubeconfig": "/etc/fleetmedic/kubeconfig", "context": "prod"},
+            ("/etc/fleetmedic/kubeconfig", "prod", None),
+        ),
+        ({"kubeconfig": "~/kc"}, (str(pathlib.Path("~/kc").expanduser()), None, None)),
+        (
+            {"kubeconfig": "kc/admin.conf"},
+            ("{dir}/kc/admin.conf", None, None),
+        ),  # relative to the file
+    ],
+)
 def test_options_reach_the_data_source(plugin, tmp_path, monkeypatch, config, expected):
     for var in ("FLEETMEDIC_KUBECONFIG", "K8S_AUTH_KUBECONFIG", "K8S_AUTH_CONTEXT"):
         monkeypatch.delenv(var, raising=False)
@@ -236,31 +288,54 @@ def test_kubeconfig_may_be_a_template(plugin, tmp_path, monkeypatch):
 
 # -- host variables -----------------------------------------------------------
 def test_host_vars(plugin, tmp_path):
-    annotations = {"fleetmedic.io/strikes": '{"gpu": 2}', "fleetmedic.io/history": "[]",
-                   "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd.sock"}
-    n = node("gpu-02", [taint("reboot"), FOREIGN], {**NVIDIA, "zone": "a"}, annotations, ip="192.168.250.12")
+    annotations = {
+        "fleetmedic.io/strikes": '{"gpu": 2}',
+        "fleetmedic.io/history": "[]",
+        "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd.sock",
+    }
+    n = node(
+        "gpu-02",
+        [taint("reboot"), FOREIGN],
+        {**NVIDIA, "zone": "a"},
+        annotations,
+        ip="192.168.250.12",
+    )
     n["spec"]["unschedulable"] = True
-    inventory, _ = run(plugin, tmp_path, [n], {"foreign_signals": [{"kind": "taint", "key": FOREIGN["key"]}]})
+    inventory, _ = run(
+        plugin, tmp_path, [n], {"foreign_signals": [{"kind": "taint", "key": FOREIGN["key"]}]}
+    )
     v = inventory.get_host("gpu-02").vars
     assert v["ansible_host"] == "192.168.250.12"
     assert v["k8s_labels"] == {**NVIDIA, "zone": "a"}
     assert v["k8s_taints"] == [taint("reboot"), FOREIGN]
-    assert v["fleetmedic_annotations"] == {"fleetmedic.io/strikes": '{"gpu": 2}', "fleetmedic.io/history": "[]"}
+    assert v["fleetmedic_annotations"] == {
+        "fleetmedic.io/strikes": '{"gpu": 2}',
+        "fleetmedic.io/history": "[]",
+    }
     assert v["fleetmedic_unschedulable"] is True
     assert v["fleetmedic_foreign_signals"] == ["taint trainy.konduktor.ai/faulty"]
 
 
-@pytest.mark.parametrize("config,labels,annotations,expected", [
-    ({}, {}, {}, "10.0.0.9"),
-    ({}, {}, {"fleetmedic.io/ssh-host": "gpu-02.mgmt"}, "gpu-02.mgmt"),
-    ({"address_annotation": "example.com/ssh"}, {}, {"example.com/ssh": "bmc-2"}, "bmc-2"),
-    ({"address_annotation": "example.com/ssh"}, {}, {"fleetmedic.io/ssh-host": "ours"}, "ours"),
-    ({"address_label": "example.com/ssh-ip"}, {"example.com/ssh-ip": "172.16.0.2"},
-     {"fleetmedic.io/ssh-host": "ours"}, "172.16.0.2"),
-    ({"address_label": "example.com/ssh-ip"}, {}, {}, "10.0.0.9"),
-])
+@pytest.mark.parametrize(
+    "config,labels,annotations,expected",
+    [
+        ({}, {}, {}, "10.0.0.9"),
+        ({}, {}, {"fleetmedic.io/ssh-host": "gpu-02.mgmt"}, "gpu-02.mgmt"),
+        ({"address_annotation": "example.com/ssh"}, {}, {"example.com/ssh": "bmc-2"}, "bmc-2"),
+        ({"address_annotation": "example.com/ssh"}, {}, {"fleetmedic.io/ssh-host": "ours"}, "ours"),
+        (
+            {"address_label": "example.com/ssh-ip"},
+            {"example.com/ssh-ip": "172.16.0.2"},
+            {"fleetmedic.io/ssh-host": "ours"},
+            "172.16.0.2",
+        ),
+        ({"address_label": "example.com/ssh-ip"}, {}, {}, "10.0.0.9"),
+    ],
+)
 def test_address_override(plugin, tmp_path, config, labels, annotations, expected):
-    inventory, _ = run(plugin, tmp_path, [node("n1", [], labels, annotations, ip="10.0.0.9")], config)
+    inventory, _ = run(
+        plugin, tmp_path, [node("n1", [], labels, annotations, ip="10.0.0.9")], config
+    )
     assert inventory.get_host("n1").vars["ansible_host"] == expected
 
 
@@ -273,8 +348,12 @@ def test_values_from_the_cluster_are_never_templated(plugin, tmp_path):
     from ansible.template import Templar
 
     evil = "{{ lookup('pipe', 'touch /tmp/fleetmedic-pwned') }}"
-    inventory, _ = run(plugin, tmp_path, [node("n1", [], {"note": evil})],
-                       {"compose": {"note_copy": "k8s_labels['note']"}})
+    inventory, _ = run(
+        plugin,
+        tmp_path,
+        [node("n1", [], {"note": evil})],
+        {"compose": {"note_copy": "k8s_labels['note']"}},
+    )
     host = inventory.get_host("n1")
     assert host.vars["note_copy"] == evil
     templar = Templar(loader=DataLoader(), variables=host.vars)
@@ -285,10 +364,18 @@ def test_values_from_the_cluster_are_never_templated(plugin, tmp_path):
 # -- Constructable ------------------------------------------------------------
 def test_compose_groups_and_keyed_groups(plugin, tmp_path):
     config = {
-        "compose": {"ansible_user": "'ops'", "gpus": "k8s_labels['fleetmedic.io/expected-gpus'] | int"},
-        "groups": {"cordoned": "fleetmedic_unschedulable", "amd_broken": "fleetmedic_vendor == 'amd'"},
-        "keyed_groups": [{"prefix": "zone", "key": "k8s_labels.zone"},
-                         {"prefix": "state", "key": "fleetmedic_state", "parent_group": "by_state"}],
+        "compose": {
+            "ansible_user": "'ops'",
+            "gpus": "k8s_labels['fleetmedic.io/expected-gpus'] | int",
+        },
+        "groups": {
+            "cordoned": "fleetmedic_unschedulable",
+            "amd_broken": "fleetmedic_vendor == 'amd'",
+        },
+        "keyed_groups": [
+            {"prefix": "zone", "key": "k8s_labels.zone"},
+            {"prefix": "state", "key": "fleetmedic_state", "parent_group": "by_state"},
+        ],
     }
     a = node("a", [taint("reimage")], {**AMD, "zone": "east", "fleetmedic.io/expected-gpus": "8"})
     a["spec"]["unschedulable"] = True
@@ -299,8 +386,13 @@ def test_compose_groups_and_keyed_groups(plugin, tmp_path):
     assert members(inventory, "cordoned") == ["a"]
     assert members(inventory, "amd_broken") == ["a"]
     assert members(inventory, "zone_east") == ["a"] and members(inventory, "zone_west") == ["b"]
-    assert members(inventory, "state_reimage") == ["a"] and members(inventory, "state_healthy") == ["b"]
-    assert sorted(g.name for g in inventory.groups["by_state"].child_groups) == ["state_healthy", "state_reimage"]
+    assert members(inventory, "state_reimage") == ["a"] and members(inventory, "state_healthy") == [
+        "b"
+    ]
+    assert sorted(g.name for g in inventory.groups["by_state"].child_groups) == [
+        "state_healthy",
+        "state_reimage",
+    ]
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -316,15 +408,19 @@ def test_strict(plugin, tmp_path, strict):
 
 # -- Cacheable ----------------------------------------------------------------
 def test_cache(plugin, tmp_path):
-    config = {"cache": True, "cache_plugin": "ansible.builtin.jsonfile",
-              "cache_connection": str(tmp_path / "cache"), "cache_timeout": 300}
+    config = {
+        "cache": True,
+        "cache_plugin": "ansible.builtin.jsonfile",
+        "cache_connection": str(tmp_path / "cache"),
+        "cache_timeout": 300,
+    }
     first, calls1 = run(plugin, tmp_path, [node("n1", [taint("reboot")])], config, cache=True)
     assert len(calls1) == 1 and members(first, "repair_reboot") == ["n1"]
     plugin.update_cache_if_changed()
 
     fresh = _loader().get(NAME)
     second, calls2 = run(fresh, tmp_path, [node("n2")], config, cache=True)
-    assert calls2 == [] and members(second, "repair_reboot") == ["n1"]      # served from the cache
+    assert calls2 == [] and members(second, "repair_reboot") == ["n1"]  # served from the cache
 
     flushed, calls3 = run(fresh, tmp_path, [node("n2")], config, cache=False)  # --flush-cache
     assert len(calls3) == 1 and members(flushed, "healthy") == ["n2"]
@@ -338,19 +434,24 @@ def test_cache_off_always_asks_the_api(plugin, tmp_path):
 # -- errors -------------------------------------------------------------------
 def test_missing_fleetmedic_package_is_a_clear_error(plugin, tmp_path, monkeypatch):
     module = __import__(type(plugin).__module__, fromlist=["x"])
-    monkeypatch.setattr(module, "FLEETMEDIC_IMPORT_ERROR", ImportError("No module named 'fleetmedic'"))
+    monkeypatch.setattr(
+        module, "FLEETMEDIC_IMPORT_ERROR", ImportError("No module named 'fleetmedic'")
+    )
     with pytest.raises(AnsibleError) as err:
         run(plugin, tmp_path, [])
     assert "needs the fleetmedic Python package" in str(err.value)
     assert "\n" not in err.value.message
 
 
-@pytest.mark.parametrize("config,match", [
-    ({"taint_preset": "nope"}, "unknown taint preset 'nope'"),
-    ({"taint_names": {"reboot": {"key": "x"}}}, "taint vocabulary lacks"),
-    ({"foreign_signals": [{"kind": "label", "key": "x"}]}, "foreign_signals entry"),
-    ({"states": ["broken"]}, "broken"),
-])
+@pytest.mark.parametrize(
+    "config,match",
+    [
+        ({"taint_preset": "nope"}, "unknown taint preset 'nope'"),
+        ({"taint_names": {"reboot": {"key": "x"}}}, "taint vocabulary lacks"),
+        ({"foreign_signals": [{"kind": "label", "key": "x"}]}, "foreign_signals entry"),
+        ({"states": ["broken"]}, "broken"),
+    ],
+)
 def test_bad_config(plugin, tmp_path, config, match):
     with pytest.raises(AnsibleError, match=match):
         run(plugin, tmp_path, [], config)
@@ -382,12 +483,18 @@ def test_malformed_kubeconfig_is_one_line(plugin, tmp_path):
 
 def test_unreachable_api_server_is_one_line(plugin, tmp_path):
     kc = tmp_path / "kc"
-    kc.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-    }))
+    kc.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     with pytest.raises(AnsibleError) as err:
         _real_parse(plugin, tmp_path, {"kubeconfig": str(kc)})
     assert err.value.message.startswith("k8s_nodes: cannot list nodes:")
