@@ -7,6 +7,7 @@ pytest_plugins = [
         "tests.harness.smtp_fixtures",
         "tests.harness.fleet_fixtures",
         "tests.harness.kube_fixtures",
+        "tests.harness.kubelet_fixtures",
     )
     if __import__("importlib.util").util.find_spec(p) is not None
 ]

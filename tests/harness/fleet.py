@@ -44,11 +44,13 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from tests.harness import fleet_cgroup
 from tests.harness import fleet_net as net
 from tests.harness.fleet_sys import (
     FLEETS_ROOT,
@@ -74,6 +76,7 @@ __all__ = [
     "Fleet",
     "FleetError",
     "Node",
+    "NodeSetup",
     "attach",
     "cleanup_stale",
     "leftovers",
@@ -87,6 +90,20 @@ class FleetError(RuntimeError):
 
 
 # --- nodes and fleets ------------------------------------------------------------------
+
+
+@dataclass
+class NodeSetup:
+    """What a node needs beyond the plain SSH node, returned by ``start_fleet``'s
+    ``prepare`` hook (which also writes the node's extra files into its root before the
+    first boot). Kept in fleet.json; the supervisor applies it at every boot."""
+
+    nspawn_args: list[str] = field(default_factory=list)
+    """Extra ``systemd-nspawn`` arguments (capabilities, binds, system call filter)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of ``systemd-nspawn`` (e.g. ``SYSTEMD_NSPAWN_*`` switches)."""
+    own_cgroup: bool = False
+    """Start the node from cgroups of its own (fleet_cgroup), e.g. for a kubelet."""
 
 
 @dataclass
@@ -386,8 +403,14 @@ def start_fleet(
     owned: bool = True,
     boot_timeout: float = 30.0,
     prefix: str = "fleet",
+    prepare: Callable[[Fleet, Node], NodeSetup | None] | None = None,
 ) -> Fleet:
     """Boot ``nodes`` nodes and wait until every sshd answers.
+
+    ``prepare(fleet, node)`` runs for each node after its root is mounted and its
+    identity written, before the first boot: it may write files into
+    ``node.dir / "root"`` and return a :class:`NodeSetup` (or None: a plain node).
+    The kubelet node (tests/harness/kubelet.py) is made this way.
 
     ``name`` defaults to ``<prefix>-<pid>-<n>``. ``owned``: the fleet is torn down by its
     supervisor when this process dies (pytest); ``False`` keeps it up until ``down``
@@ -439,6 +462,8 @@ def start_fleet(
     fleet = _fleet_from_record(rec)
     try:
         _build(fleet, lower)
+        if prepare is not None:
+            _prepare(fleet, rec, prepare)
         logf = open(d / "supervisor.log", "ab")
         p = subprocess.Popen(
             [sys.executable, "-m", "tests.harness.fleet_supervisor", str(d)],
@@ -502,6 +527,18 @@ def _free_octet() -> int:
     if not free:
         raise FleetError("no free fleet subnet in 192.168.240-254.0/24 (too many fleets up?)")
     return free[0]
+
+
+def _prepare(fleet: Fleet, rec: dict, prepare: Callable[[Fleet, Node], NodeSetup | None]) -> None:
+    for node, nrec in zip(fleet.nodes, rec["nodes"], strict=True):
+        setup = prepare(fleet, node)
+        if setup is None:
+            continue
+        nrec["nspawn_args"] = list(setup.nspawn_args)
+        nrec["nspawn_env"] = dict(setup.env)
+        if setup.own_cgroup:
+            nrec["cgroups"] = fleet_cgroup.create(f"fleetmedic-{fleet.name}-{node.name}")
+        _write_record(fleet.dir, rec)  # after each node: a failure still tears down its cgroups
 
 
 def _write_record(d: Path, rec: dict) -> None:

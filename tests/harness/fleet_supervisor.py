@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.harness import fleet_net, fleet_sys
+from tests.harness import fleet_cgroup, fleet_net, fleet_sys
 
 REBOOT_RC = 133
 STOP_GRACE = 10.0
@@ -93,7 +93,7 @@ class NodeLoop(threading.Thread):
         fakes = Path(f["checkout"]) / "tests" / "fakes" / "build"
         if fakes.is_dir():
             cmd.append(f"--bind-ro={fakes}:/opt/fleetmedic-fakes")
-        return cmd
+        return cmd + list(n.get("nspawn_args", ()))
 
     def boot_once(self) -> int:
         fleet_net.set_node_eth0(self.fleet["octet"], self.node["name"], up=True)
@@ -110,12 +110,15 @@ class NodeLoop(threading.Thread):
                 f"\n===== boot {self.boots} at {time.strftime('%H:%M:%S')} =====\n".encode()
             )
             console.flush()
+            cgroups = list(self.node.get("cgroups", ()))
             self.proc = subprocess.Popen(
                 self.command(),
                 stdin=subprocess.DEVNULL,
                 stdout=console,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env={**os.environ, **self.node.get("nspawn_env", {})},
+                preexec_fn=(lambda: fleet_cgroup.join(cgroups)) if cgroups else None,
             )
         self.status("running")
         with open(self.dir / "boots.log", "a") as b:

@@ -22,6 +22,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.harness import fleet_cgroup
 from tests.harness import fleet_net as net
 
 FLEETS_ROOT = Path(os.environ.get("FLEETMEDIC_FLEETS", "/run/fleetmedic/fleets"))
@@ -171,6 +172,9 @@ def teardown_resources(
         log(f"{fleet_dir.name}: processes {stuck} survived SIGKILL")
     umount_all(fleet_dir)
     for n in nodes:
+        stuck_cg = fleet_cgroup.remove(n.get("cgroups", []))
+        if stuck_cg:
+            log(f"{fleet_dir.name}: cgroups left: {', '.join(stuck_cg)}")
         net.delete_netns(n["netns"])
         net.delete_link(n["veth"])
     if rec and "octet" in rec:
@@ -206,6 +210,7 @@ def leftovers(fleet_dir: Path, rec: dict | None) -> list[str]:
     if rec:
         all_ns, links = set(net.list_netns()), set(net.list_links())
         for n in rec.get("nodes", []):
+            left += [f"cgroup {c}" for c in n.get("cgroups", []) if Path(c).exists()]
             if n["netns"] in all_ns:
                 left.append(f"netns {n['netns']}")
             if n["veth"] in links:

@@ -539,8 +539,14 @@ class KubeCluster:
             if p.suffix != ".log":
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
 
+    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        """Run another component of the cluster (e.g. kube-controller-manager): logged to
+        ``<workdir>/<name>.log``, killed with the test process, stopped first by ``stop``."""
+        return self._spawn(name, argv)
+
     def _stop_procs(self) -> None:
-        for name in ("kwok", "kube-apiserver", "etcd"):
+        base = ("kwok", "kube-apiserver", "etcd")
+        for name in [*reversed([n for n in self.procs if n not in base]), *base]:
             self._stop_one(name)
         self._local = threading.local()
 
