@@ -21,11 +21,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from fleetmedic.model.actions import FENCING_ACTIONS
+
 Status = Literal["ok", "problem", "unknown"]
 Category = Literal["gpu", "network", "kernel"]
 STATUSES: tuple[str, ...] = ("ok", "problem", "unknown")
 CATEGORIES: tuple[str, ...] = ("gpu", "network", "kernel")
-ACTIONS: tuple[str, ...] = ("reboot", "reimage", "manual")
+ACTIONS: tuple[str, ...] = FENCING_ACTIONS  # reset | reboot | reimage | manual
 
 # NPD custom-plugin exit codes: 0 OK, 1 problem, 2 unknown.
 EXIT_CODES = {"ok": 0, "problem": 1, "unknown": 2}
@@ -38,7 +40,7 @@ class CheckResult:
     summary: str  # one line for an operator
     evidence: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # JSON-safe
     category: Category = "gpu"
-    action: str | None = None  # definitive repair: reboot | reimage | manual
+    action: str | None = None  # definitive repair: reset | reboot | reimage | manual
     duration: float = 0.0  # seconds spent collecting (shared by a probe's checks)
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ this check only when it wants a one-shot answer.
 - Current boot only: in a file, findings before the last kernel banner
   (``Linux version ...``) belong to an earlier boot and are ignored, so a
   node that was rebooted for a Xid 79 passes verify afterwards.
-- A finding whose catalog action is ``reboot``, ``reimage`` or ``manual`` is
+- A finding whose catalog action is ``reset`` or stronger is
   a problem carrying that action (definitive: the agent acts at once);
   ``monitor`` findings are listed in the evidence only.
 - A log that cannot be read is ``unknown``, never ``ok``.
@@ -27,11 +27,12 @@ from collections.abc import Mapping
 
 from fleetmedic.checks.base import CheckResult, ok, problem, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
+from fleetmedic.model.actions import FENCING_ACTIONS
 from fleetmedic.scan import ACTION_RANK, Finding, Scanner, last_boot_offset, read_kmsg
 from fleetmedic.scan.stream import KMSG
 
 NAME = "kernel.log"
-FENCING = ("reboot", "reimage", "manual")
+FENCING = FENCING_ACTIONS
 MAX_EVIDENCE = 20  # findings kept in the evidence (the worst first)
 
 

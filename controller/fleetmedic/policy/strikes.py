@@ -9,8 +9,10 @@ Rules (DESIGN.md "The ladder"):
 - ``strike_limit`` consecutive GPU problems -> repair ``reboot``. Any GPU pass
   resets the count; ``unknown`` neither counts nor resets (a timeout is not
   evidence either way).
-- a definitive action (a catalog finding or a check that says ``reboot``,
-  ``reimage`` or ``manual``) fences at once with that step.
+- a definitive action (a catalog finding or a check that says ``reset``,
+  ``reboot``, ``reimage`` or ``manual``) fences at once, at the ladder state
+  :func:`fleetmedic.model.actions.fence_state` gives (``reset`` -> ``reboot``
+  until the ladder has a reset rung).
 - GPU work is skipped while any repair taint is on the node; its strikes
   restart from zero then, so a repaired node starts with a clean slate.
 - ``strike_limit`` consecutive network problems -> ``slow-network``; one pass
@@ -23,8 +25,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-ACTION_RANK = {"none": 0, "monitor": 1, "reboot": 2, "reimage": 3, "manual": 4}
-FENCING_ACTIONS = ("reboot", "reimage", "manual")
+from fleetmedic.model.actions import ACTION_RANK, FENCING_ACTIONS, fence_state
+
+__all__ = ["FENCING_ACTIONS", "Decision", "Observation", "Strikes", "decide"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +58,7 @@ class Observation:
     category: str  # gpu | network | kernel
     status: str  # ok | problem | unknown
     name: str = ""
-    action: str | None = None  # definitive: reboot | reimage | manual
+    action: str | None = None  # definitive: reset | reboot | reimage | manual
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +97,7 @@ def decide(
         definitive = _worst_action(o.action for o in gpu if o.status == "problem")
         problems = [o for o in gpu if o.status == "problem"]
         if definitive:
-            repair = definitive
+            repair = fence_state(definitive)
             reason = "definitive: " + ", ".join(o.name for o in problems if o.action == definitive)
             gpu_strikes = 0
         elif problems:

@@ -22,6 +22,7 @@ one-line message) and returns a frozen :class:`Catalog`.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -32,6 +33,7 @@ from typing import Any
 import yaml
 
 from fleetmedic.errors import ConfigError
+from fleetmedic.model.actions import FENCING_ACTIONS
 from fleetmedic.scan.finding import ACTIONS
 
 FILES = ("xid_catalog.yaml", "sxid_catalog.yaml", "amdgpu_catalog.yaml", "workload_catalog.yaml")
@@ -89,6 +91,19 @@ class Rule:
     same_as: tuple[str, str] | None
     description: str
     sources: tuple[str, ...]
+    continued_by: re.Pattern[str] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Threshold:
+    """When findings that only monitor add up: ``count`` lines of one rule on one GPU
+    within ``window`` seconds fence at ``action``. Lines closer than ``burst`` seconds
+    to the last counted one are the same event. ``count`` 0 turns it off."""
+
+    count: int
+    window: float
+    action: str
+    burst: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,6 +133,12 @@ class Catalog:
     sxid_printed: Mapping[str, str]
     unknown_sxid_action: str
     rules: tuple[Rule, ...]
+    thresholds: Mapping[str, Threshold] = dataclasses.field(default_factory=dict)
+    sxid_parts: Mapping[str, re.Pattern[str]] = dataclasses.field(default_factory=dict)
+
+    def threshold_for(self, rule: str) -> Threshold | None:
+        """The threshold of rule id ``rule`` (an exact key first, then fnmatch patterns)."""
+        return threshold_for(self.thresholds, rule)
 
     def rules_for(self, message: str) -> tuple[Rule, ...]:
         """Rules whose ``requires`` literal occurs in ``message``, in catalog order."""
@@ -131,6 +152,50 @@ class Catalog:
             if not any(t in rule.requires for t in found):
                 found.append(rule.requires)
         return tuple(found)
+
+
+def threshold_for(table: Mapping[str, Threshold], rule: str) -> Threshold | None:
+    """``table[rule]``, else the first fnmatch pattern key that matches ``rule``."""
+    found = table.get(rule)
+    if found is not None:
+        return found
+    for key, value in table.items():
+        if fnmatch.fnmatchcase(rule, key):
+            return value
+    return None
+
+
+def parse_threshold(where: str, key: str, raw: Any) -> Threshold:
+    """One threshold from ``{count, window, action, burst}``; ConfigError (one line) if bad."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"{where}: threshold {key!r} must be a mapping with count, window, action"
+        )
+    unknown = set(raw) - {"count", "window", "action", "burst"}
+    if unknown:
+        raise ConfigError(f"{where}: threshold {key!r} has unknown key {sorted(unknown)[0]!r}")
+    try:
+        count = int(raw.get("count", 0))
+        window = float(raw.get("window", 3600))
+        burst = float(raw.get("burst", 10.0))
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{where}: threshold {key!r} needs numbers for count/window/burst"
+        ) from None
+    action = raw.get("action", "reboot")
+    if action not in FENCING_ACTIONS:
+        raise ConfigError(
+            f"{where}: threshold {key!r} action {action!r} "
+            f"must be one of {', '.join(FENCING_ACTIONS)}"
+        )
+    if count < 0 or window <= 0 or burst < 0:
+        raise ConfigError(f"{where}: threshold {key!r} needs count >= 0, window > 0, burst >= 0")
+    return Threshold(count, window, str(action), burst)
+
+
+def _thresholds(file: str, data: Mapping[str, Any]) -> dict[str, Threshold]:
+    raw = data.get("thresholds") or {}
+    return {str(k): parse_threshold(f"fault catalog {file}", str(k), v) for k, v in raw.items()}
 
 
 def _fail(file: str, what: str) -> ConfigError:
@@ -271,6 +336,10 @@ def _load_sxids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
         "unknown_sxid_action": _action(
             name, {"id": "unknown_sxid_action"}, data["unknown_sxid_action"]
         ),
+        "sxid_parts": {
+            str(k): _regex(name, {"id": f"parts.{k}"}, v)
+            for k, v in (data.get("parts") or {}).items()
+        },
     }
 
 
@@ -304,8 +373,13 @@ def _load_rules(
                 bucket=entry.get("bucket"),
                 code=int(code) if code is not None else None,
                 same_as=(str(same["kind"]), str(same["code"])) if same else None,
-                description=str(entry.get("description", "")),
+                description=" ".join(str(entry.get("description", "")).split()),
                 sources=_sources(name, entry, sources),
+                continued_by=(
+                    _regex(name, entry, entry["continued_by"])
+                    if entry.get("continued_by")
+                    else None
+                ),
             )
         )
     return tuple(rules)
@@ -339,6 +413,9 @@ def load(directory: str | None = None) -> Catalog:
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"fault catalog: malformed entry ({type(exc).__name__}: {exc})") from None
+    parts["thresholds"] = {}
+    for name in FILES:
+        parts["thresholds"].update(_thresholds(name, files[name]))
     ids = [rule.id for rule in parts["rules"]]
     if len(ids) != len(set(ids)):
         raise ConfigError("fault catalog: duplicate rule id")

@@ -1,7 +1,9 @@
 """Turn one kernel (or pod) message into a classification, using the catalog.
 
-:func:`classify` is pure: a message string in, a :class:`Classified` or
-``None`` (not a GPU fault) out. It never raises on any input. The order:
+:func:`classify` is pure: a message string in, a :class:`Classified` (a
+:class:`~fleetmedic.scan.finding.Finding` that has no line number, time or boot
+yet: the scanner fills those in) or ``None`` (not a GPU fault) out. It never
+raises on any input. The order:
 
 1. an NVIDIA Xid line -> the Xid table (Xid 154 by its hex recovery action,
    Xid 144-150 by the NVLink 5 decode table);
@@ -12,33 +14,23 @@
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Any
 
 from fleetmedic.scan import nvidia
 from fleetmedic.scan import pci as pcimod
 from fleetmedic.scan.catalog import Catalog, Rule
-from fleetmedic.scan.finding import ACTION_RANK
+from fleetmedic.scan.finding import ACTION_RANK, Finding
 
 XID154 = 154
 NVLINK5 = range(144, 151)
 
+Classified = Finding
+"""What a message means: a :class:`Finding` with ``line`` 0 and no timestamp or boot
+(the scanner sets those with :func:`dataclasses.replace`)."""
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Classified:
-    """What a message means; :class:`~fleetmedic.scan.finding.Finding` minus line and time."""
 
-    vendor: str
-    kind: str
-    code: int | None
-    pci: str | None
-    action: str
-    bucket: str | None
-    message: str
-    rule: str
-    pid: int | None = None
-    process: str | None = None
-    dedup_kind: str = ""
-    dedup_code: str = ""
+def _classified(**fields: Any) -> Finding:
+    return Finding(line=0, **fields)
 
 
 def _stronger(a: str, b: str) -> str:
@@ -76,21 +68,21 @@ def _classify_xid(xid: nvidia.XidLine, catalog: Catalog) -> Classified:
         value = nvidia.recovery_action(xid.text)
         known = catalog.xid154_actions.get(value) if value is not None else None
         if known is None:
-            return Classified(
+            return _classified(
                 **base,
                 action=catalog.xid154_unknown_action,
                 bucket="XID_154",
                 rule="xid.154.unknown",
             )
-        return Classified(**base, action=known[1], bucket="XID_154", rule=f"xid.154.0x{value:x}")
+        return _classified(**base, action=known[1], bucket="XID_154", rule=f"xid.154.0x{value:x}")
     if entry is None:
-        return Classified(
+        return _classified(
             **base, action=catalog.unknown_xid_action, bucket=None, rule="xid.unknown"
         )
     if xid.code in NVLINK5:
         action, bucket, rule = _nvlink5(xid, catalog)
-        return Classified(**base, action=action, bucket=bucket, rule=rule)
-    return Classified(**base, action=entry.action, bucket=entry.immediate, rule=f"xid.{xid.code}")
+        return _classified(**base, action=action, bucket=bucket, rule=rule)
+    return _classified(**base, action=entry.action, bucket=entry.immediate, rule=f"xid.{xid.code}")
 
 
 def _nvlink5(xid: nvidia.XidLine, catalog: Catalog) -> tuple[str, str, str]:
@@ -123,7 +115,7 @@ def _classify_sxid(sxid: nvidia.SxidLine, catalog: Catalog) -> Classified:
         # The driver says fatal: never act less than the severity demands.
         action = _stronger(action, catalog.sxid_severity_actions[printed])
     text = sxid.text or (entry.name if entry else "")
-    return Classified(
+    return _classified(
         vendor="nvidia",
         kind="sxid",
         code=sxid.code,
@@ -145,7 +137,7 @@ def _apply(rule: Rule, message: str) -> Classified | None:
     code_text = groups.get("code")
     code = int(code_text) if code_text and code_text.isdigit() else rule.code
     same_kind, same_code = rule.same_as or ("", "")
-    return Classified(
+    return _classified(
         vendor=rule.vendor,
         kind=rule.kind,
         code=code,

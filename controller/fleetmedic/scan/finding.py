@@ -11,6 +11,10 @@ Actions, from mildest to strongest (:data:`ACTIONS`):
     Not a node problem (an application fault, an informational event).
 ``monitor``
     Record it; repeated findings may matter (the agent's strikes decide).
+``reset``
+    A GPU reset cures it (NVIDIA's ``RESET_GPU`` bucket, Xid 154's "GPU reset"
+    value, an amdgpu MES/KIQ hang); until the ladder has a reset rung the agent
+    fences it at ``reboot`` (:data:`fleetmedic.model.actions.FENCE_AT`).
 ``reboot`` / ``reimage`` / ``manual``
     Enter the repair ladder at that step (the taint states of
     :data:`fleetmedic.model.vocabulary.REPAIR_STATES`).
@@ -21,14 +25,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fleetmedic.model.vocabulary import REPAIR_STATES
+from fleetmedic.model.actions import ACTION_RANK, ACTIONS
 
-ACTIONS: tuple[str, ...] = ("none", "monitor", *REPAIR_STATES)
-"""Every action a catalog entry may carry, mildest first."""
-
-ACTION_RANK: dict[str, int] = {name: rank for rank, name in enumerate(ACTIONS)}
-"""Severity order used to pick the worst finding and to let escalations
-through dedup (``manual`` > ``reimage`` > ``reboot`` > ``monitor`` > ``none``)."""
+__all__ = ["ACTIONS", "ACTION_RANK", "JSON_FIELDS", "KINDS", "VENDORS", "Finding", "worst"]
 
 VENDORS: tuple[str, ...] = ("nvidia", "amd")
 KINDS: tuple[str, ...] = ("xid", "sxid", "nvrm", "amdgpu", "nccl", "cuda")

@@ -32,11 +32,20 @@ What the scanner adds on top of :func:`~fleetmedic.scan.classify.classify`:
   starts a new boot segment, so a file spanning reboots reports a fault
   again after each reboot. Known gap: a reboot that does not load a GPU
   driver is not seen (it cannot produce GPU faults either);
+- multi-line reports are one finding, even with dedup off: the follow-up lines
+  of a report (an SXid event's ``Data {...}`` and ``Severity N Engine ...``
+  lines, an amdgpu page fault's ``in page starting at address`` and
+  ``*_L2_PROTECTION_FAULT_STATUS`` lines: the catalog's ``parts`` and
+  ``continued_by``) join the finding of its first line, as long as they follow
+  within :data:`REPORT_LINES` lines, name the same device and code, and ask for
+  nothing stronger (a stronger one is its own finding: an escalation is never
+  lost). A part seen twice starts the next report;
 - dedup (:class:`~fleetmedic.scan.dedup.Dedup`), on by default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -59,6 +68,19 @@ _GPU_HEADER = re.compile(r"NVRM: The NVIDIA GPU (\S+)")
 _HINT_LINES = 4
 _CACHE_SIZE = 4096
 _DEVICE = re.compile(r"^ DEVICE=\+pci:(\S+)", re.M)
+
+REPORT_LINES = 4
+"""A follow-up line joins a report when it comes within this many lines of the
+report's previous line (drivers print a report's lines back to back)."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Report:
+    """The report the last finding opened: where, what, and which parts it has."""
+
+    last_line: int
+    finding: Finding
+    parts: set[str]
 
 
 class Scanner:
@@ -89,7 +111,9 @@ class Scanner:
         self._segment = 0
         self._hint: tuple[int, str] | None = None
         self._cache: dict[str, Classified | None] = {}
+        self._report: _Report | None = None
         self.triggers: tuple[str, ...] = self.catalog.triggers
+        self._rules = {rule.id: rule for rule in self.catalog.rules}
 
     @property
     def boot_key(self) -> str:
@@ -119,6 +143,9 @@ class Scanner:
         if self.boot_id is None and any(marker in message for marker in DRIVER_LOADS):
             self._segment += 1
             self._hint = None
+            self._report = None
+            return []
+        if self._continues(message, lineno):
             return []
         found = self._classify(message)
         if found is None:
@@ -128,9 +155,50 @@ class Scanner:
                 self._hint = (lineno, pci) if pci else None
             return []
         finding = self._finding(found, record, lineno, text)
+        if self._joins(finding, message, lineno):
+            return []
         if self.dedup is not None and not self.dedup.admit(finding, self.boot_key):
             return []
         return [finding]
+
+    def _continues(self, message: str, lineno: int) -> bool:
+        """A follow-up line of the open report that the catalog names (``continued_by``)."""
+        report = self._report
+        if report is None or lineno - report.last_line > REPORT_LINES:
+            return False
+        rule = self._rules.get(report.finding.rule)
+        if rule is None or rule.continued_by is None or not rule.continued_by.search(message):
+            return False
+        pci = pcimod.find(message)
+        if pci is not None and report.finding.pci is not None and pci != report.finding.pci:
+            return False
+        report.last_line = lineno
+        return True
+
+    def _joins(self, finding: Finding, message: str, lineno: int) -> bool:
+        """True if ``finding`` is another line of the open report (then it is dropped);
+        otherwise it opens the next report."""
+        part = self._part(finding, message)
+        report = self._report
+        if (
+            report is not None
+            and lineno - report.last_line <= REPORT_LINES
+            and part not in report.parts
+            and finding.identity() == report.finding.identity()
+            and finding.rank <= report.finding.rank
+        ):
+            report.parts.add(part)
+            report.last_line = lineno
+            return True
+        self._report = _Report(lineno, finding, {part})
+        return False
+
+    def _part(self, finding: Finding, message: str) -> str:
+        if finding.kind == "sxid":
+            for name, regex in self.catalog.sxid_parts.items():
+                if regex.search(message):
+                    return name
+        return "head"
 
     def _classify(self, message: str) -> Classified | None:
         """:func:`classify`, memoised: an Xid storm repeats the same text many times."""
@@ -153,24 +221,14 @@ class Scanner:
             hint_line, hint_pci = self._hint
             if 0 <= lineno - hint_line <= _HINT_LINES:
                 pci = hint_pci
-        return Finding(
+        return dataclasses.replace(
+            found,
             line=lineno,
-            vendor=found.vendor,
-            kind=found.kind,
-            code=found.code,
             pci=pci,
-            action=found.action,
-            bucket=found.bucket,
-            message=found.message,
             timestamp=record.timestamp,
             time=record.time,
             clock=record.clock,
-            pid=found.pid,
-            process=found.process,
-            rule=found.rule,
             boot_id=self.boot_id,
-            dedup_kind=found.dedup_kind,
-            dedup_code=found.dedup_code,
         )
 
     def scan(self, lines: Iterable[str | bytes]) -> Iterator[Finding]:

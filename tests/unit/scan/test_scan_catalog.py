@@ -37,10 +37,10 @@ def test_issue_rules():
     assert CAT.xids[79].action == "reboot"  # fallen off the bus
     for code in (13, 31, 43, 45, 63, 94):  # application errors
         assert CAT.xids[code].action in ("none", "monitor"), code
-    assert CAT.bucket_actions["RESET_GPU"] == "reboot"
+    assert CAT.bucket_actions["RESET_GPU"] == "reset"
     for code, entry in CAT.xids.items():
         if entry.immediate == "RESET_GPU" and code != 64:
-            assert entry.action == "reboot", code
+            assert entry.action == "reset", code
 
 
 def test_buckets_named_by_the_issue_are_mapped():
@@ -61,10 +61,10 @@ def test_buckets_named_by_the_issue_are_mapped():
 def test_xid154_recovery_actions_by_hex_value():
     assert {k: v[1] for k, v in CAT.xid154_actions.items()} == {
         0x0: "none",
-        0x1: "reboot",
+        0x1: "reset",
         0x2: "reboot",
-        0x3: "reboot",
-        0x4: "reboot",
+        0x3: "reset",
+        0x4: "reset",
     }
     assert CAT.xid154_unknown_action == "manual"
 
@@ -114,6 +114,11 @@ def _copy_catalog(tmp_path: Path) -> Path:
         ("xid_catalog.yaml", lambda d: d["xids"][0].pop("source")),
         ("xid_catalog.yaml", lambda d: d["xids"][0].update(source="no-such-source")),
         ("xid_catalog.yaml", lambda d: d["xids"][0].update(action="reset_gpu")),
+        (
+            "xid_catalog.yaml",
+            lambda d: d["thresholds"].update({"xid.13": {"count": 3, "action": "monitor"}}),
+        ),
+        ("amdgpu_catalog.yaml", lambda d: d["rules"][-1].update(continued_by="(unclosed")),
         ("amdgpu_catalog.yaml", lambda d: d["rules"][0].update(match="(unclosed")),
         ("sxid_catalog.yaml", lambda d: d["sxids"][0].update(severity="maybe")),
     ],
@@ -132,3 +137,63 @@ def test_a_broken_catalog_is_a_one_line_config_error(tmp_path, breakage):
 def test_an_unreadable_catalog_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError):
         catalog.load(str(tmp_path))
+
+
+# -- drift: NVIDIA's buckets, our actions and the classifier stay in step (issue 12 item 5)
+
+
+def _catalog_actions() -> set[str]:
+    """Every action some catalog entry, table or fallback can hand to the classifier."""
+    found = {e.action for e in CAT.xids.values()}
+    found |= set(CAT.bucket_actions.values()) | {CAT.unknown_xid_action}
+    found |= {a for _name, a in CAT.xid154_actions.values()} | {CAT.xid154_unknown_action}
+    found |= set(CAT.nvlink5_bucket_actions.values()) | set(CAT.nvlink5_severity_actions.values())
+    found |= {e.action for e in CAT.sxids.values()} | set(CAT.sxid_severity_actions.values())
+    found |= {CAT.unknown_sxid_action} | {rule.action for rule in CAT.rules}
+    return found
+
+
+def test_every_bucket_the_catalog_uses_maps_to_one_of_our_actions():
+    used = {e.immediate for e in CAT.xids.values() if e.immediate}
+    assert used <= set(CAT.bucket_actions), sorted(used - set(CAT.bucket_actions))
+    for bucket, action in CAT.bucket_actions.items():
+        assert action in ACTIONS, bucket
+    rows = {b for row in CAT.nvlink5.values() for b in [*row.status.values(), row.default] if b}
+    assert rows | {"RESET_GPU"} <= set(CAT.nvlink5_bucket_actions)
+    for rule in CAT.rules:
+        assert rule.bucket is None or rule.bucket in CAT.bucket_actions, rule.id
+        if rule.bucket is not None:
+            assert rule.action == CAT.bucket_actions[rule.bucket], rule.id
+
+
+def test_no_bucket_mapping_is_dead():
+    used = {e.immediate for e in CAT.xids.values() if e.immediate}
+    used |= {rule.bucket for rule in CAT.rules if rule.bucket}
+    assert set(CAT.bucket_actions) <= used, sorted(set(CAT.bucket_actions) - used)
+
+
+def test_every_xid_has_a_known_source():
+    for code, entry in CAT.xids.items():
+        assert entry.sources and all(s in CAT.sources for s in entry.sources), code
+
+
+def test_every_action_is_reachable_from_the_catalog_and_nothing_else_is():
+    assert _catalog_actions() == set(ACTIONS)
+
+
+def test_every_fencing_action_has_a_ladder_state():
+    from fleetmedic.model.actions import FENCE_AT, FENCING_ACTIONS
+    from fleetmedic.model.vocabulary import REPAIR_STATES
+
+    assert set(FENCING_ACTIONS) == set(FENCE_AT)
+    assert set(FENCE_AT.values()) <= set(REPAIR_STATES)
+    assert set(ACTIONS) - set(FENCING_ACTIONS) == {"none", "monitor"}
+
+
+def test_thresholds_name_rules_that_exist_and_only_monitor():
+    rule_ids = {rule.id for rule in CAT.rules} | {f"xid.{c}" for c in CAT.xids}
+    rule_ids |= {f"sxid.{c}" for c in CAT.sxids} | {"sxid.unknown"}
+    for key, threshold in CAT.thresholds.items():
+        matches = [r for r in rule_ids if CAT.threshold_for(r) is threshold]
+        assert matches, f"threshold {key} matches no rule"
+        assert threshold.count > 0 and threshold.action in ACTIONS

@@ -36,8 +36,8 @@ def test_xid154_reads_the_hex_value_only(text, value):
     [
         ("from 0x0 (None) to 0x2 (Node Reboot Required)", "reboot", "xid.154.0x2"),
         ("from 0x0 (None) to 0x2 (OS Reboot)", "reboot", "xid.154.0x2"),
-        ("from 0x0 (None) to 0x1 (PF FLR)", "reboot", "xid.154.0x1"),
-        ("from 0x0 (None) to 0x3 (Drain P2P)", "reboot", "xid.154.0x3"),
+        ("from 0x0 (None) to 0x1 (PF FLR)", "reset", "xid.154.0x1"),
+        ("from 0x0 (None) to 0x3 (Drain P2P)", "reset", "xid.154.0x3"),
         ("from 0x2 (Node Reboot Required) to 0x0 (Node Reboot Required)", "none", "xid.154.0x0"),
         ("from 0x0 (None) to 0x9 (Something New)", "manual", "xid.154.unknown"),
         ("to GPU Reset Required", "manual", "xid.154.unknown"),
@@ -53,7 +53,7 @@ def test_xid154_classification(tail, action, rule):
     [
         (
             "144, SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 0x00000002 0x0 0x0 0x0 0x0)",
-            "reboot",
+            "reset",
             "RESET_GPU",
         ),
         (
@@ -73,12 +73,12 @@ def test_xid154_classification(tail, action, rule):
         ),
         (
             "145, RLW_RXPIPE Fatal XC0 i0 Link 1 (0x000000c2 0x00000001 0x0 0x0 0x0 0x0)",
-            "reboot",
+            "reset",
             "RESET_GPU",
         ),
         (
             "146, TLW_RX_PIPE0 Nonfatal XC0 i0 Link 2 (0x0 0x00000004 0x0 0x0 0x0 0x0)",
-            "reboot",
+            "reset",
             "RESET_GPU",
         ),
         (
@@ -88,12 +88,12 @@ def test_xid154_classification(tail, action, rule):
         ),
         (
             "149, NETIR_MFDE_EVENT Fatal XC0 i0 Link 3 (0x0 0x00000005 0x0 0x0 0x0 0x0)",
-            "reboot",
+            "reset",
             "RESET_GPU",
         ),
         (
             "150, MSE_WATCHDOG Fatal XC0 i0 Link 0 (0x0 0x00000000 0x0 0x0 0x0 0x0)",
-            "reboot",
+            "reset",
             "RESET_GPU",
         ),
         (

@@ -98,7 +98,7 @@ def test_table_is_readable(tmp_path: Path):
     assert (
         "nvsentinel-155.dmesg:5" in lines[1] and "REBOOT" in lines[1] and "0000:b3:00" in lines[1]
     )
-    assert lines[-1].startswith("3 findings (1 reboot, 2 monitor)")
+    assert lines[-1].startswith("5 findings (1 reboot, 2 reset, 2 monitor)")
     assert "Worst: reboot" in lines[-1] and "node needs a reboot" in lines[-1]
 
 

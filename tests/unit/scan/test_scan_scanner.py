@@ -40,7 +40,9 @@ def test_fallen_off_the_bus_in_three_lines(scan):
 def test_sxid_event_lines_fold_into_one_finding(scan):
     findings = scan("nvtrust-124.dmesg")
     assert [(f.line, f.code, f.action) for f in findings] == [(4, 22013, "none")]
-    assert len(scan("nvtrust-124.dmesg", dedup=False)) == 8
+    # Without dedup: one finding per SXid event (three events, on links 44, 45 and 46),
+    # not one per line (issue 12: a report's follow-up lines join its finding).
+    assert [f.line for f in scan("nvtrust-124.dmesg", dedup=False)] == [4, 7, 10]
 
 
 def test_amdgpu_reset_sequence():
@@ -48,6 +50,8 @@ def test_amdgpu_reset_sequence():
     assert [(f.line, f.rule, f.pci) for f in findings] == [
         (5, "amdgpu.ring-timeout", "0000:c5:00"),
         (9, "amdgpu.gpu-reset", "0000:c5:00"),
+        (10, "amdgpu.mes-kiq-failed", "0000:c5:00"),
+        (12, "amdgpu.mes-kiq-failed", None),
     ]
 
 

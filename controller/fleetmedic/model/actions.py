@@ -1,0 +1,40 @@
+"""What a finding asks for, and the ladder state it fences the node at: one place.
+
+A catalog entry or a check names an *action* (:data:`ACTIONS`, mildest first).
+``none`` and ``monitor`` never fence; every other action enters the repair ladder
+at the state :data:`FENCE_AT` gives, and nowhere else is that mapping made.
+
+``reset`` (a GPU reset cures it: NVIDIA's ``RESET_GPU`` bucket, Xid 154 "GPU
+Reset Required", an amdgpu MES/KIQ hang) has no rung of its own yet, so it fences
+at ``reboot``, the next rung up: nothing is lost, it only costs a reboot where a
+reset would do. When the ladder gains its reset rung (issue 14), change the one
+``"reset": "reboot"`` line below to ``"reset": "reset"``.
+"""
+
+from __future__ import annotations
+
+from fleetmedic.model.vocabulary import REPAIR_STATES
+
+ACTIONS: tuple[str, ...] = ("none", "monitor", "reset", "reboot", "reimage", "manual")
+"""Every action a catalog entry or check may carry, mildest first."""
+
+ACTION_RANK: dict[str, int] = {name: rank for rank, name in enumerate(ACTIONS)}
+"""Severity order: the worst finding wins, and an escalation passes dedup."""
+
+FENCE_AT: dict[str, str] = {
+    "reset": "reboot",  # no reset rung yet (issue 14): the next rung up
+    "reboot": "reboot",
+    "reimage": "reimage",
+    "manual": "manual",
+}
+"""Action -> the repair state (taint) it fences the node at."""
+
+FENCING_ACTIONS: tuple[str, ...] = tuple(a for a in ACTIONS if a in FENCE_AT)
+"""Actions that fence at once (``reset`` and stronger)."""
+
+assert set(FENCE_AT.values()) <= set(REPAIR_STATES), "FENCE_AT names a state the ladder lacks"
+
+
+def fence_state(action: str | None) -> str | None:
+    """The repair state ``action`` fences at, or ``None`` for ``none``/``monitor``."""
+    return FENCE_AT.get(action or "")
