@@ -1,6 +1,6 @@
 """What the agent keeps on its Node, as pure edits of a Node dict.
 
-Three annotations (keys in :mod:`fleetmedic.model.keys`), compact JSON, each
+Four annotations (keys in :mod:`fleetmedic.model.keys`), compact JSON, each
 written only when its content changes, so a healthy node costs no writes:
 
 - ``fleetmedic.io/strikes``: ``{"gpu": 2, "network": 0}`` (policy ``Strikes``).
@@ -14,6 +14,8 @@ written only when its content changes, so a healthy node costs no writes:
   ``gpu`` reads ``skipped`` while a repair taint is on the node.
 - ``fleetmedic.io/last-finding``: the kernel-log watermark
   (:class:`fleetmedic.agent.watermark.Mark`).
+- ``fleetmedic.io/monitor-counts``: monitor findings counted against their
+  thresholds, per rule and GPU (:mod:`fleetmedic.policy.counts`).
 
 Taints: the agent only ever *adds* a repair taint and adds or removes
 slow-network (the ValidatingAdmissionPolicy in deploy/agent enforces exactly that).
@@ -115,3 +117,7 @@ def set_finding(node: dict, mark_json: Mapping[str, Any]) -> bool:
 def _clip(text: str) -> str:
     text = "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 3] + "..."
+
+
+def set_counts(node: dict, counts_json: Mapping[str, Any]) -> bool:
+    return nodeedit.set_annotation(node, keys.ANN_MONITOR_COUNTS, dumps(counts_json))

@@ -15,6 +15,8 @@ Example file (every key optional)::
       source: kmsg             # kmsg | journal | a file path | none
       poll: 0.1
       dedup_window: 60
+      thresholds:              # override the catalog's (count 0 turns one off)
+        xid.13: {count: 10, window: 3600, action: reset}
     checks:                    # fleetmedic.checks.CheckConfig
       vendor: auto
       timeout: 15
@@ -33,6 +35,7 @@ import yaml
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.vocabulary import Vocabulary, preset
+from fleetmedic.scan.catalog import parse_threshold
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 
@@ -54,8 +57,19 @@ class KernelWatchConfig:
     boot_id_file: str = BOOT_ID_FILE
     """The kernel's boot id; part of the watermark, so findings of an earlier boot are
     never mistaken for this boot's. Tests point it elsewhere."""
+    thresholds: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Per catalog rule id (or fnmatch pattern: ``sxid.*``), ``{count, window, action,
+    burst}``: overrides the catalog's ``thresholds``, past which findings that only
+    monitor (a repeated Xid 13, non-fatal SXids, amdgpu ring timeouts) fence the node
+    at ``action``. The catalog's defaults come from NVIDIA's and AMD's guidance; a
+    fleet whose jobs trip Xid 13 routinely raises ``count`` here, ``count: 0`` turns
+    one off."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.thresholds, Mapping):
+            raise ConfigError("kernel.thresholds: expected a mapping of rule id -> threshold")
+        for key, raw in self.thresholds.items():
+            parse_threshold("kernel.thresholds", str(key), raw)
         if self.poll <= 0:
             raise ConfigError(f"kernel.poll: must be > 0, got {self.poll}")
         if self.dedup_window < 0:

@@ -1,10 +1,14 @@
 """Follow the kernel log in its own thread and fence on a definitive finding at once.
 
 The loop, per line: the scanner (:mod:`fleetmedic.scan`) classifies it; a
-finding whose catalog action is ``reboot``, ``reimage`` or ``manual`` (Xid 79,
-a row-remap failure, ...) goes straight to :meth:`NodeWriter.record_finding`,
-which taints the Node and moves the watermark in one write. ``monitor``
-findings are only logged: the NVML checks and their strikes judge those.
+finding whose catalog action is ``reset`` or stronger (Xid 79, a row-remap
+failure, ...) goes straight to :meth:`NodeWriter.record_finding`, which taints
+the Node and moves the watermark in one write. A ``monitor`` (or ``none``)
+finding whose rule has a threshold (the catalog's ``thresholds``, overridden by
+``kernel.thresholds``) is counted per rule and GPU on the Node
+(:meth:`NodeWriter.record_count`, :mod:`fleetmedic.policy.counts`); the
+occurrence that reaches the count fences at the threshold's action, in the same
+write. Other findings are only logged.
 
 Restarts (see :mod:`fleetmedic.agent.watermark`):
 
@@ -26,7 +30,8 @@ import logging
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import KernelWatchConfig
@@ -43,6 +48,7 @@ from fleetmedic.agent.watermark import Mark, is_stale, locate, segment_id
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
+from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import (
     BANNER,
@@ -53,8 +59,10 @@ from fleetmedic.scan import (
     follow_journal,
     follow_kmsg,
     is_banner,
+    load_catalog,
     read_kmsg,
 )
+from fleetmedic.scan.catalog import Threshold, parse_threshold, threshold_for
 
 log = logging.getLogger("fleetmedic.agent")
 
@@ -94,6 +102,8 @@ class KernelWatch:
         self._seg = ""
         self._start = 0
         self._dedup = Dedup(cfg.dedup_window)
+        self.thresholds = merged_thresholds(cfg.thresholds)
+        self._recent: dict[str, float] = {}  # count key -> time last sent to the Node
 
     @property
     def path(self) -> str:
@@ -181,6 +191,9 @@ class KernelWatch:
             log.info(
                 "kernel log: %s at line %d (%s): %s", describe(f), n, f.action, f.message[:120]
             )
+            limit = threshold_for(self.thresholds, f.rule)
+            if limit is not None and limit.count > 0:
+                self._count(f, n, limit)
             return
         self._load_mark()
         if is_stale(f, n, self._mark, boot=self.boot, seg=self._seg, mark_line=self._mark_line):
@@ -219,6 +232,41 @@ class KernelWatch:
                 out.before_repair,
             )
 
+    def _count(self, f: Finding, n: int, limit: Threshold) -> None:
+        """Count a monitor finding on the Node; fence when it reaches ``limit``."""
+        when, clock = (
+            (f.time, f.clock) if f.time is not None and f.clock else (self.clock(), "agent")
+        )
+        key = counts.key_of(f.rule, f.pci)
+        last = self._recent.get(key)
+        if last is not None and abs(when - last) <= limit.burst:
+            return  # the same event (a storm of identical lines): no API call
+        self._recent[key] = when
+        if len(self._recent) > counts.MAX_KEYS:
+            self._recent.clear()
+        reason = f"{describe(f)} ({f.rule}) {limit.count} times within {limit.window:g}s"
+        out, added = self.retrier.call(
+            "count kernel finding",
+            lambda: self.writer.record_count(
+                boot=f"{self.boot}/{self._seg}",
+                key=key,
+                when=when,
+                clock=clock,
+                limit=counts.Limit(limit.count, limit.window, limit.burst),
+                crossing=Observation("kernel", "problem", reason, limit.action),
+            ),
+        )
+        if added.crossed:
+            self.acted += 1
+            log.warning(
+                "kernel log: %s at line %d: threshold reached (%d in %gs): %s",
+                describe(f),
+                n,
+                limit.count,
+                limit.window,
+                f"fenced repair={out.fenced}" if out.fenced else "node already under repair",
+            )
+
     def _load_mark(self) -> None:
         if self._mark_known:
             return
@@ -226,3 +274,11 @@ class KernelWatch:
         self._mark = Mark.from_json(ann.annotation_json(node, keys.ANN_LAST_FINDING))
         self._mark_known = True
         self._mark_line = locate(self._mark, self._pre.seen)
+
+
+def merged_thresholds(overrides: Mapping[str, Any]) -> dict[str, Threshold]:
+    """The agent config's ``kernel.thresholds`` over the catalog's (config keys first,
+    so an override pattern wins over a catalog pattern)."""
+    mine = {str(k): parse_threshold("kernel.thresholds", str(k), v) for k, v in overrides.items()}
+    catalog = load_catalog().thresholds
+    return {**mine, **{k: v for k, v in catalog.items() if k not in mine}}

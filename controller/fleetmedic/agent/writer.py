@@ -23,6 +23,7 @@ from fleetmedic.agent.watermark import Mark
 from fleetmedic.checks.base import CheckResult
 from fleetmedic.model import keys
 from fleetmedic.model.vocabulary import Vocabulary
+from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import Decision, Observation, decide
 
 log = logging.getLogger("fleetmedic.agent")
@@ -101,6 +102,39 @@ class NodeWriter:
             return ann.set_finding(node, mark(acted).to_json())
 
         return self._write([obs], extra)
+
+    def record_count(
+        self,
+        *,
+        boot: str,
+        key: str,
+        when: float,
+        clock: str,
+        limit: counts.Limit,
+        crossing: Observation,
+    ) -> tuple[Outcome, counts.Added]:
+        """Count one monitor finding on the Node (``monitor-counts``); when it reaches
+        ``limit`` the same write fences with ``crossing`` (its ``action``)."""
+        obs: list[Observation] = []
+        box: dict[str, counts.Added] = {}
+
+        def extra(node: dict) -> bool:
+            obs.clear()  # a 409 retries the whole edit on a fresh read
+            added = counts.add(
+                ann.annotation_json(node, keys.ANN_MONITOR_COUNTS),
+                boot=boot,
+                key=key,
+                when=when,
+                clock=clock,
+                limit=limit,
+            )
+            box["added"] = added
+            if added.crossed:
+                obs.append(crossing)
+            return ann.set_counts(node, counts.to_json(added.state)) if added.changed else False
+
+        out = self._write(obs, extra)
+        return out, box["added"]
 
     def _write(self, obs: list[Observation], extra: Callable[[dict], bool]) -> Outcome:
         box: dict[str, Outcome] = {}

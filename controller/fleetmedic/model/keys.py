@@ -17,6 +17,7 @@ ANN_SSH_HOST = PREFIX + "ssh-host"  # plain string: overrides InternalIP for SSH
 ANN_STRIKES = PREFIX + "strikes"  # agent: {"gpu": n, "network": n}
 ANN_LAST_RESULTS = PREFIX + "last-results"  # agent: last check results
 ANN_LAST_FINDING = PREFIX + "last-finding"  # agent: last catalog finding that acted
+ANN_MONITOR_COUNTS = PREFIX + "monitor-counts"  # agent: monitor findings per rule and GPU
 ANN_HISTORY = PREFIX + "history"  # controller: list of attempts
 ANN_IN_FLIGHT = PREFIX + "in-flight"  # controller: step under way
 ANN_STATE_SINCE = PREFIX + "state-since"  # controller: RFC 3339 time of last transition
@@ -29,6 +30,7 @@ ALL_ANNOTATIONS = (
     ANN_STRIKES,
     ANN_LAST_RESULTS,
     ANN_LAST_FINDING,
+    ANN_MONITOR_COUNTS,
     ANN_HISTORY,
     ANN_IN_FLIGHT,
     ANN_STATE_SINCE,
