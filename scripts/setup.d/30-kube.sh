@@ -21,7 +21,8 @@ command -v go >/dev/null || PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null || { log "go not found (need Go >= $(sed -n 's/^go //p' "$src/go.mod"))"; exit 1; }
 
 # The key: sha256 over the files that define the build (same list as the harness).
-files=(go.mod go.sum cmd/etcd/main.go cmd/etcd/version.go kwok/go.mod kwok/go.sum)
+stages_ours=(kwok/stages/pod-delete-at-grace-end.yaml)  # our kwok stages (see build)
+files=(go.mod go.sum cmd/etcd/main.go cmd/etcd/version.go kwok/go.mod kwok/go.sum "${stages_ours[@]}")
 key="$(cd "$src" && sha256sum "${files[@]}" | sha256sum | cut -c1-12)"
 kube="$(sed -n 's#^[[:space:]]*k8s.io/kubernetes \(v[^ ]*\).*#\1#p' "$src/go.mod")"
 kwokv="$(sed -n 's#^[[:space:]]*sigs.k8s.io/kwok \(v[^ ]*\).*#\1#p' "$src/kwok/go.mod")"
@@ -60,11 +61,13 @@ build_kube() {
   (cd "$src" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd)
   (cd "$src/kwok" && nice -n 10 go build -p "$jobs" -trimpath -ldflags "-s -w" -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
   # kwok (the controller) has no built-in stages; take the "fast" node/pod stages
-  # from the pinned kwok module (kwokctl embeds the same files).
+  # from the pinned kwok module (kwokctl embeds the same files), and add ours
+  # (tests/kube/kwok/stages: a pod that takes its grace period to terminate).
   stages="$(cd "$src/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage"
   for f in node/fast/node-initialize.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
     printf -- '---\n'; cat "$stages/$f"
   done > "$tmp/kwok-stages.yaml"
+  for f in "${stages_ours[@]}"; do printf -- '---\n'; cat "$src/$f"; done >> "$tmp/kwok-stages.yaml"
   cat "$stages/node/heartbeat/node-heartbeat.yaml" > "$tmp/kwok-stage-heartbeat.yaml"
   {
     echo "kube-apiserver $("$tmp/kube-apiserver" --version 2>&1 | awk '{print $2}')"

@@ -33,6 +33,7 @@ import http.client
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -60,6 +61,7 @@ KEY_FILES = (
     "cmd/etcd/version.go",
     "kwok/go.mod",
     "kwok/go.sum",
+    "kwok/stages/pod-delete-at-grace-end.yaml",
 )
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 FLEET_HOST_ADDRESSES = [f"192.168.{n}.1" for n in range(240, 255)]
@@ -585,6 +587,24 @@ class KubeCluster:
                 pass
         return out
 
+    def request_counts(self, resource: str, subresource: str = "") -> dict[str, int]:
+        """Requests the API server has served for ``resource`` (``subresource``), by verb
+        (GET, LIST, WATCH, POST, ...), summed over its ``apiserver_request_total`` metric:
+        what a test reads to bound the API calls some code makes."""
+        status, data = self._raw("GET", "/metrics")
+        if status != 200:
+            raise ApiError(status, "GET", "/metrics", data.decode(errors="replace"))
+        counts: dict[str, int] = {}
+        for line in data.decode().splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels_text, _, value = line[len("apiserver_request_total{") :].rpartition("} ")
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
+            if (labels.get("resource"), labels.get("subresource", "")) == (resource, subresource):
+                verb = labels.get("verb", "")
+                counts[verb] = counts.get(verb, 0) + int(float(value))
+        return counts
+
     # -- kubeconfigs --------------------------------------------------------
     def _write_kubeconfig(
         self, path: Path, user_fields: dict, user: str, server: str | None = None
@@ -794,21 +814,29 @@ class KubeCluster:
         namespace: str = "default",
         prefix: str | None = None,
         labels: Mapping[str, str] | None = None,
-        owner_kind: str | None = None,
+        owner_kind: str | None = "ReplicaSet",
+        annotations: Mapping[str, str] | None = None,
+        spec: Mapping[str, Any] | None = None,
         wait: bool = True,
         timeout: float = 60,
         workers: int = 8,
     ) -> list[dict]:
         """Create ``count`` pods bound to ``node`` (spec.nodeName, no scheduler) and,
         when ``wait``, wait until kwok reports them Running and Ready.
-        ``owner_kind`` (e.g. "DaemonSet") adds a controller ownerReference, which
-        drain logic looks at."""
+        ``owner_kind`` adds a controller ownerReference, which drain logic looks at: a
+        ReplicaSet by default, as most workloads have; None makes pods that declare no
+        controller (``kubectl drain`` refuses those without ``--force``). ``spec`` is
+        merged over the pod spec (volumes, containers, terminationGracePeriodSeconds);
+        the annotation ``fleetmedic.test/ignores-sigterm: "true"`` makes kwok keep a
+        deleted pod Terminating for its whole grace period (tests/kube/kwok/stages)."""
         self.ensure_namespace(namespace)
         prefix = prefix or f"{node}-pod-{uuid.uuid4().hex[:4]}"
         names = [f"{prefix}-{i}" for i in range(count)]
 
         def body(name: str) -> dict:
             meta: dict[str, Any] = {"name": name, "labels": dict(labels or {"app": prefix})}
+            if annotations:
+                meta["annotations"] = dict(annotations)
             if owner_kind:
                 meta["ownerReferences"] = [
                     {
@@ -833,6 +861,7 @@ class KubeCluster:
                     # Tolerate everything, as kubelet-managed workloads often do; a
                     # drain must still evict them.
                     "tolerations": [{"operator": "Exists"}],
+                    **(spec or {}),
                 },
             }
 
