@@ -12,6 +12,7 @@ from fleetmedic.controller import drain
 from fleetmedic.controller.watcher import NodeWatcher, wait_synced
 from fleetmedic.errors import ConfigError, NotFoundError, PermanentError, TemporaryError
 from fleetmedic.model import keys, nodeedit
+from fleetmedic.model.config import DrainConfig
 from fleetmedic.model.vocabulary import preset
 
 VOCAB = preset()
@@ -156,17 +157,17 @@ def test_drain_evicts_skips_daemonsets_and_respects_pdb(kube, api):
         },
     )
     kube.set_pdb_status(ns, "g", 0)
-    result = drain.drain(api, name, timeout=2, poll=0.5)
+    result = drain.drain(api, name, DrainConfig(), timeout=2, retry=0.5)
     assert not result.complete
     assert result.blocked == (f"{ns}/{guarded[0]['metadata']['name']}",)
     assert set(result.evicted) == {f"{ns}/{p['metadata']['name']}" for p in free}
-    assert result.skipped == (f"{ns}/{ds[0]['metadata']['name']}",)
+    assert result.skipped == ((f"{ns}/{ds[0]['metadata']['name']}", "DaemonSet"),)
     node = api.get_node(name)
     assert (
         node["spec"]["unschedulable"]
         and node["metadata"]["annotations"][keys.ANN_CORDONED] == "true"
     )
-    forced = drain.drain(api, name, timeout=1, poll=0.5, force_blocked=True)
+    forced = drain.drain(api, name, DrainConfig(), timeout=1, retry=0.5, force_blocked=True)
     assert forced.complete
     assert drain.uncordon_if_ours(api, name)
     assert not api.get_node(name)["spec"].get("unschedulable")
@@ -175,7 +176,7 @@ def test_drain_evicts_skips_daemonsets_and_respects_pdb(kube, api):
 def test_uncordon_leaves_a_human_cordon(kube, api):
     name = f"drain-{uuid.uuid4().hex[:6]}"
     kube.make_nodes([name], unschedulable=True)
-    drain.drain(api, name, timeout=1)
+    drain.drain(api, name, DrainConfig(), timeout=1)
     assert not drain.uncordon_if_ours(api, name)
     assert api.get_node(name)["spec"]["unschedulable"]
 

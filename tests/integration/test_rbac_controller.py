@@ -17,6 +17,7 @@ from test_safety_support import (
     install_controller_rbac,
     manifests,
     remove,
+    safety_bench,  # noqa: F401 (fixture)
     state_of,
 )
 
@@ -158,7 +159,8 @@ def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
                 n["metadata"].setdefault("annotations", {}).update({"fleetmedic.io/rbac-test": "1"})
             ),
         )
-        k.list_pods_on_node(name)
+        _, rv = k.list_pods_on_node(name)
+        list(k.watch_pods_on_node(name, rv, 1))  # the drain waits on this watch
         assert k.get_config_map(NAMESPACE, "fleetmedic")["data"]["pause"] == "false"  # shipped
         k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": "1"})  # the breaker's record
         k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": None})

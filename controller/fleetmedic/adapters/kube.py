@@ -13,7 +13,9 @@ HTTP / transport            fleetmedic error
 410                        Expired (list again)
 401, 403                   ForbiddenError (a PermanentError)
 400, 422                   PermanentError
-429, 5xx, connection       TemporaryError
+429                        TooManyRequests (a TemporaryError; on an
+                           eviction: a PodDisruptionBudget said no)
+5xx, connection            TemporaryError
 =========================  =====================================
 
 Every request carries ``_request_timeout``: a hung API server must never hang
@@ -58,6 +60,11 @@ class Expired(TemporaryError):
     """A watch's resourceVersion is too old (HTTP 410 Gone): list again."""
 
 
+class TooManyRequests(TemporaryError):
+    """HTTP 429: try again later. From the Eviction API it means a PodDisruptionBudget
+    allows no disruption now (or the server is shedding load)."""
+
+
 def _error_from(status: int | None, reason: str, body: str | None, what: str) -> FleetmedicError:
     detail = reason or ""
     try:
@@ -75,6 +82,8 @@ def _error_from(status: int | None, reason: str, body: str | None, what: str) ->
         return ForbiddenError(msg)
     if status in (400, 422):
         return PermanentError(msg)
+    if status == 429:
+        return TooManyRequests(msg, delay=5.0)
     return TemporaryError(msg, delay=2.0)
 
 
@@ -151,6 +160,17 @@ class Kube:
         Types are ADDED, MODIFIED, DELETED and BOOKMARK. Raises :class:`Expired`
         when the server says the resourceVersion is gone (list again then).
         """
+        selectors = {"label_selector": label_selector} if label_selector else {}
+        return self._watch("watch nodes", self.core.list_node, resource_version, timeout, selectors)
+
+    def _watch(
+        self,
+        what: str,
+        list_fn: Callable[..., Any],
+        resource_version: str,
+        timeout: int,
+        selectors: dict[str, str],
+    ) -> Iterator[tuple[str, dict]]:
         kwargs: dict[str, Any] = dict(
             watch=True,
             allow_watch_bookmarks=True,
@@ -158,34 +178,31 @@ class Kube:
             timeout_seconds=timeout,
             _request_timeout=(REQUEST_TIMEOUT, timeout + 15),
             _preload_content=False,
+            **selectors,
         )
-        if label_selector:
-            kwargs["label_selector"] = label_selector
         try:
-            resp = self.core.list_node(**kwargs)
+            resp = list_fn(**kwargs)
         except ApiException as exc:
-            raise _error_from(exc.status, exc.reason or "", exc.body, "watch nodes") from None
+            raise _error_from(exc.status, exc.reason or "", exc.body, what) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TemporaryError(
-                f"watch nodes: API server {self.server} unreachable: {type(exc).__name__}"
+                f"{what}: API server {self.server} unreachable: {type(exc).__name__}"
             ) from None
         if not 200 <= resp.status <= 299:
             raise _error_from(
-                resp.status, resp.reason or "", resp.data.decode(errors="replace"), "watch nodes"
+                resp.status, resp.reason or "", resp.data.decode(errors="replace"), what
             )
         try:
             for line in _lines(resp):
                 event = json.loads(line)
                 obj = event.get("object") or {}
                 if event.get("type") == "ERROR":
-                    raise _error_from(
-                        obj.get("code"), obj.get("reason", ""), json.dumps(obj), "watch nodes"
-                    )
+                    raise _error_from(obj.get("code"), obj.get("reason", ""), json.dumps(obj), what)
                 yield event["type"], obj
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             # A dropped stream is normal (API server restart, timeout): the
             # caller resumes from its last resourceVersion.
-            log.debug("watch stream ended: %s", exc)
+            log.debug("%s: stream ended: %s", what, exc)
         finally:
             resp.release_conn()
 
@@ -225,17 +242,33 @@ class Kube:
         )
 
     # -- pods and eviction (drain) ----------------------------------------
-    def list_pods_on_node(self, node_name: str) -> list[dict]:
+    # One LIST and one WATCH per drain, both narrowed to the node by a field selector:
+    # the cost stays flat however many pods the node runs (kubectl GETs each pod).
+    def list_pods_on_node(self, node_name: str) -> tuple[list[dict], str]:
+        """The pods bound to ``node_name`` (all namespaces) and the list's resourceVersion."""
         body = self._call(
             f"list pods on {node_name}",
             self.core.list_pod_for_all_namespaces,
             field_selector=f"spec.nodeName={node_name}",
         )
-        return body.get("items") or []
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    def watch_pods_on_node(
+        self, node_name: str, resource_version: str, timeout: int
+    ) -> Iterator[tuple[str, dict]]:
+        """As :meth:`watch_nodes`, for the pods bound to ``node_name``."""
+        return self._watch(
+            f"watch pods on {node_name}",
+            self.core.list_pod_for_all_namespaces,
+            resource_version,
+            timeout,
+            {"field_selector": f"spec.nodeName={node_name}"},
+        )
 
     def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
-        """Evict through the Eviction API. A PDB that forbids it raises
-        TemporaryError (HTTP 429); a pod already gone counts as evicted."""
+        """Evict through the Eviction API, with ``grace_seconds`` as the termination grace
+        (None: the pod's own). A PDB that forbids it raises :class:`TooManyRequests`;
+        a pod already gone counts as evicted."""
         body: dict[str, Any] = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -254,11 +287,17 @@ class Kube:
         except NotFoundError:
             pass
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete without asking PDBs (the drain's ``force`` mode)."""
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Delete without asking PDBs (the drain's ``force`` mode); a pod already gone
+        counts as deleted."""
+        kwargs = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
         try:
             self._call(
-                f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace
+                f"delete pod {namespace}/{name}",
+                self.core.delete_namespaced_pod,
+                name,
+                namespace,
+                **kwargs,
             )
         except NotFoundError:
             pass

@@ -8,8 +8,9 @@ RUN        ``action.playbook`` on the node (ansible-runner), within    ok | fail
            ``action.timeout``; inventory of just this node with the    unreachable | timeout
            same host variables as the inventory plugin
 PROBE      read /proc/sys/kernel/random/boot_id over SSH               ok (``boot_id``) | ...
-DRAIN      cordon, evict (PDB-aware, ``force`` deletes what a PDB      ok | blocked |
-           still protects after the timeout)                           forbidden (no grant)
+DRAIN      cordon, evict, wait for the pods to be gone (PDB-aware,     ok | blocked |
+           ``force`` deletes what a PDB still protects after the       forbidden (no grant)
+           timeout; see drain.py)
 ESCALATE   the escalation email with history, last results and this    ok | failed | skipped
            episode's evidence bundles                                  (no SMTP configured)
 =========  ==========================================================  ====================
@@ -143,21 +144,11 @@ class Executor:
         done = drainmod.drain(
             self.kube,
             action.node,
-            action.timeout or self.cfg.safety.drain.timeout,
+            self.cfg.safety.drain,
+            timeout=action.timeout,
             force_blocked=action.force,
         )
-        if done.complete:
-            return Outcome("ok", message=f"evicted {len(done.evicted)} pod(s)")
-        shown = ", ".join(done.blocked[:5]) + (" ..." if len(done.blocked) > 5 else "")
-        blocked = f"{len(done.blocked)} pod(s) protected by a PodDisruptionBudget: {shown}"
-        if done.force_denied:
-            return Outcome(
-                "forbidden",
-                message=f"{blocked}; pdb_blocked is force but deleting "
-                "them is not allowed (apply deploy/controller/force-drain.yaml to "
-                f"grant it): {done.force_denied}",
-            )
-        return Outcome("blocked", message=blocked)
+        return Outcome(done.status, message=done.message)
 
     # -- email --------------------------------------------------------------
     def _escalate(self, action: Action, view: NodeView) -> Outcome:

@@ -11,15 +11,47 @@ from fleetmedic.model.config.types import Duration, Percent, Quantity, Section, 
 
 
 class DrainConfig(Section):
+    """How a node is drained before a disruptive phase: as ``kubectl drain`` does it, with
+    kubectl's names where a kubectl flag exists.
+
+    Left out of kubectl's flags, on purpose: ``ignore-daemonsets`` (always: DaemonSet pods
+    come straight back, and every GPU node runs some, the device plugin and our agent
+    among them), ``disable-eviction`` (it ignores every PodDisruptionBudget from the first
+    moment; ``pdb_blocked: force`` does so only after `timeout`), ``skip-wait-for-delete-
+    timeout`` (`timeout` already bounds the wait, and a pod stuck terminating on a sick
+    node ends with the reboot), ``pod-selector`` (the ladder's rung chooses: all pods, or
+    only GPU pods for a GPU reset) and ``dry-run`` (``fleetmedic plan``)."""
+
     timeout: Duration = 600
-    """Evictions refused by a PodDisruptionBudget (429) are retried this long, like kubectl."""
+    """The whole drain, as kubectl's ``--timeout``: evictions a PodDisruptionBudget refuses
+    (429) are retried, and evicted pods waited for until they are gone, this long. Pods
+    still terminating then do not hold the repair: the reboot ends them (a process stuck
+    on a hung GPU never exits by itself); the drain says which in the log and a
+    ``DrainTimeout`` event."""
     pdb_blocked: Literal["wait", "skip", "force", "escalate"] = "wait"
     """Then: `wait` (try again later; PDBs are the app owner's word), `skip` (repair with
-    those pods still running), `force` (delete them), `escalate` (to manual)."""
+    those pods still running), `force` (delete them), `escalate` (to manual). Pods the
+    drain refuses (see `force` and `delete_emptydir_data`) are held the same way, except
+    that `force` here never deletes them."""
     retry_interval: Duration = 300
     """With `wait`, how long before the drain is tried again."""
-    grace_period: int | None = None
-    """Pod termination grace for evictions. Unset: each pod's own."""
+    grace_period: int | None = Field(None, ge=0)
+    """Seconds each evicted pod gets to terminate (the eviction's
+    ``deleteOptions.gracePeriodSeconds``, kubectl's ``--grace-period``). Unset: each pod's
+    own ``terminationGracePeriodSeconds``, the app owner's word on how long a clean stop
+    (a checkpoint) takes. Keep it below `timeout`, or the repair cuts it short."""
+    force: bool = False
+    """kubectl's ``--force``: also evict pods that declare no controller. Off, as in
+    kubectl: nothing recreates such a pod, so evicting it loses it for good, while a
+    reboot without evicting it brings it back on this node. Refused pods stay and are
+    reported, and `pdb_blocked` decides (with `skip` the repair goes ahead around them)."""
+    delete_emptydir_data: bool = False
+    """kubectl's ``--delete-emptydir-data``: also evict pods with emptyDir volumes, whose
+    data is deleted with the pod. Off, as in kubectl. Memory-backed emptyDirs count too
+    (kubectl's rule), and training pods often mount one as /dev/shm: fleets that run them
+    usually turn this on, since a reboot loses that memory anyway."""
+    progress_interval: Duration = 30
+    """While a drain waits, it logs the pods it still waits for this often."""
 
 
 class BreakerConfig(Section):
