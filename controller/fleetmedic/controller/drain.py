@@ -62,16 +62,8 @@ class DrainResult:
 
     @property
     def message(self) -> str:
-        parts = [f"evicted {len(self.evicted)} pod(s) in {self.seconds:.0f}s"]
-        if self.terminating:
-            parts.append(f"{len(self.terminating)} still terminating: {shown(self.terminating)}")
-        if self.refused:
-            parts.append(
-                f"{len(self.refused)} refused: "
-                + shown(
-                    [f"{ref} ({why}; allowed by {refusal_hint(why)})" for ref, why in self.refused]
-                )
-            )
+        """One line, what holds the drain first (the history keeps only its start)."""
+        parts = []
         if self.blocked:
             parts.append(
                 f"{len(self.blocked)} pod(s) protected by a PodDisruptionBudget: "
@@ -82,6 +74,16 @@ class DrainResult:
                 "pdb_blocked is force but deleting them is not allowed (apply "
                 f"deploy/controller/force-drain.yaml to grant it): {self.force_denied}"
             )
+        if self.refused:
+            parts.append(
+                f"{len(self.refused)} refused: "
+                + shown(
+                    [f"{ref} ({why}; allowed by {refusal_hint(why)})" for ref, why in self.refused]
+                )
+            )
+        if self.terminating:
+            parts.append(f"{len(self.terminating)} still terminating: {shown(self.terminating)}")
+        parts.append(f"evicted {len(self.evicted)} pod(s) in {self.seconds:.0f}s")
         return "; ".join(parts)
 
 
@@ -193,7 +195,7 @@ def drain(
                 continue
             pod = by_uid[uid]
             try:
-                kube.evict_pod(*pod.ref.split("/", 1), settings.grace_period)
+                kube.evict_pod(pod.namespace, pod.name, settings.grace_period)
             except TemporaryError as exc:  # 429: a PDB says not now; else the API server
                 log.debug("%s: eviction of %s refused: %s", node, pod.ref, exc)
                 to_evict[uid] = now + retry
@@ -217,10 +219,10 @@ def drain(
         elif pause > 0:  # only PDB-refused evictions left: nothing to watch for until the retry
             time.sleep(pause)
     if failing:
-        uid, exc = next(iter(failing.items()))
+        uid, last = next(iter(failing.items()))
         raise TemporaryError(
             f"{node}: drain: eviction of {len(failing)} pod(s) kept failing, "
-            f"{by_uid[uid].ref}: {exc}",
+            f"{by_uid[uid].ref}: {last}",
             delay=retry,
         )
     denied = None
@@ -258,15 +260,15 @@ def _force(
 ) -> str | None:
     """Delete what a PDB still protects; the reason RBAC refused it, if it did."""
     for uid in list(to_evict):
-        ref = by_uid[uid].ref
-        log.warning("%s: forcing deletion of %s despite its PodDisruptionBudget", node, ref)
+        pod = by_uid[uid]
+        log.warning("%s: forcing deletion of %s despite its PodDisruptionBudget", node, pod.ref)
         try:
-            kube.delete_pod(*ref.split("/", 1), settings.grace_period)
+            kube.delete_pod(pod.namespace, pod.name, settings.grace_period)
         except ForbiddenError as exc:  # force is opt-in RBAC (deploy/controller/force-drain.yaml)
             return str(exc)
         del to_evict[uid]
         waiting.add(uid)
-        evicted.append(ref)
+        evicted.append(pod.ref)
     return None
 
 

@@ -69,11 +69,16 @@ class Rules:
 
 @dataclasses.dataclass(frozen=True)
 class PodPlan:
-    ref: str  # namespace/name
+    namespace: str
+    name: str
     uid: str
     fate: Fate
     why: str  # one short phrase: "DaemonSet", "mirror", "declares no controller", ...
     grace: int  # the pod's own terminationGracePeriodSeconds
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 def plan(pods: Iterable[Mapping[str, Any]], rules: Rules) -> list[PodPlan]:
@@ -85,7 +90,8 @@ def plan(pods: Iterable[Mapping[str, Any]], rules: Rules) -> list[PodPlan]:
         grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
         out.append(
             PodPlan(
-                ref=f"{meta.get('namespace')}/{meta.get('name')}",
+                namespace=str(meta.get("namespace", "")),
+                name=str(meta.get("name", "")),
                 uid=str(meta.get("uid", "")),
                 fate=fate,
                 why=why,
