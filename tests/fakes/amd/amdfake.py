@@ -314,8 +314,12 @@ def amd_smi(argv: list[str], sc: dict | None) -> int:
         if flag in argv:
             k = argv.index(flag) + 1
             while k < len(argv) and not argv[k].startswith("-"):
+                if argv[k] == "all":
+                    sel.update(range(len(gpus(sc))))
                 sel.update(int(x) for x in argv[k].split(",") if x.isdigit())
                 k += 1
+    if sub == "reset":
+        return reset(argv, sc, sorted(sel), as_json)
     devs = [(i, g) for i, g in enumerate(gpus(sc)) if not sel or i in sel]
     if sub == "version":
         data = {
@@ -374,6 +378,80 @@ def amd_smi(argv: list[str], sc: dict | None) -> int:
             )
         )
     return 0
+
+
+# ------------------------------------------------------------ amd-smi reset
+RESET_OK = "Successfully reset GPU"
+
+
+def hive(sc: dict, i: int) -> list[int]:
+    """The GPUs an ``amd-smi reset --gpureset`` of GPU ``i`` resets: its whole XGMI hive
+    (``xgmi_hive``, default 0: every GPU of the node in one hive; null: no hive)."""
+    all_ = gpus(sc)
+    h = all_[i].get("xgmi_hive", 0)
+    if h is None:
+        return [i]
+    return [k for k, g in enumerate(all_) if g.get("xgmi_hive", 0) == h]
+
+
+def cure(g: dict) -> None:
+    """What a GPU reset cures: a hang that dropped the GPU out of the HSA topology, XGMI
+    link errors, a link that trained down; then ``after_reset`` for what it does not."""
+    g["agent"] = True
+    if g.get("xgmi_err") not in (None, "N/A"):
+        g["xgmi_err"] = 0
+    for key in ("pcie_width", "pcie_speed", "throttled"):
+        g.pop(key, None)
+    after = g.get("after_reset")
+    if isinstance(after, dict):
+        g.update({k: v for k, v in after.items() if k != "after_reset"})
+    g["resets"] = int(g.get("resets", 0)) + 1
+    g["last_reset"] = time.time()
+
+
+def reset(argv: list[str], sc: dict, sel: list[int], as_json: bool) -> int:
+    if not any(a in ("-G", "--gpureset") for a in argv):
+        sys.stderr.write("fake amd-smi: only `reset --gpureset` is emulated\n")
+        return 2
+    if not sel:
+        # amd-smi raises ValueError here; its message is what the user sees
+        sys.stderr.write("No GPU provided, specific GPU target(s) are needed\n")
+        return 1
+    all_ = gpus(sc)
+    if any(i >= len(all_) for i in sel):
+        sys.stderr.write(f"GPU index out of range: {sel}\n")
+        return 1
+    results, done = [], set()
+    for i in sel:
+        members = hive(sc, i)
+        if any(all_[k].get("lost") for k in members):
+            result = "[AMDSMI_STATUS_IO] Unable to reset GPU"
+        elif any(all_[k].get("in_use") for k in members):
+            result = "[AMDSMI_STATUS_BUSY] Unable to reset GPU"
+        else:
+            for k in members:
+                if k not in done:
+                    cure(all_[k])
+                    done.add(k)
+            result = RESET_OK
+        results.append({"gpu": i, "gpu_reset": result})
+    sc["gpus"] = all_
+    save(sc)
+    # amd-smi reports a failed reset in its output and still exits 0
+    if as_json:
+        print(json.dumps(results, indent=4))
+    else:
+        print("\n".join(f"GPU: {r['gpu']}\n    GPU_RESET: {r['gpu_reset']}" for r in results))
+    return 0
+
+
+def save(sc: dict) -> None:
+    path = os.environ.get("FLEETMEDIC_FAKE_AMD") or SCENARIO_DEFAULT
+    tmp = f"{path}.amd-smi.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(sc, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------- rocm-smi
