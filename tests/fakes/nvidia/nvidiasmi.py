@@ -53,6 +53,7 @@ NVML_TEXT = {
     "RESET_REQUIRED": "GPU requires restart",
     "UNKNOWN": "Unknown Error",
 }
+USAGE = 'Invalid combination of input arguments. Please run "nvidia-smi -h" for help.\n'
 # nvidia-smi's exit codes (man nvidia-smi, RETURN VALUE)
 RC_INVALID, RC_NO_DRIVER, RC_LOST, RC_OTHER = 2, 9, 15, 255
 # A fabric manager process on an NVSwitch system holds every GPU (its comm name).
@@ -77,7 +78,8 @@ def load() -> dict:
     except FileNotFoundError:
         raise Fail(NO_DRIVER, RC_NO_DRIVER) from None
     except ValueError as exc:
-        raise Fail(f"Failed to initialize NVML: Unknown Error ({path()}: {exc})\n", RC_OTHER)
+        msg = f"Failed to initialize NVML: Unknown Error ({path()}: {exc})\n"
+        raise Fail(msg, RC_OTHER) from None
     if not isinstance(data, dict):
         raise Fail("Failed to initialize NVML: Unknown Error\n", RC_OTHER)
     if data.get("init_error"):
@@ -284,21 +286,21 @@ def query(sc: dict, sel: list[int], fields: str, fmt: str) -> str:
 def summary(sc: dict, sel: list[int]) -> str:
     drv = sc.get("driver_version", "550.90.07")
     cuda = int(sc.get("cuda_driver_version", 12040))
-    bar = "+-----------------------------------------+------------------------+----------------------+"
+    bar = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"
+    cuda_v = f"{cuda // 1000}.{cuda % 1000 // 10}"
     out = [
         time.strftime("%a %b %d %H:%M:%S %Y"),
-        "+-----------------------------------------------------------------------------------------+",
-        f"| NVIDIA-SMI {drv:<22} Driver Version: {drv:<14} CUDA Version: {cuda // 1000}.{cuda % 1000 // 10:<8} |",
+        "+" + "-" * 89 + "+",
+        f"| NVIDIA-SMI {drv:<22} Driver Version: {drv:<14} CUDA Version: {cuda_v:<10} |",
         bar,
-        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A "
+        "| Volatile Uncorr. ECC |",
         bar,
     ]
     for i in sel:
         g = sc["gpus"][i]
         if g.get("lost"):
-            out.append(
-                f"|   {i}  ERR!                                | {bus_id(i, g)} Off |                 ERR! |"
-            )
+            out.append(f"| {i:>3}  {'ERR!':<34} | {bus_id(i, g)} Off | {'ERR!':>20} |")
         else:
             pm = "On" if persistence(g) else "Off"
             out.append(
@@ -324,18 +326,21 @@ def full_query(sc: dict, sel: list[int]) -> str:
         if g.get("lost"):
             out.append("    Product Name                          : Unknown Error")
             continue
+        pm = "Enabled" if persistence(g) else "Disabled"
         pend = "Yes" if g.get("retired_pages_pending") else "No"
+        remap = "Yes" if g.get("remapped_rows_pending") else "No"
+        col = 42  # the real layout's value column
         out += [
-            f"    Product Name                          : {name(sc, g)}",
-            f"    Persistence Mode                      : {'Enabled' if persistence(g) else 'Disabled'}",
-            f"    GPU UUID                              : {uuid(i, g)}",
+            f"{'    Product Name':<{col}}: {name(sc, g)}",
+            f"{'    Persistence Mode':<{col}}: {pm}",
+            f"{'    GPU UUID':<{col}}: {uuid(i, g)}",
             "    ECC Errors",
             "        Volatile",
-            f"            DRAM Uncorrectable            : {g.get('ecc_volatile_uncorrected', 0)}",
+            f"{'            DRAM Uncorrectable':<{col}}: {g.get('ecc_volatile_uncorrected', 0)}",
             "    Retired Pages",
-            f"        Pending Page Blacklist            : {pend}",
+            f"{'        Pending Page Blacklist':<{col}}: {pend}",
             "    Remapped Rows",
-            f"        Pending                           : {'Yes' if g.get('remapped_rows_pending') else 'No'}",
+            f"{'        Pending':<{col}}: {remap}",
         ]
     return "\n".join(out) + "\n"
 
@@ -343,26 +348,21 @@ def full_query(sc: dict, sel: list[int]) -> str:
 # ---------------------------------------------------------------------- command line
 def parse(argv: list[str]) -> dict:
     opts: dict = {}
-    it = iter(range(len(argv)))
-    for k in it:
-        a = argv[k]
-        key, _, inline = a.partition("=")
-
-        def value() -> str:
-            if inline:
-                return inline
-            nxt = next(it, None)
-            if nxt is None:
+    k = 0
+    while k < len(argv):
+        key, eq, value = argv[k].partition("=")
+        k += 1
+        takes_value = key in ("-i", "--id", "-pm", "--persistence-mode", "--query-gpu", "--format")
+        if takes_value and not eq:
+            if k >= len(argv):
                 raise Fail(f'Option "{key}" requires an argument.\n', RC_INVALID)
-            return argv[nxt]
-
+            value, k = argv[k], k + 1
         if key in ("-i", "--id"):
-            opts["id"] = value()
+            opts["id"] = value
         elif key in ("-pm", "--persistence-mode"):
-            v = value()
-            if v not in ("0", "1", "ENABLED", "DISABLED"):
-                raise Fail(f'Invalid persistence mode "{v}".\n', RC_INVALID)
-            opts["pm"] = v in ("1", "ENABLED")
+            if value not in ("0", "1", "ENABLED", "DISABLED"):
+                raise Fail(f'Invalid persistence mode "{value}".\n', RC_INVALID)
+            opts["pm"] = value in ("1", "ENABLED")
         elif key in ("-r", "--gpu-reset"):
             opts["reset"] = True
         elif key in ("-L", "--list-gpus"):
@@ -370,16 +370,13 @@ def parse(argv: list[str]) -> dict:
         elif key in ("-q", "--query"):
             opts["q"] = True
         elif key == "--query-gpu":
-            opts["query"] = value()
+            opts["query"] = value
         elif key == "--format":
-            opts["format"] = value()
+            opts["format"] = value
         elif key in ("-h", "--help"):
             opts["help"] = True
         else:
-            raise Fail(
-                'Invalid combination of input arguments. Please run "nvidia-smi -h" for help.\n',
-                RC_INVALID,
-            )
+            raise Fail(USAGE, RC_INVALID)
     return opts
 
 
