@@ -1,5 +1,5 @@
 # The two commands the README starts with: `make demo` and `make test`.
-.PHONY: setup test demo lint clean
+.PHONY: setup test demo lint clean image
 
 setup:
 	@bash scripts/setup.sh
@@ -9,6 +9,10 @@ test: setup
 
 demo: setup
 	@bash scripts/demo.sh
+
+# The agent's OCI image archive (deploy/image/build.sh): prints its path.
+image: setup
+	@bash deploy/image/build.sh
 
 lint: setup
 	@.venv/bin/lint-imports --no-cache
