@@ -16,6 +16,8 @@ are restored and the session fails, naming them.
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +66,9 @@ def kubelet_images(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def kubelet_fleet(kubelet_cluster, kubelet_binaries, kubelet_images):
+    # The fake GPU libraries are bound into nodes only when built before the boot.
+    fakes = Path(__file__).resolve().parents[2] / "scripts/setup.d/40-fakes.sh"
+    subprocess.run(["bash", str(fakes)], check=True)
     sysctls = HostSysctls()
     try:
         fleet = start_fleet(

@@ -69,6 +69,7 @@ def _merge(cfg, opts: dict[str, Any]):
         taints=opts["taints"],
         kubeconfig=opts["kubeconfig"],
         retry_cap=opts["retry_cap"],
+        alive_file=opts["alive_file"],
         events=False if opts["no_events"] else None,
     )
     return dataclasses.replace(merged, kernel=kernel, checks=checks)
@@ -142,7 +143,8 @@ def _logging(level: str) -> None:
     "--kernel-poll",
     type=click.FloatRange(min=0.01),
     default=None,
-    help="Seconds between looks at an idle kernel log *file* (default 0.1).",
+    help="Longest wait on an idle kernel log *file* (default 0.1); it wakes on each "
+    "write through inotify, this bounds the wait where no event comes.",
 )
 @click.option(
     "--boot-id-file",
@@ -194,6 +196,13 @@ def _logging(level: str) -> None:
     type=click.FloatRange(min=0.1),
     default=None,
     help="Longest wait between retries while the API server is down (default 30).",
+)
+@click.option(
+    "--alive-file",
+    default=None,
+    metavar="PATH",
+    help="Touch this file every round and while waiting for the API server (a liveness "
+    "probe checks its age).",
 )
 @click.option("--no-events", is_flag=True, help="Do not post Events on the Node.")
 @click.option(

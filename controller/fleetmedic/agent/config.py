@@ -47,9 +47,11 @@ class KernelWatchConfig:
     on every record), ``journal`` (``journalctl -k -b -f``), a file path such as
     ``/var/log/kern.log`` (followed like ``tail -F``, across rotation), or ``none``."""
     poll: float = 0.1
-    """Seconds between looks at an idle *file*. A Xid 79 must become a taint in well
-    under a second; a stat() and read() ten times a second costs nothing measurable.
-    ``/dev/kmsg`` and the journal wake up on new data and do not poll."""
+    """Longest wait of an idle *file* follower. It wakes on the write itself (inotify on
+    the file's directory), so this only matters where no inotify event comes (a file
+    changed over NFS, no inotify watches left): there a Xid 79 must still become a
+    taint in well under a second, and a stat() and read() ten times a second costs
+    nothing measurable. ``/dev/kmsg`` and the journal wake up on new data as well."""
     dedup_window: float = 60.0
     """Seconds within which the same fault on the same GPU (an Xid storm: thousands of
     identical lines) is one finding. Short enough that a fault coming back after a
@@ -100,6 +102,10 @@ class AgentConfig:
     retry_cap: float = 30.0
     """Longest wait between attempts while the API server is unreachable or refuses;
     the agent never gives up and never drops a pending fencing action."""
+    alive_file: str | None = None
+    """A file whose modification time the agent sets at every round and at every attempt
+    while it waits out an API outage (waiting is not hanging). The DaemonSet's liveness
+    probe restarts an agent that stopped touching it. None: no heartbeat."""
     kernel: KernelWatchConfig = KernelWatchConfig()
     checks: CheckConfig = dataclasses.field(default_factory=CheckConfig)
 

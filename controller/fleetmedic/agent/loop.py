@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -82,7 +83,7 @@ class Agent:
         self.cfg = cfg
         self.stop = stop or threading.Event()
         self.vocab = cfg.vocabulary()
-        self.retrier = Retrier(self.stop, cap=cfg.retry_cap)
+        self.retrier = Retrier(self.stop, cap=cfg.retry_cap, on_attempt=self.beat)
         self.writer = NodeWriter(
             kube, cfg.node_name, self.vocab, strike_limit=cfg.strike_limit, events=cfg.events
         )
@@ -101,6 +102,21 @@ class Agent:
         self.kernel = KernelWatch(cfg.kernel, kernel_writer, self.retrier, self.stop)
         self.rounds = 0
         self._last_line = ""
+        self._beat_failed = False
+
+    def beat(self) -> None:
+        """Touch ``alive_file`` (the liveness heartbeat); a failure is logged once."""
+        path = self.cfg.alive_file
+        if not path:
+            return
+        try:
+            with open(path, "a"):
+                pass
+            os.utime(path)
+        except OSError as exc:
+            if not self._beat_failed:
+                log.warning("cannot touch the heartbeat file %s: %s", path, exc.strerror)
+            self._beat_failed = True
 
     # -- one round --------------------------------------------------------------
     def round(self) -> Outcome | None:
@@ -146,6 +162,7 @@ class Agent:
         try:
             while not self.stop.is_set():
                 started = time.monotonic()
+                self.beat()
                 try:
                     self.round()
                 except Exception as exc:  # a bug of ours: log it, keep the agent alive

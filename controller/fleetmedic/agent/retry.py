@@ -39,8 +39,10 @@ class Retrier:
         base: float = 0.5,
         cap: float = 30.0,
         give_up_after: float | None = None,
+        on_attempt: Callable[[], None] | None = None,
     ) -> None:
         self.stop = stop
+        self.on_attempt = on_attempt  # e.g. the liveness heartbeat: waiting is not hanging
         self.base = base
         self.cap = cap
         self.give_up_after = give_up_after  # None: never (the daemon); --once gives up
@@ -52,6 +54,8 @@ class Retrier:
         delay = self.base
         deadline = None if self.give_up_after is None else time.monotonic() + self.give_up_after
         while not self.stop.is_set():
+            if self.on_attempt is not None:
+                self.on_attempt()
             try:
                 result = fn()
             except TemporaryError as exc:

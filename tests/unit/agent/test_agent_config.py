@@ -106,6 +106,7 @@ def test_flags_override_the_file(tmp_path):
         taints=None,
         kubeconfig=None,
         retry_cap=None,
+        alive_file="/run/fleetmedic/alive",
         no_events=True,
         kernel_log="none",
         kernel_poll=None,
@@ -121,6 +122,7 @@ def test_flags_override_the_file(tmp_path):
     assert (cfg.interval, cfg.events, cfg.kernel.source) == (2.0, False, "none")
     assert cfg.checks.network.peers == ("b:5201",) and cfg.checks.network.min_mbps == 1
     assert cfg.checks.timeout == 9 and cfg.checks.vendor == "none"
+    assert cfg.alive_file == "/run/fleetmedic/alive"
 
 
 def test_summary_line_is_one_line():

@@ -69,3 +69,30 @@ def test_once_gives_up_when_the_api_server_does_not_answer():
 
     kube.get_node = down
     assert Agent(CFG, kube).run_once() is None
+
+
+def test_the_heartbeat_is_touched_by_rounds_and_while_waiting_out_an_outage(tmp_path):
+    """The liveness probe's file: a round touches it, and so does every retry while the
+    API server is down (waiting is not hanging); an unwritable path is logged, not fatal."""
+    import dataclasses
+    import os
+
+    alive = tmp_path / "alive"
+    kube = MemoryKube()
+    agent = Agent(dataclasses.replace(CFG, alive_file=str(alive)), kube)
+    agent.run_once()
+    assert alive.exists()
+    os.utime(alive, (0, 0))
+    attempts = {"n": 0}
+
+    def down(name):
+        attempts["n"] += 1
+        raise TemporaryError("get node n1: API server unreachable", delay=0.01)
+
+    kube.get_node = down
+    assert agent.run_once() is None  # gave up after retry_cap
+    assert attempts["n"] >= 2 and alive.stat().st_mtime > 0
+    broken = Agent(dataclasses.replace(CFG, alive_file=str(tmp_path / "no" / "dir")), MemoryKube())
+    broken.beat()
+    broken.beat()
+    assert broken._beat_failed
