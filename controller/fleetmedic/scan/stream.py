@@ -16,7 +16,10 @@ waiting they yield nothing. :func:`follow` picks one from a source spec.
   first (``SEEK_END``), so only new records arrive. :func:`read_kmsg` reads
   the same way but returns once nothing more is buffered (one-shot checks).
 - :func:`follow_file` behaves like ``tail -F``: it survives rotation (a new
-  inode at the path) and truncation, and yields only complete lines.
+  inode at the path) and truncation, and yields only complete lines. It wakes
+  on the write (inotify on the file's directory, :class:`FileWaker`), not on a
+  timer; ``poll`` only bounds each wait (for ``stop``, and for file systems
+  that send no inotify events, e.g. a file changed on another NFS client).
 - :func:`follow_journal` runs ``journalctl -k -f -o short-iso-precise``
   (current boot unless told otherwise) and yields its lines; the process is
   stopped when the generator is closed.
@@ -161,17 +164,93 @@ def follow_kmsg(
         os.close(fd)
 
 
+class FileWaker:
+    """Sleep until ``path`` may have changed, or at most a timeout: an inotify watch on
+    its directory (writes, creation, rotation, truncation, deletion of that name).
+
+    Set up *before* the file is read, so a line written between a read that found
+    nothing and the wait still wakes it (the event waits in the inotify queue). Where
+    inotify is unavailable (no watches left, ``ENOSYS``) it sleeps the timeout, as a
+    plain poll would.
+    """
+
+    MASK = 0
+
+    def __init__(self, path: str) -> None:
+        self.name = os.path.basename(path)
+        self.dir = os.path.dirname(path) or "."
+        self._ino = None
+        self._watching = False
+        try:
+            from inotify_simple import INotify, flags
+
+            FileWaker.MASK = (
+                flags.MODIFY
+                | flags.CLOSE_WRITE
+                | flags.ATTRIB
+                | flags.CREATE
+                | flags.MOVED_TO
+                | flags.MOVED_FROM
+                | flags.DELETE
+                | flags.DELETE_SELF
+                | flags.MOVE_SELF
+            )
+            self._ino = INotify()
+        except OSError:
+            self._ino = None
+        self._watch()
+
+    def _watch(self) -> None:
+        if self._ino is None or self._watching:
+            return
+        try:
+            self._ino.add_watch(self.dir, FileWaker.MASK)
+            self._watching = True
+        except OSError:  # the directory does not exist (yet), or no watches are left
+            pass
+
+    @property
+    def event_driven(self) -> bool:
+        return self._watching
+
+    def wait(self, timeout: float) -> None:
+        """Return when the file may have changed, or after ``timeout`` seconds."""
+        self._watch()
+        if not self._watching:
+            time.sleep(timeout)
+            return
+        assert self._ino is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            events = self._ino.read(timeout=max(1, int(left * 1000)))
+            if any(not e.name or e.name == self.name for e in events):
+                return  # our file, or the directory itself (moved, deleted)
+            if any(e.mask & 0x4000 for e in events):  # IN_Q_OVERFLOW: events were lost
+                return
+
+    def close(self) -> None:
+        if self._ino is not None:
+            self._ino.close()
+            self._ino = None
+            self._watching = False
+
+
 def follow_file(
     path: str, *, from_start: bool = True, stop: threading.Event | None = None, poll: float = POLL
 ) -> Iterator[str]:
     """Yield complete lines appended to ``path``, across rotation and truncation.
 
     A missing file is waited for. ``from_start=False`` starts at the current end.
+    Wakes on the write (:class:`FileWaker`); ``poll`` is the longest wait.
     """
     handle = None
     inode = None
     partial = b""
     first = True
+    waker = FileWaker(path)
     try:
         while not _stopped(stop):
             if handle is None:
@@ -185,7 +264,7 @@ def follow_file(
                 except OSError:
                     handle = None
                     first = False  # it appears later: all of it is new
-                    time.sleep(poll)
+                    waker.wait(poll)
                     continue
             data = handle.read(1 << 20)
             if data:
@@ -207,8 +286,9 @@ def follow_file(
                 handle.seek(0)
                 partial = b""
                 continue
-            time.sleep(poll)
+            waker.wait(poll)
     finally:
+        waker.close()
         if handle is not None:
             handle.close()
 

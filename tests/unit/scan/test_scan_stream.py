@@ -62,6 +62,44 @@ def test_follow_file_appends_truncation_and_rotation(tmp_path: Path):
     assert got == ["first", "second", "third", "after truncation", "new file"]
 
 
+def test_follow_file_wakes_on_the_write_not_the_timer(tmp_path: Path):
+    """With a 30 s poll, appends, a truncation and a rotation still arrive at once: the
+    follower waits on inotify events for the file, not on its timer."""
+    path = tmp_path / "kern.log"
+    path.write_text("first\n")
+    thread, got = collect(follow_file(str(path), poll=30), want=4)
+    wait_for(got, 1)
+    time.sleep(0.05)  # the follower is waiting now
+    t0 = time.monotonic()
+    with open(path, "a") as handle:
+        handle.write("second\n")
+    wait_for(got, 2)
+    first = time.monotonic() - t0
+    path.write_text("truncated\n")  # shorter than what was read: a truncation
+    wait_for(got, 3)
+    path.rename(tmp_path / "kern.log.1")
+    path.write_text("new file\n")
+    wait_for(got, 4)
+    thread.join(5)
+    assert got == ["first", "second", "truncated", "new file"]
+    assert first < 1.0 and time.monotonic() - t0 < 5.0
+
+
+def test_file_waker_falls_back_to_the_timeout(tmp_path: Path):
+    """No directory to watch (yet): it sleeps the timeout, as a poll would."""
+    from fleetmedic.scan.stream import FileWaker
+
+    waker = FileWaker(str(tmp_path / "missing" / "kern.log"))
+    assert not waker.event_driven
+    t0 = time.monotonic()
+    waker.wait(0.05)
+    assert 0.04 < time.monotonic() - t0 < 1.0
+    (tmp_path / "missing").mkdir()
+    waker.wait(0.01)  # the directory exists now: watched from here on
+    assert waker.event_driven
+    waker.close()
+
+
 def test_follow_file_from_end_and_missing_file(tmp_path: Path):
     path = tmp_path / "later.log"
     stop = threading.Event()
