@@ -22,9 +22,11 @@ before (so no dedup applies) is appended on the host side of the node's log, and
 clock runs until the watch delivers the tainted Node.
 
 Baseline, measured in the same run: one raw Node PATCH round trip from this process
-(merge patch of an annotation, admin credentials, kept-alive connection), median of 50,
-interleaved with the trials. The figure is printed as a ratio to it, so it reads the
-same on a slower machine; the absolute p50/p99 are compared with the target.
+(merge patch of an annotation, admin credentials, kept-alive connection), one before
+each trial. p50 is printed as a ratio to the baseline's median and p99 to the
+baseline's p99, so the figures read the same on a slower or busier machine (the agent's
+write is a GET and a PATCH: about 2x at the median); the absolute p50/p99 are compared
+with the target.
 """
 
 from __future__ import annotations
@@ -151,7 +153,10 @@ def main() -> int:
         f"  baseline: one node PATCH round trip {baseline * 1000:.1f} ms median, "
         f"{rtt99 * 1000:.1f} ms p99 ({len(rtts)} of them)"
     )
-    print(f"  ratio to the baseline: p50 {p50 / baseline:.1f}x, p99 {p99 / baseline:.1f}x")
+    print(
+        f"  ratio to the baseline: p50 {p50 / baseline:.1f}x its median, "
+        f"p99 {p99 / rtt99:.1f}x its p99"
+    )
     print(
         f"  setup: control plane + kubelet node Ready {ready_s:.1f} s, image import "
         f"{d.import_s:.1f} s, apply -> container running {d.apply_to_running_s:.1f} s, "
@@ -172,7 +177,7 @@ def main() -> int:
                 "patch_rtt_s": round(baseline, 4),
                 "patch_rtt_p99_s": round(rtt99, 4),
                 "p50_ratio": round(p50 / baseline, 2),
-                "p99_ratio": round(p99 / baseline, 2),
+                "p99_ratio": round(p99 / rtt99, 2),
                 "apply_to_ready_s": round(d.apply_to_ready_s, 2),
                 "apply_to_running_s": round(d.apply_to_running_s, 2),
                 "image_import_s": round(d.import_s, 2),
