@@ -351,7 +351,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     from fleetmedic.controller import loop
     from fleetmedic.controller.switches import Switches, read_switches
     from fleetmedic.policy import breaker as breakermod
-    from fleetmedic.policy.actions import NONE
+    from fleetmedic.policy.actions import Kind
 
     at = now()
     kube = connect(cfg, kubeconfig)
@@ -370,7 +370,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     admitted = {a.node for a in p.admission.admitted}
     items = []
     for _, a in p.decisions:
-        if a.kind == NONE and a.reason == "healthy":
+        if a.kind == Kind.NONE and a.reason == "healthy":
             continue
         verdict = "do" if a.node in admitted else "held" if a.node in held else a.kind
         items.append(

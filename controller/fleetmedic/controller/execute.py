@@ -38,7 +38,7 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy.actions import DRAIN, ESCALATE, PROBE, RUN, Action, Outcome
+from fleetmedic.policy.actions import Action, Kind, Outcome
 from fleetmedic.policy.history import decode, of_episode
 from fleetmedic.policy.inflight import Escalated
 
@@ -66,13 +66,13 @@ class Executor:
     ) -> Outcome:
         """Do ``action`` on ``view``'s node and return its outcome (see the module doc)."""
         cancel = cancel or threading.Event()
-        if action.kind == RUN:
+        if action.kind == Kind.RUN:
             return self._run(action, view, run_id, cancel)
-        if action.kind == PROBE:
+        if action.kind == Kind.PROBE:
             return self._probe(action, view, run_id, cancel)
-        if action.kind == DRAIN:
+        if action.kind == Kind.DRAIN:
             return self._drain(action)
-        if action.kind == ESCALATE:
+        if action.kind == Kind.ESCALATE:
             return self._escalate(action, view)
         raise ValueError(f"{action.node}: nothing to execute for a {action.kind} action")
 

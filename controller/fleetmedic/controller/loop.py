@@ -58,18 +58,7 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.nodestate import view as view_of
 from fleetmedic.policy import budget, ladder
-from fleetmedic.policy.actions import (
-    DRAIN,
-    ESCALATE,
-    NONE,
-    PROBE,
-    RUN,
-    WAIT,
-    WRITE,
-    Action,
-    Stale,
-    Update,
-)
+from fleetmedic.policy.actions import Action, Kind, Stale, Update
 from fleetmedic.policy.history import parse_time
 
 log = logging.getLogger(__name__)
@@ -80,7 +69,7 @@ PAUSE_CACHE = 5.0  # the pause switch is read at most this often
 RECORD_RETRY = 120.0  # keep trying to record an outcome this long before giving up
 ERROR_BACKOFF = 60.0  # after an unexpected error, leave the node alone this long
 PRUNE_EVERY = 600.0
-LEASED_KINDS = (RUN, PROBE, DRAIN)  # actions that touch the node itself
+LEASED_KINDS = (Kind.RUN, Kind.PROBE, Kind.DRAIN)  # actions that touch the node itself
 
 
 def utcnow() -> datetime:
@@ -108,7 +97,7 @@ def decide_all(
 ) -> list[tuple[NodeView, Action]]:
     """Every node's next action (nodes in ``skip`` left out).
 
-    ``memo`` keeps NONE decisions across cycles: a NONE depends on the Node alone, never
+    ``memo`` keeps Kind.NONE decisions across cycles: a Kind.NONE depends on the Node alone, never
     on the clock (ladder.decide says so and a property test holds it to that), so it
     stands while the node's view is the same object, i.e. the Node has not changed.
     A fleet of thousands of healthy nodes then costs a dict lookup per node per cycle.
@@ -130,7 +119,7 @@ def decide_all(
             continue
         decisions.append(decision)
         if memo is not None:
-            if decision[1].kind == NONE:
+            if decision[1].kind == Kind.NONE:
                 memo[v.name] = decision
             else:
                 memo.pop(v.name, None)
@@ -142,7 +131,7 @@ def decide_all(
 
 
 def actionable(decisions: Iterable[tuple[NodeView, Action]]) -> bool:
-    return any(a.kind not in (NONE, WAIT) for _, a in decisions)
+    return any(a.kind not in (Kind.NONE, Kind.WAIT) for _, a in decisions)
 
 
 def make_plan(
@@ -162,7 +151,9 @@ def make_plan(
     """
     fleet = budget.fleet_of(views)
     fleet = budget.Fleet(fleet.size, fleet.healthy, fleet.active | frozenset(busy_slots))
-    pending = [(v, a) for v, a in decisions if a.kind not in (NONE, WAIT)]  # admit skips the rest
+    pending = [
+        (v, a) for v, a in decisions if a.kind not in (Kind.NONE, Kind.WAIT)
+    ]  # admit skips the rest
     since = {v.name: v.annotations.get(keys.ANN_STATE_SINCE) or "" for v, _ in pending}
     actions = sorted(
         (a for _, a in pending),
@@ -427,7 +418,7 @@ class Controller:
             views, now, self.cfg, skip=set(busy) | set(backoff), memo=self._settled
         )
         for _, a in decisions:
-            if a.kind == WAIT and a.not_before is not None:
+            if a.kind == Kind.WAIT and a.not_before is not None:
                 wait = min(wait, (a.not_before - now).total_seconds() + 0.05)
         paused = None
         if actionable(decisions) or self.breaker.open:  # open: watch for a reset
@@ -474,7 +465,7 @@ class Controller:
     def _say(self, plan: Plan) -> None:
         held = {a.node: why for a, why in plan.admission.held}
         for _, a in plan.decisions:
-            if a.kind == NONE and a.reason == "healthy":
+            if a.kind == Kind.NONE and a.reason == "healthy":
                 self._said.pop(a.node, None)
                 continue
             line = a.describe() + (f" [held: {held[a.node]}]" if a.node in held else "")
@@ -520,13 +511,13 @@ class Controller:
                 lease = self._take_node_lease(name)
                 if lease is None:
                     return
-            if action.kind == WRITE:
+            if action.kind == Kind.WRITE:
                 assert action.update is not None
                 self.write(action.update)
                 return
             run_id = (
                 runner.new_run_id(f"{name}-{action.phase or action.kind}")
-                if action.kind in (RUN, PROBE)
+                if action.kind in (Kind.RUN, Kind.PROBE)
                 else None
             )
             upd = ladder.begin(view, action, self.clock(), self.cfg, run_id)
@@ -535,7 +526,7 @@ class Controller:
             if cancel.is_set():
                 raise Cancelled(f"{name}: cancelled before {action.kind}")
             outcome = self.executor.execute(action, view, run_id, cancel)
-            if action.kind == ESCALATE:
+            if action.kind == Kind.ESCALATE:
                 self.metrics.escalations.labels(outcome=outcome.status).inc()
             upd = ladder.complete(view, action, outcome, self.clock(), self.cfg)
             if upd is not None:

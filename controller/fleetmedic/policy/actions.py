@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from fleetmedic.errors import ConflictError
@@ -22,14 +23,18 @@ from fleetmedic.model.vocabulary import REPAIR_STATES, Vocabulary
 from fleetmedic.policy import history
 from fleetmedic.policy.history import Attempt
 
-# Action kinds
-NONE = "none"  # nothing to do (reason says why)
-WAIT = "wait"  # nothing before ``not_before``
-WRITE = "write"  # only record: apply ``update``
-RUN = "run"  # run ``playbook`` for ``phase``
-PROBE = "probe"  # read the node's boot_id
-DRAIN = "drain"  # cordon and evict (PDB-aware)
-ESCALATE = "escalate"  # send the escalation email
+
+class Kind(StrEnum):
+    """What an :class:`Action` asks of the controller (the executor has one handler each)."""
+
+    NONE = "none"  # nothing to do (reason says why)
+    WAIT = "wait"  # nothing before ``not_before``
+    WRITE = "write"  # only record: apply ``update``
+    RUN = "run"  # run ``playbook`` for ``phase``
+    PROBE = "probe"  # read the node's boot_id
+    DRAIN = "drain"  # cordon and evict (PDB-aware)
+    ESCALATE = "escalate"  # send the escalation email
+
 
 HEALTHY = "healthy"
 
@@ -103,7 +108,7 @@ class Update:
 
 @dataclasses.dataclass(frozen=True)
 class Action:
-    kind: str
+    kind: Kind
     node: str
     reason: str
     step: str | None = None  # ladder step the action belongs to

@@ -26,7 +26,7 @@ from datetime import datetime
 from fleetmedic.model import keys
 from fleetmedic.model.config import SafetyConfig, quantity_of
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy.actions import NONE, WAIT, Action
+from fleetmedic.policy.actions import Action, Kind
 from fleetmedic.policy.inflight import InFlight
 
 WORKING_STEPS = ("reboot", "reimage")
@@ -99,7 +99,7 @@ def admit(
     window_open = in_window(now, cfg)
     stopped = paused or (cfg.pause and "paused by config (safety.pause)") or breaker
     for action in actions:
-        if action.kind in (NONE, WAIT):
+        if action.kind in (Kind.NONE, Kind.WAIT):
             continue
         if stopped:
             held.append((action, stopped))

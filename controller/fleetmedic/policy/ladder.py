@@ -35,20 +35,7 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config, PlaybookConfig
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import flap
-from fleetmedic.policy.actions import (
-    DRAIN,
-    ESCALATE,
-    HEALTHY,
-    NONE,
-    PROBE,
-    RUN,
-    WAIT,
-    WRITE,
-    Action,
-    Event,
-    Outcome,
-    Update,
-)
+from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
     FAIL,
@@ -88,7 +75,7 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
     """
     n = NodeCtx(view, now, cfg)
     if view.annotations.get(keys.ANN_PAUSE) == "true":
-        return n.action(NONE, f"paused by the {keys.ANN_PAUSE} annotation on the node")
+        return n.action(Kind.NONE, f"paused by the {keys.ANN_PAUSE} annotation on the node")
     try:
         fl = InFlight.decode(n.raw)
     except ValueError as exc:
@@ -106,7 +93,9 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
             append=(note,),
         )
     if fl.step == MANUAL:
-        return n.action(ESCALATE, "the ladder ran out: escalate to a human", step=MANUAL, ep=fl.ep)
+        return n.action(
+            Kind.ESCALATE, "the ladder ran out: escalate to a human", step=MANUAL, ep=fl.ep
+        )
     return _continue(n, fl)
 
 
@@ -136,12 +125,12 @@ def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
             uncordon=True,
         )
     if not view.foreign_signals:
-        return n.action(NONE, "healthy")
+        return n.action(Kind.NONE, "healthy")
     passed = last_pass(n.history)
     grace = timedelta(seconds=cfg.ladder.foreign_grace)
     if passed and n.now < passed + grace:
         return n.action(
-            WAIT,
+            Kind.WAIT,
             f"foreign signal ({', '.join(view.foreign_signals)}) ignored "
             "while the other tool re-checks after our repair",
             not_before=passed + grace,
@@ -157,20 +146,23 @@ def _entered(n: NodeCtx) -> Action:
         esc = n.escalated
         if esc is None:
             return n.action(
-                ESCALATE,
+                Kind.ESCALATE,
                 "fenced for manual repair: escalate to a human",
                 step=MANUAL,
                 ep=last_episode(n.history) + 1,
             )
         if esc.sent:
-            return n.action(NONE, f"escalated at {esc.sent}; waiting for `fleetmedic release`")
+            return n.action(Kind.NONE, f"escalated at {esc.sent}; waiting for `fleetmedic release`")
         retry = esc.retry_time()
         if retry and now < retry:
             return n.action(
-                WAIT, f"escalation email failed ({esc.error}); retrying", not_before=retry
+                Kind.WAIT, f"escalation email failed ({esc.error}); retrying", not_before=retry
             )
         return n.action(
-            ESCALATE, f"escalation email not sent yet (tries: {esc.tries})", step=MANUAL, ep=esc.ep
+            Kind.ESCALATE,
+            f"escalation email not sent yet (tries: {esc.tries})",
+            step=MANUAL,
+            ep=esc.ep,
         )
     ep = last_episode(n.history) + 1
     fl_cfg = n.cfg.safety.flap
@@ -197,7 +189,7 @@ def _entered(n: NodeCtx) -> Action:
             events=(Event("RepairFlapDamped", why, "Warning"),),
         )
     return n.action(
-        WRITE,
+        Kind.WRITE,
         f"start {state} (episode {ep})",
         step=state,
         ep=ep,
@@ -224,7 +216,7 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
     retry = fl.retry_time()
     if retry and now < retry:
         return n.action(
-            WAIT,
+            Kind.WAIT,
             f"{fl.step}/{fl.phase}: back off",
             step=fl.step,
             phase=fl.phase,
@@ -239,12 +231,12 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             if resumed
             else "read boot_id so the reboot can be confirmed after any restart"
         )
-        return n.action(PROBE, why, timeout=cfg.ladder.probe_timeout, **ctx)
+        return n.action(Kind.PROBE, why, timeout=cfg.ladder.probe_timeout, **ctx)
     again = " (again: interrupted by a restart)" if resumed else ""
     if fl.phase == "drain":
         drain = cfg.safety.drain
         return n.action(
-            DRAIN,
+            Kind.DRAIN,
             f"drain before {fl.step}{again}",
             timeout=drain.timeout,
             force=drain.pdb_blocked == "force",
@@ -257,9 +249,9 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             f"no {keys.LABEL_VENDOR} label (nvidia|amd): cannot choose a driver or ROCm "
             "to reinstall"
         )
-        return n.action(WRITE, msg, update=fail_step(n, fl, FAIL, msg), **ctx)
+        return n.action(Kind.WRITE, msg, update=fail_step(n, fl, FAIL, msg), **ctx)
     return n.action(
-        RUN,
+        Kind.RUN,
         f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
         playbook=str(cfg.playbook_path(pb)),
         timeout=pb.timeout or cfg.ansible.job_timeout,
@@ -301,7 +293,7 @@ def begin(
 ) -> Update | None:
     """What to write before executing ``action`` (None: nothing)."""
     n = NodeCtx(view, now, cfg)
-    if action.kind in (RUN, DRAIN):
+    if action.kind in (Kind.RUN, Kind.DRAIN):
         fl = InFlight.decode(n.raw)
         if fl is None:
             return None
@@ -309,7 +301,7 @@ def begin(
         since = fl.since if fl.status == RUNNING else stamp(now)
         started = fl.with_(status=RUNNING, since=since, run_id=run_id, retry_at=None)
         return n.update(annotations={keys.ANN_IN_FLIGHT: started.encode()})
-    if action.kind == ESCALATE and n.escalated is None:
+    if action.kind == Kind.ESCALATE and n.escalated is None:
         at = stamp(now)
         record = Escalated(ep=action.ep, decided=at)
         mark = Attempt(
@@ -334,14 +326,14 @@ def complete(
 ) -> Update | None:
     """What to write after ``action`` ended with ``outcome``; None if the Node moved on."""
     n = NodeCtx(view, now, cfg)
-    if action.kind == ESCALATE:
+    if action.kind == Kind.ESCALATE:
         return after_email(n, outcome)
     fl = InFlight.decode(n.raw)
     if fl is None or (fl.step, fl.phase) != (action.step, action.phase):
         return None
-    if action.kind == PROBE:
+    if action.kind == Kind.PROBE:
         return after_probe(n, fl, outcome)
-    if action.kind == DRAIN:
+    if action.kind == Kind.DRAIN:
         return after_drain(n, fl, outcome)
     if outcome.ok or (fl.phase == "diagnose" and outcome.status == "failed"):
         # evidence capture is best effort: a failed diagnose must not block the repair

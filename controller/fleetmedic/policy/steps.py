@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, StepConfig
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy.actions import HEALTHY, WRITE, Action, Event, Outcome, Update
+from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     DRAIN_BLOCKED,
     FAIL,
@@ -50,7 +50,7 @@ class NodeCtx:
         return Action(kind=kind, node=self.view.name, reason=reason, **kw)
 
     def write(self, reason: str, **kw) -> Action:
-        return self.action(WRITE, reason, update=self.update(**kw))
+        return self.action(Kind.WRITE, reason, update=self.update(**kw))
 
     def step_cfg(self, step: str) -> StepConfig:
         return getattr(self.cfg.ladder, step)

@@ -210,7 +210,7 @@ def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(c
 
     from fleetmedic.adapters.kube import Kube
     from fleetmedic.controller.loop import Controller
-    from fleetmedic.policy.actions import ESCALATE
+    from fleetmedic.policy.actions import Kind
 
     begun = node(
         "x",
@@ -251,7 +251,7 @@ def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(c
     )
     ctl = WorkerFinishesWhileTheCycleLooks(cfg, kube, dry_run=True, clock=lambda: NOW)
     ctl.watcher.put(begun)
-    ctl._busy["x"] = Action(node="x", kind=ESCALATE, reason="escalating", step="manual", ep=1)
+    ctl._busy["x"] = Action(node="x", kind=Kind.ESCALATE, reason="escalating", step="manual", ep=1)
     with caplog.at_level(logging.INFO, logger="fleetmedic.controller.loop"):
         ctl.cycle()
         ctl.cycle()  # the next cycle sees the record

@@ -20,17 +20,7 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config, parse
 from fleetmedic.model.nodestate import ForeignSignal, view
 from fleetmedic.policy import budget, ladder
-from fleetmedic.policy.actions import (
-    DRAIN,
-    ESCALATE,
-    PROBE,
-    RUN,
-    WRITE,
-    Action,
-    Outcome,
-    Stale,
-    Update,
-)
+from fleetmedic.policy.actions import Action, Kind, Outcome, Stale, Update
 from fleetmedic.policy.history import decode
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -164,7 +154,7 @@ class World:
         return list(admission.admitted)
 
     def execute(self, action: Action) -> None:
-        if action.kind == WRITE:
+        if action.kind == Kind.WRITE:
             self.write(action.update)
             return
         if self.crashed():
@@ -179,12 +169,12 @@ class World:
 
     def act(self, action: Action) -> Outcome:
         t = self.truth[action.node]
-        if action.kind == ESCALATE:
+        if action.kind == Kind.ESCALATE:
             if self.rng.random() < self.email_fail_rate:
                 return Outcome("failed", message="relay down")
             self.emails[(action.node, action.ep)] += 1
             return Outcome("ok")
-        if action.kind == DRAIN:
+        if action.kind == Kind.DRAIN:
             node = self.nodes[action.node]
             if not node["spec"].get("unschedulable"):
                 node["spec"]["unschedulable"] = True
@@ -195,9 +185,9 @@ class World:
             return Outcome("ok")
         if not t.reachable or self.rng.random() < self.unreachable_rate:
             return Outcome("unreachable", message="ssh: connect timed out")
-        if action.kind == PROBE:
+        if action.kind == Kind.PROBE:
             return Outcome("ok", boot_id=t.boot_id)
-        assert action.kind == RUN, action
+        assert action.kind == Kind.RUN, action
         if action.phase in ("reboot", "reinstall"):
             t.fixed_by.add(action.phase)
         # reboot.yml always reboots (the policy's boot_id probe guards it); reimage.yml

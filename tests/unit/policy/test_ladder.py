@@ -10,7 +10,7 @@ from policysim import FOREIGN_TAINT, T0, World, config
 
 from fleetmedic.model import keys
 from fleetmedic.policy import ladder
-from fleetmedic.policy.actions import DRAIN, ESCALATE, NONE, PROBE, RUN, WAIT, WRITE, Outcome, Stale
+from fleetmedic.policy.actions import Kind, Outcome, Stale
 from fleetmedic.policy.history import Attempt, encode
 from fleetmedic.policy.inflight import InFlight
 
@@ -33,7 +33,7 @@ def step_until(w: World, name: str, kind: str, phase: str | None = None, limit: 
 def test_healthy_node_gets_no_action():
     w = World(config())
     w.add("n1")
-    assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == NONE
+    assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.NONE
 
 
 def test_reboot_step_runs_diagnose_drain_probe_reboot_verify_then_clears():
@@ -43,12 +43,12 @@ def test_reboot_step_runs_diagnose_drain_probe_reboot_verify_then_clears():
     for _ in range(8):
         kinds += [(a.kind, a.phase) for a in w.cycle()]
     assert kinds == [
-        (WRITE, None),
-        (RUN, "diagnose"),
-        (DRAIN, "drain"),
-        (PROBE, "reboot"),
-        (RUN, "reboot"),
-        (RUN, "verify"),
+        (Kind.WRITE, None),
+        (Kind.RUN, "diagnose"),
+        (Kind.DRAIN, "drain"),
+        (Kind.PROBE, "reboot"),
+        (Kind.RUN, "reboot"),
+        (Kind.RUN, "verify"),
     ]
     v = w.view("n1")
     assert v.state == "healthy" and not v.unschedulable
@@ -79,14 +79,14 @@ def test_failed_verify_climbs_to_reimage_then_manual_with_one_email():
     assert w.emails == {("n1", 1): 1}
     assert json.loads(v.annotations[keys.ANN_ESCALATED])["sent"]
     assert v.unschedulable, "a manual node stays cordoned until a human releases it"
-    assert ladder.decide(v, w.now, w.cfg).kind == NONE
+    assert ladder.decide(v, w.now, w.cfg).kind == Kind.NONE
 
 
 def test_reimage_picks_the_playbook_by_vendor():
     w = World(config(ladder__playbooks={"reinstall_amd": {"playbook": "reinstall_rocm.yml"}}))
     w.add("n1", state="reimage")
     w.nodes["n1"]["metadata"]["labels"][keys.LABEL_VENDOR] = "amd"
-    action = step_until(w, "n1", RUN, "reinstall")
+    action = step_until(w, "n1", Kind.RUN, "reinstall")
     assert action.playbook == "/pb/reinstall_rocm.yml"
     assert action.hostvars["fleetmedic_vendor"] == "amd" and action.disruptive
     assert action.hostvars["fleetmedic_collect_evidence"] is False
@@ -99,7 +99,7 @@ def test_reimage_without_vendor_label_fails_the_step_instead_of_guessing():
     del w.nodes["n1"]["metadata"]["labels"][keys.LABEL_VENDOR]
     w.run(3)  # start, diagnose, drain; next comes the reinstall decision
     action = ladder.decide(w.view("n1"), w.now, w.cfg)
-    assert action.kind == WRITE and "gpu-vendor" in action.reason
+    assert action.kind == Kind.WRITE and "gpu-vendor" in action.reason
     w.write(action.update)
     assert w.view("n1").state == "manual"
     assert w.history("n1")[-1].result == "fail"
@@ -128,7 +128,7 @@ def test_retries_repeat_the_step_before_climbing():
 def test_failed_diagnose_does_not_block_the_repair():
     w = World(config())
     w.add("n1", fault="reboot", state="reboot")
-    action = step_until(w, "n1", RUN, "diagnose")
+    action = step_until(w, "n1", Kind.RUN, "diagnose")
     w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "r1"))
     w.write(
         ladder.complete(
@@ -147,7 +147,7 @@ class TestCrashDuringReboot:
     def _killed_during_reboot(self, reboot_happened: bool) -> World:
         w = World(config())
         w.add("n1", fault="reboot", state="reboot")
-        action = step_until(w, "n1", RUN, "reboot")
+        action = step_until(w, "n1", Kind.RUN, "reboot")
         w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))
         if reboot_happened:
             w.act(action)
@@ -156,7 +156,7 @@ class TestCrashDuringReboot:
 
     def test_finished_reboot_is_not_repeated(self):
         w = self._killed_during_reboot(reboot_happened=True)
-        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == PROBE
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.PROBE
         w.run(4)
         assert w.truth["n1"].boots == 1
         assert w.history("n1")[-1].result == "pass"
@@ -182,7 +182,7 @@ class TestCrashDuringReboot:
 def test_interrupted_reinstall_waits_for_a_node_that_is_still_rebooting():
     w = World(config())
     w.add("n1", fault="reimage", state="reimage")
-    action = step_until(w, "n1", RUN, "reinstall")
+    action = step_until(w, "n1", Kind.RUN, "reinstall")
     w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))  # then killed
     w.truth["n1"].reachable = False  # mid-reboot
     w.run(5)
@@ -196,7 +196,7 @@ def test_interrupted_reinstall_waits_for_a_node_that_is_still_rebooting():
 def test_interrupted_reinstall_fails_once_its_timeout_is_over():
     w = World(config())
     w.add("n1", fault="reimage", state="reimage")
-    action = step_until(w, "n1", RUN, "reinstall")
+    action = step_until(w, "n1", Kind.RUN, "reinstall")
     w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))
     w.truth["n1"].reachable = False
     w.now += timedelta(seconds=w.cfg.ladder.playbooks.reinstall_nvidia.timeout)
@@ -207,16 +207,16 @@ def test_interrupted_reinstall_fails_once_its_timeout_is_over():
 def test_interrupted_idempotent_phase_is_simply_run_again():
     w = World(config())
     w.add("n1", state="reboot")
-    action = step_until(w, "n1", RUN, "verify")
+    action = step_until(w, "n1", Kind.RUN, "verify")
     w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "run-1"))
     again = ladder.decide(w.view("n1"), w.now, w.cfg)
-    assert (again.kind, again.phase) == (RUN, "verify") and "interrupted" in again.reason
+    assert (again.kind, again.phase) == (Kind.RUN, "verify") and "interrupted" in again.reason
 
 
 def test_complete_on_a_node_that_moved_on_is_stale():
     w = World(config())
     w.add("n1", state="reboot")
-    action = step_until(w, "n1", RUN, "diagnose")
+    action = step_until(w, "n1", Kind.RUN, "diagnose")
     w.write(ladder.begin(w.view("n1"), action, w.now, w.cfg, "r"))
     view_before = w.view("n1")
     # a human escalates by hand meanwhile
@@ -229,7 +229,7 @@ def test_complete_on_a_node_that_moved_on_is_stale():
 def test_taint_moved_by_a_human_is_followed():
     w = World(config())
     w.add("n1", state="reboot")
-    step_until(w, "n1", DRAIN)
+    step_until(w, "n1", Kind.DRAIN)
     w.nodes["n1"]["spec"]["taints"] = [w.vocab.reimage.as_taint()]
     w.run(1)
     assert in_flight(w, "n1")["step"] == "reimage"
@@ -239,7 +239,7 @@ def test_taint_moved_by_a_human_is_followed():
 def test_removed_taint_ends_the_repair_and_undoes_only_our_cordon():
     w = World(config())
     w.add("n1", state="reboot")
-    step_until(w, "n1", PROBE)  # drained: cordoned by us
+    step_until(w, "n1", Kind.PROBE)  # drained: cordoned by us
     assert w.view("n1").unschedulable
     w.nodes["n1"]["spec"]["taints"] = []
     w.run(1)
@@ -261,7 +261,7 @@ class TestForeignSignals:
         w = World(config())
         w.add("n1", conditions=[{"type": "GPUProblem", "status": "True"}])
         action = ladder.decide(w.view("n1"), w.now, w.cfg)
-        assert action.kind == WRITE and "GPUProblem" in action.reason
+        assert action.kind == Kind.WRITE and "GPUProblem" in action.reason
         w.write(action.update)
         assert w.view("n1").state == "reboot"
 
@@ -274,9 +274,9 @@ class TestForeignSignals:
             annotations={keys.ANN_HISTORY: encode([done])},
         )
         action = ladder.decide(w.view("n1"), w.now, w.cfg)
-        assert action.kind == WAIT and action.not_before > w.now
+        assert action.kind == Kind.WAIT and action.not_before > w.now
         w.now += timedelta(seconds=w.cfg.ladder.foreign_grace)
-        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == WRITE
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.WRITE
 
 
 class TestDrainBlocked:
@@ -284,7 +284,7 @@ class TestDrainBlocked:
         w = World(config(safety__drain={"pdb_blocked": mode}))
         w.add("n1", fault="reboot", state="reboot")
         w.truth["n1"].pdb_blocks = 1
-        step_until(w, "n1", DRAIN)
+        step_until(w, "n1", Kind.DRAIN)
         w.cycle()
         return w
 
@@ -292,7 +292,7 @@ class TestDrainBlocked:
         w = self._blocked("wait")
         fl = in_flight(w, "n1")
         assert fl["phase"] == "drain" and fl["retry_at"]
-        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == WAIT
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.WAIT
 
     def test_skip_repairs_anyway_and_says_so(self):
         w = self._blocked("skip")
@@ -308,12 +308,12 @@ class TestDrainBlocked:
     def test_force_asks_the_drain_to_delete(self):
         w = World(config(safety__drain={"pdb_blocked": "force"}))
         w.add("n1", state="reboot")
-        assert step_until(w, "n1", DRAIN).force
+        assert step_until(w, "n1", Kind.DRAIN).force
 
     def test_force_without_the_grant_goes_to_a_human_not_round_again(self):
         w = World(config(safety__drain={"pdb_blocked": "force"}))
         w.add("n1", state="reboot")
-        drain = step_until(w, "n1", DRAIN)
+        drain = step_until(w, "n1", Kind.DRAIN)
         w.write(ladder.begin(w.view("n1"), drain, w.now, w.cfg, None))
         denied = Outcome("forbidden", message="1 pod(s) protected ...: delete pod x/y: HTTP 403")
         upd = ladder.complete(w.view("n1"), drain, denied, w.now, w.cfg)
@@ -322,7 +322,7 @@ class TestDrainBlocked:
         assert w.view("n1").state == "manual"
         assert w.history("n1")[-1].result == "drain-blocked"
         assert "HTTP 403" in w.history("n1")[-1].message
-        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == ESCALATE
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.ESCALATE
 
 
 class TestEscalation:
@@ -330,7 +330,7 @@ class TestEscalation:
         w = World(config())
         w.add("n1", state="manual")
         action = ladder.decide(w.view("n1"), w.now, w.cfg)
-        assert action.kind == ESCALATE and action.ep == 1
+        assert action.kind == Kind.ESCALATE and action.ep == 1
 
     def test_failed_email_is_recorded_and_retried_not_redecided(self):
         w = World(config(smtp={"to": ["oncall@example.test"], "retry_interval": 60}))
@@ -349,7 +349,7 @@ class TestEscalation:
         w = World(config())
         w.add("n1", state="reboot", annotations={keys.ANN_IN_FLIGHT: "{not json"})
         action = ladder.decide(w.view("n1"), w.now, w.cfg)
-        assert action.kind == WRITE
+        assert action.kind == Kind.WRITE
         w.write(action.update)
         assert w.view("n1").state == "manual"
 
@@ -359,7 +359,7 @@ def test_flap_damped_node_goes_straight_to_manual():
     old = Attempt(1, "reboot", 1, "2026-11-21T06:00:00Z", "2026-11-21T06:10:00Z", "pass")
     w.add("n1", state="reboot", annotations={keys.ANN_HISTORY: encode([old])})
     action = ladder.decide(w.view("n1"), w.now, w.cfg)
-    assert action.kind == WRITE and "2 times" in action.reason and not action.new_work
+    assert action.kind == Kind.WRITE and "2 times" in action.reason and not action.new_work
     w.run(3)
     assert w.view("n1").state == "manual"
     assert [a.result for a in w.history("n1")] == ["pass", "flap-damped", "escalated"]
@@ -368,7 +368,7 @@ def test_flap_damped_node_goes_straight_to_manual():
 def test_node_pause_annotation_stops_action():
     w = World(config())
     w.add("n1", state="reboot", annotations={keys.ANN_PAUSE: "true"})
-    assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == NONE
+    assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.NONE
 
 
 def test_phase_removed_from_config_restarts_the_attempt():
@@ -391,4 +391,4 @@ def test_start_of_an_episode_takes_a_slot():
     w = World(config())
     w.add("n1", state="reboot")
     action = ladder.decide(w.view("n1"), T0, w.cfg)
-    assert action.new_work and action.kind == WRITE
+    assert action.new_work and action.kind == Kind.WRITE

@@ -158,11 +158,11 @@ def test_pause_stops_every_action(spec, seed):
 )
 def test_a_none_decision_never_changes_with_the_clock_alone(spec, seed, crash, later):
     """The controller keeps NONE decisions while a Node is unchanged (loop.decide_all's
-    memo); that is only right if no NONE turns into work just because time passed."""
+    memo); that is only right if no Kind.NONE turns into work just because time passed."""
     from datetime import timedelta
 
     from fleetmedic.policy import ladder
-    from fleetmedic.policy.actions import NONE
+    from fleetmedic.policy.actions import Kind
 
     w = build(spec, seed, safety__max_concurrent=2, safety__max_concurrent_percent=100)
     w.crash_rate = crash
@@ -172,7 +172,7 @@ def test_a_none_decision_never_changes_with_the_clock_alone(spec, seed, crash, l
         nonlocal seen
         for v in w.views():
             now = ladder.decide(v, w.now, w.cfg)
-            if now.kind == NONE:
+            if now.kind == Kind.NONE:
                 seen += 1
                 then = ladder.decide(v, w.now + timedelta(seconds=later), w.cfg)
                 assert (then.kind, then.reason) == (now.kind, now.reason), v.name
@@ -182,5 +182,5 @@ def test_a_none_decision_never_changes_with_the_clock_alone(spec, seed, crash, l
         w.cycle()
         if w.settled():
             break
-    check_none_decisions()  # settled: every node is healthy or escalated, i.e. NONE
-    assert seen, "the run must reach NONE decisions (healthy or escalated nodes)"
+    check_none_decisions()  # settled: every node is healthy or escalated, i.e. Kind.NONE
+    assert seen, "the run must reach Kind.NONE decisions (healthy or escalated nodes)"

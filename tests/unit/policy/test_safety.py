@@ -12,13 +12,13 @@ from policysim import FOREIGN_TAINT, T0, World, config
 from fleetmedic.model import keys
 from fleetmedic.model.config import BreakerConfig, SafetyConfig
 from fleetmedic.policy import breaker, budget, flap
-from fleetmedic.policy.actions import RUN, WAIT, WRITE, Action
+from fleetmedic.policy.actions import Action, Kind
 from fleetmedic.policy.history import Attempt
 from fleetmedic.policy.release import release, reset
 
 
 def start(node: str) -> Action:
-    return Action(WRITE, node, "start", new_work=True)
+    return Action(Kind.WRITE, node, "start", new_work=True)
 
 
 class TestBudget:
@@ -42,7 +42,7 @@ class TestBudget:
     def test_work_under_way_is_never_held_by_the_budget(self):
         cfg = SafetyConfig(max_concurrent=1, min_healthy=0)
         fleet = budget.Fleet(size=10, healthy=5, active=frozenset({"a", "b"}))
-        cont = Action(RUN, "a", "verify", phase="verify")
+        cont = Action(Kind.RUN, "a", "verify", phase="verify")
         assert budget.admit([cont], fleet, cfg, T0).admitted == (cont,)
 
     def test_min_healthy(self):
@@ -54,7 +54,7 @@ class TestBudget:
     def test_pause_and_breaker_hold_everything(self):
         cfg = SafetyConfig(min_healthy=0)
         fleet = budget.Fleet(size=10, healthy=10, active=frozenset())
-        acts = [start("a"), Action(RUN, "b", "verify"), Action(WAIT, "c", "later")]
+        acts = [start("a"), Action(Kind.RUN, "b", "verify"), Action(Kind.WAIT, "c", "later")]
         assert budget.admit(acts, fleet, cfg, T0, paused="pause CM").held[0][1] == "pause CM"
         assert not budget.admit(acts, fleet, cfg, T0, breaker="storm").admitted
         assert not budget.admit(acts, fleet, SafetyConfig(pause=True), T0).admitted
@@ -66,8 +66,8 @@ class TestBudget:
             maintenance_windows=[{"days": ["sat"], "start": "02:00", "end": "06:00"}],
         )
         fleet = budget.Fleet(size=10, healthy=10, active=frozenset({"b", "c"}))
-        reboot = Action(RUN, "b", "reboot", phase="reboot", disruptive=True)
-        verify = Action(RUN, "c", "verify", phase="verify")
+        reboot = Action(Kind.RUN, "b", "reboot", phase="reboot", disruptive=True)
+        verify = Action(Kind.RUN, "c", "verify", phase="verify")
         saturday_3am = datetime(2026, 11, 21, 3, 0, tzinfo=UTC)
         got = budget.admit(
             [start("a"), reboot, verify], fleet, cfg, saturday_3am + timedelta(hours=5)
