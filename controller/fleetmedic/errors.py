@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FleetmedicError(Exception):
     """Base class. ``str(err)`` is always one line fit for an operator."""
@@ -38,3 +40,12 @@ class ForbiddenError(PermanentError):
 
 class NotFoundError(PermanentError):
     """The object does not exist (HTTP 404), e.g. an unknown node name."""
+
+
+def one_line(value: Any, limit: int = 300) -> str:
+    """``value`` (an exception or any object) as one line of at most ``limit`` characters:
+    whitespace collapsed, the exception's type name when it says nothing."""
+    text = " ".join(str(value).split())
+    if not text and isinstance(value, BaseException):
+        text = type(value).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

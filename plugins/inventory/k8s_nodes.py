@@ -162,6 +162,7 @@ import sys
 from ansible.errors import AnsibleError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
+from ansible_collections.fleetmedic.fleet.plugins.module_utils.text import one_line
 
 try:
     from fleetmedic.errors import FleetmedicError
@@ -183,11 +184,6 @@ else:
     FLEETMEDIC_IMPORT_ERROR = None
 
 
-def _one_line(exc):
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     NAME = "fleetmedic.fleet.k8s_nodes"
 
@@ -207,7 +203,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise AnsibleError(
                 "The fleetmedic.fleet.k8s_nodes inventory plugin needs the fleetmedic Python package in "
                 "the Python that runs Ansible (%s): %s"
-                % (sys.executable, _one_line(FLEETMEDIC_IMPORT_ERROR))
+                % (sys.executable, one_line(FLEETMEDIC_IMPORT_ERROR))
             )
         vocab = self._vocabulary()
         foreign = self._foreign_signals()
@@ -252,7 +248,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 return vocabulary.Vocabulary.from_mapping(custom)
             return vocabulary.preset(self.get_option("taint_preset"))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise AnsibleError("k8s_nodes: bad taint names: %s" % _one_line(exc))
+            raise AnsibleError("k8s_nodes: bad taint names: %s" % one_line(exc))
 
     def _foreign_signals(self):
         signals = []
@@ -281,26 +277,25 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             from fleetmedic.adapters import kube
         except ImportError as exc:
             raise AnsibleError(
-                "k8s_nodes: cannot load fleetmedic's Kubernetes adapter: %s" % _one_line(exc)
+                "k8s_nodes: cannot load fleetmedic's Kubernetes adapter: %s" % one_line(exc)
             )
         try:
             api = kube.connect(kubeconfig, context)
         except (
             FleetmedicError
         ) as exc:  # ConfigError: missing or malformed kubeconfig, unknown context
-            raise AnsibleError("k8s_nodes: %s" % _one_line(exc))
+            raise AnsibleError("k8s_nodes: %s" % one_line(exc))
         except Exception as exc:  # anything the adapter did not map; still one line
             raise AnsibleError(
-                "k8s_nodes: kubeconfig %s: %s: %s"
-                % (kubeconfig, type(exc).__name__, _one_line(exc))
+                "k8s_nodes: kubeconfig %s: %s: %s" % (kubeconfig, type(exc).__name__, one_line(exc))
             )
         try:
             nodes, _resource_version = api.list_nodes(label_selector)
         except FleetmedicError as exc:  # unreachable, 401/403, 5xx: the adapter's one-line message
-            raise AnsibleError("k8s_nodes: cannot list nodes: %s" % _one_line(exc))
+            raise AnsibleError("k8s_nodes: cannot list nodes: %s" % one_line(exc))
         except Exception as exc:
             raise AnsibleError(
-                "k8s_nodes: cannot list nodes: %s: %s" % (type(exc).__name__, _one_line(exc))
+                "k8s_nodes: cannot list nodes: %s: %s" % (type(exc).__name__, one_line(exc))
             )
         return nodes
 

@@ -85,6 +85,7 @@ holder:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetmedic.fleet.plugins.module_utils.text import one_line
 
 try:
     from fleetmedic.adapters.kube import connect
@@ -98,10 +99,6 @@ else:
 NO_LOCK_HINT = (
     "or run with -e fleetmedic_node_lease=false if no fleetmedic controller manages this node"
 )
-
-
-def _one_line(text):
-    return " ".join(str(text).split())
 
 
 def main():
@@ -120,7 +117,7 @@ def main():
     if IMPORT_ERROR is not None:
         module.fail_json(
             msg="node_lease needs the fleetmedic Python package where Ansible runs: %s (%s)"
-            % (_one_line(IMPORT_ERROR), NO_LOCK_HINT)
+            % (one_line(IMPORT_ERROR), NO_LOCK_HINT)
         )
     p = module.params
     if p["duration"] < 1:
@@ -163,7 +160,7 @@ def main():
             % (
                 "give up" if p["state"] == "released" else "take",
                 where,
-                _one_line(exc),
+                one_line(exc),
                 NO_LOCK_HINT,
             ),
             lease=where,

@@ -140,7 +140,7 @@ class Demo:
 
     # -- watching ------------------------------------------------------------------------
     def status(self) -> str:
-        from fleetmedic.controller.cli import node_status, render_status
+        from fleetmedic.controller.status import node_status, render_status
         from fleetmedic.model.config import parse
         from fleetmedic.model.nodestate import view
 

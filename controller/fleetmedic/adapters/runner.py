@@ -37,7 +37,7 @@ import ansible_runner
 import yaml
 from ansible_runner.exceptions import AnsibleRunnerException, ConfigurationError
 
-from fleetmedic.errors import PermanentError, TemporaryError
+from fleetmedic.errors import PermanentError, TemporaryError, one_line
 from fleetmedic.model.config import AnsibleConfig, secret_path
 from fleetmedic.model.nodestate import NodeView
 
@@ -182,9 +182,9 @@ def run_playbook(
         try:
             r = ansible_runner.run(**kwargs)
         except ConfigurationError as exc:
-            raise PermanentError(f"run {run_id}: {_one_line(exc)}") from None
+            raise PermanentError(f"run {run_id}: {one_line(exc)}") from None
         except (AnsibleRunnerException, OSError) as exc:
-            raise TemporaryError(f"run {run_id}: {_one_line(exc)}", 30) from None
+            raise TemporaryError(f"run {run_id}: {one_line(exc)}", 30) from None
     hosts = _outcomes(r, [t.name for t in reachable], run_id)
     hosts.update(
         {
@@ -319,13 +319,8 @@ def _message(res: Mapping[str, Any]) -> str:
     for key in ("msg", "stderr", "module_stderr", "stdout"):
         value = res.get(key)
         if value:
-            return _one_line(value)
+            return one_line(value)
     return ""
-
-
-def _one_line(value: Any, limit: int = 300) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _tail(r: Any) -> str:
@@ -333,7 +328,7 @@ def _tail(r: Any) -> str:
         lines = [ln for ln in r.stdout.read().splitlines() if ln.strip()]
     except (OSError, AttributeError):
         return "no output"
-    return _one_line(" ".join(lines[-3:])) or "no output"
+    return one_line(" ".join(lines[-3:])) or "no output"
 
 
 def _evidence(directory: Path, since: float) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from fleetmedic.checks.config import CheckConfig
-from fleetmedic.errors import ConfigError
+from fleetmedic.errors import ConfigError, one_line
 from fleetmedic.model.vocabulary import Vocabulary, preset
 from fleetmedic.scan.catalog import parse_threshold
 
@@ -140,7 +140,7 @@ class AgentConfig:
                 kwargs["checks"] = CheckConfig.from_mapping(kwargs["checks"] or {})
             return cls(**kwargs)
         except TypeError as exc:
-            raise ConfigError(f"agent config: {_one_line(exc)}") from None
+            raise ConfigError(f"agent config: {one_line(exc)}") from None
 
     @classmethod
     def from_file(cls, path: str | Path) -> AgentConfig:
@@ -149,13 +149,8 @@ class AgentConfig:
         except OSError as exc:
             raise ConfigError(f"{path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: {_one_line(exc)}") from None
+            raise ConfigError(f"{path}: {one_line(exc)}") from None
         try:
             return cls.from_mapping(data)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from datetime import datetime
 from threading import Event
 
@@ -39,7 +38,7 @@ class BreakerKeeper:
         metrics: Metrics,
         *,
         dry_run: bool,
-        send: Callable[[Callable[[], None]], Future],
+        send: Callable[[Callable[[], None]], object],
         stop: Callable[[], Event],
     ) -> None:
         self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run

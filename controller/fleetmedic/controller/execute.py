@@ -65,16 +65,19 @@ class Executor:
         cancel: threading.Event | None = None,
     ) -> Outcome:
         """Do ``action`` on ``view``'s node and return its outcome (see the module doc)."""
-        cancel = cancel or threading.Event()
-        if action.kind == Kind.RUN:
-            return self._run(action, view, run_id, cancel)
-        if action.kind == Kind.PROBE:
-            return self._probe(action, view, run_id, cancel)
-        if action.kind == Kind.DRAIN:
-            return self._drain(action)
-        if action.kind == Kind.ESCALATE:
-            return self._escalate(action, view)
-        raise ValueError(f"{action.node}: nothing to execute for a {action.kind} action")
+        handler = self._handlers.get(action.kind)
+        if handler is None:
+            raise ValueError(f"{action.node}: nothing to execute for a {action.kind} action")
+        return handler(action, view, run_id, cancel or threading.Event())
+
+    @property
+    def _handlers(self) -> dict[Kind, Callable[..., Outcome]]:
+        return {
+            Kind.RUN: self._run,
+            Kind.PROBE: self._probe,
+            Kind.DRAIN: self._drain,
+            Kind.ESCALATE: self._escalate,
+        }
 
     # -- ansible ------------------------------------------------------------
     def _target(self, view: NodeView, extra: dict | None = None) -> runner.Target:
@@ -140,7 +143,7 @@ class Executor:
         return Outcome(host.status, result.run_id, host.message, host.task)
 
     # -- drain --------------------------------------------------------------
-    def _drain(self, action: Action) -> Outcome:
+    def _drain(self, action: Action, *_: object) -> Outcome:
         done = drainmod.drain(
             self.kube,
             action.node,
@@ -151,7 +154,7 @@ class Executor:
         return Outcome(done.status, message=done.message)
 
     # -- email --------------------------------------------------------------
-    def _escalate(self, action: Action, view: NodeView) -> Outcome:
+    def _escalate(self, action: Action, view: NodeView, *_: object) -> Outcome:
         smtp = self.cfg.smtp
         reason = escalation_reason(view, action)
         if smtp is None:

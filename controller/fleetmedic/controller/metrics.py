@@ -6,9 +6,15 @@ in one process and keeps the exposition free of unrelated collectors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
 from fleetmedic import __version__
+from fleetmedic.model import keys
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy.history import parse_time
 
 STATES = ("healthy", "reboot", "reimage", "manual")
 
@@ -63,6 +69,19 @@ class Metrics:
         for state in STATES:
             self.nodes.labels(state=state).set(counts.get(state, 0))
         self.slow_network.set(slow_network)
+
+    def observe(self, views: Sequence[NodeView], now: datetime) -> None:
+        """The fleet gauges from one cycle's views."""
+        counts: dict[str, int] = {}
+        longest = 0.0
+        for v in views:
+            counts[v.state] = counts.get(v.state, 0) + 1
+            if v.in_repair:
+                since = parse_time(v.annotations.get(keys.ANN_STATE_SINCE))
+                if since:
+                    longest = max(longest, (now - since).total_seconds())
+        self.set_states(counts, sum(1 for v in views if v.slow_network))
+        self.unhealthy_seconds.set(longest)
 
     def serve(self, address: str, port: int) -> None:
         """Serve /metrics on ``address:port`` (loopback by default in config)."""

@@ -9,12 +9,18 @@ ships it.
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleetmedic.adapters.kube import Kube
+from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.policy import breaker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,3 +49,32 @@ def read_switches(kube: Kube, cfg: Config) -> Switches:
     ):
         paused = f"paused by ConfigMap {cfg.safety.pause_configmap}"
     return Switches(paused, breaker.Record.decode(data.get(breaker.RECORD_KEY)))
+
+
+class SwitchReader:
+    """The pause ConfigMap, read at most every ``every`` seconds, and only when asked (the
+    loop asks when there is something to admit, so an idle fleet costs no API call).
+    Unreadable means paused: acting blind on a switch a human may have thrown is worse."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        cfg: Config,
+        every: float = 5.0,
+        on_read: Callable[[Switches], None] = lambda s: None,
+    ) -> None:
+        self.kube, self.cfg, self.every, self.on_read = kube, cfg, every, on_read
+        self._read: tuple[float, Switches] = (0.0, Switches())  # (monotonic time, what)
+
+    def get(self) -> Switches:
+        at, switches = self._read
+        if at and time.monotonic() - at < self.every:
+            return switches
+        try:
+            switches = read_switches(self.kube, self.cfg)
+        except FleetmedicError as exc:
+            log.warning("cannot read the pause switch (%s); holding all action", exc)
+            switches = Switches(f"pause switch unreadable: {exc}")
+        self._read = (time.monotonic(), switches)
+        self.on_read(switches)
+        return switches

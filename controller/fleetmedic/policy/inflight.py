@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from fleetmedic.model import keys
 from fleetmedic.policy.history import parse_time
 
 PENDING, RUNNING = "pending", "running"
@@ -62,6 +64,15 @@ class InFlight:
         if record.status not in (PENDING, RUNNING) or parse_time(record.since) is None:
             raise ValueError(f"unreadable in-flight record: {raw[:80]}")
         return record
+
+    @classmethod
+    def read(cls, annotations: Mapping[str, str]) -> InFlight | None:
+        """The marker in ``annotations``; None when absent *or unreadable*. For readers
+        that only report it (status, release); deciders use decode(), which never guesses."""
+        try:
+            return cls.decode(annotations.get(keys.ANN_IN_FLIGHT))
+        except ValueError:
+            return None
 
     def with_(self, **changes: Any) -> InFlight:
         return dataclasses.replace(self, **changes)

@@ -19,10 +19,7 @@ from fleetmedic.policy.inflight import InFlight
 
 def _ended(view: NodeView, now: datetime, who: str) -> tuple[Attempt, ...]:
     at = stamp(now)
-    try:
-        fl = InFlight.decode(view.annotations.get(keys.ANN_IN_FLIGHT))
-    except ValueError:
-        fl = None
+    fl = InFlight.read(view.annotations)
     if fl is not None:
         return (
             Attempt(

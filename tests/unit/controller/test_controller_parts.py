@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from fleetmedic.controller.cli import last_finding, node_status, render_status
 from fleetmedic.controller.execute import escalation_reason
-from fleetmedic.controller.loop import actionable, decide_all, make_plan
+from fleetmedic.controller.status import last_finding, node_status, render_status
 from fleetmedic.model import keys
 from fleetmedic.model.config import parse
 from fleetmedic.model.hostvars import WITHHELD, controller_host_vars, host_groups, safe_address
 from fleetmedic.model.nodestate import view
 from fleetmedic.policy.actions import Action
 from fleetmedic.policy.history import Attempt, encode
+from fleetmedic.policy.plan import actionable, decide_all, make_plan
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 CFG = parse(
@@ -239,8 +239,8 @@ def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(c
         def views(self):
             seen = super().views()
             self.watcher.put(recorded)  # the worker records the outcome...
-            with self._lock:
-                self._busy.pop("x", None)  # ...then leaves the busy set
+            with self.workers._lock:
+                self.workers._busy.pop("x", None)  # ...then leaves the busy set
             return seen
 
     cfg = parse(
@@ -251,11 +251,13 @@ def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(c
     )
     ctl = WorkerFinishesWhileTheCycleLooks(cfg, kube, dry_run=True, clock=lambda: NOW)
     ctl.watcher.put(begun)
-    ctl._busy["x"] = Action(node="x", kind=Kind.ESCALATE, reason="escalating", step="manual", ep=1)
+    ctl.workers._busy["x"] = Action(
+        node="x", kind=Kind.ESCALATE, reason="escalating", step="manual", ep=1
+    )
     with caplog.at_level(logging.INFO, logger="fleetmedic.controller.loop"):
         ctl.cycle()
         ctl.cycle()  # the next cycle sees the record
-    ctl.pool.shutdown(wait=False)
+    ctl.workers.pool.shutdown(wait=False)
     lines = [r.getMessage() for r in caplog.records]
     assert not [line for line in lines if "x: escalate" in line], lines
     assert any("waiting for `fleetmedic release`" in line for line in lines), lines

@@ -19,7 +19,7 @@ from typing import Any
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, parse
 from fleetmedic.model.nodestate import ForeignSignal, view
-from fleetmedic.policy import budget, ladder
+from fleetmedic.policy import budget, ladder, plan
 from fleetmedic.policy.actions import Action, Kind, Outcome, Stale, Update
 from fleetmedic.policy.history import decode
 
@@ -143,15 +143,13 @@ class World:
 
     def cycle(self, step: float = 30.0, paused: str | None = None) -> list[Action]:
         views = self.views()
-        actions = [ladder.decide(v, self.now, self.cfg) for v in views]
-        admission = budget.admit(
-            actions, budget.fleet_of(views), self.cfg.safety, self.now, paused=paused
-        )
-        for action in admission.admitted:
+        decisions = plan.decide_all(views, self.now, self.cfg)
+        admitted = plan.make_plan(views, decisions, self.now, self.cfg, paused=paused).admission
+        for action in admitted.admitted:
             self.execute(action)
             self.max_active = max(self.max_active, len(budget.fleet_of(self.views()).active))
         self.now += timedelta(seconds=step)
-        return list(admission.admitted)
+        return list(admitted.admitted)
 
     def execute(self, action: Action) -> None:
         if action.kind == Kind.WRITE:

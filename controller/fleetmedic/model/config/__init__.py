@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from fleetmedic.errors import ConfigError
+from fleetmedic.errors import ConfigError, one_line
 from fleetmedic.model.config.ladder import (
     PHASES,
     AnsibleConfig,
@@ -144,7 +144,7 @@ def parse(data: Any, source: str = "config", base: Path | None = None) -> Config
     try:
         return Config.model_validate(data, context={"base": base})
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_one_line(exc)}") from None
+        raise ConfigError(f"{source}: {_first_error(exc)}") from None
 
 
 def load(path: str | os.PathLike[str]) -> Config:
@@ -171,13 +171,13 @@ def secret_path(
     return credential_path(credential, environ) if credential else file
 
 
-def _one_line(exc: ValidationError) -> str:
+def _first_error(exc: ValidationError) -> str:
     # An unknown key is usually a typo that also causes a "required": report it first.
     errs = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
     first = errs[0]
     loc = ".".join(str(p) for p in first["loc"]) or "(top)"
     more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    return f"{loc}: {_message(first)}{more}".replace("\n", " ")
+    return one_line(f"{loc}: {_message(first)}{more}", limit=1000)
 
 
 def _message(err: Mapping[str, Any]) -> str:

@@ -1,0 +1,81 @@
+"""Writing a decision's :class:`~fleetmedic.policy.actions.Update` to its Node.
+
+One read-modify-write guarded by resourceVersion (``Kube.update_node``); then the
+informer's cache gets the Node as written (so the next cycle decides from it, not from
+an older copy), the update's Events are posted and the step metrics counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.controller.metrics import Metrics
+from fleetmedic.errors import TemporaryError
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.vocabulary import Vocabulary
+from fleetmedic.policy import budget
+from fleetmedic.policy.actions import Stale, Update
+from fleetmedic.policy.history import parse_time
+
+log = logging.getLogger(__name__)
+
+
+class Recorder:
+    def __init__(
+        self,
+        kube: Kube,
+        vocab: Vocabulary,
+        keep: Callable[[dict], NodeView],
+        metrics: Metrics,
+        stopping: Callable[[], threading.Event],
+    ) -> None:
+        """``keep``: puts the written Node into the informer's cache, returns its view."""
+        self.kube, self.vocab, self.keep, self.metrics = kube, vocab, keep, metrics
+        self.stopping = stopping
+
+    def write(self, upd: Update, retry_for: float = 0.0) -> NodeView:
+        """Apply ``upd`` (RV-guarded) and return the Node's view as written. Stale
+        propagates; other TemporaryErrors are retried for ``retry_for`` seconds."""
+        deadline = time.monotonic() + retry_for
+        while True:
+            try:
+                return self._write_once(upd)
+            except Stale:
+                raise
+            except TemporaryError as exc:
+                if time.monotonic() >= deadline or self.stopping().is_set():
+                    raise
+                log.warning("%s: recording failed (%s); retrying", upd.node, exc)
+                time.sleep(min(max(exc.delay, 0.5), 5.0))
+
+    def _write_once(self, upd: Update) -> NodeView:
+        changed = False
+        before = None
+
+        def mutate(node: dict) -> bool:
+            nonlocal changed, before
+            before = self.vocab.repair_state_of((node.get("spec") or {}).get("taints") or [])
+            changed = upd.apply(node, self.vocab)
+            return changed
+
+        node = self.kube.update_node(upd.node, mutate)
+        after = self.keep(node)
+        if not changed:
+            return after
+        if upd.state is not None and (before or "healthy") != after.state:
+            log.info("%s: %s -> %s", upd.node, before or "healthy", after.state)
+        for ev in upd.events:
+            log.info("%s: %s: %s", upd.node, ev.reason, ev.message)
+            self.kube.post_event(node, ev.reason, ev.message, ev.type)
+        for attempt in upd.append:
+            self.metrics.remediations.labels(step=attempt.step, result=attempt.result).inc()
+            start, end = parse_time(attempt.start), parse_time(attempt.end)
+            if start and end and attempt.step in budget.WORKING_STEPS:
+                self.metrics.duration.labels(step=attempt.step).observe(
+                    max(0.0, (end - start).total_seconds())
+                )
+        return after

@@ -1,0 +1,132 @@
+"""``fleetmedic status``: one row per node, from its Node alone (no controller needed).
+
+The row says the node's state, since when, what is under way, this episode's attempts
+and the last finding; ``render_status`` lays rows out as the table an on-call engineer
+reads, ``--json`` prints the rows themselves.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fleetmedic.model import keys
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
+from fleetmedic.policy.inflight import Escalated, InFlight
+
+STATE_ORDER = {"manual": 0, "reimage": 1, "reboot": 2, "healthy": 3}
+
+
+def node_status(v: NodeView, at: datetime) -> dict[str, Any]:
+    """One node's row for ``fleetmedic status`` (also its ``--json`` entry)."""
+    history = decode(v.annotations.get(keys.ANN_HISTORY))
+    ep = last_episode(history)
+    fl = InFlight.read(v.annotations)
+    if fl is not None:
+        ep = fl.ep
+    esc = Escalated.decode(v.annotations.get(keys.ANN_ESCALATED))
+    attempts = [a.to_json() for a in of_episode(history, ep)] if (v.in_repair or fl) else []
+    since = None
+    if v.in_repair:  # fenced by the agent: no transition of ours yet, so when work began
+        since = (
+            v.annotations.get(keys.ANN_STATE_SINCE)
+            or (fl.step_start if fl and fl.step == v.state else None)
+            or (attempts[0]["start"] if attempts else None)
+        )
+    if fl is not None:
+        doing = f"{fl.step}#{fl.attempt} {fl.phase} {fl.status}"
+    elif esc is not None and v.state == "manual":
+        doing = f"escalated, email {'sent ' + esc.sent if esc.sent else 'pending'}"
+    else:
+        doing = ""
+    return {
+        "name": v.name,
+        "state": v.state,
+        "slow_network": v.slow_network,
+        "since": since,
+        "age": _age(since, at),
+        "doing": doing,
+        "episode": ep or None,
+        "attempts": attempts,
+        "last_finding": last_finding(v, attempts),
+        "foreign_signals": list(v.foreign_signals),
+        "unschedulable": v.unschedulable,
+        "address": v.address,
+        "vendor": v.vendor,
+    }
+
+
+def last_finding(v: NodeView, attempts: list[dict]) -> str:
+    finding = v.annotation_json(keys.ANN_LAST_FINDING)
+    if isinstance(finding, dict):
+        if finding.get("summary") or (finding.get("message") and not finding.get("kind")):
+            return str(finding.get("summary") or finding.get("message"))
+        what = {"xid": "Xid", "sxid": "SXid"}.get(str(finding.get("kind")), finding.get("kind"))
+        code = f" {finding['code']}" if finding.get("code") is not None else ""
+        pci = f" on {finding['pci']}" if finding.get("pci") else ""
+        msg = f": {finding['message']}" if finding.get("message") else ""
+        return f"{what}{code}{pci}{msg}"
+    if finding:
+        return str(finding)
+    failed = [a for a in attempts if a.get("result") not in ("pass", "escalated", "released")]
+    if failed:
+        a = failed[-1]
+        return f"{a['step']} {a['result']}: {a.get('message', '')}".rstrip(": ")
+    return ", ".join(v.foreign_signals)
+
+
+def _age(stamp: str | None, at: datetime) -> str:
+    """``42s``, ``5m12s``, ``3h05m``, ``2d04h``."""
+    t = parse_time(stamp)
+    if t is None:
+        return ""
+    s = max(0, int((at - t).total_seconds()))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def render_status(
+    rows: list[dict], hidden: int = 0, width: int = 200, since_as_time: bool = False
+) -> str:
+    """The status table. ``since_as_time``: the SINCE column as a UTC time, not an age."""
+    head = ("NODE", "STATE", "SINCE", "DOING", "ATTEMPTS", "LAST FINDING")
+    table = [head]
+    for r in rows:
+        state = r["state"] + ("+slow-net" if r["slow_network"] else "")
+        attempts = str(len([a for a in r["attempts"] if a.get("step") != "manual"]))
+        since = r["age"] and f"{r['age']} ago"
+        if since_as_time:
+            since = (r["since"] or "")[11:19]
+        table.append(
+            (
+                r["name"],
+                state,
+                since,
+                r["doing"],
+                attempts if r["attempts"] else "",
+                r["last_finding"],
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]
+        for row in table
+    ]
+    lines = [ln.rstrip()[:width] for ln in lines]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    if hidden:
+        counts["healthy"] = counts.get("healthy", 0) + hidden
+    summary = ", ".join(f"{counts[s]} {s}" for s in STATE_ORDER if counts.get(s))
+    lines.append(
+        f"\n{summary or 'no nodes'}"
+        + (f" ({hidden} healthy not shown; --all lists them)" if hidden else "")
+    )
+    return "\n".join(lines)
