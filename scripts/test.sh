@@ -18,6 +18,7 @@ stage() {  # stage NAME CMD...
 stage "import layering (import-linter)" lint-imports --no-cache
 stage "ruff lint (package)" ruff check controller
 stage "ruff format (whole tree)" ruff format --check --quiet .
+stage "mypy (package)" mypy
 if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
   stage "ansible-lint (production profile)" ansible-lint --offline --profile production
 fi

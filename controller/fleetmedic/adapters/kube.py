@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import urllib3
 from kubernetes import client, config
@@ -181,7 +181,8 @@ class Kube:
             **selectors,
         )
         try:
-            resp = list_fn(**kwargs)
+            # _preload_content=False: the raw response, read line by line below
+            resp = cast(urllib3.HTTPResponse, list_fn(**kwargs))
         except ApiException as exc:
             raise _error_from(exc.status, exc.reason or "", exc.body, what) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:

@@ -171,7 +171,7 @@ def _send(
     where = f"smtp {smtp.host}:{smtp.port}"
     try:
         client = _Client(
-            (smtp.user, password) if smtp.user else None,
+            (smtp.user, password) if smtp.user and password is not None else None,
             user=smtp.sender,
             host=smtp.host,
             port=smtp.port,

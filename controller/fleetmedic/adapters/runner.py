@@ -306,8 +306,8 @@ def _outcomes(r: Any, names: list[str], run_id: str) -> dict[str, HostResult]:
         elif stats is not None and name in (stats.get("processed") or {}):
             out[name] = HostResult(OK, stdout=stdout.get(name, ""))
         elif r.status == "timeout":
-            task = last_task.get(name)
-            out[name] = HostResult(TIMEOUT, task, f"job timeout (last task: {task or 'none'})")
+            last = last_task.get(name)
+            out[name] = HostResult(TIMEOUT, last, f"job timeout (last task: {last or 'none'})")
         elif name in failed:
             out[name] = HostResult(FAILED, failed[name][0] or None, failed[name][1])
         else:

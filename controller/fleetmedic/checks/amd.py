@@ -59,7 +59,11 @@ def _run_all(
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {
             name: pool.submit(
-                run_bounded, (tools[argv[0]], *argv[1:]), timeout, env=env, key=f"amd:{name}"
+                run_bounded,
+                (tools[argv[0]] or argv[0], *argv[1:]),
+                timeout,
+                env=env,
+                key=f"amd:{name}",
             )
             for name, argv in jobs.items()
         }
@@ -178,7 +182,9 @@ def _ecc_verdict(e: dict) -> Verdict:
             "total_correctable_count",
         )
     }
-    blocks = e.get("ecc_blocks") if isinstance(e.get("ecc_blocks"), dict) else {}
+    blocks = e.get("ecc_blocks")
+    if not isinstance(blocks, dict):
+        blocks = {}
     bad_blocks = {
         b: parse.num(v.get("uncorrectable_count"))
         for b, v in blocks.items()
@@ -283,7 +289,7 @@ def _pcie(runs, metric, why, labels, tools) -> CheckResult:
         pcie, bus = e.get("pcie"), (static.get(i) or {}).get("bus")
         if not isinstance(pcie, dict) or not isinstance(bus, dict):
             return Verdict("n/a", "PCIe link not reported")
-        ev = {
+        ev: dict[str, Any] = {
             "width": parse.num(pcie.get("width")),
             "max_width": parse.num(bus.get("max_pcie_width")),
             "speed": parse.num(pcie.get("speed")),

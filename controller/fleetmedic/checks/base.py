@@ -26,7 +26,7 @@ from fleetmedic.model.actions import FENCING_ACTIONS
 Status = Literal["ok", "problem", "unknown"]
 Category = Literal["gpu", "network", "kernel"]
 STATUSES: tuple[str, ...] = ("ok", "problem", "unknown")
-CATEGORIES: tuple[str, ...] = ("gpu", "network", "kernel")
+CATEGORIES: tuple[Category, ...] = ("gpu", "network", "kernel")
 ACTIONS: tuple[str, ...] = FENCING_ACTIONS  # reset | reboot | reimage | manual
 
 # NPD custom-plugin exit codes: 0 OK, 1 problem, 2 unknown.

@@ -133,7 +133,12 @@ def check(
 ) -> None:
     """Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown)."""
     data = _load_config(config_path)
-    for key, value in (("vendor", vendor), ("expected_gpus", expected_gpus), ("timeout", timeout)):
+    overrides: tuple[tuple[str, Any], ...] = (
+        ("vendor", vendor),
+        ("expected_gpus", expected_gpus),
+        ("timeout", timeout),
+    )
+    for key, value in overrides:
         if value is not None:
             data[key] = value
     net = dict(data.get("network") or {})

@@ -39,7 +39,7 @@ MAX_EVIDENCE = 20  # findings kept in the evidence (the worst first)
 def scan_current_boot(path: str) -> tuple[list[Finding], int]:
     """(findings of the last boot in ``path``, lines read). Raises OSError if unreadable."""
     scanner = Scanner()
-    boot, current = scanner.boot_key, []
+    boot, current = scanner.boot_key, list[Finding]()
     with contextlib.ExitStack() as stack:
         if stat.S_ISCHR(os.stat(path).st_mode):
             findings = scanner.scan(read_kmsg(path))

@@ -23,6 +23,7 @@ import random
 import shutil
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from fleetmedic.checks.base import CheckResult, ok, problem, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
@@ -121,7 +122,7 @@ def run(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> list[CheckRes
                 break
             mbps, why = measure(iperf3, host, port, cfg, remaining, env)
             if mbps is not None:
-                ev = {
+                ev: dict[str, Any] = {
                     "peer": peer,
                     "mbps": round(mbps, 1),
                     "min_mbps": net.min_mbps,

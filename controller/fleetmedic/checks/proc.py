@@ -108,6 +108,7 @@ def run_bounded(
             argv, None, "", "", time.monotonic() - start, error=f"cannot run: {exc.strerror or exc}"
         )
 
+    assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs
     out = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     deadline = start + max(timeout, 0.0)
     timed_out = not _pump(proc, out, deadline, max_output)
@@ -159,7 +160,7 @@ def _pump(proc: subprocess.Popen, out: dict, deadline: float, max_output: int) -
                 return exited_at is not None
             for sk, _ in sel.select(min(remaining, 0.05)):
                 try:
-                    chunk = os.read(sk.fileobj.fileno(), 65536)
+                    chunk = os.read(sk.fd, 65536)
                 except BlockingIOError:
                     continue
                 if not chunk:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from fleetmedic.checks import amd, kernel, network, nvidia, nvidia_rules
-from fleetmedic.checks.base import CATEGORIES, CheckResult, unknown, with_duration
+from fleetmedic.checks.base import CATEGORIES, Category, CheckResult, unknown, with_duration
 from fleetmedic.checks.config import CheckConfig
 
 GUARD = 5.0  # seconds past a probe's own deadline before the guard gives up on it
@@ -82,7 +82,7 @@ def run_checks(
     threads = {}
     for cat in wanted:
 
-        def body(cat: str = cat) -> None:
+        def body(cat: Category = cat) -> None:
             try:
                 out[cat] = PROBES[cat](cfg, env)
             except Exception as exc:  # a bug of ours must not stop the agent's loop

@@ -69,7 +69,9 @@ def count_result(
     name: str, visible: int, expected: int | None, what: str = "GPUs", source: str = ""
 ) -> CheckResult:
     """Compare a visible count with the expected one (None: at least one)."""
-    ev = {"visible": visible, "expected": expected, **({"source": source} if source else {})}
+    ev: dict[str, Any] = {"visible": visible, "expected": expected}
+    if source:
+        ev["source"] = source
     if expected is None:
         if visible == 0:
             return problem(name, f"no {what} visible" + (f" to {source}" if source else ""), **ev)

@@ -49,7 +49,7 @@ DEFAULT_CONFIG = Path("/etc/fleetmedic/controller.yaml")
 
 
 # -- plumbing ---------------------------------------------------------------------------
-def _common(fn: Callable) -> click.Command:
+def _common(fn: Callable[..., None]) -> Callable[..., None]:
     """--config/--kubeconfig, and FleetmedicError as one line with a non-zero exit."""
 
     @click.option(
@@ -250,7 +250,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     )
     held = {a.node: why for a, why in p.admission.held}
     admitted = {a.node for a in p.admission.admitted}
-    items = []
+    items: list[dict[str, Any]] = []
     for _, a in p.decisions:
         if a.kind == Kind.NONE and a.reason == "healthy":
             continue

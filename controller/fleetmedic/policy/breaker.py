@@ -83,14 +83,8 @@ def observe(
     turned += [(n, at) for n in sorted(unhealthy - state.unhealthy)]
     recent = len({n for n, _ in turned})
     tripped_at = state.tripped_at
-    if (
-        tripped_at
-        and cfg.cooldown
-        and now - parse_time(tripped_at)
-        >= timedelta(  # type: ignore
-            seconds=cfg.cooldown
-        )
-    ):
+    tripped = parse_time(tripped_at)
+    if tripped and cfg.cooldown and now - tripped >= timedelta(seconds=cfg.cooldown):
         return Observation(reset(state, now, unhealthy), False, 0, cap)
     tripped_now = cfg.enabled and not tripped_at and recent > cap
     new = dataclasses.replace(

@@ -115,7 +115,7 @@ def _unreadable(n: NodeCtx, why: str) -> Action:
 def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
     view, cfg = n.view, n.cfg
     if fl or n.escalated or view.annotations.get(keys.ANN_CORDONED) == "true":
-        ended = ()
+        ended: tuple[Attempt, ...] = ()
         if fl:
             ended = (n.attempt(fl, RELEASED, "repair taint removed by someone else"),)
         return n.write(

@@ -46,7 +46,7 @@ class NodeCtx:
             **kw,
         )
 
-    def action(self, kind: str, reason: str, **kw) -> Action:
+    def action(self, kind: Kind, reason: str, **kw) -> Action:
         return Action(kind=kind, node=self.view.name, reason=reason, **kw)
 
     def write(self, reason: str, **kw) -> Action:

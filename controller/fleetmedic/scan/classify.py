@@ -55,7 +55,7 @@ def classify(message: str, catalog: Catalog) -> Classified | None:
 def _classify_xid(xid: nvidia.XidLine, catalog: Catalog) -> Classified:
     entry = catalog.xids.get(xid.code)
     text = xid.text or (entry.description if entry else "")
-    base = dict(
+    base: dict[str, Any] = dict(
         vendor="nvidia",
         kind="xid",
         code=xid.code,

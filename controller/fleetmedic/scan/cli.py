@@ -6,14 +6,13 @@ cannot be read (one line on stderr: ``fleetmedic scan: error: ...``).
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 import click
 
@@ -177,9 +176,7 @@ def scan(
         _quiet_broken_pipe()
 
 
-def _stream_out(
-    rows: Iterator[tuple[str, Finding]], fmt: str, out: io.TextIOBase, flush: bool
-) -> None:
+def _stream_out(rows: Iterator[tuple[str, Finding]], fmt: str, out: TextIO, flush: bool) -> None:
     """Write findings as they come; flush each one only when following a live log."""
     try:
         for _name, finding in rows:

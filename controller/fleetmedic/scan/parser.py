@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
 
@@ -252,7 +253,7 @@ def _uptime_seconds(stamp: str) -> float | None:
         return None
 
 
-_SECONDS = {
+_SECONDS: dict[str, Callable[[str], float | None]] = {
     "uptime": _uptime_seconds,
     "kmsg": _uptime_seconds,
     "iso": _iso_seconds,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from functools import lru_cache
 from itertools import combinations, pairwise
 from typing import BinaryIO
@@ -96,7 +96,9 @@ def _searchers(triggers: Iterable[bytes]) -> list[re.Pattern[bytes]]:
     return searchers
 
 
-def _hit_lines(data: bytes, start: int, end: int, searchers: list[re.Pattern[bytes]]) -> list[int]:
+def _hit_lines(
+    data: bytes | bytearray, start: int, end: int, searchers: list[re.Pattern[bytes]]
+) -> list[int]:
     """Sorted start offsets of the lines in ``data[start:end]`` that contain a trigger."""
     starts: set[int] = set()
     for regex in searchers:
@@ -110,7 +112,7 @@ def candidates(
     triggers: Sequence[bytes],
     chunk_size: int = CHUNK_SIZE,
     limit: int | None = None,
-) -> Iterator[tuple[int, bytes]]:
+) -> Generator[tuple[int, bytes], None, int]:
     """Yield ``(line_number, line)`` for every line that contains a trigger.
 
     Line numbers are 1-based from the stream's current position; ``line``
@@ -212,7 +214,7 @@ def _scan_range(
 
 def candidates_parallel(
     path: str, triggers: Sequence[bytes], workers: int
-) -> Iterator[tuple[int, bytes]]:
+) -> Generator[tuple[int, bytes], None, int]:
     """Like :func:`candidates` on a whole file, with the passes split over ``workers`` processes.
 
     Results come in file order. The return value is the file's line count.

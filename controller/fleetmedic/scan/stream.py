@@ -274,15 +274,15 @@ def follow_file(
                     yield line.rstrip(b"\r").decode("utf-8", "replace")
                 continue
             try:
-                stat = os.stat(path)
+                current: os.stat_result | None = os.stat(path)
             except OSError:
-                stat = None
-            if stat is None or (stat.st_dev, stat.st_ino) != inode:
+                current = None
+            if current is None or (current.st_dev, current.st_ino) != inode:
                 handle.close()  # rotated away: read the new file from its start
                 handle = None
                 partial = b""
                 continue
-            if stat.st_size < handle.tell():  # truncated in place
+            if current.st_size < handle.tell():  # truncated in place
                 handle.seek(0)
                 partial = b""
                 continue

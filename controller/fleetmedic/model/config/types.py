@@ -27,7 +27,8 @@ from fleetmedic.errors import ConfigError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+DAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 def parse_duration(value: Any) -> float:
@@ -139,7 +140,7 @@ class Window(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    days: tuple[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], ...] = DAYS
+    days: tuple[Weekday, ...] = DAYS
     start: time
     end: time
     timezone: str = "UTC"
