@@ -212,6 +212,14 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
             errors.append(exc)
 
     proc = b.controller(b.config())
+    # churn from the moment repair work is under way (the controller's start-up time
+    # varies with the machine's load; the overlap is what this test is about)
+    wait_until(
+        lambda: annotation(b.kube, name, "fleetmedic.io/in-flight") is not None,
+        120,
+        "the controller to start the repair",
+        interval=0.05,
+    )
     actor = threading.Thread(target=churn)
     actor.start()
     wait_state(b.kube, name, "healthy", proc, 240)
