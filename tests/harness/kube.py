@@ -698,7 +698,8 @@ class KubeCluster:
                 conn.request(method, path, body=data, headers=headers)
                 resp = conn.getresponse()
                 return resp.status, resp.read()
-            except (http.client.HTTPException, ConnectionError):
+            except (http.client.HTTPException, ConnectionError, ssl.SSLError):
+                # a kept-alive connection the server closed meanwhile: one fresh try
                 conn.close()
                 self._local.conn = None
                 if attempt:
