@@ -89,6 +89,15 @@ def test_image_loads_and_pod_becomes_ready(ds):
         60,
     )
     assert ds["apply_to_ready"] < 60
+    # Its memory fits the DaemonSet's request and limit (96Mi, 256Mi), with room.
+    rss_kb = [
+        int(line.split()[0])
+        for line in node.ssh("ps -eo rss=,args=").stdout.splitlines()
+        if "fleetmedic agent" in line
+    ]
+    assert len(rss_kb) == 1, rss_kb
+    print(f"\nagent RSS {rss_kb[0] / 1024:.0f} MiB")
+    assert rss_kb[0] < 192 * 1024
 
 
 def test_pod_token_is_node_bound_and_admission_holds(ds):
@@ -252,3 +261,76 @@ def test_controller_repairs_the_node_while_the_agent_keeps_running(ds, tmp_path)
         60,
     )
     assert repair_state(cluster, name) is None
+
+
+@pytest.mark.parametrize(
+    ("privileged", "caps", "user", "opens"),
+    [
+        (True, None, 0, True),  # as shipped
+        (False, ["SYSLOG"], 0, False),  # the device cgroup refuses the device
+        (True, None, 10001, False),  # no CAP_SYSLOG after exec (dmesg_restrict=1)
+    ],
+    ids=["privileged-root", "capsyslog-only", "privileged-nonroot"],
+)
+def test_why_the_agent_is_privileged_and_root(ds, privileged, caps, user, opens):
+    """The evidence for daemonset.yaml's securityContext: /dev/kmsg (hostPath, as shipped)
+    opens only with privileged (device cgroup) *and* root (CAP_SYSLOG kept at exec)."""
+    cluster, node, name = ds["cluster"], ds["node"], ds["name"]
+    if user and node.ssh("cat /proc/sys/kernel/dmesg_restrict").stdout.strip() != "1":
+        pytest.skip("kernel.dmesg_restrict=0 here: any user may read the kernel log")
+    pod = f"kmsg-{uuid.uuid4().hex[:5]}"
+    sc: dict = {"privileged": privileged, "runAsUser": user}
+    if caps:
+        sc["capabilities"] = {"drop": ["ALL"], "add": caps}
+    cluster.request(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod},
+            "spec": {
+                "nodeName": name,
+                "hostNetwork": True,
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "probe",
+                        "image": IMAGE_REF,
+                        "imagePullPolicy": "Never",
+                        "command": ["python3", "-c"],
+                        "args": [
+                            "import os\n"
+                            "try:\n"
+                            "    os.close(os.open('/dev/kmsg', os.O_RDONLY | os.O_NONBLOCK))\n"
+                            "except OSError as e:\n"
+                            "    raise SystemExit(e.errno)\n"
+                        ],
+                        "securityContext": sc,
+                        "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg"}],
+                    }
+                ],
+                "volumes": [
+                    {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}
+                ],
+            },
+        },
+    )
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}"
+    try:
+        done = wait_until(
+            f"pod {pod} to finish",
+            lambda: (
+                (p := cluster.request("GET", path))["status"].get("phase")
+                in ("Succeeded", "Failed")
+                and p
+            ),
+            90,
+            0.2,
+        )
+        code = done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+        assert (code == 0) == opens, f"exit {code} (an errno: 1 = EPERM)"
+    finally:
+        cluster.request("DELETE", f"{path}?gracePeriodSeconds=0", ok=(404,))
