@@ -208,14 +208,17 @@ def leftovers(fleet_dir: Path, rec: dict | None) -> list[str]:
     left = [f"mount {m}" for m in mounts_under(fleet_dir)]
     left += [f"process {p}" for p in procs_referencing(fleet_dir)]
     if rec:
+        # Once this fleet's directory is gone its subnet is free: a fleet another run
+        # started meanwhile has the same netns, veth and bridge names. Those are not ours.
+        reused = _octet_taken(rec["octet"], fleet_dir)
         all_ns, links = set(net.list_netns()), set(net.list_links())
         for n in rec.get("nodes", []):
             left += [f"cgroup {c}" for c in n.get("cgroups", []) if Path(c).exists()]
-            if n["netns"] in all_ns:
+            if n["netns"] in all_ns and not reused:
                 left.append(f"netns {n['netns']}")
-            if n["veth"] in links:
+            if n["veth"] in links and not reused:
                 left.append(f"veth {n['veth']}")
-        if net.bridge_name(rec["octet"]) in links:
+        if net.bridge_name(rec["octet"]) in links and not reused:
             left.append(f"bridge {net.bridge_name(rec['octet'])}")
         for proc in (rec.get("supervisor"),):
             if proc and proc_alive(proc["pid"], proc["start"]):
@@ -223,6 +226,17 @@ def leftovers(fleet_dir: Path, rec: dict | None) -> list[str]:
     if fleet_dir.exists():
         left.append(f"dir {fleet_dir}")
     return left
+
+
+def _octet_taken(octet: int, but: Path) -> bool:
+    """Another live fleet (than the one in ``but``) has this subnet."""
+    if not FLEETS_ROOT.exists():
+        return False
+    for d in FLEETS_ROOT.iterdir():
+        rec = read_record(d) if d != but and d.is_dir() else None
+        if rec and rec.get("octet") == octet and is_live(rec):
+            return True
+    return False
 
 
 @contextmanager
