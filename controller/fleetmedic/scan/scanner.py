@@ -237,18 +237,23 @@ class Scanner:
             yield from self.feed(line)
 
     def scan_binary(
-        self, stream: BinaryIO, chunk_size: int = prefilter.CHUNK_SIZE
+        self,
+        stream: BinaryIO,
+        chunk_size: int = prefilter.CHUNK_SIZE,
+        engine: str | None = None,
     ) -> Iterator[Finding]:
         """Findings from a binary stream read in big chunks (the fast path for files).
 
         Same results as :meth:`scan` over the stream's lines; only candidate
-        lines are decoded. Afterwards :attr:`lines_read` is the stream's line count.
+        lines are decoded. ``engine`` picks the literal search
+        (:mod:`fleetmedic.scan.literals`; default: the fastest installed).
+        Afterwards :attr:`lines_read` is the stream's line count.
         """
         return self._from_candidates(
-            prefilter.candidates(stream, self._byte_triggers(), chunk_size)
+            prefilter.candidates(stream, self._byte_triggers(), chunk_size, engine=engine)
         )
 
-    def scan_path(self, path: str, jobs: int = 1) -> Iterator[Finding]:
+    def scan_path(self, path: str, jobs: int = 1, engine: str | None = None) -> Iterator[Finding]:
         """Findings from a file; with ``jobs`` > 1 a big file is pre-filtered by that many
         processes.
 
@@ -263,13 +268,13 @@ class Scanner:
             and os.path.getsize(path) >= prefilter.PARALLEL_MIN_BYTES
         ):
             return self._from_candidates(
-                prefilter.candidates_parallel(path, self._byte_triggers(), jobs)
+                prefilter.candidates_parallel(path, self._byte_triggers(), jobs, engine)
             )
-        return self._scan_opened(path)
+        return self._scan_opened(path, engine)
 
-    def _scan_opened(self, path: str) -> Iterator[Finding]:
+    def _scan_opened(self, path: str, engine: str | None) -> Iterator[Finding]:
         with open(path, "rb") as handle:
-            yield from self.scan_binary(handle)
+            yield from self.scan_binary(handle, engine=engine)
 
     def _byte_triggers(self) -> list[bytes]:
         return [t.encode() for t in self.triggers]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetmedic.scan import prefilter
+from fleetmedic.scan import literals, prefilter
 
 TRIGGERS = [b"NVRM", b"SXid", b"amdgpu", b"uncorrectable", b"Got completion from peer"]
 
@@ -20,8 +21,8 @@ def naive(data: bytes):
     return hits, len(lines)
 
 
-def run(data: bytes, chunk: int):
-    generator = prefilter.candidates(io.BytesIO(data), TRIGGERS, chunk)
+def run(data: bytes, chunk: int, engine: str | None = None):
+    generator = prefilter.candidates(io.BytesIO(data), TRIGGERS, chunk, engine=engine)
     out = []
     while True:
         try:
@@ -47,15 +48,16 @@ _pieces = st.sampled_from(
 )
 
 
+@pytest.mark.parametrize("engine", literals.available())
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.lists(_pieces, max_size=4).map(b" ".join), max_size=40),
     st.integers(1, 64),
     st.booleans(),
 )
-def test_candidates_match_a_naive_scan(lines, chunk, trailing):
+def test_candidates_match_a_naive_scan(engine, lines, chunk, trailing):
     data = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
-    assert run(data, chunk) == naive(data)
+    assert run(data, chunk, engine) == naive(data)
 
 
 def test_empty_and_newline_only():
@@ -93,19 +95,19 @@ def test_search_keys_are_suffixes_and_few_passes_cover_the_catalog():
     from fleetmedic.scan import Scanner
 
     triggers = tuple(t.encode() for t in Scanner().triggers)
-    keys = prefilter.search_keys(triggers)
+    keys = literals.search_keys(triggers)
     assert len(keys) == len(triggers)
     for trigger, key in zip(triggers, keys):
         assert trigger.endswith(key) and len(key) >= 3
     assert len({key[0] for key in keys}) <= 3  # one pass per distinct first byte
-    assert len(prefilter._searchers(triggers)) == len({key[0] for key in keys})
+    assert len(literals.searchers(triggers)) == len({key[0] for key in keys})
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=12), min_size=1, max_size=6))
-def test_search_keys_for_any_literals(literals):
-    keys = prefilter.search_keys(tuple(literals))
-    unique = list(dict.fromkeys(literals))
+def test_search_keys_for_any_literals(words):
+    keys = literals.search_keys(tuple(words))
+    unique = list(dict.fromkeys(words))
     assert len(keys) == len(unique)
     for literal, key in zip(unique, keys):
         assert literal.endswith(key) and key
