@@ -201,7 +201,7 @@ def test_verify_playbook_fails_only_the_unhealthy_node_with_a_readable_message(f
 
 
 def test_destructive_playbooks_refuse_to_run_on_the_whole_inventory(k8s_fleet):
-    for book in ("reboot.yml", "reimage.yml"):
+    for book in ("reboot.yml", "reimage.yml", "reset.yml"):
         p = playbook(k8s_fleet["inventory"], book)
         assert p.returncode != 0
         assert "refusing to" in p.stdout and "--limit" in p.stdout, p.stdout[-2000:]
