@@ -1,4 +1,4 @@
-"""Shared fixtures. The heavy ones (fleet, API server, SMTP sink, Receptor mesh) live in
+"""Shared fixtures. The heavy ones (fleet, API server, SMTP sink, Loki, Receptor mesh) live in
 tests/harness and are registered here as plugins so every test can use them."""
 
 pytest_plugins = [
@@ -8,6 +8,7 @@ pytest_plugins = [
         "tests.harness.fleet_fixtures",
         "tests.harness.kube_fixtures",
         "tests.harness.kubelet_fixtures",
+        "tests.harness.loki_fixtures",
         "tests.harness.mesh_fixtures",
     )
     if __import__("importlib.util").util.find_spec(p) is not None
