@@ -46,12 +46,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 from test_agent_support import xid_line  # noqa: E402
 
 from tests.harness.agent_daemonset import (  # noqa: E402
+    ImageError,
     TaintWatch,
     clear_repair,
     deploy,
     undeploy,
 )
-from tests.harness.fleet import start_fleet  # noqa: E402
+from tests.harness.fleet import FleetError, start_fleet  # noqa: E402
+from tests.harness.kube import KubeError  # noqa: E402
 from tests.harness.kubelet import (  # noqa: E402
     HostSysctls,
     KubeletNode,
@@ -81,6 +83,14 @@ def patch_rtt(cluster, node: str, seq: int) -> float:
 
 
 def main() -> int:
+    try:
+        return run()
+    except (ImageError, KubeError, FleetError) as exc:
+        print(f"xid_to_taint_daemonset: {exc}", file=sys.stderr)
+        return 2
+
+
+def run() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--smoke", action="store_true", help="5 trials, no target check (CI)")
