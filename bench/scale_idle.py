@@ -47,11 +47,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
-
-from test_safety_support import NAMESPACE, SA, install_controller_rbac  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from tests.harness.ctlenv import free_port  # noqa: E402
+from tests.harness.ctlrbac import NAMESPACE, SA, install_controller_rbac  # noqa: E402
 from tests.harness.kube import KubeCluster  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent

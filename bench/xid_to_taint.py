@@ -39,9 +39,10 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
+sys.path.insert(0, str(ROOT))
 
-from test_agent_support import (  # noqa: E402
+from fleetmedic.adapters.kube import connect  # noqa: E402
+from tests.harness.agentenv import (  # noqa: E402
     AgentProcess,
     agent_kubeconfig,
     append,
@@ -49,8 +50,6 @@ from test_agent_support import (  # noqa: E402
     install_agent_rbac,
     xid_line,
 )
-
-from fleetmedic.adapters.kube import connect  # noqa: E402
 from tests.harness.kube import KubeCluster  # noqa: E402
 
 REPAIR_KEY = "fleetmedic.io/repair"

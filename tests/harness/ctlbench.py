@@ -1,15 +1,21 @@
 """The controller test bench the integration tests' fixtures hand out (``bench`` in
-test_controller_e2e.py, ``safety_bench`` in test_safety_support.py), built on ctlenv.
+test_controller_e2e.py, ``safety_bench`` in tests/integration/conftest.py), built on ctlenv.
 
 A :class:`Benches` belongs to one test: each :meth:`Benches.new` gives a fresh fleet, its
 nodes prepared (:func:`ctlenv.prepare_nodes`) and a pool; the fixture's teardown stops
 the controllers it started (log shown) and may delete the kwok Nodes it made.
+
+:func:`fast_config`: a controller config whose ladder runs fast stand-in playbooks (``ping``
+and a short ``sleep``) instead of the collection's, for tests that time the controller's
+decisions rather than reboots (budget, leader, breaker, PDB, node Lease).
 """
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
+
+import yaml
 
 from tests.harness import ctlenv
 from tests.harness.ctlenv import ControllerProcess
@@ -86,3 +92,41 @@ class Benches:
         """The kwok Nodes made, so no later test sees them (the API server is shared by the session)."""
         if self.made:
             self.kube.delete_nodes(self.made)
+
+
+# -- fast stand-in playbooks (the safety tests time the controller, not reboots) --------
+FAST_PLAY = [
+    {
+        "name": "fleetmedic test: a fast stand-in for {step}",
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "Reach the node", "ansible.builtin.ping": {}},
+            {
+                "name": "Take a moment, as real work does",
+                "ansible.builtin.command": "sleep 0.5",
+                "changed_when": False,
+            },
+        ],
+    }
+]
+
+
+def fast_playbooks(workdir) -> str:
+    d = workdir / "fast-playbooks"
+    (d / "group_vars").mkdir(parents=True, exist_ok=True)
+    for step in ("diagnose", "reboot", "reimage", "verify"):
+        play = [{**FAST_PLAY[0], "name": FAST_PLAY[0]["name"].format(step=step)}]
+        (d / f"{step}.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    (d / "group_vars" / "all.yml").write_text(yaml.safe_dump(ctlenv.GROUP_VARS))
+    return str(d)
+
+
+def fast_config(b, workdir, smtp=None, name: str = "ctl", **safety):
+    return b.config(
+        smtp,
+        name=name,
+        ansible={"playbook_dir": fast_playbooks(workdir), "forks": 5},
+        ladder={"reboot": {"phases": ["drain", "verify"]}},
+        safety={"max_concurrent": 3, **safety},
+    )

@@ -15,6 +15,8 @@ the kernel log is the node's test log file.
 - :func:`healthy`, :func:`xid79`, :func:`gpu_lost`: the node's GPUs are fine; a Xid 79 in
   this boot's log (cured by a reboot); a GPU that stays lost (nothing automatic cures it).
 - :func:`register`: kwok Nodes named ``<pool>-<i>`` whose InternalIP is the fleet node's.
+- :func:`state_of`, :func:`history`: a node's repair state (its taint) and its recorded
+  attempts.
 - :func:`write_config`: the controller's YAML, with explicit safety limits (the defaults
   hold everything in a 3-node fleet) and a playbook directory whose ``group_vars`` make a
   test run fast (see :data:`GROUP_VARS`).
@@ -232,6 +234,21 @@ def taints(kube, name: str) -> list[dict]:
         {k: t[k] for k in ("key", "value", "effect") if k in t}
         for t in node(kube, name)["spec"].get("taints") or []
     ]
+
+
+def state_of(kube, name: str) -> str:
+    """The node's ``fleetmedic.io/repair`` taint value, or ``healthy`` without one."""
+    values = [
+        t["value"]
+        for t in taints(kube, name)
+        if t["key"] == "fleetmedic.io/repair" and t["effect"] == "NoSchedule"
+    ]
+    return values[0] if values else "healthy"
+
+
+def history(kube, name: str) -> list[dict]:
+    """The node's attempts as recorded in its history annotation."""
+    return annotation(kube, name, "fleetmedic.io/history", [])
 
 
 def set_taints(kube, name: str, edit: Callable[[list[dict]], list[dict]]) -> None:

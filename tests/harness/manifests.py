@@ -1,8 +1,8 @@
 """deploy/ manifests applied to and removed from the test API server as admin, exactly as
 shipped (no kustomize binary: the kustomizations only list files, in order).
 
-Used by tests/integration/test_agent_support.py (deploy/agent) and
-tests/integration/test_safety_support.py (deploy/controller).
+Used by tests/harness/agentenv.py (deploy/agent) and tests/harness/ctlrbac.py
+(deploy/controller).
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ import time
 import uuid
 
 import pytest
-from test_agent_support import (
-    ROOT,
+
+from fleetmedic.model import keys
+from tests.harness.agentenv import (
     AgentProcess,
     agent_kubeconfig,
     annotation,
@@ -45,8 +46,6 @@ from test_agent_support import (
     xid_line,
 )
 
-from fleetmedic.model import keys
-
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 REBOOT = "fleetmedic.io/repair=reboot"
 SLOW = "fleetmedic.io/slow-network=true"
@@ -55,9 +54,8 @@ OURS = {keys.ANN_STRIKES: None, keys.ANN_LAST_RESULTS: None, keys.ANN_LAST_FINDI
 
 
 @pytest.fixture(scope="module")
-def world(fleet, kube, tmp_path_factory):
+def world(fleet, kube, fakes, tmp_path_factory):
     """kwok Nodes for the fleet, each node's agent identity; node files restored afterwards."""
-    subprocess.run(["bash", str(ROOT / "scripts/setup.d/40-fakes.sh")], check=True)
     install_agent_rbac(kube)
     prefix = f"agf-{uuid.uuid4().hex[:5]}"
     names = {n.index: f"{prefix}-{n.name}" for n in fleet}

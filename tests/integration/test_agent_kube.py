@@ -15,7 +15,12 @@ import time
 import uuid
 
 import pytest
-from test_agent_support import (
+
+from fleetmedic.adapters.kube import connect
+from fleetmedic.errors import PermanentError
+from fleetmedic.model import keys, nodeedit
+from fleetmedic.model.vocabulary import TaintName, preset
+from tests.harness.agentenv import (
     AgentProcess,
     agent_kubeconfig,
     annotation,
@@ -33,11 +38,6 @@ from test_agent_support import (
     wait_until,
     xid_line,
 )
-
-from fleetmedic.adapters.kube import connect
-from fleetmedic.errors import PermanentError
-from fleetmedic.model import keys, nodeedit
-from fleetmedic.model.vocabulary import TaintName, preset
 
 VOCAB = preset()
 REBOOT = "fleetmedic.io/repair=reboot"
@@ -379,7 +379,7 @@ class Proxy:
                     pass
 
 
-def test_api_outage_keeps_the_agent_and_its_strikes(rbac, agent_env, tmp_path, fakes_built):
+def test_api_outage_keeps_the_agent_and_its_strikes(rbac, agent_env, tmp_path, fakes):
     kube = rbac
     node, _, agent = agent_env
     kube.request(
@@ -426,13 +426,3 @@ def test_api_outage_keeps_the_agent_and_its_strikes(rbac, agent_env, tmp_path, f
     )
     assert "API server reachable again" in a.output()
     proxy.down()
-
-
-@pytest.fixture(scope="session")
-def fakes_built():
-    import subprocess
-
-    from test_agent_support import FAKES, ROOT
-
-    subprocess.run(["bash", str(ROOT / "scripts/setup.d/40-fakes.sh")], check=True)
-    return FAKES

@@ -24,17 +24,6 @@ import pytest
 from fleetmedic.checks import amd, base, network, nvidia, runner
 from fleetmedic.checks.config import CheckConfig, NetworkConfig
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "tests" / "fakes" / "build"
-
-
-@pytest.fixture(scope="session")
-def fakes() -> Path:
-    if not shutil.which(os.environ.get("CC", "gcc")):
-        pytest.skip("no C compiler to build the fake libnvidia-ml.so.1")
-    subprocess.run(["bash", str(ROOT / "scripts/setup.d/40-fakes.sh")], check=True)
-    return BUILD
-
 
 class Hardware:
     """Scenario files plus the environment a node's agent would have."""

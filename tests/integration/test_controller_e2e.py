@@ -18,26 +18,21 @@ import pytest
 
 from tests.harness import ctlenv
 from tests.harness.ctlbench import Benches, pool_name
-from tests.harness.ctlenv import ControllerProcess, annotation, cli, taints, wait_until
+from tests.harness.ctlenv import (
+    ControllerProcess,
+    annotation,
+    cli,
+    history,
+    state_of,
+    taints,
+    wait_until,
+)
 from tests.harness.smtp import attachments, body_text
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
 FOREIGN = {"key": "example.com/team-maintenance", "value": "gpu-burn", "effect": "NoSchedule"}
 REPAIR_KEY = "fleetmedic.io/repair"
-
-
-def state_of(kube, name: str) -> str:
-    values = [
-        t["value"]
-        for t in taints(kube, name)
-        if t["key"] == REPAIR_KEY and t["effect"] == "NoSchedule"
-    ]
-    return values[0] if values else "healthy"
-
-
-def history(kube, name: str) -> list[dict]:
-    return annotation(kube, name, "fleetmedic.io/history", [])
 
 
 @pytest.fixture

@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_playbooks_fleet import env
-from test_safety_budget import fast_config
-from test_safety_support import history, safety_bench, state_of  # noqa: F401 (fixture)
 
 from fleetmedic.adapters.kube import connect
 from fleetmedic.adapters.lease import Lease, node_lease_name
 from tests.harness import ctlenv
-from tests.harness.ctlenv import wait_until
+from tests.harness.adhoc import cli_env
+from tests.harness.ctlbench import fast_config
+from tests.harness.ctlenv import history, state_of, wait_until
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
@@ -87,7 +86,7 @@ def test_the_controller_waits_for_an_ad_hoc_run_then_repairs(safety_bench, tmp_p
         reboot_cmd(
             inventory(b, tmp_path / "inv"), name, {**QUICK_REBOOT, "reboot_post_reboot_delay": 12}
         ),
-        env=env(),
+        env=cli_env(),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -158,7 +157,7 @@ def test_an_ad_hoc_run_on_a_node_the_controller_holds_fails_at_once(safety_bench
     t0 = time.monotonic()
     p = subprocess.run(
         reboot_cmd(inv, name, QUICK_REBOOT),
-        env=env(),
+        env=cli_env(),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -176,7 +175,7 @@ def test_an_ad_hoc_run_on_a_node_the_controller_holds_fails_at_once(safety_bench
     held.release()
     p = subprocess.run(
         reboot_cmd(inv, name, QUICK_REBOOT),
-        env=env(),
+        env=cli_env(),
         cwd=ROOT,
         capture_output=True,
         text=True,

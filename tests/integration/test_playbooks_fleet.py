@@ -11,88 +11,18 @@ file, as an operator's would be; host key checking stays on.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tarfile
-import time
 import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 from fleetmedic.model.vocabulary import preset
+from tests.harness.adhoc import BROKEN, CHECK, HEALTHY, cli_env, make_inventory, playbook, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
-
-CHECK = [
-    "fleetmedic",
-    "check",
-    "--json",
-    "--vendor",
-    "nvidia",
-    "--expected-gpus",
-    "2",
-    "--category",
-    "gpu",
-]
-HEALTHY = {"gpus": [{}, {}]}
-BROKEN = {"gpus": [{}, {"ecc_volatile_uncorrected": 4}]}
-
-
-def env() -> dict[str, str]:
-    venv_bin = str(Path(sys.executable).parent)
-    e = dict(
-        os.environ,
-        PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
-        ANSIBLE_NOCOLOR="1",
-    )
-    for var in ("KUBECONFIG", "FLEETMEDIC_KUBECONFIG", "K8S_AUTH_KUBECONFIG"):
-        e.pop(var, None)
-    return e
-
-
-def playbook(inv: Path, name: str, *args: str, extravars: dict | None = None, timeout: int = 300):
-    cmd = ["ansible-playbook", "-i", str(inv), str(ROOT / "playbooks" / name), *args]
-    if extravars:
-        cmd += ["-e", json.dumps(extravars)]
-    t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=timeout)
-    p.seconds = time.monotonic() - t0
-    return p
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP lines as {host: {ok: n, changed: n, unreachable: n, failed: n, ...}}."""
-    out = {}
-    for line in output.split("PLAY RECAP")[-1].splitlines():
-        if ":" in line and "=" in line:
-            host, counts = line.split(":", 1)
-            out[host.strip()] = {k: int(v) for k, v in (c.split("=") for c in counts.split())}
-    return out
-
-
-def make_inventory(kube, fleet, directory: Path, selector_value: str, prefix: str) -> Path:
-    kube.ensure_namespace("fleetmedic")  # reboot.yml and reimage.yml take node Leases there
-    fleet_vars = yaml.safe_load(fleet.inventory.read_text())["all"]["vars"]
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "group_vars").mkdir(exist_ok=True)
-    (directory / "group_vars" / "all.yml").write_text(yaml.safe_dump(fleet_vars))
-    src = directory / "fleet.k8s_nodes.yml"
-    src.write_text(
-        yaml.safe_dump(
-            {
-                "plugin": "fleetmedic.fleet.k8s_nodes",
-                "kubeconfig": str(kube.kubeconfig),
-                "label_selector": f"fleetmedic-test/pb={selector_value}",
-            }
-        )
-    )
-    return src
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +58,7 @@ def test_reboot_playbook_really_reboots_the_tainted_node(kube, fleet, k8s_fleet,
         ["ansible-inventory", "-i", str(k8s_fleet["inventory"]), "--graph"],
         capture_output=True,
         text=True,
-        env=env(),
+        env=cli_env(),
         cwd=ROOT,
         check=True,
     ).stdout

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_playbooks_fleet import (
+from tests.harness.adhoc import (
     CHECK,
     HEALTHY,
-    env,
+    cli_env,
     make_inventory,
     playbook,
     recap,
@@ -68,7 +68,7 @@ def test_reimage_reinstalls_the_vendors_stack_reboots_and_verifies(kube, fleet_f
         ["ansible-playbook", "-i", str(lone.inventory), str(prep)],
         capture_output=True,
         text=True,
-        env={**env(), "MOLECULE_PROJECT_DIRECTORY": str(ROOT)},
+        env={**cli_env(), "MOLECULE_PROJECT_DIRECTORY": str(ROOT)},
         cwd=ROOT,
         timeout=600,
     )

@@ -9,22 +9,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_safety_support import (
-    NAMESPACE,
-    SA,
-    apply,
-    history,
-    install_controller_rbac,
-    manifests,
-    remove,
-    safety_bench,  # noqa: F401 (fixture)
-    state_of,
-)
 
 from fleetmedic.adapters.kube import MERGE_PATCH, connect
 from fleetmedic.errors import ForbiddenError, PermanentError
 from tests.harness import ctlenv
-from tests.harness.ctlenv import wait_until
+from tests.harness.ctlbench import fast_playbooks
+from tests.harness.ctlenv import history, state_of, wait_until
+from tests.harness.ctlrbac import NAMESPACE, SA, install_controller_rbac, manifests
+from tests.harness.manifests import apply, remove
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
@@ -85,8 +77,6 @@ def test_force_drain_without_the_opt_in_grant_goes_to_a_human(safety_bench):
     """pdb_blocked: force with the shipped RBAC only (no force-drain.yaml): deleting the
     protected pod is refused, so the node goes to manual once, with the reason, instead of
     retrying the forbidden delete round after round."""
-    from test_safety_budget import fast_playbooks
-
     b = safety_bench(1, tag="frc")
     install_controller_rbac(b.kube)
     for doc in manifests(["force-drain.yaml"]):

@@ -13,51 +13,42 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 
 import pytest
-import yaml
-from test_safety_support import history, intervals, max_overlap, safety_bench, state_of  # noqa: F401
 
 from tests.harness import ctlenv
-from tests.harness.ctlenv import wait_until
+from tests.harness.ctlbench import fast_config
+from tests.harness.ctlenv import history, state_of, wait_until
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
-FAST_PLAY = [
-    {
-        "name": "fleetmedic test: a fast stand-in for {step}",
-        "hosts": "all",
-        "gather_facts": False,
-        "tasks": [
-            {"name": "Reach the node", "ansible.builtin.ping": {}},
-            {
-                "name": "Take a moment, as real work does",
-                "ansible.builtin.command": "sleep 0.5",
-                "changed_when": False,
-            },
-        ],
+
+def _t(s: str) -> datetime:
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+def intervals(kube, names: list[str]) -> dict[str, list[tuple[datetime, datetime, dict]]]:
+    return {
+        n: [
+            (_t(a["start"]), _t(a["end"]), a)
+            for a in history(kube, n)
+            if a.get("start") and a.get("end")
+        ]
+        for n in names
     }
-]
 
 
-def fast_playbooks(workdir) -> str:
-    d = workdir / "fast-playbooks"
-    (d / "group_vars").mkdir(parents=True, exist_ok=True)
-    for step in ("diagnose", "reboot", "reimage", "verify"):
-        play = [{**FAST_PLAY[0], "name": FAST_PLAY[0]["name"].format(step=step)}]
-        (d / f"{step}.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    (d / "group_vars" / "all.yml").write_text(yaml.safe_dump(ctlenv.GROUP_VARS))
-    return str(d)
-
-
-def fast_config(b, workdir, smtp=None, name: str = "ctl", **safety):
-    return b.config(
-        smtp,
-        name=name,
-        ansible={"playbook_dir": fast_playbooks(workdir), "forks": 5},
-        ladder={"reboot": {"phases": ["drain", "verify"]}},
-        safety={"max_concurrent": 3, **safety},
+def max_overlap(spans: list[tuple[datetime, datetime]]) -> int:
+    """Most spans open at one instant (an end and a start at the same instant do not overlap)."""
+    points = sorted(
+        [(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda p: (p[0], p[1])
     )
+    best = cur = 0
+    for _, d in points:
+        cur += d
+        best = max(best, cur)
+    return best
 
 
 def in_flight_now(kube, pool: str) -> int:

@@ -16,11 +16,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_safety_budget import fast_config
-from test_safety_support import history, safety_bench, state_of  # noqa: F401
 
 from tests.harness import ctlenv
-from tests.harness.ctlenv import wait_until
+from tests.harness.ctlbench import fast_config
+from tests.harness.ctlenv import history, state_of, wait_until
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_agent_writer import MemoryKube
+from memkube import MemoryKube
 
 from fleetmedic.agent.config import KernelWatchConfig
 from fleetmedic.agent.kernelwatch import KernelWatch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from test_agent_writer import MemoryKube
+from memkube import MemoryKube
 
 from fleetmedic.agent.config import AgentConfig, KernelWatchConfig
 from fleetmedic.agent.loop import Agent

@@ -1,4 +1,5 @@
-"""Helpers for the agent's integration tests and bench/xid_to_taint.py (no tests here).
+"""The agent's test environment: helpers for its integration tests (tests/integration/
+test_agent_*.py) and bench/xid_to_taint.py.
 
 - :func:`install_agent_rbac`: applies deploy/agent (namespace, RBAC, admission
   policies, ConfigMap) to the test API server, exactly as shipped.
