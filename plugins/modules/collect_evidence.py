@@ -17,7 +17,7 @@ description:
     C(rocm-smi), C(rocminfo)).
   - It only reads the node; the one file it writes is O(dest).
 version_added: 0.1.0
-author: fleetmedic developers
+author: fleetmedic developers (!UNKNOWN)
 options:
   dest:
     description: Path of the bundle to write on the node (a C(.tar.gz)). Its directory must exist.
@@ -58,8 +58,10 @@ options:
 attributes:
   check_mode:
     support: none
+    description: Collecting evidence is the point of the task; it does not run in check mode.
   diff_mode:
     support: none
+    description: Nothing to compare; the result says what happened.
 """
 
 EXAMPLES = r"""

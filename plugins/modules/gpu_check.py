@@ -16,7 +16,7 @@ description:
   - This module only reads; it never fails because the node is unhealthy. The
     C(fleetmedic.fleet.gpu_health) role decides what an unhealthy node means.
 version_added: 0.1.0
-author: fleetmedic developers
+author: fleetmedic developers (!UNKNOWN)
 options:
   command:
     description: The check command as an argument list (run without a shell).
@@ -43,6 +43,7 @@ attributes:
     description: The check only reads, so it also runs in check mode.
   diff_mode:
     support: none
+    description: Nothing to compare; the result says what happened.
 """
 
 EXAMPLES = r"""

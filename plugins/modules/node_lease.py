@@ -19,7 +19,9 @@ description:
   - Runs where Ansible runs (C(delegate_to) V(localhost)) and needs the fleetmedic Python package
     there, as the C(fleetmedic.fleet.k8s_nodes) inventory does.
 version_added: 0.2.0
-author: fleetmedic developers
+requirements:
+  - fleetmedic (the Python package, in the Python that runs Ansible on the machine the task is delegated to)
+author: fleetmedic developers (!UNKNOWN)
 options:
   node:
     description: The Kubernetes Node name.
@@ -54,6 +56,7 @@ attributes:
     description: In check mode the Lease is only read; the result says whether it could be taken.
   diff_mode:
     support: none
+    description: Nothing to compare; the result says what happened.
 """
 
 EXAMPLES = r"""
