@@ -1,4 +1,4 @@
-"""What bench/controller_overhead.py and bench/detect_to_service.py share: one fleet node
+"""What bench/controller_overhead.py and bench/detect_to_service.py share (not a bench): one fleet node
 with its kwok Node under a running ``fleetmedic run`` (built on tests/harness/ctlenv.py),
 the reboot step timed from taint to back in service, and plain ``ansible-playbook`` runs
 on that node for the baselines. The benches put the checkout on sys.path before importing it.
@@ -19,14 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _common
+
 from tests.harness import ctlenv
 
 ROOT = Path(__file__).resolve().parents[1]
+LEASE_NAMESPACE = "kube-system"  # ctlenv.write_config's leader_election.namespace
 
 
 def parse_args(doc: str, repeats: str, default: int) -> argparse.Namespace:
-    """The benches' command line: how many times to measure (``repeats``) and ``--workdir``."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    """The benches' command line: how many times to measure (``repeats``; 1 with
+    ``--smoke``) and ``--workdir``."""
+    ap = _common.parser(doc)
     ap.add_argument(repeats, type=int, default=default)
     ap.add_argument(
         "--workdir",
@@ -34,7 +38,10 @@ def parse_args(doc: str, repeats: str, default: int) -> argparse.Namespace:
         help="where its scratch directory goes "
         "(kept, with the controller's log, when the run fails)",
     )
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.smoke:
+        setattr(args, repeats.lstrip("-"), 1)
+    return args
 
 
 @contextmanager

@@ -3,6 +3,7 @@ nodes are added, as a ratio against the same control plane with no nodes,
 measured in the same run.
 
     .venv/bin/python bench/apiserver_memory.py [--nodes 100,5000] [--pods-per-node 0]
+    .venv/bin/python bench/apiserver_memory.py --smoke     # 20 nodes, target not enforced
 
 Prints one line per step and the start time of the API server. Needs the binaries
 built by scripts/setup.d/30-kube.sh.
@@ -10,16 +11,18 @@ built by scripts/setup.d/30-kube.sh.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.harness.kube import KubeCluster
+import _common  # noqa: E402
+
+from tests.harness.kube import KubeCluster  # noqa: E402
 
 MiB = 1024 * 1024
+TARGET_MIB = 0
 
 
 def settle(c: KubeCluster, seconds: float) -> dict[str, int]:
@@ -36,12 +39,14 @@ def fmt(rss: dict[str, int]) -> str:
     return " ".join(parts) + f" total={sum(rss.values()) / MiB:.0f} MiB"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    ap = _common.parser(__doc__)
     ap.add_argument("--nodes", default="100,5000", help="cumulative node counts to measure")
     ap.add_argument("--pods-per-node", type=int, default=0)
     ap.add_argument("--settle", type=float, default=10.0, help="seconds to wait before sampling")
     args = ap.parse_args()
+    if args.smoke:
+        args.nodes, args.settle = "20", 1.0
     steps = [int(x) for x in args.nodes.split(",")]
 
     with KubeCluster() as c:
@@ -68,7 +73,11 @@ def main() -> None:
                 f"(created + Ready in {took:.0f}s)",
                 flush=True,
             )
+    total = sum(rss.values()) / MiB
+    return _common.verdict(
+        [(f"total at {have} nodes <= {TARGET_MIB} MiB", total <= TARGET_MIB)], args.smoke
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

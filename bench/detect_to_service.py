@@ -5,6 +5,7 @@ Usage::
 
     .venv/bin/python bench/detect_to_service.py              # 10 trials
     .venv/bin/python bench/detect_to_service.py --trials 3
+    .venv/bin/python bench/detect_to_service.py --smoke      # 1 trial, target not enforced
 
 It starts the test control plane, a 1-node nspawn fleet (real sshd; a reboot is a real
 nspawn reboot, ~1 s of boot) and a kwok Node for it, and a ``fleetmedic run`` with the
@@ -13,7 +14,8 @@ puts a Xid 79 in the node's kernel log and fences the node as the agent does on
 detection (taint ``fleetmedic.io/repair=reboot``); the clock stops when the node is
 back in service (taint gone, schedulable again). It prints p50 (target <= 45 s), p90,
 and as the baseline measured in the same run the node's bare reboot through
-``ansible-playbook reboot.yml`` alone, to show what the rest of the ladder costs.
+``ansible-playbook reboot.yml`` alone (holding the node's Lease, as a person's run does),
+to show what the rest of the ladder costs.
 """
 
 from __future__ import annotations
@@ -28,12 +30,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import one_node  # noqa: E402
+import _common  # noqa: E402
+import _one_node as one_node  # noqa: E402
 
 from tests.harness import ctlenv  # noqa: E402
 
 
 def bare_reboot(run: one_node.Running, trial: int) -> float:
+    """``reboot.yml`` by hand, as an on-call engineer runs it: it holds the node's Lease
+    (named after the Kubernetes Node, in the namespace the controller's Leases use) for the
+    run, so it needs the cluster's kubeconfig, as on a bastion."""
     t0 = time.monotonic()
     one_node.ansible_playbook(
         run,
@@ -43,6 +49,12 @@ def bare_reboot(run: one_node.Running, trial: int) -> float:
             f"fleetmedic_request_id=bare-{trial}-{int(time.time())}",
             "-e",
             "fleetmedic_collect_evidence=false",
+            "-e",
+            f"fleetmedic_node_name={run.name}",
+            "-e",
+            f"fleetmedic_kubeconfig={run.stage.kube.kubeconfig}",
+            "-e",
+            f"fleetmedic_lease_namespace={one_node.LEASE_NAMESPACE}",
         ],
     )
     return time.monotonic() - t0
@@ -104,14 +116,14 @@ def main() -> int:
     print(f"\ndetect -> back in service, one node, {args.trials} trials:")
     print(
         f"  p50 {p50:.1f} s, p90 {pct(times, 90):.1f} s, min {min(times):.1f} s, "
-        f"max {max(times):.1f} s (target p50 <= 45 s)"
+        f"max {max(times):.1f} s"
     )
     print(
         f"  baseline, bare `ansible-playbook reboot.yml`: median {b:.1f} s; "
         f"ratio {p50 / b:.2f}x (the rest is evidence, drain, boot_id probe, verify)"
     )
     print("  mean seconds per phase: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
-    return 0
+    return _common.verdict([("p50 <= 45 s", p50 <= 45)], args.smoke)
 
 
 if __name__ == "__main__":

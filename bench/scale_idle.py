@@ -7,6 +7,7 @@ Usage::
 
     .venv/bin/python bench/scale_idle.py                      # 5000 nodes, 60 s windows
     .venv/bin/python bench/scale_idle.py --nodes 1000 --window 30 --trials 5
+    .venv/bin/python bench/scale_idle.py --smoke              # 60 nodes, 5 s windows, 1 trial
 
 Setup (all real): a test control plane (etcd + kube-apiserver + kwok without node
 heartbeats, tests/harness/kube.py) and ``fleetmedic run`` as a subprocess with the shipped
@@ -34,7 +35,6 @@ Figures, each against a baseline measured in the same run:
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -48,6 +48,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import _common  # noqa: E402
 
 from tests.harness.ctlenv import free_port  # noqa: E402
 from tests.harness.ctlrbac import NAMESPACE, SA, install_controller_rbac  # noqa: E402
@@ -193,12 +195,14 @@ def patch_rtt(kube: KubeCluster, name: str, n: int = 30) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__)
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--tainted", type=int, default=50)
     ap.add_argument("--window", type=float, default=60.0)
     ap.add_argument("--trials", type=int, default=5)
     args = ap.parse_args()
+    if args.smoke:
+        args.nodes, args.tainted, args.window, args.trials = 60, 3, 5.0, 1
     work = Path(tempfile.mkdtemp(prefix="fleetmedic-scale-"))
     pool = f"scale{uuid.uuid4().hex[:5]}"
     kube = KubeCluster(work / "kube")
@@ -331,7 +335,14 @@ def main() -> int:
             f"over {len(lat)} trials; node PATCH round trip {rtt * 1000:.1f} ms: ratio "
             f"{p50 / rtt:.1f}x (target <= 1 s)"
         )
-        return 0
+        return _common.verdict(
+            [
+                ("idle API requests/min <= 2 (leader election off)", single[0] <= 2),
+                ("controller RSS <= 150 MB", le[1] <= 150),
+                ("taint -> playbook start p50 <= 1 s", p50 <= 1.0),
+            ],
+            args.smoke,
+        )
     finally:
         for p in procs:
             stop(p)
