@@ -2,17 +2,52 @@
 # The whole test suite. Run through `make test`, which installs first.
 # Every stage runs even when an earlier one failed; the exit status says
 # whether all passed, and the last lines list the stages that failed.
+# A run cannot pass by not testing: pytest skips must be on tests/allowed-skips.txt and
+# every test the suite holds must run (scripts/check_pytest_run.py); under CI=true the
+# FLEETMEDIC_*_SKIP switches and extra pytest arguments are refused.
+# Extra arguments go to pytest (a subset: then the count check is left out).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PATH="$ROOT/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$ROOT/ansible.cfg"
+
+if [[ ${CI:-} == true ]]; then
+  mapfile -t switches < <(env | sed -n 's/^\(FLEETMEDIC_[A-Z0-9_]*_SKIP\)=.\+$/\1/p')
+  if ((${#switches[@]})); then
+    echo "refused under CI=true: ${switches[*]} (CI runs every test; unset them)" >&2
+    exit 2
+  fi
+  if (($#)); then
+    echo "refused under CI=true: pytest arguments ($*): CI runs the whole suite" >&2
+    exit 2
+  fi
+fi
+
 failed=()
 stage() {  # stage NAME CMD...
   local name=$1; shift
   echo "== $name"
   local t0=$SECONDS
   if "$@"; then echo "== $name: ok ($((SECONDS - t0)) s)"; else failed+=("$name"); echo "== $name: FAILED ($((SECONDS - t0)) s)"; fi
+}
+
+# pytest, then the check that nothing was skipped off the allow-list or left out.
+pytest_all() {
+  local report="$ROOT/build/test-reports/pytest.xml" expect=() n rc=0
+  mkdir -p "$(dirname "$report")"
+  rm -f "$report"
+  if (($# == 0)); then
+    # what the suite holds, without PYTEST_ADDOPTS (a deselection there must not hide)
+    n="$(env -u PYTEST_ADDOPTS pytest --collect-only -q -p no:cacheprovider 2>/dev/null \
+         | sed -n 's/^\([0-9]\+\) tests\? collected.*/\1/p' | tail -1)"
+    [[ -n $n ]] || { echo "pytest --collect-only found no tests"; return 1; }
+    expect=(--expect "$n")
+  fi
+  pytest --junitxml="$report" "$@" || rc=$?
+  [[ -f $report ]] || return 1
+  python scripts/check_pytest_run.py "$report" "${expect[@]}" || rc=1
+  return "$rc"
 }
 
 stage "import layering (import-linter)" lint-imports --no-cache
@@ -23,10 +58,17 @@ if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
   stage "ansible-lint (production profile)" ansible-lint --offline --profile production
 fi
 stage "collection build" ansible-galaxy collection build --force --output-path "$(mktemp -d)"
-stage "pytest" pytest "$@"
+stage "ansible-test sanity (collection as built)" bash scripts/sanity.sh
+stage "pytest" pytest_all "$@"
+# Every bench/<name>.py (bench/_*.py are shared code) once with --smoke: tiny sizes, one
+# trial, so a broken bench fails the run (bench/README.md).
+for bench in bench/[!_]*.py; do
+  stage "bench smoke $(basename "$bench" .py)" python "$bench" --smoke
+done
 for scenario in tests/molecule/*/molecule.yml; do
   [[ -e $scenario ]] || continue
   name="$(basename "$(dirname "$scenario")")"
+  [[ $name == default ]] && continue  # an empty stub (see its molecule.yml)
   stage "molecule $name" env MOLECULE_GLOB='tests/molecule/*/molecule.yml' molecule test -s "$name"
 done
 

@@ -399,24 +399,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def need_iperf3() -> None:
+    if not shutil.which("iperf3"):
+        pytest.fail("iperf3 is not installed (scripts/setup.d/40-fakes.apt)", pytrace=False)
+
+
+def wait_listening(port: int, timeout: float = 5) -> None:
+    """Until something listens on TCP ``port`` (the iperf3 server is ready)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True
+        ).stdout
+        if out.strip():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port} after {timeout:g}s")
+
+
 @pytest.fixture(scope="module")
 def iperf3_server():
-    if not shutil.which("iperf3"):
-        pytest.skip("iperf3 is not installed (scripts/setup.d/40-fakes.apt)")
+    need_iperf3()
     port = free_port()
     proc = subprocess.Popen(
         ["iperf3", "-s", "-B", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True
-        ).stdout
-        if out.strip():
-            break
-        time.sleep(0.05)
+    wait_listening(port)
     yield f"127.0.0.1:{port}"
     proc.kill()
     proc.wait()
@@ -556,8 +566,7 @@ def test_amd_check_inside_a_fleet_node(fleet_node):
 
 @pytest.mark.fleet
 def test_throughput_probe_from_a_fleet_node_sees_throttling(fleet, fleet_node):
-    if not shutil.which("iperf3"):
-        pytest.skip("iperf3 is not installed")
+    need_iperf3()
     port = free_port()
     server = subprocess.Popen(
         ["iperf3", "-s", "-B", fleet.host_address, "-p", str(port)],
@@ -565,7 +574,7 @@ def test_throughput_probe_from_a_fleet_node_sees_throttling(fleet, fleet_node):
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(0.3)
+        wait_listening(port)
         args = f"--category network --peer {fleet.host_address}:{port} --min-mbps 50 --duration 1"
         rc, res = node_check(fleet_node, args)
         assert rc == 0 and res["network.throughput"]["evidence"]["mbps"] > 50, res

@@ -83,7 +83,7 @@ def test_unreadable_log_is_unknown(tmp_path):
     assert r.status == "unknown" and "cannot read kernel log" in r.summary
 
 
-@pytest.mark.skipif(not os.access("/dev/kmsg", os.R_OK), reason="/dev/kmsg not readable here")
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.R_OK), reason="/dev/kmsg is not readable here")
 def test_dev_kmsg_is_read_without_waiting():
     (r,) = kernel.run(CheckConfig())
     assert r.status in ("ok", "problem") and r.evidence["source"] == "/dev/kmsg" and r.duration < 5

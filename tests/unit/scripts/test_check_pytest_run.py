@@ -1,0 +1,76 @@
+"""scripts/check_pytest_run.py: a pytest run that skipped off the allow-list, or ran fewer
+tests than the suite holds, fails make test."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "scripts" / "check_pytest_run.py"
+_spec = importlib.util.spec_from_file_location("check_pytest_run", SCRIPT)
+check_pytest_run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check_pytest_run)
+
+
+def report(tmp_path: Path, *cases: str) -> Path:
+    path = tmp_path / "report.xml"
+    path.write_text(
+        '<?xml version="1.0"?><testsuites><testsuite name="pytest">'
+        + "".join(cases)
+        + "</testsuite></testsuites>"
+    )
+    return path
+
+
+PASSED = '<testcase classname="tests.unit.test_a" name="test_ok" time="0.1"/>'
+
+
+def skipped(message: str) -> str:
+    return (
+        '<testcase classname="tests.unit.test_a" name="test_skip" time="0">'
+        f'<skipped type="pytest.skip" message="{message}">file.py:3: {message}</skipped>'
+        "</testcase>"
+    )
+
+
+def test_allowed_skip_and_full_count_pass(tmp_path):
+    path = report(tmp_path, PASSED, skipped("/dev/kmsg is not readable here"))
+    assert check_pytest_run.check(path, 2, ["/dev/kmsg is not readable here"]) == []
+
+
+def test_a_skip_off_the_list_fails_naming_the_test(tmp_path):
+    path = report(tmp_path, PASSED, skipped("iperf3 is not installed"))
+    [problem] = check_pytest_run.check(path, 2, ["/dev/kmsg is not readable here"])
+    assert "tests.unit.test_a::test_skip" in problem and "iperf3 is not installed" in problem
+
+
+def test_fewer_tests_than_the_suite_fails(tmp_path):
+    [problem] = check_pytest_run.check(report(tmp_path, PASSED), 5, [])
+    assert "1 tests in the run, but the suite holds 5" in problem
+
+
+def test_the_shipped_allow_list_is_short_and_every_entry_says_why():
+    reasons = check_pytest_run.allowed_reasons()
+    assert 0 < len(reasons) <= 5
+
+
+def test_an_entry_without_a_reason_is_refused(tmp_path):
+    bad = tmp_path / "allowed.txt"
+    bad.write_text("# header\nsome skip reason\n")
+    with pytest.raises(SystemExit, match="allowed.txt:2"):
+        check_pytest_run.allowed_reasons(bad)
+
+
+def test_command_line_exit_status(tmp_path):
+    path = report(tmp_path, PASSED)
+    ok = subprocess.run([sys.executable, str(SCRIPT), str(path), "--expect", "1"])
+    short = subprocess.run(
+        [sys.executable, str(SCRIPT), str(path), "--expect", "2"], capture_output=True, text=True
+    )
+    assert ok.returncode == 0
+    assert short.returncode == 1 and short.stderr.startswith("check_pytest_run: ")
