@@ -16,14 +16,13 @@ import threading
 from datetime import datetime, timedelta
 
 import pytest
-from test_safety_budget import fast_config
-from test_safety_support import history, safety_bench, state_of  # noqa: F401
 
 from fleetmedic.adapters import kube as kube_adapter
 from fleetmedic.model import keys
 from fleetmedic.policy.history import parse_time
 from tests.harness import ctlenv
-from tests.harness.ctlenv import wait_until
+from tests.harness.ctlbench import fast_config
+from tests.harness.ctlenv import history, state_of, wait_until
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 

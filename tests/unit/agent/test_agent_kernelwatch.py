@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from memkube import MemoryKube
+from agent_helpers import MANUAL, REBOOT, VOCAB, Node, banner, xid
 
 from fleetmedic.agent.config import KernelWatchConfig
 from fleetmedic.agent.kernelwatch import KernelWatch
@@ -15,47 +14,6 @@ from fleetmedic.agent.logsource import prescan
 from fleetmedic.agent.retry import Retrier
 from fleetmedic.agent.writer import NodeWriter
 from fleetmedic.model import keys
-from fleetmedic.model.vocabulary import preset
-
-VOCAB = preset()
-REBOOT = "fleetmedic.io/repair=reboot"
-MANUAL = "fleetmedic.io/repair=manual"
-
-
-def xid(code=79, bus=0x3B, t=100.0, text="GPU has fallen off the bus."):
-    return (
-        f"[{t:12.6f}] NVRM: Xid (PCI:0000:{bus:02x}:00): {code}, pid=2417, name=python3, {text}\n"
-    )
-
-
-def banner(t=0.0):
-    return f"[{t:12.6f}] Linux version 6.1.0-18-amd64 (gcc-12) #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1\n"
-
-
-class Node:
-    """One node: its kernel log, boot id file and (in-memory) Node object."""
-
-    def __init__(self, tmp: Path):
-        self.log = tmp / "kern.log"
-        self.boot_file = tmp / "boot_id"
-        self.boot_file.write_text("boot-a\n")
-        self.kube = MemoryKube()
-
-    def watch(self, once=True, stop=None) -> KernelWatch:
-        stop = stop or threading.Event()
-        cfg = KernelWatchConfig(source=str(self.log), poll=0.02, boot_id_file=str(self.boot_file))
-        return KernelWatch(cfg, NodeWriter(self.kube, "n1", VOCAB), Retrier(stop), stop, once=once)
-
-    def run_once(self) -> KernelWatch:
-        kw = self.watch()
-        kw.run()
-        return kw
-
-    def release(self):
-        """The controller (or a human) clears the repair taint."""
-        self.kube.node["spec"]["taints"] = [
-            t for t in self.kube.node["spec"]["taints"] if not t["key"].startswith("fleetmedic.io/")
-        ]
 
 
 @pytest.fixture

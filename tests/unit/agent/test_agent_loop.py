@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from memkube import MemoryKube
+from agent_helpers import MemoryKube
 
 from fleetmedic.agent.config import AgentConfig, KernelWatchConfig
 from fleetmedic.agent.loop import Agent

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
-from test_agent_kernelwatch import REBOOT, Node, xid
+from agent_helpers import REBOOT, Node, xid
 
 from fleetmedic.agent.config import KernelWatchConfig
 from fleetmedic.agent.kernelwatch import KernelWatch

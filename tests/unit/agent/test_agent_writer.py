@@ -7,7 +7,7 @@ flows run against the real API server in tests/integration/test_agent_*.py.
 from __future__ import annotations
 
 import pytest
-from memkube import MemoryKube
+from agent_helpers import MemoryKube
 
 from fleetmedic.agent.writer import NodeWriter
 from fleetmedic.checks.base import CheckResult
