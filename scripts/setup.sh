@@ -8,6 +8,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
+# CI builds everything: the FLEETMEDIC_*_SKIP switches (skip a build, then its tests) are
+# refused there, as scripts/test.sh and tests/conftest.py refuse them.
+if [[ ${CI:-} == true ]]; then
+  switches="$(env | sed -n 's/^\(FLEETMEDIC_[A-Z0-9_]*_SKIP\)=.\+$/\1/p' | tr '\n' ' ')"
+  [[ -z $switches ]] || { log "refused under CI=true: ${switches% } (CI runs every test)"; exit 2; }
+fi
+
 # --- apt: each component lists what it needs in scripts/setup.d/*.apt
 mapfile -t want < <(cat scripts/setup.d/*.apt 2>/dev/null | sed 's/#.*//' | tr -s ' \t' '\n' | sed '/^$/d' | sort -u)
 missing=()
