@@ -43,4 +43,12 @@ tar -xzf "$work/$ns-$name-"*.tar.gz -C "$dest"
 cp -r tests/sanity "$dest/tests/"
 log "$ns.$name as built, in $dest; Python $py"
 cd "$dest"
-HOME="$home" ansible-test sanity --python "$py" --color no "${prime[@]}" "$@"
+out="$work/ansible-test.log"
+rc=0
+HOME="$home" ansible-test sanity --python "$py" --color no "${prime[@]}" "$@" 2>&1 | tee "$out" || rc=$?
+# A test ansible-test leaves out (a program or Python missing) is a failure here too.
+if ((${#prime[@]} == 0)) && grep -E "Required program .* not found|Skipping sanity test" "$out" >&2; then
+  log "sanity tests were skipped (above): install what they need (scripts/setup.d/50-sanity.apt)"
+  rc=1
+fi
+exit "$rc"
