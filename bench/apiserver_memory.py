@@ -5,8 +5,9 @@ measured in the same run.
     .venv/bin/python bench/apiserver_memory.py [--nodes 100,5000] [--pods-per-node 0]
     .venv/bin/python bench/apiserver_memory.py --smoke     # 20 nodes, target not enforced
 
-Prints one line per step and the start time of the API server. Needs the binaries
-built by scripts/setup.d/30-kube.sh.
+Prints one line per step and the start time of the API server. Target: the three
+together under 1 GiB at the last step (5,000 nodes). Needs the binaries built by
+scripts/setup.d/30-kube.sh.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import _common  # noqa: E402
 from tests.harness.kube import KubeCluster  # noqa: E402
 
 MiB = 1024 * 1024
-TARGET_MIB = 0
+# The control plane holding bench/scale_idle.py's 5,000 kwok Nodes must leave the 24 GiB CI
+# machine to the suites beside it: under 1 GiB in all (measured 715 MiB, ratio 1.93).
+TARGET_MIB = 1024
 
 
 def settle(c: KubeCluster, seconds: float) -> dict[str, int]:
