@@ -1,7 +1,8 @@
-"""What bench/controller_overhead.py and bench/detect_to_service.py share (not a bench): one fleet node
-with its kwok Node under a running ``fleetmedic run`` (built on tests/harness/ctlenv.py),
-the reboot step timed from taint to back in service, and plain ``ansible-playbook`` runs
-on that node for the baselines. The benches put the checkout on sys.path before importing it.
+"""What bench/controller_overhead.py and bench/detect_to_service.py share (not a bench):
+one fleet node with its kwok Node under a running ``fleetmedic run`` (built on
+tests/harness/ctlenv.py), the reboot step timed from taint to back in service, and plain
+``ansible-playbook`` runs on that node for the baselines. The benches put the checkout on
+sys.path before importing it.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def reboot_taint_to_service(run: Running) -> float:
     """Seconds from the reboot taint (as the agent sets it on detection) to the Node back in
     service (taint gone, schedulable)."""
     t0 = time.monotonic()
-    ctlenv.set_taints(run.stage.kube, run.name, lambda ts: ts + [ctlenv.repair_taint("reboot")])
+    ctlenv.set_taints(run.stage.kube, run.name, lambda ts: [*ts, ctlenv.repair_taint("reboot")])
 
     def in_service() -> bool:
         if not run.proc.alive:

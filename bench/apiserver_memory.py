@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import _common  # noqa: E402
+import _common
 
-from tests.harness.kube import KubeCluster  # noqa: E402
+from tests.harness.kube import KubeCluster
 
 MiB = 1024 * 1024
 # The control plane holding bench/scale_idle.py's 5,000 kwok Nodes must leave the 24 GiB CI

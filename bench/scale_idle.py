@@ -304,7 +304,7 @@ def main() -> int:
                 content_type="application/merge-patch+json",
             )
 
-            def started():
+            def started(before=before, n=n):
                 if not run_dir.exists():
                     return None
                 return [d for d in os.listdir(run_dir) if d not in before and n in d]

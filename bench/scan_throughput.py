@@ -191,9 +191,7 @@ def _timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float
     """Wall seconds, CPU seconds (user+sys, all processes of the run) and stdout."""
     cpu = _cpu_children()
     start = time.perf_counter()
-    done = subprocess.run(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, check=False
-    )
+    done = subprocess.run(command, capture_output=True, env=env, check=False)
     elapsed = time.perf_counter() - start
     if done.returncode not in (0, 1):
         print(

@@ -103,7 +103,7 @@ class TaintWatch:
 def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile (so the p99 of 50 trials is the slowest one)."""
     ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))]
+    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
 
 
 def patch_round_trip(cluster: KubeCluster, node: str, n: int = 50) -> float:
@@ -179,8 +179,8 @@ def main() -> int:
         f"(agent file poll {args.poll or 0.1:g}s):"
     )
     print(
-        f"  p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   max {max(latencies) * 1000:7.1f} ms   "
-        f"mean {statistics.mean(latencies) * 1000:7.1f} ms"
+        f"  p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   "
+        f"max {max(latencies) * 1000:7.1f} ms   mean {statistics.mean(latencies) * 1000:7.1f} ms"
     )
     print(f"  baseline: one node PATCH round trip {baseline * 1000:.1f} ms (median of 50)")
     print(f"  ratio to the baseline: p50 {p50 / baseline:.1f}x, p99 {p99 / baseline:.1f}x")

@@ -89,7 +89,8 @@ class Benches:
             print(f"--- {p.log} (shown when the test failed) ---\n{p.tail(log_lines)}")
 
     def delete_nodes(self) -> None:
-        """The kwok Nodes made, so no later test sees them (the API server is shared by the session)."""
+        """The kwok Nodes made, so no later test sees them (the API server is shared by the
+        session)."""
         if self.made:
             self.kube.delete_nodes(self.made)
 

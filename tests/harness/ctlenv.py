@@ -200,7 +200,7 @@ def register(
     """kwok Nodes ``<pool>-<index>`` for fleet nodes; returns {node name: fleet node}."""
     fleet_nodes = list(nodes or fleet.nodes)
     names = [f"{pool}-{n.index}" for n in fleet_nodes]
-    for name, n in zip(names, fleet_nodes):
+    for name, n in zip(names, fleet_nodes, strict=True):
         kube.make_nodes(
             [name],
             labels={
@@ -211,7 +211,7 @@ def register(
             addresses=[n.address],
             taints=(taints or {}).get(name, []),
         )
-    return dict(zip(names, fleet_nodes))
+    return dict(zip(names, fleet_nodes, strict=True))
 
 
 def node(kube, name: str) -> dict:

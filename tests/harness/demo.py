@@ -124,7 +124,7 @@ class Demo:
                 {"metadata": {"annotations": ann}},
                 content_type="application/merge-patch+json",
             )
-            ctlenv.set_taints(self.kube, name, lambda ts: ts + [ctlenv.repair_taint("reboot")])
+            ctlenv.set_taints(self.kube, name, lambda ts: [*ts, ctlenv.repair_taint("reboot")])
         say(
             f"{self.clock()} fault injected on {POOL}-1: Xid 79 in this boot's kernel log "
             "(a reboot cures it)"

@@ -174,9 +174,8 @@ class NodeLoop(threading.Thread):
                 self.wait_while(lambda: not (self.dir / "power-on").exists(), "off")
             else:
                 self.crashes += 1
-                log(
-                    f"{name}: nspawn exited {rc} (crash {self.crashes}); see {self.dir / 'console.log'}"
-                )
+                console = self.dir / "console.log"
+                log(f"{name}: nspawn exited {rc} (crash {self.crashes}); see {console}")
                 if self.crashes >= 5:
                     self.wait_while(lambda: not (self.dir / "power-on").exists(), "failed")
                     self.crashes = 0

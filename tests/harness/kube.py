@@ -769,7 +769,7 @@ class KubeCluster:
         if addresses is not None and not isinstance(addresses, Mapping):
             if len(addresses) != len(names):
                 raise ValueError(f"{len(addresses)} addresses for {len(names)} nodes")
-            addresses = dict(zip(names, addresses))
+            addresses = dict(zip(names, addresses, strict=True))
 
         def body(name: str) -> dict:
             ann = dict(annotations or {})

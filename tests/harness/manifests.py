@@ -46,7 +46,8 @@ _COLLECTIONS = {
 
 
 def load(deploy: Path, names: Sequence[str] | None = None) -> list[dict]:
-    """The documents of ``names`` in ``deploy`` (default: its kustomization's resources, in order)."""
+    """The documents of ``names`` in ``deploy`` (default: its kustomization's resources, in
+    order)."""
     order = names or yaml.safe_load((deploy / "kustomization.yaml").read_text())["resources"]
     docs: list[dict] = []
     for name in order:

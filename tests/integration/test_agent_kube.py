@@ -129,7 +129,7 @@ def test_agent_token_patches_its_own_node_and_is_denied_on_another(rbac, nodes, 
         ),
         ("cordon", lambda n: nodeedit.set_unschedulable(n, True), "cordon"),
     ]:
-        assert fragment in denied(lambda: api.update_node(mine, edit)), what
+        assert fragment in denied(lambda edit=edit: api.update_node(mine, edit)), what
     assert "cannot list resource" in denied(api.list_nodes)
     assert "cannot delete" in denied(lambda: api._call("delete", api.core.delete_node, mine))
 

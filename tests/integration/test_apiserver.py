@@ -282,7 +282,7 @@ def test_nodes_carry_the_addresses_and_labels_asked_for(kube, core):
     names = [f"addr-{uid()}-{i}" for i in range(3)]
     ips = ["192.168.250.11", "192.168.250.12", "192.168.250.13"]
     kube.make_nodes(names, labels={"fleetmedic.io/gpu-vendor": "nvidia"}, addresses=ips)
-    for name, ip in zip(names, ips):
+    for name, ip in zip(names, ips, strict=True):
         node = call(core.read_node, name)
         addrs = {a["type"]: a["address"] for a in node["status"]["addresses"]}
         assert addrs == {"InternalIP": ip, "Hostname": name}
@@ -319,10 +319,12 @@ def test_serving_cert_and_binding_let_fleet_nodes_reach_it(kube):
     addr = _global_ipv4() or "127.0.0.2"
     ctx = ssl.create_default_context(cafile=str(kube.ca_file))
     ctx.load_cert_chain(str(kube.pki / "admin.crt"), str(kube.pki / "admin.key"))
-    with socket.create_connection((addr, kube.port), timeout=5) as raw:
-        with ctx.wrap_socket(raw, server_hostname="kubernetes.default.svc") as tls:
-            tls.sendall(b"GET /readyz HTTP/1.1\r\nHost: kubernetes\r\nConnection: close\r\n\r\n")
-            assert tls.recv(64).startswith(b"HTTP/1.1 200")
+    with (
+        socket.create_connection((addr, kube.port), timeout=5) as raw,
+        ctx.wrap_socket(raw, server_hostname="kubernetes.default.svc") as tls,
+    ):
+        tls.sendall(b"GET /readyz HTTP/1.1\r\nHost: kubernetes\r\nConnection: close\r\n\r\n")
+        assert tls.recv(64).startswith(b"HTTP/1.1 200")
 
 
 def _alive(pid: int) -> bool:

@@ -195,7 +195,7 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
                         b.kube,
                         name,
                         lambda ts, k=key: (
-                            ts + [{"key": k, "value": "x", "effect": "PreferNoSchedule"}]
+                            [*ts, {"key": k, "value": "x", "effect": "PreferNoSchedule"}]
                         ),
                     )
                     added.append(key)
@@ -279,7 +279,7 @@ def test_f_reset_removes_only_our_taints(kube, tmp_path):
         {"key": "repair-reboot", "value": "true", "effect": "NoSchedule"},
     ]  # ossci names
     # (the API allows one taint per key and effect, so "not our value" is on a node of its own)
-    other_value = foreign + [{"key": REPAIR_KEY, "value": "someday", "effect": "NoSchedule"}]
+    other_value = [*foreign, {"key": REPAIR_KEY, "value": "someday", "effect": "NoSchedule"}]
     names = [f"{pool}-{i}" for i in range(3)]
     kube.make_nodes(names[:2], labels={ctlenv.POOL_LABEL: pool}, taints=ours + foreign)
     kube.make_nodes(

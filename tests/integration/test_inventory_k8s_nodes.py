@@ -218,7 +218,10 @@ def test_clear_one_line_error(kube, tmp_path, case):
         else:
             for cluster in cfg["clusters"]:
                 cluster["cluster"]["server"] = "https://127.0.0.1:9"
-            want = "k8s_nodes: cannot list nodes: list nodes: API server https://127.0.0.1:9 unreachable"
+            want = (
+                "k8s_nodes: cannot list nodes: list nodes: "
+                "API server https://127.0.0.1:9 unreachable"
+            )
         kc = tmp_path / "kubeconfig"
         kc.write_text(yaml.safe_dump(cfg))
         src = write_config(tmp_path, kubeconfig=str(kc))

@@ -102,7 +102,7 @@ def test_the_controller_waits_for_an_ad_hoc_run_then_repairs(safety_bench, tmp_p
             "the ad-hoc run to take the node's Lease",
         )
         # meanwhile the agent fences the node and a controller is running
-        ctlenv.set_taints(b.kube, name, lambda t: t + [ctlenv.repair_taint("reboot")])
+        ctlenv.set_taints(b.kube, name, lambda t: [*t, ctlenv.repair_taint("reboot")])
         proc = b.controller(fast_config(b, b.dir))
         cordoned_while_held = []
         done = threading.Event()

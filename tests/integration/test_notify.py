@@ -266,7 +266,7 @@ def test_starttls_verifies_the_relay_certificate(tmp_path):
         base = dict(
             host="127.0.0.1", port=controller.port, tls="starttls", to=["oncall@example.test"]
         )
-        with pytest.raises(TemporaryError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+        with pytest.raises(TemporaryError, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
             notify.send_escalation(escalation(), SmtpConfig(**base))
         notify.send_escalation(escalation(), SmtpConfig(**base, ca_file=cert))
         assert len(sink.wait_for(1)) == 1

@@ -110,7 +110,8 @@ def test_evidence_fetched_into_the_evidence_dir_is_reported(fleet, settings):
                         "src": "/etc/hostname",
                         "flat": True,
                         "dest": "{{ lookup('ansible.builtin.env', 'FLEETMEDIC_EVIDENCE_DIR') }}/"
-                        "{{ inventory_hostname }}/{{ inventory_hostname }}-{{ fleetmedic_run_id }}.txt",
+                        "{{ inventory_hostname }}/"
+                        "{{ inventory_hostname }}-{{ fleetmedic_run_id }}.txt",
                     },
                 }
             ],

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -45,7 +44,7 @@ def started(kube, names) -> set[str]:
 def taint_all(kube, names) -> None:
     threads = [
         threading.Thread(
-            target=ctlenv.set_taints, args=(kube, n, lambda t: t + [ctlenv.repair_taint("reboot")])
+            target=ctlenv.set_taints, args=(kube, n, lambda t: [*t, ctlenv.repair_taint("reboot")])
         )
         for n in names
     ]

@@ -1,8 +1,10 @@
 """The repair budget with the real controller: 30 Nodes fail at once, max_concurrent=3.
 
 30 kwok Nodes are mapped onto 3 nspawn SSH nodes (10 Nodes each), and the ladder runs
-fast test playbooks (``ping`` and a short ``sleep``, phases drain then verify (one playbook run per node, so the test stays near 2 minutes on a loaded 2-core machine); in a playbook directory given by the
-config's ``ansible.playbook_dir``) instead of the collection's diagnose/reboot/verify.
+fast test playbooks (``ping`` and a short ``sleep``; phases drain then verify, one playbook
+run per node, so the test stays near 2 minutes on a loaded 2-core machine; in a playbook
+directory given by the config's ``ansible.playbook_dir``) instead of the collection's
+diagnose/reboot/verify.
 Why: 30 real reboots through 3 slots take about 10 rounds of ~25 s on this 2-core
 machine (over 4 minutes), and Nodes that share an SSH node cannot each reboot it. The
 controller's work is all real: watch, budget, node Leases, drain (cordon, no pods),

@@ -22,7 +22,8 @@ LEASE_DURATION = 6  # ctlenv.write_config's leader_election (renew 4 s, retry 1 
 
 
 def runs_for(run_dir: Path) -> list[str]:
-    """Node names of the playbook runs a controller started (run ids: <time>-<node>-<phase>-<hex>)."""
+    """Node names of the playbook runs a controller started (run ids:
+    <time>-<node>-<phase>-<hex>)."""
     if not run_dir.exists():
         return []
     return [

@@ -487,7 +487,9 @@ def rocm_smi(argv: list[str], sc: dict | None) -> int:
                 continue
             for name, b in ecc_blocks(g).items():
                 row = [name, "ENABLED", b["uncorrectable_count"], b["correctable_count"]]
-                print("  ".join(f"{c!s:>{len(h)}}" for c, h in zip(row, headers)) + "  ")
+                print(
+                    "  ".join(f"{c!s:>{len(h)}}" for c, h in zip(row, headers, strict=True)) + "  "
+                )
             print("_" * width)
         print("=" * width)
         return 0

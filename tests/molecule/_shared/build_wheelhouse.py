@@ -63,7 +63,7 @@ def build(out: Path) -> None:
         for p in (ROOT / "controller" / "fleetmedic").rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     ]
-    self_key = digest(src + [pyproject])
+    self_key = digest([*src, pyproject])
     if not (out / ".self").exists() or (out / ".self").read_text().strip() != self_key:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             pip("wheel", "--no-deps", "--wheel-dir", tmp, str(ROOT))

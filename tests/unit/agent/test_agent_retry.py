@@ -37,7 +37,7 @@ def test_outage_logs_one_warning_and_one_recovery(caplog):
 
 def test_refusals_are_retried_and_logged_once_per_message(caplog):
     caplog.set_level(logging.INFO, logger="fleetmedic.agent")
-    fn, calls = flaky(3, PermanentError("patch node n1: HTTP 403 forbidden"))
+    fn, _calls = flaky(3, PermanentError("patch node n1: HTTP 403 forbidden"))
     assert Retrier(threading.Event(), base=0.001, cap=0.001).call("patch node n1", fn) == "ok"
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and errors[0].getMessage().startswith(

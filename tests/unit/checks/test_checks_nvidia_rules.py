@@ -57,7 +57,7 @@ def worker_output(gpus, *, init_error=None, done=True, stop_before=None, overrid
     out = [json.dumps({"begin": "init", "gpu": None})]
     if init_error:
         out.append(reading("init", error=init_error))
-        return "\n".join(out + [json.dumps({"op": "done"})])
+        return "\n".join([*out, json.dumps({"op": "done"})])
     out += [reading("init", True), reading("driver_version", "550.90.07"), reading("count", gpus)]
     for i in range(gpus):
         for op in ["handle", *HEALTHY]:

@@ -50,7 +50,7 @@ def test_every_field_says_why():
         for name, field in model.model_fields.items():
             sub = [
                 a
-                for a in getattr(field.annotation, "__args__", ()) + (field.annotation,)
+                for a in (*getattr(field.annotation, "__args__", ()), field.annotation)
                 if isinstance(a, type) and issubclass(a, config.types.Section)
             ]
             models += sub

@@ -1,4 +1,5 @@
-"""Shared helpers for the scanner tests (imported by name; pytest puts this directory on sys.path)."""
+"""Shared helpers for the scanner tests (imported by name; pytest puts this directory on
+sys.path)."""
 
 from __future__ import annotations
 

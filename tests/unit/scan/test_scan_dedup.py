@@ -1,4 +1,5 @@
-"""Dedup: one finding per (boot, PCI id, code) within a window; idempotent; replay-proof; persistable."""
+"""Dedup: one finding per (boot, PCI id, code) within a window; idempotent; replay-proof;
+persistable."""
 
 from __future__ import annotations
 

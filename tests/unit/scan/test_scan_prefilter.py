@@ -97,7 +97,7 @@ def test_search_keys_are_suffixes_and_few_passes_cover_the_catalog():
     triggers = tuple(t.encode() for t in Scanner().triggers)
     keys = literals.search_keys(triggers)
     assert len(keys) == len(triggers)
-    for trigger, key in zip(triggers, keys):
+    for trigger, key in zip(triggers, keys, strict=True):
         assert trigger.endswith(key) and len(key) >= 3
     assert len({key[0] for key in keys}) <= 3  # one pass per distinct first byte
     assert len(literals.searchers(triggers)) == len({key[0] for key in keys})
@@ -109,5 +109,5 @@ def test_search_keys_for_any_literals(words):
     keys = literals.search_keys(tuple(words))
     unique = list(dict.fromkeys(words))
     assert len(keys) == len(unique)
-    for literal, key in zip(unique, keys):
+    for literal, key in zip(unique, keys, strict=True):
         assert literal.endswith(key) and key

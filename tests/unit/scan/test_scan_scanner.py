@@ -1,4 +1,5 @@
-"""The scanner over whole logs: multi-line messages, kmsg records, boots, dedup, both paths agree."""
+"""The scanner over whole logs: multi-line messages, kmsg records, boots, dedup, both paths
+agree."""
 
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ def test_agent_restart_with_saved_state_does_not_retrigger():
     state = first.dedup.to_state()
     again = Scanner(boot_id="boot-a", dedup=Dedup.from_state(state))
     assert list(again.scan(lines)) == []  # the ring buffer replayed
-    new = lines + [f"6,9,200000000,-;{XID79}"]
+    new = [*lines, f"6,9,200000000,-;{XID79}"]
     assert [f.line for f in again.scan(new[-1:])] == [
         6
     ]  # a new fault still passes (line counting continues)

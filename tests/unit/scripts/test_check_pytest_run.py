@@ -62,7 +62,7 @@ def test_the_shipped_allow_list_is_short_and_every_entry_says_why():
 def test_an_entry_without_a_reason_is_refused(tmp_path):
     bad = tmp_path / "allowed.txt"
     bad.write_text("# header\nsome skip reason\n")
-    with pytest.raises(SystemExit, match="allowed.txt:2"):
+    with pytest.raises(SystemExit, match=r"allowed\.txt:2"):
         check_pytest_run.allowed_reasons(bad)
 
 

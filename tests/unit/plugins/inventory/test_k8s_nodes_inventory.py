@@ -144,7 +144,7 @@ def test_groups_by_state(plugin, tmp_path, preset_name, taints, groups, state):
     n = node("n1", [taint(s, preset_name) for s in taints], NVIDIA)
     inventory, _ = run(plugin, tmp_path, [n], {"taint_preset": preset_name})
     host = inventory.get_host("n1")
-    assert sorted(g.name for g in host.get_groups()) == sorted(groups + ["vendor_nvidia"])
+    assert sorted(g.name for g in host.get_groups()) == sorted([*groups, "vendor_nvidia"])
     assert host.vars["fleetmedic_state"] == state
     # the one place that computes state agrees
     assert state == nodestate.view(n, preset(preset_name)).state
