@@ -41,9 +41,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
-
-from test_agent_support import xid_line  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from tests.harness.agent_daemonset import (  # noqa: E402
     ImageError,
@@ -52,6 +50,7 @@ from tests.harness.agent_daemonset import (  # noqa: E402
     deploy,
     undeploy,
 )
+from tests.harness.agentenv import xid_line  # noqa: E402
 from tests.harness.fleet import FleetError, start_fleet  # noqa: E402
 from tests.harness.kube import KubeError  # noqa: E402
 from tests.harness.kubelet import (  # noqa: E402

@@ -12,7 +12,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_agent_support import SA, xid_line
 
 from fleetmedic.model import keys
 from tests.harness import ctlenv
@@ -31,6 +30,7 @@ from tests.harness.agent_daemonset import (
     undeploy,
     wait_until,
 )
+from tests.harness.agentenv import SA, xid_line
 from tests.harness.ctlenv import HEALTHY_NVML, LOST_NVML, ControllerProcess
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
