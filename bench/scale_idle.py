@@ -194,6 +194,11 @@ def patch_rtt(kube: KubeCluster, name: str, n: int = 30) -> float:
     return statistics.median(times)
 
 
+def ratio(value: float, base: float) -> str:
+    """``value / base`` as ``1.234x``; a short window can see no baseline request at all."""
+    return f"{value / base:.3f}x" if base else "n/a (no baseline request in the window)"
+
+
 def main() -> int:
     ap = _common.parser(__doc__)
     ap.add_argument("--nodes", type=int, default=5000)
@@ -319,11 +324,11 @@ def main() -> int:
         print(f"  API requests/min, idle, baseline (no controller): {base:.1f} req/min in total")
         print(
             f"  controller, leader election off: {single[0]:+.1f} req/min over baseline "
-            f"(ratio {(base + single[0]) / base:.3f}x of baseline; target <= 2)"
+            f"(ratio {ratio(base + single[0], base)} of baseline; target <= 2)"
         )
         print(
             f"  controller, leader election on:  {le[0]:+.1f} req/min over baseline "
-            f"(ratio {(base + le[0]) / base:.3f}x of baseline)"
+            f"(ratio {ratio(base + le[0], base)} of baseline)"
         )
         print(
             f"  RSS idle: {le[1]:.0f} MB (leader election on), {single[1]:.0f} MB (off); "

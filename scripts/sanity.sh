@@ -6,10 +6,10 @@
 # ignore file: every entry says why).
 #
 #   scripts/sanity.sh                 run every sanity test, offline (a stage of scripts/test.sh)
-#   scripts/sanity.sh --prime-venvs   create ansible-test's per-test virtualenvs (setup.d/50-sanity.sh)
+#   scripts/sanity.sh --prime-venvs   create ansible-test's per-test virtualenvs (setup.d/60-sanity.sh)
 #
 # ansible-test runs each test in a virtualenv of its own with pinned requirements (pylint,
-# yamllint, voluptuous, ...). They live under the HOME that setup.d/50-sanity.sh prepares in
+# yamllint, voluptuous, ...). They live under the HOME that setup.d/60-sanity.sh prepares in
 # the shared cache; the test run forbids pip any index (PIP_NO_INDEX), so it needs no network
 # and fails loudly if a virtualenv is missing. Extra arguments go to ansible-test.
 set -euo pipefail
@@ -21,9 +21,9 @@ log() { printf '[sanity] %s\n' "$*" >&2; }
 prime=()
 if [[ ${1:-} == --prime-venvs ]]; then
   prime=(--prime-venvs); shift
-  home="${ANSIBLE_TEST_HOME:?set by scripts/setup.d/50-sanity.sh}"
+  home="${ANSIBLE_TEST_HOME:?set by scripts/setup.d/60-sanity.sh}"
 else
-  home="$(bash scripts/setup.d/50-sanity.sh --print)"
+  home="$(bash scripts/setup.d/60-sanity.sh --print)"
   export PIP_NO_INDEX=1
 fi
 read -r ns name < <(python - <<'PY'
@@ -48,7 +48,7 @@ rc=0
 HOME="$home" ansible-test sanity --python "$py" --color no "${prime[@]}" "$@" 2>&1 | tee "$out" || rc=$?
 # A test ansible-test leaves out (a program or Python missing) is a failure here too.
 if ((${#prime[@]} == 0)) && grep -E "Required program .* not found|Skipping sanity test" "$out" >&2; then
-  log "sanity tests were skipped (above): install what they need (scripts/setup.d/50-sanity.apt)"
+  log "sanity tests were skipped (above): install what they need (scripts/setup.d/60-sanity.apt)"
   rc=1
 fi
 exit "$rc"

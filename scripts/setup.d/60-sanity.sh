@@ -3,8 +3,8 @@
 # (scripts/sanity.sh) runs without network. They live in a HOME of their own in the cache,
 # keyed by ansible-core's and Python's versions and this script:
 #   ${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}/ansible-test-<ansible-core>-py<X.Y>-<key>/home
-#   50-sanity.sh            create what is missing
-#   50-sanity.sh --print    print that HOME; exit 1 if it is not ready
+#   60-sanity.sh            create what is missing
+#   60-sanity.sh --print    print that HOME; exit 1 if it is not ready
 # ansible-test makes each virtualenv without pip, then bootstraps pip with a get-pip script
 # it downloads from its own CI file host, which this machine cannot reach. It first looks
 # for that script in ~/.ansible/test/cache/get_pip_<version>.py; we put a stand-in of ours
@@ -14,7 +14,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="$ROOT/.venv/bin/python"
-log() { printf '[50-sanity] %s\n' "$*" >&2; }
+log() { printf '[60-sanity] %s\n' "$*" >&2; }
 
 core="$("$PY" -c 'import ansible; print(ansible.__version__)')"
 pyv="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
@@ -46,7 +46,7 @@ print(get_venv_packages(Python())["pip"])
 PY
 )"
 cat > "$out/home/.ansible/test/cache/get_pip_${pip_version//./_}.py" <<'PY'
-"""fleetmedic's stand-in for get-pip.py (scripts/setup.d/50-sanity.sh), run by ansible-test
+"""fleetmedic's stand-in for get-pip.py (scripts/setup.d/60-sanity.sh), run by ansible-test
 in a new virtualenv with pip's arguments: the packages to install (pip==X.Y first)."""
 import subprocess
 import sys
