@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ansible-test sanity's per-test virtualenvs, created once so that the test stage
 # (scripts/sanity.sh) runs without network. They live in a HOME of their own in the cache,
-# keyed by ansible-core's and Python's versions and this script:
+# keyed by ansible-core's and Python's versions and the layout of what this script writes:
 #   ${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}/ansible-test-<ansible-core>-py<X.Y>-<key>/home
 #   60-sanity.sh            create what is missing
 #   60-sanity.sh --print    print that HOME; exit 1 if it is not ready
@@ -18,7 +18,9 @@ log() { printf '[60-sanity] %s\n' "$*" >&2; }
 
 core="$("$PY" -c 'import ansible; print(ansible.__version__)')"
 pyv="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-key="$( { echo "$core $pyv"; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-12)"
+# LAYOUT: bump it when what this script puts into the HOME changes (the stand-in below).
+LAYOUT=1
+key="$(echo "$core $pyv $LAYOUT" | sha256sum | cut -c1-12)"
 cache="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}"
 out="$cache/ansible-test-$core-py$pyv-$key"
 ready() { [[ -f $out/.ready ]]; }
