@@ -45,7 +45,11 @@ source "$src/build.flags"
 build() {
   cd "$src"
   prom="$(go list -m -f '{{.Version}}' github.com/prometheus/prometheus)"
+  # `go list -m` names the module's directory only once it is in the module cache: on a
+  # fresh machine (nothing downloaded yet) .Dir is empty, so download it first
+  go mod download github.com/prometheus/prometheus
   promdir="$(go list -m -f '{{.Dir}}' github.com/prometheus/prometheus)"
+  [[ -f $promdir/VERSION ]] || { echo "no VERSION in the prometheus module ($promdir)"; return 1; }
   # Prometheus' own release number (its VERSION file); the module version says which
   # commit: v0.312.1-0.<date>-<rev> is a commit after 3.12.0.
   promver="$(cat "$promdir/VERSION")"
