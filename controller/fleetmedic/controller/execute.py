@@ -150,6 +150,7 @@ class Executor:
             self.cfg.safety.drain,
             timeout=action.timeout,
             force_blocked=action.force,
+            gpu_only=action.gpu_only,
         )
         return Outcome(done.status, message=done.message)
 

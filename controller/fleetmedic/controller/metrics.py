@@ -14,9 +14,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from fleetmedic import __version__
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.vocabulary import REPAIR_STATES
 from fleetmedic.policy.history import parse_time
 
-STATES = ("healthy", "reboot", "reimage", "manual")
+STATES = ("healthy", *REPAIR_STATES)
 
 
 class Metrics:

@@ -12,10 +12,12 @@ from typing import Any
 
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.vocabulary import REPAIR_STATES
 from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
 from fleetmedic.policy.inflight import Escalated, InFlight
 
-STATE_ORDER = {"manual": 0, "reimage": 1, "reboot": 2, "healthy": 3}
+# the worst first: manual, then the highest rungs, healthy last
+STATE_ORDER = {s: i for i, s in enumerate((*reversed(REPAIR_STATES), "healthy"))}
 
 
 def node_status(v: NodeView, at: datetime) -> dict[str, Any]:

@@ -5,10 +5,9 @@ A catalog entry or a check names an *action* (:data:`ACTIONS`, mildest first).
 at the state :data:`FENCE_AT` gives, and nowhere else is that mapping made.
 
 ``reset`` (a GPU reset cures it: NVIDIA's ``RESET_GPU`` bucket, Xid 154 "GPU
-Reset Required", an amdgpu MES/KIQ hang) has no rung of its own yet, so it fences
-at ``reboot``, the next rung up: nothing is lost, it only costs a reboot where a
-reset would do. When the ladder gains its reset rung (issue 14), change the one
-``"reset": "reboot"`` line below to ``"reset": "reset"``.
+Reset Required", an amdgpu MES/KIQ hang) fences at the ``reset`` rung; a controller
+whose ladder leaves that rung out starts such a node at its next rung up
+(policy/rungs.py), so the agent never needs to know the pool's ladder.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ ACTION_RANK: dict[str, int] = {name: rank for rank, name in enumerate(ACTIONS)}
 """Severity order: the worst finding wins, and an escalation passes dedup."""
 
 FENCE_AT: dict[str, str] = {
-    "reset": "reboot",  # no reset rung yet (issue 14): the next rung up
+    "reset": "reset",
     "reboot": "reboot",
     "reimage": "reimage",
     "manual": "manual",

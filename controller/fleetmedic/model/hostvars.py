@@ -19,16 +19,10 @@ from typing import Any
 
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.vocabulary import REPAIR_STATES
 
-STATE_GROUPS = {"reboot": "repair_reboot", "reimage": "repair_reimage", "manual": "repair_manual"}
-ALL_GROUPS = (
-    "in_repair",
-    "repair_reboot",
-    "repair_reimage",
-    "repair_manual",
-    "slow_network",
-    "healthy",
-)
+STATE_GROUPS = {state: f"repair_{state}" for state in REPAIR_STATES}
+ALL_GROUPS = ("in_repair", *STATE_GROUPS.values(), "slow_network", "healthy")
 WITHHELD = "(withheld: looks like a template)"
 _TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.:_-]{0,252})?|\[[0-9A-Fa-f:.]+\]")

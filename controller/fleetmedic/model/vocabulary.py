@@ -16,7 +16,11 @@ from typing import Any
 import yaml
 
 EFFECT = "NoSchedule"
-REPAIR_STATES = ("reboot", "reimage", "manual")  # ladder order
+REPAIR_STATES = ("reset", "reboot", "power_cycle", "reimage", "manual")
+"""Every repair state, mildest first. The rungs a controller climbs are ``ladder.order``
+(a subset in this order); the agent may fence at any of them, and a state the
+controller's ladder skips enters the next rung up (policy/rungs.py)."""
+NAMED = (*REPAIR_STATES, "slow_network")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +41,9 @@ class TaintName:
 
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
+    reset: TaintName
     reboot: TaintName
+    power_cycle: TaintName
     reimage: TaintName
     manual: TaintName
     slow_network: TaintName
@@ -48,7 +54,7 @@ class Vocabulary:
         return getattr(self, state)
 
     def all(self) -> tuple[TaintName, ...]:
-        return (self.reboot, self.reimage, self.manual, self.slow_network)
+        return tuple(getattr(self, s) for s in NAMED)
 
     def is_ours(self, taint: Mapping[str, Any]) -> bool:
         """True for a taint fleetmedic owns (exact key, value and effect)."""
@@ -62,17 +68,26 @@ class Vocabulary:
     def has_slow_network(self, taints: list[Mapping[str, Any]]) -> bool:
         return any(self.slow_network.matches(t) for t in taints)
 
+    def with_overrides(self, data: Mapping[str, Mapping[str, str] | None]) -> Vocabulary:
+        """This vocabulary with single entries replaced (``{state: {key, value}}``)."""
+        unknown = set(data) - set(NAMED)
+        if unknown:
+            raise ValueError(f"taint vocabulary names unknown states {', '.join(sorted(unknown))}")
+        return dataclasses.replace(
+            self,
+            **{k: TaintName(str(v["key"]), str(v.get("value", ""))) for k, v in data.items() if v},
+        )
+
     @classmethod
     def from_mapping(cls, data: Mapping[str, Mapping[str, str]]) -> Vocabulary:
-        missing = {"reboot", "reimage", "manual", "slow_network"} - set(data)
+        missing = set(NAMED) - set(data)
         if missing:
             raise ValueError(f"taint vocabulary lacks {', '.join(sorted(missing))}")
+        unknown = set(data) - set(NAMED)
+        if unknown:
+            raise ValueError(f"taint vocabulary names unknown states {', '.join(sorted(unknown))}")
         return cls(
-            **{
-                k: TaintName(str(v["key"]), str(v.get("value", "")))
-                for k, v in data.items()
-                if k in {"reboot", "reimage", "manual", "slow_network"}
-            }
+            **{k: TaintName(str(v["key"]), str(v.get("value", ""))) for k, v in data.items()}
         )
 
 

@@ -120,6 +120,7 @@ class Action:
     update: Update | None = None  # WRITE: what to write
     not_before: datetime | None = None  # WAIT: when to look again
     force: bool = False  # DRAIN: delete pods a PDB still protects
+    gpu_only: bool = False  # DRAIN: only the pods that use a GPU (the reset rung)
     resumed: bool = False  # re-run of a phase a restart interrupted
     new_work: bool = False  # takes a repair slot (budget-gated)
     disruptive: bool = False  # drains/reboots/reinstalls (window-gated)

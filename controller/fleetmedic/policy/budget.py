@@ -26,10 +26,12 @@ from datetime import datetime
 from fleetmedic.model import keys
 from fleetmedic.model.config import SafetyConfig, quantity_of
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.vocabulary import REPAIR_STATES
 from fleetmedic.policy.actions import Action, Kind
 from fleetmedic.policy.inflight import InFlight
 
-WORKING_STEPS = ("reboot", "reimage")
+WORKING_STEPS = tuple(s for s in REPAIR_STATES if s != "manual")
+"""Rungs whose in-flight work holds a repair slot (every rung that runs playbooks)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,9 +22,10 @@ The controller loop, for each node it has no run in progress for (in this proces
 All state lives on the Node (taints, in-flight marker, history, escalation
 record; see inflight.py), so the loop can be killed anywhere and ``decide`` on
 the re-read Node picks up safely: a finished reboot is never repeated, one
-under way is never forgotten. Steps and phases come from ``cfg.ladder``:
-``reboot`` -> ``reimage`` -> ``manual``; unreachable and timeout count as failure.
-How outcomes move an attempt is in steps.py.
+under way is never forgotten. Rungs and phases come from ``cfg.ladder``: by default
+``reset`` -> ``reboot`` -> ``reimage`` -> ``manual`` (``ladder.order``; rungs.py says where a
+state the order leaves out enters); unreachable and timeout count as failure. How
+outcomes move an attempt is in steps.py.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from fleetmedic.model import keys
-from fleetmedic.model.config import Config, PlaybookConfig
+from fleetmedic.model.config import Config
+from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import flap
 from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
@@ -49,6 +51,7 @@ from fleetmedic.policy.history import (
     stamp,
 )
 from fleetmedic.policy.inflight import RUNNING, Escalated, InFlight
+from fleetmedic.policy.rungs import entry_rung
 from fleetmedic.policy.steps import (
     MANUAL,
     REBOOT,
@@ -63,7 +66,7 @@ from fleetmedic.policy.steps import (
     still_rebooting,
 )
 
-DISRUPTIVE_PHASES = ("reboot", "reinstall")
+DISRUPTIVE_PHASES = ("reset", "reboot", "power_cycle", "reinstall")
 
 
 def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
@@ -136,7 +139,8 @@ def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
             not_before=passed + grace,
         )
     why = f"foreign signal: {', '.join(view.foreign_signals)}"
-    return n.write(why, state=REBOOT, events=(Event("RepairEntered", why, "Warning"),))
+    state = entry_rung(cfg.ladder.order, REBOOT)
+    return n.write(why, state=state, events=(Event("RepairEntered", why, "Warning"),))
 
 
 def _entered(n: NodeCtx) -> Action:
@@ -164,6 +168,10 @@ def _entered(n: NodeCtx) -> Action:
             step=MANUAL,
             ep=esc.ep,
         )
+    rung = entry_rung(n.cfg.ladder.order, state)
+    if rung != state:
+        why = f"fenced at {state}, which this ladder skips: starting at {rung}"
+        return n.write(why, state=rung, events=(Event("RepairEntered", why),))
     ep = last_episode(n.history) + 1
     fl_cfg = n.cfg.safety.flap
     if flap.damped(n.history, now, fl_cfg.count, fl_cfg.window):
@@ -225,7 +233,7 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         )
     resumed = fl.status == RUNNING
     ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
-    if fl.phase == "reboot" and (resumed or not fl.boot_id):
+    if fl.phase in BOOTING_PHASES and (resumed or not fl.boot_id):
         why = (
             "a reboot was under way before a restart: did it happen?"
             if resumed
@@ -233,17 +241,19 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         )
         return n.action(Kind.PROBE, why, timeout=cfg.ladder.probe_timeout, **ctx)
     again = " (again: interrupted by a restart)" if resumed else ""
-    if fl.phase == "drain":
+    if fl.phase in ("drain", "drain_gpu"):
         drain = cfg.safety.drain
+        gpu_only = fl.phase == "drain_gpu"
         return n.action(
             Kind.DRAIN,
-            f"drain before {fl.step}{again}",
+            f"drain{' the GPU pods' if gpu_only else ''} before {fl.step}{again}",
             timeout=drain.timeout,
             force=drain.pdb_blocked == "force",
+            gpu_only=gpu_only,
             disruptive=True,
             **ctx,
         )
-    pb = _playbook(cfg, fl.phase, view.vendor)
+    pb = cfg.ladder.playbooks.for_phase(fl.phase, view.vendor)
     if pb is None:
         msg = (
             f"no {keys.LABEL_VENDOR} label (nvidia|amd): cannot choose a driver or ROCm "
@@ -279,13 +289,6 @@ def _hostvars(view: NodeView, fl: InFlight, phases: tuple[str, ...]) -> dict:
         # the diagnose phase took the evidence already
         "fleetmedic_collect_evidence": "diagnose" not in phases,
     }
-
-
-def _playbook(cfg: Config, phase: str, vendor: str) -> PlaybookConfig | None:
-    books = cfg.ladder.playbooks
-    if phase == "reinstall":
-        return {"nvidia": books.reinstall_nvidia, "amd": books.reinstall_amd}.get(vendor)
-    return getattr(books, phase)
 
 
 def begin(

@@ -21,9 +21,9 @@ from fleetmedic.policy.history import (
     stamp,
 )
 from fleetmedic.policy.inflight import ESCALATE_PHASE, PENDING, Escalated, InFlight
+from fleetmedic.policy.rungs import MANUAL, next_rung
 
-REBOOT, REIMAGE, MANUAL = "reboot", "reimage", "manual"
-NEXT_STEP = {REBOOT: REIMAGE, REIMAGE: MANUAL}
+REBOOT = "reboot"
 RESULT_OF = {"unreachable": UNREACHABLE, "timeout": TIMEOUT}
 
 
@@ -53,7 +53,12 @@ class NodeCtx:
         return self.action(Kind.WRITE, reason, update=self.update(**kw))
 
     def step_cfg(self, step: str) -> StepConfig:
-        return getattr(self.cfg.ladder, step)
+        return self.cfg.ladder.step(step)
+
+    def phase_timeout(self, phase: str) -> float:
+        """How long ``phase`` may take (its playbook's timeout, else the job timeout)."""
+        book = self.cfg.ladder.playbooks.for_phase(phase, self.view.vendor)
+        return (book.timeout if book else None) or self.cfg.ansible.job_timeout
 
     def first(self, ep: int, step: str, attempt: int) -> InFlight:
         phase = ESCALATE_PHASE if step == MANUAL else self.step_cfg(step).phases[0]
@@ -115,7 +120,7 @@ def after_email(n: NodeCtx, outcome: Outcome) -> Update | None:
 
 
 def after_probe(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
-    now, cfg = n.now, n.cfg
+    now = n.now
     if fl.status == PENDING:
         if outcome.ok and outcome.boot_id:
             return n.update(
@@ -127,15 +132,18 @@ def after_probe(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
             n,
             fl,
             RESULT_OF.get(outcome.status, FAIL),
-            f"could not read boot_id before the reboot: {outcome.message}",
+            f"could not read boot_id before the {fl.phase}: {outcome.message}",
         )
     if outcome.ok and outcome.boot_id:
         if outcome.boot_id != fl.boot_id:
-            return next_phase(n, fl.with_(notes=(*fl.notes, "reboot confirmed after a restart")))
+            note = f"{fl.phase} confirmed after a restart (new boot_id)"
+            return next_phase(n, fl.with_(notes=(*fl.notes, note)))
         again = fl.with_(status=PENDING, since=stamp(now), run_id=None)
         return n.update(annotations={keys.ANN_IN_FLIGHT: again.encode()})
-    held = still_rebooting(n, fl, cfg.ladder.playbooks.reboot.timeout or cfg.ansible.job_timeout)
-    return held or fail_step(n, fl, UNREACHABLE, f"not back after the reboot: {outcome.message}")
+    held = still_rebooting(n, fl, n.phase_timeout(fl.phase))
+    return held or fail_step(
+        n, fl, UNREACHABLE, f"not back after the {fl.phase}: {outcome.message}"
+    )
 
 
 def still_rebooting(n: NodeCtx, fl: InFlight, limit: float) -> Update | None:
@@ -206,7 +214,7 @@ def fail_step(
             append=(mark,),
             events=(Event("RepairRetry", short(message), "Warning"),),
         )
-    nxt = NEXT_STEP[fl.step]
+    nxt = next_rung(n.cfg.ladder.order, fl.step)
     return n.update(
         state=nxt,
         append=(mark,),

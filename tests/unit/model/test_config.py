@@ -42,6 +42,36 @@ def test_empty_file_gives_documented_defaults(tmp_path):
     )
 
 
+def test_the_default_ladder_is_reset_reboot_reimage_manual(tmp_path):
+    cfg = config.load(write(tmp_path, ""))
+    assert cfg.ladder.order == ("reset", "reboot", "reimage", "manual")
+    assert cfg.ladder.reset.phases == ("diagnose", "drain_gpu", "reset", "verify")
+    assert cfg.vocabulary().reset.as_taint() == {
+        "key": "fleetmedic.io/repair",
+        "value": "reset",
+        "effect": "NoSchedule",
+    }
+
+
+def test_only_the_playbooks_of_configured_rungs_must_exist(tmp_path):
+    books = tmp_path / "pb"
+    books.mkdir()
+    for name in ("diagnose", "reset", "reboot", "reimage", "verify"):
+        (books / f"{name}.yml").write_text("[]\n")
+    cfg = config.load(write(tmp_path, f"ansible: {{playbook_dir: {books}}}"))
+    assert [m for m in cfg.missing_files() if m.startswith("ladder.")] == []
+    cfg = config.load(
+        write(
+            tmp_path,
+            f"ansible: {{playbook_dir: {books}}}\n"
+            "ladder: {order: [reboot, power_cycle, reimage, manual]}",
+        )
+    )
+    assert [m for m in cfg.missing_files() if m.startswith("ladder.")] == [
+        f"ladder.playbooks.power_cycle: {books}/power_cycle.yml"
+    ]
+
+
 def test_every_field_says_why():
     undocumented = []
     models = [config.Config]
@@ -135,6 +165,13 @@ def test_relative_paths_are_relative_to_the_file(tmp_path):
             "ladder: {reboot: {phases: [reboot, fix, verify]}}",
             "ladder.reboot.phases.1: input should be",
         ),
+        (
+            "ladder: {order: [reboot, reset, manual]}",
+            "ladder.order: must be distinct rungs in the order reset, reboot, power_cycle, "
+            "reimage, manual, ending in manual, got ['reboot', 'reset', 'manual']",
+        ),
+        ("ladder: {order: [reset, reboot]}", "ending in manual, got ['reset', 'reboot']"),
+        ("ladder: {order: [reboot, rebooot, manual]}", "ladder.order.1: input should be"),
         ("taints: {preset: nope}", "taints.preset: must be one of default, ossci, got 'nope'"),
         ("taints: {reboot: {key: 'has space'}}", "taints.reboot.key: must be a valid taint key"),
         (

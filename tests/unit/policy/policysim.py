@@ -77,14 +77,21 @@ class Truth:
     fixed_by: set = dataclasses.field(default_factory=set)  # steps applied so far
     pdb_blocks: int = 0  # drains that will still be blocked
     requests: set = dataclasses.field(default_factory=set)  # node-side once-per-request marker
+    refuses_reset: bool = False  # nvidia-smi --gpu-reset says "In use by another client"
+    resets: int = 0
 
     @property
     def healthy(self) -> bool:
-        return (
-            self.fault == "none"
-            or (self.fault == "reboot" and "reboot" in self.fixed_by)
-            or (self.fault == "reimage" and "reinstall" in self.fixed_by)
-        )
+        # what cures each fault: a reset-class fault is cured by anything from a GPU reset up,
+        # a power_cycle-class one only by a cold boot (it survives a warm reboot)
+        cures = {
+            "none": {"nothing"},
+            "reset": {"reset", "reboot", "reinstall"},
+            "reboot": {"reboot", "reinstall"},
+            "power_cycle": {"power_cycle"},
+            "reimage": {"reinstall"},
+        }.get(self.fault, set())
+        return self.fault == "none" or bool(cures & self.fixed_by)
 
 
 class World:
@@ -186,12 +193,19 @@ class World:
         if action.kind == Kind.PROBE:
             return Outcome("ok", boot_id=t.boot_id)
         assert action.kind == Kind.RUN, action
-        if action.phase in ("reboot", "reinstall"):
+        if action.phase == "reset":
+            if t.refuses_reset:
+                return Outcome(
+                    "failed", run_id="run-x", task="reset", message="In use by another client"
+                )
+            t.resets += 1
+        if action.phase in ("reset", "reboot", "power_cycle", "reinstall"):
             t.fixed_by.add(action.phase)
         # reboot.yml always reboots (the policy's boot_id probe guards it); reimage.yml
         # reboots once per request id, as the real reboot role does
         request = action.hostvars["fleetmedic_request_id"]
-        if action.phase == "reboot" or (action.phase == "reinstall" and request not in t.requests):
+        boots = action.phase in ("reboot", "power_cycle")
+        if boots or (action.phase == "reinstall" and request not in t.requests):
             t.requests.add(request)
             attempt = action.hostvars["fleetmedic_attempt"]
             self.reboots[(action.node, action.ep, action.step, attempt)] += 1

@@ -392,3 +392,86 @@ def test_start_of_an_episode_takes_a_slot():
     w.add("n1", state="reboot")
     action = ladder.decide(w.view("n1"), T0, w.cfg)
     assert action.new_work and action.kind == Kind.WRITE
+
+
+# -- the reset rung (issue 14) ---------------------------------------------------------
+
+
+def test_reset_rung_drains_only_gpu_pods_resets_and_verifies_without_a_reboot():
+    w = World(config())
+    w.add("n1", fault="reset", state="reset")
+    kinds = []
+    for _ in range(8):
+        kinds += [(a.kind, a.phase, a.gpu_only) for a in w.cycle()]
+    assert kinds == [
+        (Kind.WRITE, None, False),
+        (Kind.RUN, "diagnose", False),
+        (Kind.DRAIN, "drain_gpu", True),
+        (Kind.RUN, "reset", False),
+        (Kind.RUN, "verify", False),
+    ]
+    v = w.view("n1")
+    assert v.state == "healthy" and not v.unschedulable
+    assert [(a.step, a.result) for a in w.history("n1")] == [("reset", "pass")]
+    assert (w.truth["n1"].boots, w.truth["n1"].resets) == (0, 1)
+
+
+def test_the_reset_phase_runs_the_reset_playbook_as_a_disruptive_step():
+    w = World(config())
+    w.add("n1", fault="reset", state="reset")
+    action = step_until(w, "n1", Kind.RUN, "reset")
+    assert action.playbook == "/pb/reset.yml" and action.disruptive
+    assert action.hostvars["fleetmedic_collect_evidence"] is False  # diagnose took it
+    assert action.hostvars["fleetmedic_request_id"].startswith("e1-reset1-")
+
+
+def test_a_refused_reset_climbs_to_exactly_one_reboot():
+    w = World(config())
+    w.add("n1", fault="reset", state="reset")
+    w.truth["n1"].refuses_reset = True
+    w.run(12)
+    v = w.view("n1")
+    assert v.state == "healthy"
+    assert [(a.step, a.result) for a in w.history("n1")] == [("reset", "fail"), ("reboot", "pass")]
+    assert "In use by another client" in w.history("n1")[0].message
+    assert w.truth["n1"].boots == 1
+
+
+def test_a_gpu_lost_for_good_climbs_reset_reboot_reimage_manual_with_one_email():
+    w = World(config())
+    w.add("n1", fault="never", state="reset")
+    w.run(40)
+    assert [(a.step, a.result) for a in w.history("n1")] == [
+        ("reset", "fail"),
+        ("reboot", "fail"),
+        ("reimage", "fail"),
+        ("manual", "escalated"),
+    ]
+    assert w.emails == {("n1", 1): 1}
+
+
+def test_a_ladder_without_reset_starts_a_reset_fenced_node_at_reboot():
+    w = World(config(ladder__order=["reboot", "reimage", "manual"]))
+    w.add("n1", fault="reset", state="reset")
+    action = ladder.decide(w.view("n1"), w.now, w.cfg)
+    assert action.kind == Kind.WRITE and "skips" in action.reason
+    w.run(10)
+    assert w.view("n1").state == "healthy"
+    assert [(a.step, a.result) for a in w.history("n1")] == [("reboot", "pass")]
+    assert (w.truth["n1"].boots, w.truth["n1"].resets) == (1, 0)
+
+
+def test_power_cycle_rung_confirms_its_boot_like_a_reboot():
+    w = World(config(ladder__order=["reboot", "power_cycle", "reimage", "manual"]))
+    w.add("n1", fault="power_cycle", state="reboot")
+    w.run(16)
+    assert w.view("n1").state == "healthy"
+    assert [(a.step, a.result) for a in w.history("n1")] == [
+        ("reboot", "fail"),
+        ("power_cycle", "pass"),
+    ]
+    assert w.truth["n1"].boots == 2
+    # the power-cycle's boot was guarded by a boot_id probe, as a reboot's is
+    w2 = World(config(ladder__order=["power_cycle", "reimage", "manual"]))
+    w2.add("n1", fault="power_cycle", state="power_cycle")
+    assert step_until(w2, "n1", Kind.PROBE, "power_cycle").timeout == w2.cfg.ladder.probe_timeout

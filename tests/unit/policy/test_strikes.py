@@ -84,14 +84,14 @@ def test_never_fences_without_three_consecutive_problems(seq):
         slow = slow if d.slow_network is None else d.slow_network
 
 
-def test_a_reset_finding_fences_at_reboot_until_the_ladder_has_a_reset_rung():
+def test_a_reset_finding_fences_at_the_reset_rung():
     d = decide(
         Strikes(gpu=1),
         [Observation("kernel", "problem", "Xid 119 on 0000:9b:00", "reset")],
         in_repair=False,
         slow_network=False,
     )
-    assert d.repair == "reboot" and d.strikes.gpu == 0
+    assert d.repair == "reset" and d.strikes.gpu == 0
     worse = decide(
         Strikes(),
         [

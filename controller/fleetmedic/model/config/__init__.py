@@ -109,10 +109,9 @@ class Config(Section):
 
     def missing_files(self, environ: Mapping[str, str] = os.environ) -> list[str]:
         """Start-up check: named files that do not exist, as ``field: path`` strings."""
-        pb = self.ladder.playbooks
         wanted: list[tuple[str, Path | None]] = [
-            (f"ladder.playbooks.{name}", self.playbook_path(getattr(pb, name)))
-            for name in type(pb).model_fields
+            (f"ladder.playbooks.{name}", self.playbook_path(book))
+            for name, book in self.ladder.playbooks_used().items()
         ]
         wanted += [
             ("ansible.config_file", self.ansible.config_file),

@@ -9,12 +9,21 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from fleetmedic.model.config.types import ConfigPath, Duration, Section
+from fleetmedic.model.vocabulary import REPAIR_STATES
 
-PHASES = ("diagnose", "drain", "reinstall", "reboot", "verify")
+Phase = Literal[
+    "diagnose", "drain", "drain_gpu", "reset", "reboot", "power_cycle", "reinstall", "verify"
+]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+"""``drain`` cordons and evicts every pod the drain rules allow; ``drain_gpu`` only the pods
+that use a GPU (a GPU reset does not disturb the rest). Every other phase runs the playbook
+of the same name (``reinstall``: the vendor's). ``reboot`` and ``power_cycle`` boot the node:
+its boot_id is read before, so a restart mid-way can tell whether the boot happened."""
+BOOTING_PHASES = ("reboot", "power_cycle")
 
 
 class StepConfig(Section):
-    phases: tuple[Literal["diagnose", "drain", "reinstall", "reboot", "verify"], ...]
+    phases: tuple[Phase, ...]
     """What one attempt does, in order. It must end in `verify`: only a passing verify
     clears a node, never "the reboot returned"."""
     retries: int = Field(0, ge=0, le=5)
@@ -43,6 +52,9 @@ class PlaybooksConfig(Section):
 
     diagnose: PlaybookConfig = PlaybookConfig(playbook="diagnose.yml", timeout=900)
     """Evidence capture; 15 min covers nvidia-bug-report (up to 10 min) on an 8-GPU node."""
+    reset: PlaybookConfig = PlaybookConfig(playbook="reset.yml", timeout=600)
+    """GPU reset in place (roles/gpu_reset): seconds per GPU; 10 min leaves room for a fabric
+    manager restart and the post-reset health check on an 8-GPU NVSwitch node."""
     reboot: PlaybookConfig = PlaybookConfig(playbook="reboot.yml", timeout=1200)
     """20 min: a GPU server's POST plus memory training can take 10+ minutes. Also how long
     a node may stay unreachable after a reboot began before it counts as failed."""
@@ -53,11 +65,42 @@ class PlaybooksConfig(Section):
     """ROCm reinstall (amdgpu-dkms); the same playbook picks the stack by fleetmedic_vendor."""
     verify: PlaybookConfig = PlaybookConfig(playbook="verify.yml", timeout=600)
     """The same checks the agent runs (`fleetmedic check`), so pass means what fencing meant."""
+    power_cycle: PlaybookConfig = PlaybookConfig(playbook="power_cycle.yml", timeout=1800)
+    """Power off and on through the node's BMC; a cold boot takes longer than a warm one."""
+
+    def for_phase(self, phase: str, vendor: str) -> PlaybookConfig | None:
+        """The playbook a phase runs (None: a drain, or a reinstall with no known vendor)."""
+        if phase == "reinstall":
+            return {"nvidia": self.reinstall_nvidia, "amd": self.reinstall_amd}.get(vendor)
+        return getattr(self, phase, None)
+
+    def for_phases(self, phases: tuple[str, ...]) -> dict[str, PlaybookConfig]:
+        """Every playbook ``phases`` may run, by field name (both reinstalls for ``reinstall``)."""
+        names = [
+            n
+            for p in phases
+            for n in (("reinstall_nvidia", "reinstall_amd") if p == "reinstall" else (p,))
+            if n in type(self).model_fields
+        ]
+        return {n: getattr(self, n) for n in names}
+
+
+Rung = Literal["reset", "reboot", "power_cycle", "reimage", "manual"]
+LADDER_ORDER: tuple[Rung, ...] = ("reset", "reboot", "reimage", "manual")
+assert Rung.__args__ == REPAIR_STATES, "the rungs are the vocabulary's repair states"  # type: ignore[attr-defined]
 
 
 class LadderConfig(Section):
+    order: tuple[Rung, ...] = LADDER_ORDER
+    """The rungs, mildest first, ending in `manual`. A failed rung climbs to the next. A node
+    fenced at a rung this list leaves out starts on the next rung up (never a milder one).
+    `power_cycle` needs the `bmc` section; put it after `reboot` to use it."""
+    reset: StepConfig = StepConfig(phases=("diagnose", "drain_gpu", "reset", "verify"))
+    """Only the pods using the GPUs leave; a refused or failed reset climbs to reboot."""
     reboot: StepConfig = StepConfig(phases=("diagnose", "drain", "reboot", "verify"))
     """Evidence before the reboot wipes it; drain so running jobs end cleanly."""
+    power_cycle: StepConfig = StepConfig(phases=("diagnose", "drain", "power_cycle", "verify"))
+    """A cold boot through the BMC, for what a warm reboot does not cure (a GPU off the bus)."""
     reimage: StepConfig = StepConfig(phases=("diagnose", "drain", "reinstall", "verify"))
     """The driver or ROCm (by the node's gpu-vendor label) is reinstalled and the node booted
     into it by the reinstall playbook; add a `reboot` phase if yours does not reboot."""
@@ -73,6 +116,29 @@ class LadderConfig(Section):
     history_limit: int = Field(40, ge=8, le=200)
     """Attempts kept in the history annotation; 40 (at most ~17 KB) keeps several episodes
     for flap damping, far below the 256 KB all annotations of a Node share."""
+
+    @field_validator("order")
+    @classmethod
+    def _order(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        ranks = [REPAIR_STATES.index(s) for s in v]
+        if not v or v[-1] != "manual" or ranks != sorted(set(ranks)):
+            raise ValueError(
+                f"must be distinct rungs in the order {', '.join(REPAIR_STATES)}, ending in "
+                f"manual, got {list(v)}"
+            )
+        return v
+
+    def rungs(self) -> tuple[str, ...]:
+        """The rungs that run playbooks (all but `manual`)."""
+        return tuple(s for s in self.order if s != "manual")
+
+    def step(self, rung: str) -> StepConfig:
+        return getattr(self, rung)
+
+    def playbooks_used(self) -> dict[str, PlaybookConfig]:
+        """Every playbook the configured rungs may run, by field name."""
+        phases = tuple(p for r in self.rungs() for p in self.step(r).phases)
+        return self.playbooks.for_phases(phases)
 
 
 class AnsibleConfig(Section):

@@ -17,7 +17,7 @@ from fleetmedic.model.config.types import (
     TaintKey,
 )
 from fleetmedic.model.nodestate import ForeignSignal
-from fleetmedic.model.vocabulary import TaintName, Vocabulary, preset, presets
+from fleetmedic.model.vocabulary import NAMED, Vocabulary, preset, presets
 
 
 class KubeConfig(Section):
@@ -43,8 +43,10 @@ class TaintsConfig(Section):
     preset: str = "default"
     """`default` (fleetmedic.io/repair=<step>) or `ossci` (repair-reboot, ...), so a fleet
     already fenced with the OSSCI names can be taken over without relabelling."""
-    reboot: TaintNameConfig | None = None
+    reset: TaintNameConfig | None = None
     """Explicit names override single entries of the preset; unset keeps the preset's."""
+    reboot: TaintNameConfig | None = None
+    power_cycle: TaintNameConfig | None = None
     reimage: TaintNameConfig | None = None
     manual: TaintNameConfig | None = None
     slow_network: TaintNameConfig | None = None
@@ -60,14 +62,13 @@ class TaintsConfig(Section):
     def _distinct(self) -> TaintsConfig:
         names = [(t.key, t.value) for t in self.vocabulary().all()]
         if len(set(names)) != len(names):
-            raise ValueError("reboot, reimage, manual and slow_network must be distinct taints")
+            raise ValueError(f"{', '.join(NAMED)} must be distinct taints")
         return self
 
     def vocabulary(self) -> Vocabulary:
-        base = preset(self.preset)
-        picked = {s: getattr(self, s) for s in ("reboot", "reimage", "manual", "slow_network")}
-        return Vocabulary(
-            **{s: TaintName(o.key, o.value) if o else getattr(base, s) for s, o in picked.items()}
+        picked = {s: getattr(self, s) for s in NAMED}
+        return preset(self.preset).with_overrides(
+            {s: {"key": o.key, "value": o.value} for s, o in picked.items() if o}
         )
 
 

@@ -186,7 +186,9 @@ def test_state_groups_exist_even_when_empty(plugin, tmp_path):
     inventory, _ = run(plugin, tmp_path, [])
     for group in (
         "in_repair",
+        "repair_reset",
         "repair_reboot",
+        "repair_power_cycle",
         "repair_reimage",
         "repair_manual",
         "slow_network",
@@ -195,8 +197,10 @@ def test_state_groups_exist_even_when_empty(plugin, tmp_path):
         assert group in inventory.groups
     assert sorted(g.name for g in inventory.groups["in_repair"].child_groups) == [
         "repair_manual",
+        "repair_power_cycle",
         "repair_reboot",
         "repair_reimage",
+        "repair_reset",
     ]
 
 
@@ -447,7 +451,10 @@ def test_missing_fleetmedic_package_is_a_clear_error(plugin, tmp_path, monkeypat
     "config,match",
     [
         ({"taint_preset": "nope"}, "unknown taint preset 'nope'"),
-        ({"taint_names": {"reboot": {"key": "x"}}}, "taint vocabulary lacks"),
+        (
+            {"taint_names": {"rebooot": {"key": "x"}}},
+            "taint vocabulary names unknown states rebooot",
+        ),
         ({"foreign_signals": [{"kind": "label", "key": "x"}]}, "foreign_signals entry"),
         ({"states": ["broken"]}, "broken"),
     ],
