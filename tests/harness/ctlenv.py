@@ -46,6 +46,13 @@ POOL_LABEL = "fleetmedic.test/pool"
 TEST_REPO = ROOT / ".cache" / "molecule" / "apt-repo"
 HEALTHY_NVML = {"driver_version": "550.90.07", "gpus": [{}, {}]}
 LOST_NVML = {"driver_version": "550.90.07", "gpus": [{}, {"lost": True}]}
+# the fake nvidia-smi (tests/fakes/nvidia) clears these on --gpu-reset, as a real reset does
+RESET_CURABLE_NVML = {
+    "driver_version": "550.90.07",
+    "gpus": [{}, {"ecc_volatile_uncorrected": 4, "recovery_action": 1}],
+}
+# ... and refuses to reset a GPU another process holds ("In use by another client")
+RESET_REFUSED_NVML = {"driver_version": "550.90.07", "gpus": [{}, {"in_use": True}]}
 XID79 = "NVRM: Xid (PCI:0000:5a:00): 79, pid=4242, name=python3, GPU has fallen off the bus."
 CHECK_YAML = (
     "vendor: nvidia\nexpected_gpus: 2\ntimeout: 20\n"
@@ -73,6 +80,7 @@ GROUP_VARS: dict[str, Any] = {
     "ansible_python_interpreter": "/usr/bin/python3",
     "reboot_timeout": 25,  # a hung node fails in ~40 s, not 15 min
     "reboot_verify": False,  # the ladder's own verify phase checks
+    "gpu_reset_verify": False,  # the same for the reset rung
     "diagnostics_nvidia_bug_report": False,
     "diagnostics_command_timeout": 30,
     "diagnostics_check_timeout": 60,
@@ -128,6 +136,18 @@ def healthy(node) -> None:
 def gpu_lost(node) -> None:
     """GPU 1 is lost and stays lost across reboots and reinstalls."""
     (node.state_dir / "nvml.json").write_text(json.dumps(LOST_NVML))
+
+
+def reset_curable(node) -> None:
+    """GPU 1 has an uncorrected ECC error with recovery action "GPU reset": a reset cures it."""
+    (node.state_dir / "nvml.json").write_text(json.dumps(RESET_CURABLE_NVML))
+
+
+def reset_refused(node) -> None:
+    """A Xid 79 in this boot's log, and GPU 1 held by a process: the reset is refused, and
+    only a reboot cures the node."""
+    (node.state_dir / "nvml.json").write_text(json.dumps(RESET_REFUSED_NVML))
+    xid79(node)
 
 
 def xid79(node) -> None:
@@ -307,6 +327,7 @@ def write_config(
         "ladder": {
             "playbooks": {
                 "diagnose": {"playbook": "diagnose.yml", "timeout": 180},
+                "reset": {"playbook": "reset.yml", "timeout": 180},
                 "reboot": {"playbook": "reboot.yml", "timeout": 120},
                 "reinstall_nvidia": {"playbook": "reimage.yml", "timeout": 400},
                 "reinstall_amd": {"playbook": "reimage.yml", "timeout": 400},

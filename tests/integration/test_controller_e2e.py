@@ -86,14 +86,16 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
     assert (row["name"], row["state"]) == (name, "healthy")
 
 
-# -- b) reboot -> reimage -> manual, one email, release -----------------------------------
+# -- b) reset -> reboot -> reimage -> manual, one email, release --------------------------
 def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_sink):
+    """Fenced at the reset rung (as the agent fences a reset-class finding), a GPU that stays
+    lost climbs every rung: reset, reboot, reimage, then one email."""
     b = bench(1)
     node = b.fleet.node(1)
     ctlenv.prepare_apt_repo(b.fleet, [node], b.dir)  # reimage really reinstalls the driver
     ctlenv.gpu_lost(node)  # stays lost through reboot and reinstall
     last_results = {"gpu": "problem", "checks": {"nvidia.driver": "GPU 1: GPU is lost"}}
-    [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
+    [name] = b.register({1: [ctlenv.repair_taint("reset")]})
     b.kube.request(
         "PATCH",
         f"/api/v1/nodes/{name}",
@@ -103,7 +105,7 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     boots = node.boots
     cfg = b.config(smtp_sink)
     proc = b.controller(cfg)
-    wait_state(b.kube, name, "manual", proc, 480)
+    wait_state(b.kube, name, "manual", proc, 540)
     [msg] = smtp_sink.wait_for(1, timeout=60)
     time.sleep(5)
     assert len(smtp_sink.messages) == 1, "exactly one email"
@@ -113,17 +115,19 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     files = attachments(msg)
     report = json.loads(files[f"{name}-escalation.json"])
     assert [(a["step"], a["result"]) for a in report["attempts"]] == [
+        ("reset", "fail"),
         ("reboot", "fail"),
         ("reimage", "fail"),
         ("manual", "escalated"),
     ]
+    assert "Unable to determine the device handle" in report["attempts"][0]["message"]
     assert report["last_results"] == last_results
     bundles = [f for f in files if f.endswith(".tar.gz")]
-    assert len(bundles) == 2, f"the diagnostics of both attempts: {list(files)}"
+    assert len(bundles) == 3, f"the diagnostics of all three attempts: {list(files)}"
     with tarfile.open(fileobj=io.BytesIO(files[bundles[0]])) as tar:
         check = next(m for m in tar.getnames() if m.endswith("commands/fleetmedic-check.json"))
         assert "GPU_IS_LOST" in tar.extractfile(check).read().decode()
-    assert node.boots == boots + 2, "one reboot in the reboot step, one in the reimage step"
+    assert node.boots == boots + 2, "none in reset, one in the reboot step, one in reimage"
     assert taints(b.kube, name) == [ctlenv.repair_taint("manual")]
     esc = annotation(b.kube, name, "fleetmedic.io/escalated")
     assert esc["sent"] and esc["ep"] == 1
@@ -141,6 +145,37 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     r = cli(cfg, "release", "no-such-node-" + b.pool)
     assert r.returncode != 0 and r.stderr.startswith("fleetmedic: error: ")
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+# -- g) the reset rung cures without a reboot; a refused reset costs exactly one reboot ----
+def test_g_reset_class_fault_is_cured_by_a_gpu_reset_with_no_reboot(bench):
+    b = bench(1)
+    node = b.fleet.node(1)
+    ctlenv.reset_curable(node)
+    [name] = b.register({1: [ctlenv.repair_taint("reset")]})
+    boot_before, boots = node.boot_id(), node.boots
+    proc = b.controller(b.config())
+    wait_state(b.kube, name, "healthy", proc, 240)
+    assert node.boot_id() == boot_before and node.boots == boots, "the node rebooted"
+    [attempt] = history(b.kube, name)
+    assert (attempt["step"], attempt["result"], attempt["phase"]) == ("reset", "pass", "verify")
+    gpus = json.loads((node.state_dir / "nvml.json").read_text())["gpus"]
+    assert [g.get("resets") for g in gpus] == [1, 1] and gpus[1]["recovery_action"] == 0
+    assert taints(b.kube, name) == [] and not ctlenv.node(b.kube, name)["spec"].get("unschedulable")
+
+
+def test_h_refused_reset_falls_through_to_exactly_one_reboot(bench):
+    b = bench(1)
+    node = b.fleet.node(1)
+    ctlenv.reset_refused(node)
+    [name] = b.register({1: [ctlenv.repair_taint("reset")]})
+    boots = node.boots
+    proc = b.controller(b.config())
+    wait_state(b.kube, name, "healthy", proc, 300)
+    assert node.boots == boots + 1, "exactly one reboot"
+    steps = [(a["step"], a["result"]) for a in history(b.kube, name)]
+    assert steps == [("reset", "fail"), ("reboot", "pass")], steps
+    assert "In use by another client" in history(b.kube, name)[0]["message"]
 
 
 # -- c) never comes back ------------------------------------------------------------------
