@@ -44,15 +44,18 @@ class Bench:
         self._benches.made.extend(names)
         return names
 
-    def make_nodes(self, names: list[str], addresses: list[str], taints=()) -> list[str]:
+    def make_nodes(
+        self, names: list[str], addresses: list[str], taints=(), labels=None
+    ) -> list[str]:
         """kwok Nodes in this pool whose InternalIPs are the given fleet addresses
-        (several Nodes may share one SSH node)."""
+        (several Nodes may share one SSH node), with ``labels`` added."""
         self.kube.make_nodes(
             names,
             labels={
                 ctlenv.POOL_LABEL: self.pool,
                 "fleetmedic.io/gpu-vendor": "nvidia",
                 "fleetmedic.io/expected-gpus": "2",
+                **(labels or {}),
             },
             addresses=addresses,
             taints=list(taints),

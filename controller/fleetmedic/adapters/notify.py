@@ -91,6 +91,7 @@ class Storm:
     threshold_percent: float
     tripped_at: str
     cluster: str = ""
+    profile: str = "default"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +144,8 @@ def send_escalation(
 
 def send_storm(storm: Storm, smtp: SmtpConfig, environ: Mapping[str, str] = os.environ) -> Sent:
     where = f" on {storm.cluster}" if storm.cluster else ""
+    if storm.profile != "default":
+        where += f" (profile {storm.profile})"
     subject = (
         f"[fleetmedic] circuit breaker open{where}: {len(storm.nodes)} of {storm.pool} "
         f"nodes unhealthy within {storm.window:g}s; automation paused"
@@ -257,6 +260,10 @@ def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
     return "".join(parts)
 
 
+def _profile_flag(profile: str) -> str:
+    return "" if profile == "default" else f" --profile {html.escape(profile)}"
+
+
 def storm_html(storm: Storm) -> str:
     e = html.escape
     return "".join(
@@ -268,7 +275,8 @@ def storm_html(storm: Storm) -> str:
             f"driver rollout, API server), not like single GPUs. fleetmedic stopped all automated "
             f"repair at {e(storm.tripped_at)}; nodes stay fenced.</p>",
             _table(("node",), [[n] for n in storm.nodes]),
-            "<p>Find the common cause, then reset the breaker to resume automation.</p>",
+            "<p>Find the common cause, then reset the breaker to resume automation: "
+            f"<code>fleetmedic breaker reset{_profile_flag(storm.profile)}</code>.</p>",
         ]
     )
 

@@ -40,11 +40,23 @@ class BreakerKeeper:
         dry_run: bool,
         send: Callable[[Callable[[], None]], object],
         stop: Callable[[], Event],
+        profile: str = "default",
     ) -> None:
+        """``cfg``: the profile's effective config (its breaker settings and recipients)."""
         self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
-        self.send, self.stop = send, stop
+        self.send, self.stop, self.profile = send, stop, profile
+        self.gauge = metrics.breaker_open.labels(profile=profile)
+        self.key = breaker.record_key(profile)
         self.state = breaker.BreakerState()
         self.saved: str | None = None  # the trip this process wrote on the ConfigMap
+
+    @property
+    def _of(self) -> str:
+        return "" if self.profile == "default" else f" of profile {self.profile}"
+
+    @property
+    def _flag(self) -> str:
+        return "" if self.profile == "default" else f" --profile {self.profile}"
 
     @property
     def open(self) -> bool:
@@ -58,19 +70,21 @@ class BreakerKeeper:
     def restore(self) -> None:
         """Start from the record on the pause ConfigMap (a restart, a new leader)."""
         try:
-            record = read_switches(self.kube, self.cfg).breaker
+            record = read_switches(self.kube, self.cfg).breaker_of(self.profile)
         except FleetmedicError as exc:
             log.warning("cannot read the circuit breaker's record (%s); starting closed", exc)
             return
         self.state = breaker.resume(record)
         self.saved = record.tripped_at if record and record.open else None
-        self.metrics.breaker_open.set(1 if self.state.open else 0)
+        self.gauge.set(1 if self.state.open else 0)
         if record and record.open:
             log.error(
-                "circuit breaker open since %s (recorded on ConfigMap %s); automation "
-                "stays paused until `fleetmedic breaker reset`",
+                "circuit breaker%s open since %s (recorded on ConfigMap %s); automation "
+                "stays paused until `fleetmedic breaker reset%s`",
+                self._of,
                 record.tripped_at,
                 self.cfg.safety.pause_configmap,
+                self._flag,
             )
 
     def observe(self, views: Sequence[NodeView], now: datetime) -> None:
@@ -78,7 +92,7 @@ class BreakerKeeper:
         was_open = self.state.open
         obs = breaker.observe(self.state, breaker.unhealthy_names(views), len(views), now, cfg)
         self.state = obs.state
-        self.metrics.breaker_open.set(1 if obs.state.open else 0)
+        self.gauge.set(1 if obs.state.open else 0)
         if was_open and not obs.state.open:
             log.warning(
                 "circuit breaker closed after its cooldown (%.0fs); automation resumes",
@@ -88,11 +102,13 @@ class BreakerKeeper:
         if not obs.tripped_now:
             return
         log.error(
-            "circuit breaker tripped: %d nodes turned unhealthy within %.0fs (limit %d); "
-            "automation paused until `fleetmedic breaker reset`",
+            "circuit breaker%s tripped: %d nodes turned unhealthy within %.0fs (limit %d); "
+            "automation paused until `fleetmedic breaker reset%s`",
+            self._of,
             obs.recent,
             cfg.window,
             obs.limit,
+            self._flag,
         )
         if self._save(breaker.record_of(obs.state)):
             self.saved = obs.state.tripped_at
@@ -103,6 +119,7 @@ class BreakerKeeper:
                 window=cfg.window,
                 threshold_percent=cfg.threshold_percent,
                 tripped_at=obs.state.tripped_at or stamp(now),
+                profile=self.profile,
             )
             self.send(lambda: self._send_storm(storm))
 
@@ -120,7 +137,7 @@ class BreakerKeeper:
             )
             self.state = breaker.reset(self.state, now)
             self.saved = None
-            self.metrics.breaker_open.set(0)
+            self.gauge.set(0)
 
     def _save(self, record: breaker.Record) -> bool:
         """Keep the breaker on the pause ConfigMap, so it outlives this process."""
@@ -128,7 +145,7 @@ class BreakerKeeper:
         if ref is None or self.dry_run:
             return False
         try:
-            self.kube.patch_config_map_data(*ref, {breaker.RECORD_KEY: record.encode()})
+            self.kube.patch_config_map_data(*ref, {self.key: record.encode()})
             return True
         except FleetmedicError as exc:
             log.warning(

@@ -198,8 +198,11 @@ def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -
     at = now()
     kube = connect(cfg, kubeconfig)
     from fleetmedic.controller.status import STATE_ORDER, node_status, render_status
+    from fleetmedic.policy.profiles import assign
 
-    rows = [node_status(v, at) for v in views(kube, cfg)]
+    vs = views(kube, cfg)
+    profile_of = assign(vs, cfg).profile_of
+    rows = [node_status(v, at, profile_of.get(v.name, "(conflict)")) for v in vs]
     rows.sort(
         key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"], r["since"] or "", r["name"])
     )
@@ -234,11 +237,16 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     from fleetmedic.policy import breaker as breakermod
     from fleetmedic.policy.actions import Kind
     from fleetmedic.policy.plan import actionable, decide_all, make_plan
+    from fleetmedic.policy.profiles import assign
 
     at = now()
     kube = connect(cfg, kubeconfig)
     vs = views(kube, cfg)
-    decisions = decide_all(vs, at, cfg)
+    assignment = assign(vs, cfg)
+    conflict = assignment.error()
+    if conflict:
+        raise ConfigError(f"profiles: {conflict}")
+    decisions = decide_all(vs, at, cfg, assignment=assignment)
     switches = read_switches(kube, cfg) if actionable(decisions) else Switches()
     p = make_plan(
         vs,
@@ -246,7 +254,11 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         at,
         cfg,
         paused=switches.paused,
-        breaker_reason=breakermod.reason(breakermod.resume(switches.breaker)),
+        breaker_reason={
+            name: breakermod.reason(breakermod.resume(switches.breaker_of(name)))
+            for name in cfg.profile_names()
+        },
+        assignment=assignment,
     )
     held = {a.node: why for a, why in p.admission.held}
     admitted = {a.node for a in p.admission.admitted}
@@ -258,6 +270,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         items.append(
             {
                 "node": a.node,
+                "profile": a.profile,
                 "action": a.kind,
                 "step": a.step,
                 "phase": a.phase,
@@ -357,9 +370,8 @@ def breaker() -> None:
     """
 
 
-def _breaker_record(cfg: Config, kube) -> tuple[tuple[str, str], Any]:
+def _breaker_data(cfg: Config, kube) -> tuple[tuple[str, str], dict[str, str]]:
     from fleetmedic.controller.switches import pause_configmap
-    from fleetmedic.policy import breaker as breakermod
 
     ref = pause_configmap(cfg)
     if ref is None:
@@ -374,62 +386,98 @@ def _breaker_record(cfg: Config, kube) -> tuple[tuple[str, str], Any]:
             "deploy/controller/configmap.yaml); without it the breaker lives "
             "only in the controller's memory"
         )
-    return ref, breakermod.Record.decode((cm.get("data") or {}).get(breakermod.RECORD_KEY))
+    return ref, cm.get("data") or {}
+
+
+def _profiles_named(cfg: Config, profile: str | None) -> tuple[str, ...]:
+    if profile is None:
+        return cfg.profile_names()
+    try:
+        cfg.profile(profile)
+    except ValueError as exc:
+        raise ConfigError(f"--profile: {exc}") from None
+    return (profile,)
+
+
+_PROFILE_OPTION = click.option(
+    "--profile",
+    metavar="NAME",
+    default=None,
+    help="The profile whose breaker to show or reset (each profile has its own; "
+    "default: every profile for status, `default` for reset).",
+)
 
 
 @breaker.command("status")
 @_common
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def breaker_status(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
+@_PROFILE_OPTION
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON instead of text (a list, one object per profile, when several are shown).",
+)
+def breaker_status(cfg: Config, kubeconfig: str | None, profile: str | None, as_json: bool) -> None:
     """Say whether the circuit breaker is open, since when and for which nodes."""
-    _, record = _breaker_record(cfg, connect(cfg, kubeconfig))
+    from fleetmedic.policy import breaker as breakermod
+
+    names = _profiles_named(cfg, profile)
+    _, data = _breaker_data(cfg, connect(cfg, kubeconfig))
+    records = {n: breakermod.Record.decode(data.get(breakermod.record_key(n))) for n in names}
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "open": bool(record and record.open),
-                    **(dataclasses.asdict(record) if record else {}),
-                },
-                indent=2,
+        shown = [
+            {
+                "profile": n,
+                "open": bool(r and r.open),
+                **(dataclasses.asdict(r) if r else {}),
+            }
+            for n, r in records.items()
+        ]
+        click.echo(json.dumps(shown[0] if len(shown) == 1 else shown, indent=2))
+        return
+    for n, record in records.items():
+        whose = "" if n == "default" and len(names) == 1 else f" of profile {n}"
+        flag = "" if n == "default" else f" --profile {n}"
+        if record is None or not record.open:
+            reset = (
+                f" (last reset {record.reset_at} by {record.reset_by})"
+                if record and record.reset_at
+                else ""
             )
+            click.echo(f"circuit breaker{whose} closed{reset}")
+            continue
+        shown_nodes = ", ".join(record.nodes[:10]) + (" ..." if len(record.nodes) > 10 else "")
+        click.echo(
+            f"circuit breaker{whose} OPEN since {record.tripped_at}: no repair starts until "
+            f"`fleetmedic breaker reset{flag}`\n{len(record.nodes)} node(s) turned unhealthy: "
+            f"{shown_nodes}"
         )
-        return
-    if record is None or not record.open:
-        reset = (
-            f" (last reset {record.reset_at} by {record.reset_by})"
-            if record and record.reset_at
-            else ""
-        )
-        click.echo(f"circuit breaker closed{reset}")
-        return
-    shown = ", ".join(record.nodes[:10]) + (" ..." if len(record.nodes) > 10 else "")
-    click.echo(
-        f"circuit breaker OPEN since {record.tripped_at}: no repair starts until "
-        f"`fleetmedic breaker reset`\n{len(record.nodes)} node(s) turned unhealthy: {shown}"
-    )
 
 
 @breaker.command("reset")
 @_common
+@_PROFILE_OPTION
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def breaker_reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
-    """Close the circuit breaker: the controller resumes repairs within seconds."""
+def breaker_reset(cfg: Config, kubeconfig: str | None, profile: str | None, yes: bool) -> None:
+    """Close a circuit breaker: the controller resumes that profile's repairs within seconds."""
     from fleetmedic.policy import breaker as breakermod
 
+    [name] = _profiles_named(cfg, profile or "default")
+    whose = "" if name == "default" else f" of profile {name}"
     kube = connect(cfg, kubeconfig)
-    ref, record = _breaker_record(cfg, kube)
+    ref, data = _breaker_data(cfg, kube)
+    key = breakermod.record_key(name)
+    record = breakermod.Record.decode(data.get(key))
     if record is None or not record.open:
-        click.echo("circuit breaker is closed; nothing to reset")
+        click.echo(f"circuit breaker{whose} is closed; nothing to reset")
         return
     if not yes:
         click.confirm(
-            f"Reset the circuit breaker open since {record.tripped_at} "
+            f"Reset the circuit breaker{whose} open since {record.tripped_at} "
             f"({len(record.nodes)} node(s))? Repairs resume at once.",
             abort=True,
             err=True,
         )
     by = operator()
-    kube.patch_config_map_data(
-        *ref, {breakermod.RECORD_KEY: breakermod.closed_by(record, now(), by).encode()}
-    )
-    click.echo(f"circuit breaker reset by {by}; the controller resumes within a few seconds")
+    kube.patch_config_map_data(*ref, {key: breakermod.closed_by(record, now(), by).encode()})
+    click.echo(f"circuit breaker{whose} reset by {by}; the controller resumes within a few seconds")

@@ -113,7 +113,7 @@ class Executor:
             result = runner.read_boot_ids(
                 [self._target(view)],
                 self.cfg.ansible,
-                timeout=action.timeout or self.cfg.ladder.probe_timeout,
+                timeout=action.timeout or self.cfg.profile(action.profile).ladder.probe_timeout,
                 run_id=run_id,
             )
         finally:
@@ -147,7 +147,7 @@ class Executor:
         done = drainmod.drain(
             self.kube,
             action.node,
-            self.cfg.safety.drain,
+            self.cfg.profile(action.profile).safety.drain,
             timeout=action.timeout,
             force_blocked=action.force,
             gpu_only=action.gpu_only,
@@ -156,7 +156,7 @@ class Executor:
 
     # -- email --------------------------------------------------------------
     def _escalate(self, action: Action, view: NodeView, *_: object) -> Outcome:
-        smtp = self.cfg.smtp
+        smtp = self.cfg.profile(action.profile).smtp
         reason = escalation_reason(view, action)
         if smtp is None:
             log.error("%s ESCALATED (no smtp configured, so no email): %s", view.name, reason)

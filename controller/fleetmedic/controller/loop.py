@@ -40,12 +40,14 @@ from fleetmedic.controller.switches import SwitchReader
 from fleetmedic.controller.watcher import NodeWatcher, wait_synced
 from fleetmedic.controller.work import NodeWork
 from fleetmedic.controller.workers import Workers
+from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.nodestate import view as view_of
 from fleetmedic.policy import budget
 from fleetmedic.policy.actions import Action, Kind
 from fleetmedic.policy.plan import Decision, Plan, actionable, decide_all, make_plan
+from fleetmedic.policy.profiles import Assignment, assign
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +101,18 @@ class Controller:
         work = NodeWork(cfg, self.leadership, recorder, executor, self.metrics, clock)
         size = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
         self.workers = Workers(work, size, on_done=self._wake.set)
-        self.breaker = BreakerKeeper(
-            cfg,
-            kube,
-            self.metrics,
-            dry_run=self.dry_run,
-            send=self.workers.side_job,
-            stop=lambda: self._stop,
-        )
+        self.breakers = {
+            name: BreakerKeeper(
+                cfg.profile(name),
+                kube,
+                self.metrics,
+                dry_run=self.dry_run,
+                send=self.workers.side_job,
+                stop=lambda: self._stop,
+                profile=name,
+            )
+            for name in cfg.profile_names()
+        }
         self.switches = SwitchReader(
             kube, cfg, on_read=lambda s: self.metrics.paused.set(1 if s.paused else 0)
         )
@@ -124,9 +130,12 @@ class Controller:
             target=self._relay, args=(stop,), name="fleetmedic-wake", daemon=True
         ).start()
         wait_synced(self.watcher, sync_timeout)
+        conflict = assign(self.views(), self.cfg).error()
+        if conflict:
+            raise ConfigError(f"profiles: {conflict}")
         acting = not self.dry_run
         if not self.leadership.elected or not acting:
-            self.breaker.restore()
+            self._restore_breakers()
         if once and self.leadership.elected and acting:
             self.leadership.lead_within(self.cfg.leader_election.lease_duration + 2)
         sdnotify.notify("READY=1")
@@ -167,7 +176,11 @@ class Controller:
                 self._wake.set()
 
     def _on_gained(self) -> None:
-        self.breaker.restore()
+        self._restore_breakers()
+
+    def _restore_breakers(self) -> None:
+        for keeper in self.breakers.values():
+            keeper.restore()
 
     def wake(self) -> None:
         self._wake.set()
@@ -206,9 +219,12 @@ class Controller:
         busy = self.busy()
         backoff = self.workers.backed_off()
         views = self.views()
+        assignment = assign(views, self.cfg)
         self.metrics.observe(views, now)
-        self.breaker.observe(views, now)
-        plan = self._plan(views, now, busy, set(backoff))
+        for name, keeper in self.breakers.items():
+            members = assignment.nodes_of(name)
+            keeper.observe([v for v in views if v.name in members], now)
+        plan = self._plan(views, now, busy, set(backoff), assignment)
         wait = IDLE_WAKE
         if backoff:
             wait = min(wait, min(backoff.values()) - mono)
@@ -230,15 +246,28 @@ class Controller:
         return wait, len(plan.admission.admitted)
 
     def _plan(
-        self, views: list[NodeView], now: datetime, busy: dict[str, Action], backoff: set[str]
+        self,
+        views: list[NodeView],
+        now: datetime,
+        busy: dict[str, Action],
+        backoff: set[str],
+        assignment: Assignment,
     ) -> Plan:
         slots = [n for n, a in busy.items() if a.new_work or a.step in budget.WORKING_STEPS]
-        decisions = decide_all(views, now, self.cfg, skip=set(busy) | backoff, memo=self._settled)
+        decisions = decide_all(
+            views,
+            now,
+            self.cfg,
+            skip=set(busy) | backoff,
+            memo=self._settled,
+            assignment=assignment,
+        )
         paused = None
-        if actionable(decisions) or self.breaker.open:  # open: watch for a reset
-            switches = self.switches.get()
+        if actionable(decisions) or any(k.open for k in self.breakers.values()):
+            switches = self.switches.get()  # (an open breaker: watch for a reset)
             paused = switches.paused
-            self.breaker.adopt_reset(switches.breaker, now)
+            for name, keeper in self.breakers.items():
+                keeper.adopt_reset(switches.breaker_of(name), now)
         return make_plan(
             views,
             decisions,
@@ -246,7 +275,8 @@ class Controller:
             self.cfg,
             busy_slots=slots,
             paused=paused,
-            breaker_reason=self.breaker.reason,
+            breaker_reason={name: k.reason for name, k in self.breakers.items()},
+            assignment=assignment,
         )
 
     def _say(self, plan: Plan) -> None:

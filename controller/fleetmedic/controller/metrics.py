@@ -49,7 +49,8 @@ class Metrics:
         )
         self.breaker_open = Gauge(
             "fleetmedic_circuit_breaker_open",
-            "1 while the storm circuit breaker pauses automation",
+            "1 while the storm circuit breaker pauses automation (per profile)",
+            ["profile"],
             registry=r,
         )
         self.paused = Gauge("fleetmedic_paused", "1 while the pause switch is on", registry=r)

@@ -20,7 +20,7 @@ from fleetmedic.policy.inflight import Escalated, InFlight
 STATE_ORDER = {s: i for i, s in enumerate((*reversed(REPAIR_STATES), "healthy"))}
 
 
-def node_status(v: NodeView, at: datetime) -> dict[str, Any]:
+def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str, Any]:
     """One node's row for ``fleetmedic status`` (also its ``--json`` entry)."""
     history = decode(v.annotations.get(keys.ANN_HISTORY))
     ep = last_episode(history)
@@ -44,6 +44,7 @@ def node_status(v: NodeView, at: datetime) -> dict[str, Any]:
         doing = ""
     return {
         "name": v.name,
+        "profile": profile,
         "state": v.state,
         "slow_network": v.slow_network,
         "since": since,
@@ -97,7 +98,10 @@ def render_status(
     rows: list[dict], hidden: int = 0, width: int = 200, since_as_time: bool = False
 ) -> str:
     """The status table. ``since_as_time``: the SINCE column as a UTC time, not an age."""
-    head = ("NODE", "STATE", "SINCE", "DOING", "ATTEMPTS", "LAST FINDING")
+    profiles = any(r.get("profile", "default") != "default" for r in rows)
+    head: tuple[str, ...] = ("NODE", "STATE", "SINCE", "DOING", "ATTEMPTS", "LAST FINDING")
+    if profiles:  # a PROFILE column only where there are profiles to tell apart
+        head = ("NODE", "PROFILE", *head[1:])
     table = [head]
     for r in rows:
         state = r["state"] + ("+slow-net" if r["slow_network"] else "")
@@ -105,16 +109,8 @@ def render_status(
         since = r["age"] and f"{r['age']} ago"
         if since_as_time:
             since = (r["since"] or "")[11:19]
-        table.append(
-            (
-                r["name"],
-                state,
-                since,
-                r["doing"],
-                attempts if r["attempts"] else "",
-                r["last_finding"],
-            )
-        )
+        cells = (state, since, r["doing"], attempts if r["attempts"] else "", r["last_finding"])
+        table.append((r["name"], r.get("profile", ""), *cells) if profiles else (r["name"], *cells))
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.errors import FleetmedicError
@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Switches:
     paused: str | None = None  # why all action is paused, or None
-    breaker: breaker.Record | None = None  # the breaker's record, if there is one
+    breakers: Mapping[str, breaker.Record] = field(default_factory=dict)  # data key -> record
+
+    def breaker_of(self, profile: str = "default") -> breaker.Record | None:
+        """``profile``'s breaker record, if there is one."""
+        return self.breakers.get(breaker.record_key(profile))
 
 
 def pause_configmap(cfg: Config) -> tuple[str, str] | None:
@@ -48,7 +52,12 @@ def read_switches(kube: Kube, cfg: Config) -> Switches:
         ann.get(keys.ANN_PAUSE) == "true" or str(data.get("pause", "")).lower() == "true"
     ):
         paused = f"paused by ConfigMap {cfg.safety.pause_configmap}"
-    return Switches(paused, breaker.Record.decode(data.get(breaker.RECORD_KEY)))
+    records = {
+        key: breaker.Record.decode(value)
+        for key, value in data.items()
+        if key == breaker.RECORD_KEY or key.startswith(breaker.RECORD_KEY + ".")
+    }
+    return Switches(paused, {k: r for k, r in records.items() if r is not None})
 
 
 class SwitchReader:

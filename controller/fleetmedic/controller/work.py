@@ -86,7 +86,8 @@ class NodeWork:
             if action.kind in (Kind.RUN, Kind.PROBE)
             else None
         )
-        upd = ladder.begin(view, action, self.clock(), self.cfg, run_id)
+        cfg = self.cfg.profile(action.profile)
+        upd = ladder.begin(view, action, self.clock(), cfg, run_id)
         if upd is not None:
             view = self.recorder.write(upd)
         if cancel.is_set():
@@ -94,6 +95,6 @@ class NodeWork:
         outcome = self.executor.execute(action, view, run_id, cancel)
         if action.kind == Kind.ESCALATE:
             self.metrics.escalations.labels(outcome=outcome.status).inc()
-        upd = ladder.complete(view, action, outcome, self.clock(), self.cfg)
+        upd = ladder.complete(view, action, outcome, self.clock(), cfg)
         if upd is not None:
             self.recorder.write(upd, retry_for=RECORD_RETRY)

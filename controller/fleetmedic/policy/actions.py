@@ -124,6 +124,7 @@ class Action:
     resumed: bool = False  # re-run of a phase a restart interrupted
     new_work: bool = False  # takes a repair slot (budget-gated)
     disruptive: bool = False  # drains/reboots/reinstalls (window-gated)
+    profile: str = "default"  # the node's profile (whose config decided this)
 
     def describe(self) -> str:
         what = self.kind + (f" {self.phase}" if self.phase else "")

@@ -115,7 +115,12 @@ def reason(state: BreakerState) -> str | None:
 
 
 RECORD_KEY = "breaker"
-"""The data key of the breaker's :class:`Record` on the pause ConfigMap."""
+"""The data key of the default profile breaker's :class:`Record` on the pause ConfigMap."""
+
+
+def record_key(profile: str) -> str:
+    """The data key of ``profile``'s breaker (``breaker``, or ``breaker.<profile>``)."""
+    return RECORD_KEY if profile == "default" else f"{RECORD_KEY}.{profile}"
 
 
 @dataclasses.dataclass(frozen=True)

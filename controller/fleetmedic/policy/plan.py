@@ -6,20 +6,26 @@ all call these, so what the tests simulate is what the controller does.
     decisions = decide_all(views, now, cfg)          # ladder.decide per node
     plan = make_plan(views, decisions, now, cfg)     # budget.admit over the lot
     plan.admission.admitted                          # what to start now
+
+Each node is decided with its profile's config (policy/profiles.py), and each profile's
+actions pass through that profile's budget, windows and breaker; the top level's
+``safety.min_healthy`` also holds for the whole fleet. Without profiles everything is the
+``default`` profile, i.e. the top level.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from fleetmedic.model import keys
-from fleetmedic.model.config import Config
+from fleetmedic.model.config import DEFAULT_PROFILE, Config
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import budget, ladder
 from fleetmedic.policy.actions import Action, Kind
+from fleetmedic.policy.profiles import Assignment, assign
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +39,7 @@ class Plan:
     decisions: tuple[Decision, ...]
     admission: budget.Admission
     fleet: budget.Fleet
+    assignment: Assignment
 
     def admitted_for(self, name: str) -> Action | None:
         return next((a for a in self.admission.admitted if a.node == name), None)
@@ -49,8 +56,10 @@ def decide_all(
     cfg: Config,
     skip: Iterable[str] = (),
     memo: dict[str, Decision] | None = None,
+    assignment: Assignment | None = None,
 ) -> list[Decision]:
-    """Every node's next action (nodes in ``skip`` left out).
+    """Every node's next action (nodes in ``skip`` left out), decided with its profile's
+    config and tagged with the profile (``Action.profile``).
 
     ``memo`` keeps NONE decisions across cycles: a NONE depends on the Node alone, never
     on the clock (ladder.decide says so and a property test holds it to that), so it
@@ -58,6 +67,7 @@ def decide_all(
     A fleet of thousands of healthy nodes then costs a dict lookup per node per cycle.
     """
     skip = set(skip)
+    assignment = assignment or assign(views, cfg)
     decisions = []
     for v in views:
         if v.name in skip:
@@ -68,7 +78,7 @@ def decide_all(
                 decisions.append(known)
                 continue
         try:
-            decision = (v, ladder.decide(v, now, cfg))
+            decision = (v, _decide(v, now, cfg, assignment))
         except Exception:  # one odd Node must never stop the fleet's loop
             log.exception("%s: cannot decide; leaving it alone this cycle", v.name)
             continue
@@ -85,6 +95,15 @@ def decide_all(
     return decisions
 
 
+def _decide(v: NodeView, now: datetime, cfg: Config, assignment: Assignment) -> Action:
+    profile = assignment.profile_of.get(v.name)
+    if profile is None:
+        picks = " and ".join(assignment.conflicts.get(v.name, ()))
+        return Action(Kind.NONE, v.name, f"left alone: selected by profiles {picks}")
+    action = ladder.decide(v, now, cfg.profile(profile))
+    return replace(action, profile=profile) if profile != action.profile else action
+
+
 def actionable(decisions: Iterable[Decision]) -> bool:
     """True when some decision is more than NONE or WAIT (worth reading the pause switch)."""
     return any(a.kind not in (Kind.NONE, Kind.WAIT) for _, a in decisions)
@@ -98,20 +117,66 @@ def make_plan(
     *,
     busy_slots: Iterable[str] = (),
     paused: str | None = None,
-    breaker_reason: str | None = None,
+    breaker_reason: str | Mapping[str, str | None] | None = None,
+    assignment: Assignment | None = None,
 ) -> Plan:
     """Pass the decisions through the budget (``views``: the whole pool).
 
     ``busy_slots``: nodes this process is working on that hold a repair slot even if
     their Node does not show it yet. New work is offered longest-waiting first.
+    ``breaker_reason``: why the breaker stops automation, for every profile (a string)
+    or per profile (a mapping).
     """
-    fleet = budget.fleet_of(views)
-    fleet = budget.Fleet(fleet.size, fleet.healthy, fleet.active | frozenset(busy_slots))
+    assignment = assignment or assign(views, cfg)
+    busy = frozenset(busy_slots)
+    fleet = _fleet(views, busy)
     pending = [(v, a) for v, a in decisions if a.kind not in (Kind.NONE, Kind.WAIT)]
     since = {v.name: v.annotations.get(keys.ANN_STATE_SINCE) or "" for v, _ in pending}
     actions = sorted(
         (a for _, a in pending),
         key=lambda a: (not a.new_work, since[a.node] if a.new_work else "", a.node),
     )
-    admission = budget.admit(actions, fleet, cfg.safety, now, paused=paused, breaker=breaker_reason)
-    return Plan(tuple(decisions), admission, fleet)
+    admitted: list[Action] = []
+    held: list[tuple[Action, str]] = []
+    for name in cfg.profile_names():
+        members = assignment.nodes_of(name)
+        theirs = [a for a in actions if a.node in members]
+        if not theirs:
+            continue
+        why_breaker = (
+            breaker_reason.get(name) if isinstance(breaker_reason, Mapping) else breaker_reason
+        )
+        # a busy node no longer in the pool (deleted mid-run) still holds a default slot
+        busy_here = frozenset(
+            n for n in busy if assignment.profile_of.get(n, DEFAULT_PROFILE) == name
+        )
+        part = budget.admit(
+            theirs,
+            _fleet([v for v in views if v.name in members], busy_here),
+            cfg.profile(name).safety,
+            now,
+            paused=paused,
+            breaker=why_breaker,
+        )
+        admitted += part.admitted
+        held += part.held
+    if cfg.profiles:  # with one profile, its own min_healthy is the fleet's already
+        admitted, held = _fleet_min_healthy(admitted, held, fleet, cfg)
+    return Plan(tuple(decisions), budget.Admission(tuple(admitted), tuple(held)), fleet, assignment)
+
+
+def _fleet(views: Sequence[NodeView], busy: frozenset[str]) -> budget.Fleet:
+    fleet = budget.fleet_of(views)
+    return budget.Fleet(fleet.size, fleet.healthy, fleet.active | busy)
+
+
+def _fleet_min_healthy(
+    admitted: list[Action], held: list[tuple[Action, str]], fleet: budget.Fleet, cfg: Config
+) -> tuple[list[Action], list[tuple[Action, str]]]:
+    """The top level's min_healthy over the whole fleet: no new repair below it."""
+    need = budget.min_healthy(fleet.size, cfg.safety)
+    if fleet.healthy >= need:
+        return admitted, held
+    why = f"fleet-wide: only {fleet.healthy} healthy, min_healthy is {need}"
+    stopped = [a for a in admitted if a.new_work and a.node not in fleet.active]
+    return [a for a in admitted if a not in stopped], held + [(a, why) for a in stopped]

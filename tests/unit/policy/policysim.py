@@ -37,11 +37,12 @@ def make_node(
     annotations: dict | None = None,
     unschedulable: bool = False,
     conditions: list[dict] | None = None,
+    labels: dict | None = None,
 ) -> dict:
     return {
         "metadata": {
             "name": name,
-            "labels": {keys.LABEL_VENDOR: vendor},
+            "labels": {keys.LABEL_VENDOR: vendor, **(labels or {})},
             "annotations": dict(annotations or {}),
             "resourceVersion": "1",
         },

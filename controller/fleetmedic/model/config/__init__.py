@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import PrivateAttr, ValidationError
 
 from fleetmedic.errors import ConfigError, one_line
 from fleetmedic.model.config.ladder import (
@@ -34,6 +34,7 @@ from fleetmedic.model.config.ladder import (
     PlaybooksConfig,
     StepConfig,
 )
+from fleetmedic.model.config.profiles import DEFAULT_PROFILE, ProfileConfig, deep_merge
 from fleetmedic.model.config.safety import BreakerConfig, DrainConfig, FlapConfig, SafetyConfig
 from fleetmedic.model.config.sections import (
     DEFAULT_FOREIGN,
@@ -55,6 +56,7 @@ from fleetmedic.model.nodestate import ForeignSignal
 from fleetmedic.model.vocabulary import Vocabulary
 
 __all__ = [
+    "DEFAULT_PROFILE",
     "PHASES",
     "AnsibleConfig",
     "BreakerConfig",
@@ -68,6 +70,7 @@ __all__ = [
     "MetricsConfig",
     "PlaybookConfig",
     "PlaybooksConfig",
+    "ProfileConfig",
     "SafetyConfig",
     "SmtpConfig",
     "StepConfig",
@@ -97,6 +100,27 @@ class Config(Section):
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     dry_run: bool = False
     """Decide and log, change nothing (`fleetmedic run --dry-run` sets it too)."""
+    profiles: tuple[ProfileConfig, ...] = ()
+    """Per-pool ladders, budgets, windows and recipients (see profiles.py). Nodes no profile
+    selects use the top level (the `default` profile). Budgets and breakers count per
+    profile; `safety.min_healthy` of the top level also holds for the whole fleet."""
+
+    # the effective config of each named profile, built by parse() (see profiles.py)
+    _profiles: dict[str, Config] = PrivateAttr(default_factory=dict)
+
+    def profile(self, name: str) -> Config:
+        """The effective config of profile ``name`` (``default``: this one)."""
+        if name == DEFAULT_PROFILE:
+            return self
+        try:
+            return self._profiles[name]
+        except KeyError:
+            known = ", ".join([DEFAULT_PROFILE, *self._profiles])
+            raise ValueError(f"no profile {name!r} (known: {known})") from None
+
+    def profile_names(self) -> tuple[str, ...]:
+        """Every profile, the configured ones first, ``default`` last."""
+        return (*(p.name for p in self.profiles), DEFAULT_PROFILE)
 
     def vocabulary(self) -> Vocabulary:
         return self.taints.vocabulary()
@@ -109,9 +133,11 @@ class Config(Section):
 
     def missing_files(self, environ: Mapping[str, str] = os.environ) -> list[str]:
         """Start-up check: named files that do not exist, as ``field: path`` strings."""
+        every = [self.profile(n) for n in self.profile_names()]
         wanted: list[tuple[str, Path | None]] = [
-            (f"ladder.playbooks.{name}", self.playbook_path(book))
-            for name, book in self.ladder.playbooks_used().items()
+            (f"ladder.playbooks.{name}", c.playbook_path(book))
+            for c in every
+            for name, book in c.ladder.playbooks_used().items()
         ]
         wanted += [
             ("ansible.config_file", self.ansible.config_file),
@@ -124,14 +150,16 @@ class Config(Section):
                 secret_path(self.kube.kubeconfig, self.kube.kubeconfig_credential, environ),
             ),
         ]
-        if self.smtp:
-            wanted.append(
-                (
-                    "smtp.password",
-                    secret_path(self.smtp.password_file, self.smtp.password_credential, environ),
-                )
+        wanted += [
+            (
+                "smtp.password",
+                secret_path(c.smtp.password_file, c.smtp.password_credential, environ),
             )
-        return [f"{name}: {path}" for name, path in wanted if path and not path.exists()]
+            for c in every
+            if c.smtp
+        ]
+        missing = [f"{name}: {path}" for name, path in wanted if path and not path.exists()]
+        return list(dict.fromkeys(missing))
 
 
 def parse(data: Any, source: str = "config", base: Path | None = None) -> Config:
@@ -141,9 +169,22 @@ def parse(data: Any, source: str = "config", base: Path | None = None) -> Config
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: must be a mapping at the top level")
     try:
-        return Config.model_validate(data, context={"base": base})
+        cfg = Config.model_validate(data, context={"base": base})
     except ValidationError as exc:
         raise ConfigError(f"{source}: {_first_error(exc)}") from None
+    names = [p.name for p in cfg.profiles]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise ConfigError(f"{source}: profiles: the name {dup!r} is used twice")
+    top = {k: v for k, v in data.items() if k != "profiles"}
+    for i, p in enumerate(cfg.profiles):
+        try:
+            cfg._profiles[p.name] = Config.model_validate(
+                deep_merge(top, p.overrides()), context={"base": base}
+            )
+        except ValidationError as exc:
+            raise ConfigError(f"{source}: profiles.{i} ({p.name}): {_first_error(exc)}") from None
+    return cfg
 
 
 def load(path: str | os.PathLike[str]) -> Config:
