@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +88,11 @@ def controller_on_one_node(
             proc.stop()
 
 
-def reboot_taint_to_service(run: Running) -> float:
-    """Seconds from the reboot taint (as the agent sets it on detection) to the Node back in
-    service (taint gone, schedulable)."""
+def reboot_taint_to_service(run: Running, state: str = "reboot") -> float:
+    """Seconds from the repair taint at ``state`` (as the agent sets it on detection) to the
+    Node back in service (taint gone, schedulable)."""
     t0 = time.monotonic()
-    ctlenv.set_taints(run.stage.kube, run.name, lambda ts: [*ts, ctlenv.repair_taint("reboot")])
+    ctlenv.set_taints(run.stage.kube, run.name, lambda ts: [*ts, ctlenv.repair_taint(state)])
 
     def in_service() -> bool:
         if not run.proc.alive:
@@ -137,3 +139,28 @@ def ansible_playbook(
         raise SystemExit(
             f"{playbook.name} failed (rc {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
         )
+
+
+LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) INFO (.*)$")
+STEP = re.compile(r"^\S+: (?:(run|drain|probe) (\w+) \(|RepairStarted|Repaired:)")
+
+
+def phase_times(log: str) -> dict[str, float]:
+    """Mean seconds per phase over the trials, from the controller's log: each phase lasts
+    from its action's start to the next action's start (the last one to ``Repaired``)."""
+    totals: dict[str, float] = {}
+    count: dict[str, int] = {}
+    current: tuple[str, datetime] | None = None
+    for line in log.splitlines():
+        m = LINE.match(line)
+        s = STEP.match(m.group(2)) if m else None
+        if not s:
+            continue
+        at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        if current is not None:
+            name, began = current
+            totals[name] = totals.get(name, 0.0) + (at - began).total_seconds()
+            count[name] = count.get(name, 0) + 1
+        label = s.group(1) and (s.group(1) if s.group(1) != "run" else s.group(2))
+        current = (label, at) if label else None
+    return {k: totals[k] / count[k] for k in totals}

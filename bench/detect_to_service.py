@@ -20,11 +20,9 @@ to show what the rest of the ladder costs.
 
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,31 +63,6 @@ def trial(run: one_node.Running) -> float:
     return one_node.reboot_taint_to_service(run)
 
 
-LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) INFO (.*)$")
-STEP = re.compile(r"^\S+: (?:(run|drain|probe) (\w+) \(|RepairStarted|Repaired:)")
-
-
-def phase_times(log: str) -> dict[str, float]:
-    """Mean seconds per phase over the trials, from the controller's log: each phase lasts
-    from its action's start to the next action's start (the last one to ``Repaired``)."""
-    totals: dict[str, float] = {}
-    count: dict[str, int] = {}
-    current: tuple[str, datetime] | None = None
-    for line in log.splitlines():
-        m = LINE.match(line)
-        s = STEP.match(m.group(2)) if m else None
-        if not s:
-            continue
-        at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
-        if current is not None:
-            name, began = current
-            totals[name] = totals.get(name, 0.0) + (at - began).total_seconds()
-            count[name] = count.get(name, 0) + 1
-        label = s.group(1) and (s.group(1) if s.group(1) != "run" else s.group(2))
-        current = (label, at) if label else None
-    return {k: totals[k] / count[k] for k in totals}
-
-
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
@@ -111,7 +84,9 @@ def main() -> int:
                     bare.append(bare_reboot(run, i))
                     msg += f"; bare reboot.yml {bare[-1]:.1f}s"
                 print(f"{msg} (load {ctlenv.load_average()})", flush=True)
-        phases = phase_times(run.proc.log.read_text(errors="replace"))  # the controller has stopped
+        phases = one_node.phase_times(
+            run.proc.log.read_text(errors="replace")
+        )  # the controller has stopped
     p50, b = statistics.median(times), statistics.median(bare)
     print(f"\ndetect -> back in service, one node, {args.trials} trials:")
     print(
