@@ -14,6 +14,9 @@ description:
     V(slow_network), V(healthy)),
     and by GPU vendor (V(vendor_nvidia), V(vendor_amd), V(vendor_unknown)).
     V(in_repair) is the parent of the C(repair_*) groups.
+  - A node carrying another tool's signal (see O(foreign_signals)) is in V(foreign) and in
+    C(foreign_<tool>) (for example V(foreign_konduktor)), whatever its state, so "which nodes are
+    tainted?" has a complete answer; V(foreign) is the parent of the C(foreign_*) groups.
   - A node's state is computed by C(fleetmedic.model.nodestate.view), the same function the
     controller and C(fleetmedic status) use, so the three can never disagree.
   - V(healthy) holds nodes with no fleetmedic taint at all. A node with only the slow-network
@@ -73,13 +76,13 @@ options:
     description:
       - Include a node when one of its states is in this list. A node's states are its repair
         state (V(reset), V(reboot), V(power_cycle), V(reimage) or V(manual)) when it has one,
-        V(slow_network) when it
+        V(foreign) when another tool's signal stands on it, V(slow_network) when it
         carries that taint, and V(healthy) when it has neither.
       - Leave out V(healthy) for an inventory of only the broken nodes.
     type: list
     elements: str
-    choices: [healthy, reset, reboot, power_cycle, reimage, manual, slow_network]
-    default: [healthy, reset, reboot, power_cycle, reimage, manual, slow_network]
+    choices: [healthy, reset, reboot, power_cycle, reimage, manual, slow_network, foreign]
+    default: [healthy, reset, reboot, power_cycle, reimage, manual, slow_network, foreign]
   vendors:
     description: Only nodes of these GPU vendors (from the C(fleetmedic.io/gpu-vendor) label). Empty means all.
     type: list
@@ -104,9 +107,10 @@ options:
     type: dict
   foreign_signals:
     description:
-      - Signals from other tools to report in C(fleetmedic_foreign_signals) (they do not change the
-        state; the controller decides what they mean). Each is a dict with C(kind) (V(taint) or
-        V(condition)), C(key) and optionally C(value).
+      - Signals from other tools to report in C(fleetmedic_foreign_signals) and the C(foreign_<tool>)
+        groups (they do not change the state; the controller decides what they mean). Each is a
+        dict with C(kind) (V(taint) or V(condition)), C(key), and optionally C(value) and C(tool)
+        (the group's name; default the key).
       - 'For example C({kind: taint, key: trainy.konduktor.ai/faulty}) or
         C({kind: condition, key: GPUProblem, value: "True"}).'
     type: list
@@ -129,7 +133,7 @@ options:
 EXAMPLES = r"""
 # inventory/tainted.k8s_nodes.yml: only nodes fleetmedic has fenced, from $KUBECONFIG
 plugin: fleetmedic.fleet.k8s_nodes
-states: [reset, reboot, power_cycle, reimage, manual, slow_network]
+states: [reset, reboot, power_cycle, reimage, manual, slow_network, foreign]
 ---
 # Every GPU node of one pool, with an explicit kubeconfig and context, the OSSCI taint names,
 # and the SSH address from a label set by the provisioning system.
@@ -269,7 +273,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             value = entry.get("value")
             signals.append(
                 nodestate.ForeignSignal(
-                    entry["kind"], str(entry["key"]), None if value is None else str(value)
+                    entry["kind"],
+                    str(entry["key"]),
+                    None if value is None else str(value),
+                    tool=str(entry.get("tool") or ""),
                 )
             )
         return signals
@@ -339,6 +346,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self.inventory.add_host(name)
             for group in host_groups(view):
                 self.inventory.add_group(group)
+                if group.startswith("foreign_"):
+                    self.inventory.add_child("foreign", group)
                 self.inventory.add_child(group, name)
             for key, value in hostvars.items():
                 self.inventory.set_variable(name, key, value)

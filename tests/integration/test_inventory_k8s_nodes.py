@@ -144,12 +144,20 @@ def test_graph_shows_tainted_nodes_in_their_groups(kube, fleet_nodes, tmp_path):
 
     listing = listing_of(src)
     hostvars = listing["_meta"]["hostvars"]
-    assert groups_of(listing, n["both"]) == {"repair_reboot", "slow_network", "vendor_unknown"}
+    assert groups_of(listing, n["both"]) == {
+        "repair_reboot",
+        "slow_network",
+        "foreign_trainy_konduktor_ai_faulty",  # the signal's group (tool: the key by default)
+        "vendor_unknown",
+    }
+    assert listing["foreign"]["children"] == ["foreign_trainy_konduktor_ai_faulty"]
     assert groups_of(listing, n["reimage"]) == {"repair_reimage", "vendor_amd"}
     assert set(listing["in_repair"]["children"]) == {
-        "repair_manual",
+        "repair_reset",
         "repair_reboot",
+        "repair_power_cycle",
         "repair_reimage",
+        "repair_manual",
     }
     v = hostvars[n["reboot"]]
     assert v["ansible_host"] == "10.77.0.11"
@@ -168,6 +176,7 @@ def test_shipped_inventory_file_with_kubeconfig_from_environment(kube, fleet_nod
     assert n["reboot"] in listing["repair_reboot"]["hosts"]
     assert n["manual"] in listing["repair_manual"]["hosts"]
     assert n["healthy"] not in listing["_meta"]["hostvars"]
+    assert n["both"] in listing["foreign_konduktor"]["hosts"]
 
 
 def test_ossci_preset_reads_ossci_taints(kube, tmp_path):

@@ -42,9 +42,17 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         doing = f"escalated, email {'sent ' + esc.sent if esc.sent else 'pending'}"
     else:
         doing = ""
+    entered_by = v.annotations.get(keys.ANN_ENTERED_BY)
+    if entered_by:
+        fenced_by = entered_by
+    elif v.in_repair:
+        fenced_by = "fleetmedic"
+    else:  # another tool's signal we have not acted on (yet), or none
+        fenced_by = ",".join(sorted({s.tool for s in v.foreign}))
     return {
         "name": v.name,
         "profile": profile,
+        "fenced_by": fenced_by,
         "state": v.state,
         "slow_network": v.slow_network,
         "since": since,
@@ -99,7 +107,10 @@ def render_status(
 ) -> str:
     """The status table. ``since_as_time``: the SINCE column as a UTC time, not an age."""
     profiles = any(r.get("profile", "default") != "default" for r in rows)
+    others = any(r.get("fenced_by") not in (None, "", "fleetmedic") for r in rows)
     head: tuple[str, ...] = ("NODE", "STATE", "SINCE", "DOING", "ATTEMPTS", "LAST FINDING")
+    if others:  # who fenced it, only when other tools did some of it
+        head = (*head[:2], "BY", *head[2:])
     if profiles:  # a PROFILE column only where there are profiles to tell apart
         head = ("NODE", "PROFILE", *head[1:])
     table = [head]
@@ -109,7 +120,15 @@ def render_status(
         since = r["age"] and f"{r['age']} ago"
         if since_as_time:
             since = (r["since"] or "")[11:19]
-        cells = (state, since, r["doing"], attempts if r["attempts"] else "", r["last_finding"])
+        cells: tuple[str, ...] = (
+            state,
+            since,
+            r["doing"],
+            attempts if r["attempts"] else "",
+            r["last_finding"],
+        )
+        if others:
+            cells = (state, r.get("fenced_by") or "", *cells[1:])
         table.append((r["name"], r.get("profile", ""), *cells) if profiles else (r["name"], *cells))
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
     lines = [

@@ -22,25 +22,36 @@ from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
 
 STATE_GROUPS = {state: f"repair_{state}" for state in REPAIR_STATES}
-ALL_GROUPS = ("in_repair", *STATE_GROUPS.values(), "slow_network", "healthy")
+ALL_GROUPS = ("in_repair", *STATE_GROUPS.values(), "slow_network", "foreign", "healthy")
 WITHHELD = "(withheld: looks like a template)"
 _TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.:_-]{0,252})?|\[[0-9A-Fa-f:.]+\]")
 
 
 def node_tags(view: NodeView) -> list[str]:
-    """The states a node counts as: its repair state, ``slow_network``, or ``healthy``."""
+    """The states a node counts as: its repair state, ``slow_network``, ``foreign`` (another
+    tool's signal stands on it), or ``healthy`` when none of these."""
     tags = []
     if view.state != "healthy":
         tags.append(view.state)
     if view.slow_network:
         tags.append("slow_network")
+    if view.foreign:
+        tags.append("foreign")
     return tags or ["healthy"]
 
 
+def foreign_group(tool: str) -> str:
+    """``foreign_<tool>``, as an Ansible group name (letters, digits, underscores)."""
+    return "foreign_" + re.sub(r"[^A-Za-z0-9_]", "_", tool)
+
+
 def host_groups(view: NodeView) -> list[str]:
-    """Groups for a node: one per state tag (``repair_<state>``), plus ``vendor_<vendor>``."""
-    return [STATE_GROUPS.get(tag, tag) for tag in node_tags(view)] + ["vendor_" + view.vendor]
+    """Groups for a node: one per state tag (``repair_<state>``), ``foreign_<tool>`` per other
+    tool's signal on it, plus ``vendor_<vendor>``."""
+    tools = sorted({foreign_group(s.tool) for s in view.foreign})  # children of `foreign`
+    states = [STATE_GROUPS.get(tag, tag) for tag in node_tags(view) if tag != "foreign"]
+    return states + tools + ["vendor_" + view.vendor]
 
 
 def ansible_address(

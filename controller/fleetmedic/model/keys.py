@@ -24,6 +24,8 @@ ANN_STATE_SINCE = PREFIX + "state-since"  # controller: RFC 3339 time of last tr
 ANN_CORDONED = PREFIX + "cordoned"  # controller: "true" when we cordoned it
 ANN_ESCALATED = PREFIX + "escalated"  # controller: escalation record
 ANN_PAUSE = PREFIX + "pause"  # on the pause ConfigMap / any node: stop all action
+ANN_FOREIGN_HANDLED = PREFIX + "foreign-handled"  # controller: signals already repaired for
+ANN_ENTERED_BY = PREFIX + "entered-by"  # controller: the tool whose signal began the episode
 
 ALL_ANNOTATIONS = (
     ANN_SSH_HOST,
@@ -36,4 +38,6 @@ ALL_ANNOTATIONS = (
     ANN_STATE_SINCE,
     ANN_CORDONED,
     ANN_ESCALATED,
+    ANN_FOREIGN_HANDLED,
+    ANN_ENTERED_BY,
 )

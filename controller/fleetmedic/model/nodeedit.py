@@ -38,6 +38,17 @@ def remove_taint(node: dict, name: TaintName) -> bool:
     return True
 
 
+def remove_exact_taint(node: dict, taint: Mapping[str, Any]) -> bool:
+    """Remove the taint with exactly this key, value and effect (another tool's)."""
+    want = (taint.get("key"), taint.get("value") or "", taint.get("effect"))
+    taints = _taints(node)
+    kept = [t for t in taints if (t.get("key"), t.get("value") or "", t.get("effect")) != want]
+    if len(kept) == len(taints):
+        return False
+    taints[:] = kept
+    return True
+
+
 def _meta_map(node: dict, field: str) -> dict:
     meta = node.setdefault("metadata", {})
     if meta.get(field) is None:

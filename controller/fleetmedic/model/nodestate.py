@@ -17,30 +17,97 @@ from fleetmedic.model.vocabulary import Vocabulary
 
 
 @dataclasses.dataclass(frozen=True)
+class Seen:
+    """One foreign signal as it stands on a Node.
+
+    ``fingerprint`` changes when the other tool sets the signal anew: a taint's value and
+    ``timeAdded``, a condition's ``lastTransitionTime``. ``enters`` is the rung it asks for
+    (None: it asks for nothing, e.g. the AWS suite's MONITOR severity).
+    """
+
+    describe: str
+    tool: str
+    fingerprint: str
+    enters: str | None
+    after_repair: str  # clear | wait-for-change
+    taint: Mapping[str, Any] | None = None  # the matching taint (what `clear` removes)
+    evidence: str | None = None  # what the tool said (e.g. the AWS suite's results)
+
+
+@dataclasses.dataclass(frozen=True)
 class ForeignSignal:
-    """A signal from another tool that means "enter the ladder at reboot".
+    """A signal from another tool that means "enter the ladder at ``enters``".
 
     ``kind`` is ``taint`` (match key and, if given, value) or ``condition``
     (match a NodeCondition ``type`` whose ``status`` equals ``value``).
+    ``after_repair`` says what happens to it once fleetmedic's repair passed verify:
+    ``clear`` (remove exactly that taint) or ``wait-for-change`` (act again only when the
+    tool sets it anew). ``severity_label``: a node label whose value picks the rung
+    (``severity_rungs``; a value mapped to None enters nothing).
     """
 
     kind: str
     key: str
     value: str | None = None
+    tool: str = ""
+    enters: str = "reboot"
+    after_repair: str = "wait-for-change"
+    severity_label: str | None = None
+    severity_rungs: tuple[tuple[str, str | None], ...] = ()
+    evidence_annotation: str | None = None
+
+    def seen(self, node: Mapping[str, Any]) -> Seen | None:
+        """This signal as it stands on ``node``, or None when the node does not carry it."""
+        taint = None
+        if self.kind == "taint":
+            taint = next(
+                (
+                    t
+                    for t in taints_of(node)
+                    if t.get("key") == self.key
+                    and (self.value is None or t.get("value") == self.value)
+                ),
+                None,
+            )
+            if taint is None:
+                return None
+            fingerprint = f"{taint.get('value') or ''}|{taint.get('timeAdded') or ''}"
+        elif self.kind == "condition":
+            want = self.value or "True"
+            cond = next(
+                (
+                    c
+                    for c in (node.get("status") or {}).get("conditions") or []
+                    if c.get("type") == self.key and c.get("status") == want
+                ),
+                None,
+            )
+            if cond is None:
+                return None
+            fingerprint = str(cond.get("lastTransitionTime") or "")
+        else:
+            raise ValueError(f"unknown foreign signal kind {self.kind!r}")
+        meta = node.get("metadata") or {}
+        enters: str | None = self.enters
+        if self.severity_label:
+            severity = (meta.get("labels") or {}).get(self.severity_label)
+            if severity is not None:
+                enters = dict(self.severity_rungs).get(severity, self.enters)
+        evidence = None
+        if self.evidence_annotation:
+            evidence = (meta.get("annotations") or {}).get(self.evidence_annotation)
+        return Seen(
+            self.describe(),
+            self.tool or self.key,
+            fingerprint,
+            enters,
+            self.after_repair,
+            dict(taint) if taint else None,
+            evidence,
+        )
 
     def matches(self, node: Mapping[str, Any]) -> bool:
-        if self.kind == "taint":
-            return any(
-                t.get("key") == self.key and (self.value is None or t.get("value") == self.value)
-                for t in taints_of(node)
-            )
-        if self.kind == "condition":
-            want = self.value or "True"
-            return any(
-                c.get("type") == self.key and c.get("status") == want
-                for c in (node.get("status") or {}).get("conditions") or []
-            )
-        raise ValueError(f"unknown foreign signal kind {self.kind!r}")
+        return self.seen(node) is not None
 
     def describe(self) -> str:
         return f"{self.kind} {self.key}" + (f"={self.value}" if self.value is not None else "")
@@ -55,6 +122,7 @@ class NodeView:
     address: str | None  # where to SSH
     unschedulable: bool
     foreign_signals: tuple[str, ...]  # descriptions of matching foreign signals
+    foreign: tuple[Seen, ...]  # the same, with what the policy needs
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     taints: tuple[Mapping[str, Any], ...]
@@ -98,6 +166,7 @@ def view(
     labels = dict(meta.get("labels") or {})
     taints = taints_of(node)
     vendor = labels.get(keys.LABEL_VENDOR, "unknown")
+    seen = tuple(s for s in (sig.seen(node) for sig in foreign) if s is not None)
     return NodeView(
         name=meta["name"],
         state=vocab.repair_state_of(taints) or "healthy",
@@ -105,7 +174,8 @@ def view(
         vendor=vendor if vendor in ("nvidia", "amd") else "unknown",
         address=address_of(node),
         unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-        foreign_signals=tuple(sig.describe() for sig in foreign if sig.matches(node)),
+        foreign_signals=tuple(s.describe for s in seen),
+        foreign=seen,
         labels=labels,
         annotations=dict(meta.get("annotations") or {}),
         taints=tuple(taints),

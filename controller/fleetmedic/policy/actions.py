@@ -65,6 +65,7 @@ class Update:
     history_limit: int = 40
     uncordon: bool = False  # undo our own cordon (never someone else's)
     remove_slow_network: bool = False  # only ``fleetmedic reset`` does this
+    remove_taints: tuple[Mapping[str, Any], ...] = ()  # other tools' taints, exact match
     events: tuple[Event, ...] = ()
 
     def apply(self, node: dict, vocab: Vocabulary) -> bool:
@@ -88,6 +89,8 @@ class Update:
         changed.append(nodeedit.set_label(node, keys.LABEL_STATE, final))  # selectable mirror
         if self.remove_slow_network:
             changed.append(nodeedit.remove_taint(node, vocab.slow_network))
+        for taint in self.remove_taints:
+            changed.append(nodeedit.remove_exact_taint(node, taint))
         for key, value in self.annotations.items():
             changed.append(nodeedit.set_annotation(node, key, value))
         if self.append:

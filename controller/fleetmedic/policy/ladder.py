@@ -30,13 +30,14 @@ outcomes move an attempt is in steps.py.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import json
+from datetime import datetime
 
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import flap
+from fleetmedic.policy import flap, foreign
 from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
@@ -46,7 +47,6 @@ from fleetmedic.policy.history import (
     SUPERSEDED,
     Attempt,
     last_episode,
-    last_pass,
     short,
     stamp,
 )
@@ -54,7 +54,6 @@ from fleetmedic.policy.inflight import RUNNING, Escalated, InFlight
 from fleetmedic.policy.rungs import entry_rung
 from fleetmedic.policy.steps import (
     MANUAL,
-    REBOOT,
     RESULT_OF,
     NodeCtx,
     after_drain,
@@ -127,20 +126,39 @@ def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
             append=ended,
             uncordon=True,
         )
-    if not view.foreign_signals:
+    if not view.foreign:
+        if keys.ANN_FOREIGN_HANDLED in view.annotations:  # every tool cleared its signal
+            return n.write(
+                "other tools cleared their signals", annotations={keys.ANN_FOREIGN_HANDLED: None}
+            )
         return n.action(Kind.NONE, "healthy")
-    passed = last_pass(n.history)
-    grace = timedelta(seconds=cfg.ladder.foreign_grace)
-    if passed and n.now < passed + grace:
+    record = foreign.pruned(view)
+    tidy = {} if record is None else {keys.ANN_FOREIGN_HANDLED: record or None}
+    asking = foreign.pending(view)
+    if not asking:
+        if tidy:
+            return n.write("a tool cleared its signal: forget our answer to it", annotations=tidy)
         return n.action(
-            Kind.WAIT,
-            f"foreign signal ({', '.join(view.foreign_signals)}) ignored "
-            "while the other tool re-checks after our repair",
-            not_before=passed + grace,
+            Kind.NONE,
+            f"foreign signal ({', '.join(view.foreign_signals)}) already answered by a repair, "
+            "or asks for nothing; acting again when the tool sets it anew",
         )
-    why = f"foreign signal: {', '.join(view.foreign_signals)}"
-    state = entry_rung(cfg.ladder.order, REBOOT)
-    return n.write(why, state=state, events=(Event("RepairEntered", why, "Warning"),))
+    why = "foreign signal: " + ", ".join(f"{s.describe} ({s.tool})" for s in asking)
+    state = entry_rung(cfg.ladder.order, foreign.entry(asking))
+    said = "; ".join(f"{s.tool}: {s.evidence}" for s in asking if s.evidence)
+    ann: dict[str, str | None] = {
+        **tidy,
+        keys.ANN_ENTERED_BY: ",".join(sorted({s.tool for s in asking})),
+    }
+    if said:  # the tool's own findings become the node's evidence (status, email)
+        ann[keys.ANN_LAST_FINDING] = json.dumps({"summary": short(said)})
+    message = why + (f"; {said}" if said else "")
+    return n.write(
+        message,
+        state=state,
+        annotations=ann,
+        events=(Event("RepairEntered", short(message), "Warning"),),
+    )
 
 
 def _entered(n: NodeCtx) -> Action:

@@ -7,11 +7,13 @@ the next episode starts clean and the flap count still sees this one.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy import foreign
 from fleetmedic.policy.actions import HEALTHY, Event, Update
 from fleetmedic.policy.history import RELEASED, Attempt, decode, last_episode, stamp
 from fleetmedic.policy.inflight import InFlight
@@ -45,13 +47,21 @@ def _ended(view: NodeView, now: datetime, who: str) -> tuple[Attempt, ...]:
 def release(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Update:
     """Return a node to service: clear our repair taint and records, undo our cordon."""
     who = f"released by {by}"
+    # the human vouches for the node: other tools' signals get the same lifecycle as after
+    # a verified repair, or a signal that started this episode would start the next at once
+    theirs = foreign.after_repair(view)
+    ended = tuple(
+        dataclasses.replace(a, message="; ".join((a.message, *theirs.notes)))
+        for a in _ended(view, now, who)
+    )
     return Update(
         node=view.name,
         at=stamp(now),
         state=HEALTHY,
         uncordon=True,
-        annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
-        append=_ended(view, now, who),
+        annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None, **theirs.annotations},
+        remove_taints=theirs.remove_taints,
+        append=ended,
         history_limit=cfg.ladder.history_limit,
         events=(Event("RepairReleased", f"{view.state} -> healthy, {who}"),),
     )

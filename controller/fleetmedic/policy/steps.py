@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, StepConfig
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy import foreign
 from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     DRAIN_BLOCKED,
@@ -184,13 +185,18 @@ def next_phase(n: NodeCtx, fl: InFlight) -> Update:
     phases = n.step_cfg(fl.step).phases
     i = phases.index(fl.phase)
     if i + 1 == len(phases):
-        done = n.attempt(fl, PASS, "")
+        theirs = foreign.after_repair(n.view)
+        done = n.attempt(fl.with_(notes=fl.notes + theirs.notes), PASS, "")
         return n.update(
             state=HEALTHY,
             append=(done,),
             uncordon=True,
-            annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
-            events=(Event("Repaired", f"{fl.step} attempt {fl.attempt} passed verify"),),
+            annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None, **theirs.annotations},
+            remove_taints=theirs.remove_taints,
+            events=(
+                Event("Repaired", f"{fl.step} attempt {fl.attempt} passed verify"),
+                *_cleared_events(theirs),
+            ),
         )
     nxt = fl.with_(
         phase=phases[i + 1],
@@ -201,6 +207,12 @@ def next_phase(n: NodeCtx, fl: InFlight) -> Update:
         retry_at=None,
     )
     return n.update(annotations={keys.ANN_IN_FLIGHT: nxt.encode()})
+
+
+def _cleared_events(theirs: foreign.AfterRepair) -> tuple[Event, ...]:
+    return tuple(
+        Event("ForeignSignalCleared", note) for note in theirs.notes if note.startswith("cleared")
+    )
 
 
 def fail_step(

@@ -35,10 +35,22 @@ def test_empty_file_gives_documented_defaults(tmp_path):
     assert cfg.ladder.reboot.phases == ("diagnose", "drain", "reboot", "verify")
     assert cfg.ladder.reimage.phases[2] == "reinstall"
     assert cfg.vocabulary().reboot.key == "fleetmedic.io/repair"
-    assert cfg.foreign() == (
-        ForeignSignal("taint", "trainy.konduktor.ai/faulty"),
-        ForeignSignal("taint", "gpu-healthcheck.aws-samples.io/unhealthy"),
-        ForeignSignal("condition", "GPUProblem", "True"),
+    konduktor, aws, npd = cfg.foreign()
+    assert (konduktor.kind, konduktor.key, konduktor.after_repair) == (
+        "taint",
+        "trainy.konduktor.ai/faulty",
+        "clear",  # Konduktor never clears its own taint
+    )
+    assert (aws.key, aws.after_repair, dict(aws.severity_rungs)["RESET"]) == (
+        "gpu-healthcheck.aws-samples.io/unhealthy",
+        "wait-for-change",  # the AWS agent removes its taint on a pass
+        "reset",
+    )
+    assert (npd.kind, npd.key, npd.value, npd.after_repair) == (
+        "condition",
+        "GPUProblem",
+        "True",
+        "wait-for-change",
     )
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from policysim import FOREIGN_TAINT, T0, World, config
 
+from fleetmedic.errors import ConfigError
 from fleetmedic.model import keys
 from fleetmedic.policy import ladder
 from fleetmedic.policy.actions import Kind, Outcome, Stale
@@ -265,18 +266,94 @@ class TestForeignSignals:
         w.write(action.update)
         assert w.view("n1").state == "reboot"
 
-    def test_ignored_for_a_grace_period_after_our_repair(self):
+    # The old behaviour (ignore the signal for foreign_grace after our repair, then repair
+    # again) looped: Konduktor never clears its taint, so the node was repaired again and
+    # again until flap damping. Each signal now has a lifecycle.
+
+    def test_konduktor_taint_is_cleared_after_our_repair_and_never_loops(self):
         w = World(config())
-        done = Attempt(1, "reboot", 1, "2026-11-21T11:55:00Z", "2026-11-21T11:58:00Z", "pass")
-        w.add(
-            "n1",
-            taints=[{"key": "trainy.konduktor.ai/faulty", "effect": "NoSchedule"}],
-            annotations={keys.ANN_HISTORY: encode([done])},
-        )
-        action = ladder.decide(w.view("n1"), w.now, w.cfg)
-        assert action.kind == Kind.WAIT and action.not_before > w.now
-        w.now += timedelta(seconds=w.cfg.ladder.foreign_grace)
+        mine = {"key": "example.com/keep-me", "value": "x", "effect": "NoSchedule"}
+        w.add("n1", fault="reboot", taints=[KONDUKTOR, mine])
+        w.run(12)
+        v = w.view("n1")
+        assert v.state == "healthy" and KONDUKTOR not in v.taints and mine in v.taints
+        [attempt] = w.history("n1")
+        assert attempt.result == "pass" and "cleared konduktor's taint" in attempt.message
+        w.now += timedelta(days=1)
+        w.run(10)
+        assert len(w.history("n1")) == 1, "repaired once, and stays in service"
+        assert keys.ANN_ENTERED_BY not in w.view("n1").annotations
+
+    def test_aws_taint_waits_for_the_aws_agent_and_acts_again_only_when_set_anew(self):
+        w = World(config())
+        w.add("n1", fault="reboot", taints=[dict(AWS, timeAdded="2026-11-21T11:00:00Z")])
+        w.run(12)
+        assert [(a.step, a.result) for a in w.history("n1")] == [("reboot", "pass")]
+        v = w.view("n1")
+        assert v.state == "healthy" and v.foreign_signals, "the AWS agent removes its own taint"
+        w.run(10)
+        assert len(w.history("n1")) == 1, "the same signal is not repaired twice"
+        # the AWS agent re-checks: its taint goes, so our record of it goes too
+        w.nodes["n1"]["spec"]["taints"] = []
+        w.run(2)
+        assert keys.ANN_FOREIGN_HANDLED not in w.view("n1").annotations
+        # ... and a new taint later is a new fault
+        w.nodes["n1"]["spec"]["taints"] = [dict(AWS, timeAdded="2026-11-22T09:00:00Z")]
+        w.truth["n1"].fixed_by.clear()
+        w.run(12)
+        assert [(a.ep, a.result) for a in w.history("n1")] == [(1, "pass"), (2, "pass")]
+
+    def test_npd_condition_acts_again_only_on_a_new_transition(self):
+        w = World(config())
+        problem = {"type": "GPUProblem", "status": "True", "lastTransitionTime": "T1"}
+        w.add("n1", fault="reboot", conditions=[problem])
+        w.run(12)
+        assert len(w.history("n1")) == 1 and w.view("n1").state == "healthy"
+        w.run(5)
+        assert len(w.history("n1")) == 1
+        w.nodes["n1"]["status"]["conditions"] = [{**problem, "lastTransitionTime": "T2"}]
         assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.WRITE
+
+    @pytest.mark.parametrize(
+        "severity,state",
+        [("RESET", "reset"), ("REBOOT", "reboot"), ("ISOLATE", "manual"), ("MONITOR", None)],
+    )
+    def test_aws_severity_picks_the_rung_and_its_results_become_evidence(self, severity, state):
+        w = World(config())
+        w.add("n1", taints=[AWS])
+        meta = w.nodes["n1"]["metadata"]
+        meta["labels"]["gpu-healthcheck.aws-samples.io/severity"] = severity
+        meta["annotations"]["gpu-healthcheck.aws-samples.io/results"] = "dcgm diag: PCIe FAIL"
+        action = ladder.decide(w.view("n1"), w.now, w.cfg)
+        if state is None:
+            assert action.kind == Kind.NONE and "asks for nothing" in action.reason
+            return
+        w.write(action.update)
+        v = w.view("n1")
+        assert v.state == state and v.annotations[keys.ANN_ENTERED_BY] == "aws-gpu-healthcheck"
+        assert "dcgm diag: PCIe FAIL" in v.annotations[keys.ANN_LAST_FINDING]
+
+    def test_a_release_gives_the_signal_the_same_lifecycle(self):
+        from fleetmedic.policy.release import release
+
+        w = World(config())
+        w.add("n1", state="manual", taints=[KONDUKTOR])
+        w.write(release(w.view("n1"), w.now, w.cfg))
+        v = w.view("n1")
+        assert v.state == "healthy" and KONDUKTOR not in v.taints
+        assert ladder.decide(v, w.now, w.cfg).kind == Kind.NONE
+
+    def test_clear_is_refused_for_a_condition(self):
+        with pytest.raises(ConfigError, match="a condition belongs to the tool"):
+            config(
+                foreign_signals=[
+                    {"kind": "condition", "key": "GPUProblem", "after_repair": "clear"}
+                ]
+            )
+
+
+KONDUKTOR = {"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"}
+AWS = {"key": "gpu-healthcheck.aws-samples.io/unhealthy", "value": "true", "effect": "NoSchedule"}
 
 
 class TestDrainBlocked:

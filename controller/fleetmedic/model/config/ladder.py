@@ -111,8 +111,9 @@ class LadderConfig(Section):
     """A node unreachable while a phase interrupted by a controller restart may still be
     rebooting is tried again this often (until that phase's timeout)."""
     foreign_grace: Duration = 600
-    """After fleetmedic cleared a node, ignore foreign signals this long so the other tool can
-    re-check; otherwise a stale signal would send a repaired node straight back."""
+    """No longer used: each foreign signal's `after_repair` lifecycle (clear, or
+    wait-for-change) replaced this grace period, which repaired a node again and again when
+    the other tool never cleared its signal. Kept so that older config files still load."""
     history_limit: int = Field(40, ge=8, le=200)
     """Attempts kept in the history annotation; 40 (at most ~17 KB) keeps several episodes
     for flap damping, far below the 256 KB all annotations of a Node share."""

@@ -72,21 +72,74 @@ class TaintsConfig(Section):
         )
 
 
+ForeignRung = Literal["reset", "reboot", "power_cycle", "reimage", "manual"]
+
+
 class ForeignSignalConfig(Section):
     kind: Literal["taint", "condition"]
     """`taint` matches a taint key (and value if given); `condition` a NodeCondition type
     whose status equals `value` (default "True")."""
     key: str
     value: str | None = None
+    tool: str = Field("", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$|^$")
+    """Short name of the tool (status, inventory group `foreign_<tool>`); default: the key."""
+    enters: ForeignRung = "reboot"
+    """The rung a healthy node carrying it enters (the next one up if the ladder skips it)."""
+    after_repair: Literal["clear", "wait-for-change"] = "wait-for-change"
+    """After fleetmedic's repair passed verify: `clear` removes exactly this taint (for tools
+    that never clear their own, or a repaired node would enter again: a loop);
+    `wait-for-change` acts again only when the tool sets the signal anew (a new taint
+    `timeAdded`/value, a new condition `lastTransitionTime`), for tools that re-check."""
+    severity_label: str | None = None
+    """A node label whose value picks the rung (`severity_rungs`), e.g. the AWS suite's."""
+    severity_rungs: dict[str, ForeignRung | None] = Field(default_factory=dict)
+    """Label value -> rung; null: the tool asks for nothing (e.g. MONITOR)."""
+    evidence_annotation: str | None = None
+    """A node annotation holding the tool's findings, kept in the node's history."""
+
+    @model_validator(mode="after")
+    def _clear_taints_only(self) -> ForeignSignalConfig:
+        if self.kind == "condition" and self.after_repair == "clear":
+            raise ValueError(
+                "after_repair: clear removes a taint; a condition belongs to the tool that "
+                "sets it (use wait-for-change)"
+            )
+        return self
 
     def signal(self) -> ForeignSignal:
-        return ForeignSignal(self.kind, self.key, self.value)
+        return ForeignSignal(
+            self.kind,
+            self.key,
+            self.value,
+            tool=self.tool,
+            enters=self.enters,
+            after_repair=self.after_repair,
+            severity_label=self.severity_label,
+            severity_rungs=tuple(self.severity_rungs.items()),
+            evidence_annotation=self.evidence_annotation,
+        )
 
 
 DEFAULT_FOREIGN = (
-    ForeignSignalConfig(kind="taint", key="trainy.konduktor.ai/faulty"),
-    ForeignSignalConfig(kind="taint", key="gpu-healthcheck.aws-samples.io/unhealthy"),
-    ForeignSignalConfig(kind="condition", key="GPUProblem", value="True"),
+    # Konduktor never removes its own taint: clear it after our verified repair.
+    ForeignSignalConfig(
+        kind="taint", key="trainy.konduktor.ai/faulty", tool="konduktor", after_repair="clear"
+    ),
+    # The AWS GPU health-check agent removes its taint when its own checks pass, and says
+    # how bad it is in a severity label and its results in an annotation.
+    ForeignSignalConfig(
+        kind="taint",
+        key="gpu-healthcheck.aws-samples.io/unhealthy",
+        tool="aws-gpu-healthcheck",
+        after_repair="wait-for-change",
+        severity_label="gpu-healthcheck.aws-samples.io/severity",
+        severity_rungs={"ISOLATE": "manual", "REBOOT": "reboot", "RESET": "reset", "MONITOR": None},
+        evidence_annotation="gpu-healthcheck.aws-samples.io/results",
+    ),
+    # node-problem-detector re-evaluates its condition; its lastTransitionTime says when.
+    ForeignSignalConfig(
+        kind="condition", key="GPUProblem", value="True", tool="npd", after_repair="wait-for-change"
+    ),
 )
 
 

@@ -506,3 +506,29 @@ def test_unreachable_api_server_is_one_line(plugin, tmp_path):
         _real_parse(plugin, tmp_path, {"kubeconfig": str(kc)})
     assert err.value.message.startswith("k8s_nodes: cannot list nodes:")
     assert "unreachable" in err.value.message and "\n" not in err.value.message
+
+
+def test_a_node_only_another_tool_flagged_has_a_group_of_its_own(plugin, tmp_path):
+    """The shipped inventory/tainted.k8s_nodes.yml: a node carrying only Konduktor's taint
+    is in foreign and foreign_konduktor, not dropped by the states filter."""
+    shipped = yaml.safe_load((ROOT / "inventory" / "tainted.k8s_nodes.yml").read_text())
+    konduktor = {"key": "trainy.konduktor.ai/faulty", "value": "true", "effect": "NoSchedule"}
+    npd = {"type": "GPUProblem", "status": "True", "lastTransitionTime": "2026-11-24T10:00:00Z"}
+    inventory, _ = run(
+        plugin,
+        tmp_path,
+        [
+            node("k1", taints=[konduktor]),
+            node("n1", conditions=[npd], ip="10.0.0.2"),
+            node("ok", ip="10.0.0.3"),
+        ],
+        config={k: v for k, v in shipped.items() if k != "plugin"},
+    )
+    assert sorted(inventory.hosts) == ["k1", "n1"], "healthy nodes are left out, flagged kept"
+    assert [h.name for h in inventory.groups["foreign_konduktor"].get_hosts()] == ["k1"]
+    assert [h.name for h in inventory.groups["foreign_npd"].get_hosts()] == ["n1"]
+    assert {g.name for g in inventory.groups["foreign"].child_groups} == {
+        "foreign_konduktor",
+        "foreign_npd",
+    }
+    assert inventory.get_host("k1").vars["fleetmedic_state"] == "healthy"
