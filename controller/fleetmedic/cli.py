@@ -32,6 +32,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "release": ("fleetmedic.controller.cli:release", "Return a node in manual repair to service."),
     "reset": ("fleetmedic.controller.cli:reset", "Remove every fleetmedic taint (only ours)."),
     "breaker": ("fleetmedic.controller.cli:breaker", "Show or reset the circuit breaker."),
+    "watch": (
+        "fleetmedic.agent.lokicli:watch",
+        "Detect GPU faults from Loki instead of an agent on every node.",
+    ),
 }
 
 

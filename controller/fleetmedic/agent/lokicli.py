@@ -1,0 +1,153 @@
+"""``fleetmedic watch loki``: detect GPU faults from the cluster's Loki (agent/lokisource.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from fleetmedic.agent.cli import _logging
+from fleetmedic.errors import FleetmedicError
+
+
+@click.group("watch")
+def watch() -> None:
+    """Detect GPU faults from a log store instead of an agent on every node."""
+
+
+@watch.command("loki")
+@click.option(
+    "--endpoint",
+    envvar="LOG_ENDPOINT",
+    required=True,
+    metavar="URL",
+    help="Loki's HTTP address, e.g. http://localhost:3100 through `kubectl port-forward` "
+    "(env LOG_ENDPOINT, as Konduktor's controller reads it).",
+)
+@click.option("--tenant", metavar="ID", help="Loki tenant (X-Scope-OrgID) when auth is on.")
+@click.option(
+    "--cursor-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("/var/lib/fleetmedic/loki-cursor.json"),
+    show_default=True,
+    help="Where it keeps how far it has read (resumes there after a restart).",
+)
+@click.option(
+    "--kernel-query",
+    "kernel_queries",
+    multiple=True,
+    metavar="LOGQL",
+    help="LogQL selector of node kernel-log streams (repeatable; default: the journal's "
+    'kernel lines {transport="kernel"}, Fluent Bit\'s {source="kmsg"}, a dmesg DaemonSet).',
+)
+@click.option(
+    "--pod-query",
+    "pod_queries",
+    multiple=True,
+    metavar="LOGQL",
+    help="LogQL selector of pod-log streams (repeatable; default: every namespace).",
+)
+@click.option(
+    "--node-label",
+    "node_labels",
+    multiple=True,
+    metavar="LABEL",
+    help="Stream label naming the node (repeatable; default: node_name, host, k8s_node_name, "
+    "nodename, hostname, node).",
+)
+@click.option("--kubeconfig", metavar="PATH", help="Kubeconfig (default: as kubectl finds it).")
+@click.option(
+    "--taints",
+    default="default",
+    show_default=True,
+    help="Taint preset: must match the controller's (default or ossci).",
+)
+@click.option("--poll-interval", type=float, default=2.0, show_default=True, help="Seconds.")
+@click.option(
+    "--lookback",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds to read back on the first start (no cursor yet).",
+)
+@click.option("--once", is_flag=True, help="One round over every query, then exit.")
+@click.option("--log-level", default="info", show_default=True)
+def loki(
+    endpoint: str,
+    tenant: str | None,
+    cursor_file: Path,
+    kernel_queries: tuple[str, ...],
+    pod_queries: tuple[str, ...],
+    node_labels: tuple[str, ...],
+    kubeconfig: str | None,
+    taints: str,
+    poll_interval: float,
+    lookback: float,
+    once: bool,
+    log_level: str,
+) -> None:
+    """Follow node kernel logs and pod logs in Loki; fence nodes as the agent does.
+
+    Every line goes through the same scanner and catalogs as `fleetmedic agent` (CUDA and
+    NCCL lines of pod logs through the workload catalog) and fences through the same
+    strikes, annotations and taints; the controller repairs the node the same way.
+    It needs to read and patch Nodes (and post Events), nothing else.
+    """
+    _logging(log_level)
+    from fleetmedic.adapters.kube import connect
+    from fleetmedic.agent.lokisource import (
+        KERNEL_QUERIES,
+        NODE_LABELS,
+        POD_QUERIES,
+        LokiSource,
+        LokiSourceConfig,
+    )
+    from fleetmedic.agent.writer import NodeWriter
+    from fleetmedic.model.vocabulary import preset
+
+    try:
+        vocab = preset(taints)
+        in_cluster = (
+            kubeconfig is None
+            and "KUBECONFIG" not in os.environ
+            and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        )
+        kube = connect(kubeconfig, in_cluster=in_cluster)
+        cursor_file.parent.mkdir(parents=True, exist_ok=True)
+        cfg = LokiSourceConfig(
+            endpoint=endpoint,
+            cursor_file=cursor_file,
+            kernel_queries=kernel_queries or KERNEL_QUERIES,
+            pod_queries=pod_queries or POD_QUERIES,
+            node_labels=node_labels or NODE_LABELS,
+            tenant=tenant,
+            poll_interval=poll_interval,
+            lookback=lookback,
+        )
+        writers: dict[str, NodeWriter] = {}
+        source = LokiSource(cfg, lambda n: writers.setdefault(n, NodeWriter(kube, n, vocab)))
+        if once:
+            handled = source.poll()
+            click.echo(
+                json.dumps(
+                    {
+                        "lines": handled,
+                        "fenced": source.fenced,
+                        "counted": source.counted,
+                        "unattributed": source.unattributed,
+                    }
+                )
+            )
+            return
+    except (FleetmedicError, OSError, ValueError) as exc:
+        click.echo(f"fleetmedic watch loki: error: {exc}", err=True)
+        sys.exit(2)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    source.run(stop)

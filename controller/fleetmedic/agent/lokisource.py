@@ -1,0 +1,266 @@
+"""Detect GPU faults from Loki instead of on each node: ``fleetmedic watch loki``.
+
+For clusters that already ship node kernel logs (a journal or dmesg DaemonSet) and pod
+logs to Loki, as Konduktor's node health controller reads them. Every poll:
+
+- each LogQL query (kernel-log streams, pod-log streams; a line filter with the scanner's
+  trigger literals so Loki drops the chatter) is read from its cursor to now;
+- every line goes through the same scanner and catalogs as the agent (the workload catalog
+  classifies CUDA/NCCL lines of pod logs), one scanner per stream, so a multi-line report
+  stays one finding;
+- a finding is attributed to a Node by the stream's node label (``node_name`` from Promtail
+  and Alloy, ``host`` from Fluent Bit, ``k8s_node_name`` from the OpenTelemetry
+  collector), for pod logs too (every common shipper labels pod streams with the node);
+- it fences through the agent's :class:`~fleetmedic.agent.writer.NodeWriter`: the same
+  strikes, annotations, thresholds and taints, so the controller cannot tell which
+  detector fenced a node.
+
+The cursor is a small JSON file (``--cursor-file``), like Promtail's positions file: the
+newest timestamp done per query and the hashes of the lines at exactly that timestamp.
+It is written (atomically) only after a batch's fences were written, so after a restart,
+a crash or a Loki outage the source resumes where it was: a line is never skipped, and a
+line at the cursor's timestamp is not handled twice. (A file, not a Kubernetes object:
+the source then needs no write access to anything but Nodes, and one source per cluster
+owns it.) Loki slow or down: the poll backs off (2 s doubling to 60 s), with one log line
+when Loki goes away and one when it is back; never a crash loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetmedic.adapters.loki import Entry, LokiClient
+from fleetmedic.agent.kernelwatch import describe, merged_thresholds
+from fleetmedic.agent.watermark import Mark
+from fleetmedic.agent.writer import NodeWriter, now_rfc3339
+from fleetmedic.errors import TemporaryError
+from fleetmedic.policy import counts
+from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
+from fleetmedic.scan import Dedup, Finding, Scanner
+from fleetmedic.scan.catalog import threshold_for
+
+log = logging.getLogger("fleetmedic.loki")
+
+NODE_LABELS = ("node_name", "host", "k8s_node_name", "nodename", "hostname", "node")
+"""Stream labels that name the node a line came from, in the order tried (see module doc)."""
+
+KERNEL_QUERIES = (
+    '{transport="kernel"}',  # Promtail/Alloy journal scrape: the kernel's journal lines
+    '{source="kmsg"}',  # Fluent Bit's kmsg input
+    '{k8s_daemonset_name="dmesg"}',  # Konduktor's dmesg DaemonSet via the OTel collector
+)
+POD_QUERIES = (
+    '{namespace=~".+", transport!="kernel", source!="kmsg"}',  # Promtail, Alloy, Fluent Bit
+    '{k8s_namespace_name=~".+", k8s_daemonset_name!="dmesg"}',  # OpenTelemetry collector
+)
+MAX_BACKOFF = 60.0
+SCANNERS = 4096  # streams with a scanner kept (multi-line context), oldest dropped first
+
+
+@dataclass
+class Cursor:
+    """Per query: the newest timestamp handled, and the hashes of the lines at exactly it."""
+
+    done: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Cursor:
+        try:
+            raw = json.loads(path.read_text())
+            return cls({q: (int(v["ts"]), list(v["at"])) for q, v in raw.items()})
+        except FileNotFoundError:
+            return cls()
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("cursor %s unreadable (%s): starting from the look-back window", path, exc)
+            return cls()
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(
+            json.dumps({q: {"ts": ts, "at": at} for q, (ts, at) in self.done.items()}, indent=1)
+        )
+        os.replace(tmp, path)
+
+    def new(self, query: str, entries: Sequence[Entry]) -> list[Entry]:
+        """``entries`` not handled yet (those at the cursor's timestamp by their hash)."""
+        ts, at = self.done.get(query, (0, []))
+        seen = set(at)
+        return [e for e in entries if e.ts > ts or (e.ts == ts and _hash(e) not in seen)]
+
+    def advance(self, query: str, entries: Sequence[Entry]) -> None:
+        if not entries:
+            return
+        last = entries[-1].ts
+        ts, at = self.done.get(query, (0, []))
+        here = [_hash(e) for e in entries if e.ts == last]
+        self.done[query] = (last, (at + here) if last == ts else here)
+
+
+def _hash(e: Entry) -> str:
+    key = json.dumps([sorted(e.labels.items()), e.ts, e.line])
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+
+
+def with_filter(query: str, triggers: Sequence[str]) -> str:
+    """``query`` with a line filter for the scanner's trigger literals (Loki drops the rest)."""
+    if "|" in query.partition("}")[2]:
+        return query  # the operator wrote a pipeline of their own
+    alternation = "|".join(re.escape(t) for t in sorted(set(triggers)))
+    return f"{query} |~ {json.dumps(alternation)}"
+
+
+@dataclass(frozen=True)
+class LokiSourceConfig:
+    endpoint: str
+    cursor_file: Path
+    kernel_queries: tuple[str, ...] = KERNEL_QUERIES
+    pod_queries: tuple[str, ...] = POD_QUERIES
+    node_labels: tuple[str, ...] = NODE_LABELS
+    tenant: str | None = None
+    poll_interval: float = 2.0
+    lookback: float = 3600.0  # no cursor yet: start this far back
+    batch: int = 5000
+    thresholds: Mapping[str, object] = field(default_factory=dict)
+    dedup_window: float = 600.0  # a fencing finding repeated on a node within this: once
+
+
+class LokiSource:
+    """``run(stop)`` polls until ``stop``; ``poll()`` is one round (for ``--once``)."""
+
+    def __init__(
+        self,
+        cfg: LokiSourceConfig,
+        writer_for: Callable[[str], NodeWriter],
+        *,
+        client: LokiClient | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg, self.writer_for, self.clock = cfg, writer_for, clock
+        self.client = client or LokiClient(cfg.endpoint, tenant=cfg.tenant)
+        self.scanner_proto = Scanner()
+        triggers = self.scanner_proto.triggers
+        self.queries = [with_filter(q, triggers) for q in (*cfg.kernel_queries, *cfg.pod_queries)]
+        self.cursor = Cursor.load(cfg.cursor_file)
+        self.thresholds = merged_thresholds(dict(cfg.thresholds))
+        self._scanners: OrderedDict[str, Scanner] = OrderedDict()
+        self._dedup = Dedup(cfg.dedup_window)
+        self._down_since: float | None = None
+        self.fenced = 0
+        self.counted = 0
+        self.unattributed = 0
+        self.polls = 0
+
+    # -- the loop ---------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        log.info(
+            "following %d LogQL queries on %s (cursor %s)",
+            len(self.queries),
+            self.cfg.endpoint,
+            self.cfg.cursor_file,
+        )
+        delay = self.cfg.poll_interval
+        while not stop.is_set():
+            try:
+                self.poll()
+                delay = self.cfg.poll_interval
+            except TemporaryError as exc:
+                if self._down_since is None:
+                    self._down_since = self.clock()
+                    log.error("loki unreachable, retrying with back-off: %s", exc)
+                delay = min(MAX_BACKOFF, max(delay * 2, exc.delay))
+            stop.wait(delay)
+
+    def poll(self) -> int:
+        """One round over every query; returns the number of new lines handled."""
+        handled = 0
+        now_ns = int(self.clock() * 1e9)
+        for query in self.queries:
+            handled += self._drain(query, now_ns)
+        if self._down_since is not None:
+            log.warning("loki reachable again after %.0fs", self.clock() - self._down_since)
+            self._down_since = None
+        self.polls += 1
+        return handled
+
+    def _drain(self, query: str, now_ns: int) -> int:
+        handled = 0
+        while True:
+            ts, _ = self.cursor.done.get(query, (0, []))
+            start = ts or now_ns - int(self.cfg.lookback * 1e9)
+            entries = self.client.query_range(query, start, now_ns, self.cfg.batch)
+            fresh = self.cursor.new(query, entries)
+            for e in fresh:
+                self._line(e)
+            self.cursor.advance(query, fresh)
+            self.cursor.save(self.cfg.cursor_file)  # after the fences: nothing is lost
+            handled += len(fresh)
+            if len(entries) < self.cfg.batch or not fresh:
+                return handled
+
+    # -- one line ---------------------------------------------------------------------
+    def _line(self, e: Entry) -> None:
+        node = next((e.labels[k] for k in self.cfg.node_labels if e.labels.get(k)), None)
+        stream = json.dumps(sorted(e.labels.items()))
+        # no scanner dedup: a repeated monitor finding must be counted (the Node's counts
+        # know one event from a storm of identical lines by its time: the rule's burst)
+        scanner = self._scanners.pop(stream, None) or Scanner(
+            self.scanner_proto.catalog, dedup=False
+        )
+        self._scanners[stream] = scanner
+        if len(self._scanners) > SCANNERS:
+            self._scanners.popitem(last=False)
+        for f in scanner.feed(e.line):
+            if node is None:
+                self.unattributed += 1
+                log.warning("loki: %s in a stream with no node label (%s)", describe(f), stream)
+                continue
+            self._finding(node, f, e)
+
+    def _finding(self, node: str, f: Finding, e: Entry) -> None:
+        writer = self.writer_for(node)
+        when = e.ts / 1e9
+        if f.action in FENCING_ACTIONS:
+            if not self._dedup.admit(f, node):
+                return  # the same fault again within the dedup window: fenced already
+            stamp = now_rfc3339(self.clock)
+            obs = Observation("kernel", "problem", f"{describe(f)} ({f.rule}) via loki", f.action)
+
+            def mark(acted: bool) -> Mark:
+                return Mark.of(f, boot="loki", seg="loki", line=0, acted=acted, at=stamp)
+
+            out = writer.record_finding(obs, mark)
+            self.fenced += 1
+            log.warning(
+                "loki: %s on %s (%s): %s",
+                describe(f),
+                node,
+                f.action,
+                f"fenced repair={out.fenced}" if out.fenced else "already under repair",
+            )
+            return
+        limit = threshold_for(self.thresholds, f.rule)
+        if limit is None or limit.count <= 0:
+            log.info("loki: %s on %s (%s): %s", describe(f), node, f.action, f.message[:120])
+            return
+        reason = f"{describe(f)} ({f.rule}) {limit.count} times within {limit.window:g}s"
+        out, added = writer.record_count(
+            boot="loki",
+            key=counts.key_of(f.rule, f.pci),
+            when=when,
+            clock="loki",
+            limit=counts.Limit(limit.count, limit.window, limit.burst),
+            crossing=Observation("kernel", "problem", reason, limit.action),
+        )
+        self.counted += 1
+        if added.crossed:
+            log.warning("loki: %s on %s: threshold reached (fenced=%s)", reason, node, out.fenced)

@@ -1,0 +1,157 @@
+"""``fleetmedic watch loki`` against a real Loki and the real API server: lines pushed with
+the labels real shippers set (tests/harness/loki.py) fence the Nodes they name, exactly as
+the agent fences (same taint, same finding annotation); a Loki restart mid-stream loses
+nothing; the source SIGKILLed and started again resumes from its cursor and counts
+nothing twice; Loki down is one log line each way, not a crash."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from tests.harness.ctlenv import FLEETMEDIC, wait_until
+from tests.harness.loki import kernel_labels, pod_labels
+
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
+
+XID79 = (
+    "[ 8812.412345] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+    "GPU has fallen off the bus."
+)
+ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+IB = (
+    "kp-ddp-worker-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from "
+    "peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+)
+REBOOT = {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}
+
+
+def watch(loki, kube, cursor, *args: str) -> list[str]:
+    return [
+        str(FLEETMEDIC),
+        "watch",
+        "loki",
+        "--endpoint",
+        loki.url,
+        "--cursor-file",
+        str(cursor),
+        "--kubeconfig",
+        str(kube.kubeconfig),
+        *args,
+    ]
+
+
+def once(loki, kube, cursor) -> dict:
+    r = subprocess.run(
+        watch(loki, kube, cursor, "--once"), capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def node(kube, name: str) -> dict:
+    return kube.request("GET", f"/api/v1/nodes/{name}")
+
+
+def taints(kube, name: str) -> list[dict]:
+    return node(kube, name)["spec"].get("taints") or []
+
+
+def ann(kube, name: str, key: str):
+    raw = (node(kube, name)["metadata"].get("annotations") or {}).get(key)
+    return json.loads(raw) if raw else None
+
+
+@pytest.fixture
+def nodes(kube):
+    run = uuid.uuid4().hex[:6]
+    names = [f"loki-{run}-{i}" for i in range(4)]
+    kube.make_nodes(names, labels={"fleetmedic.io/gpu-vendor": "nvidia"})
+    yield names
+    kube.delete_nodes(names)
+
+
+def test_kernel_and_pod_lines_fence_their_nodes_once_across_restarts(
+    loki_factory, kube, nodes, tmp_path
+):
+    loki = loki_factory()
+    cursor = tmp_path / "cursor.json"
+    a, b, c, _ = nodes
+    loki.push(kernel_labels("promtail", node=a), ["[ 8812.400000] eth0: link up", XID79])
+    pod = pod_labels("fluent-bit", node=b, namespace="train", pod="job-0", container="main")
+    loki.push(pod, ["step 100 loss 1.93", ECC])
+    loki.push(kernel_labels("otel", node=c), ["[   1.000000] Linux version 6.1.0"])  # benign
+    loki.wait_for('{namespace="train"}', 2)
+
+    got = once(loki, kube, cursor)
+    assert (got["fenced"], got["unattributed"]) == (2, 0), got
+    assert taints(kube, a) == [REBOOT] and taints(kube, b) == [REBOOT]
+    assert taints(kube, c) == []
+    finding = ann(kube, a, "fleetmedic.io/last-finding")  # the agent's watermark format
+    assert finding["rule"] == "xid.79" and finding["pci"] == "0000:3b:00" and finding["acted"]
+    assert ann(kube, b, "fleetmedic.io/last-finding")["rule"] == "cuda.ecc-uncorrectable"
+
+    # again: the cursor says all of it was handled
+    assert once(loki, kube, cursor)["lines"] == 0
+
+    # Loki restarted (SIGKILL: its WAL replays); a line pushed after it comes back is read
+    loki.restart(kill=True)
+    loki.push(kernel_labels("otel", node=c), [XID79])
+    got = once(loki, kube, cursor)
+    assert got["fenced"] == 1 and taints(kube, c) == [REBOOT], got
+    assert once(loki, kube, cursor)["lines"] == 0, "nothing read twice after Loki's restart"
+
+
+def test_killed_source_resumes_from_its_cursor_and_counts_nothing_twice(
+    loki_factory, kube, nodes, tmp_path
+):
+    """A monitor finding with a threshold (NCCL IB completion errors: 10 an hour) is counted
+    on the Node; SIGKILL and restart the source: the count stays, then goes on."""
+    loki = loki_factory()
+    cursor = tmp_path / "cursor.json"
+    target = nodes[3]
+    labels = pod_labels("promtail", node=target, namespace="train", pod="w-0", container="main")
+    log = tmp_path / "source.log"
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(
+            watch(loki, kube, cursor, "--poll-interval", "0.3"),
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("a"),
+        )
+
+    def counted() -> int:
+        c = ann(kube, target, "fleetmedic.io/monitor-counts") or {}
+        return sum(len(v.get("t", [])) for v in (c.get("seen") or {}).values())
+
+    src = start()
+    try:
+        base = time.time_ns()
+        for i in range(3):  # three events 30 s apart (the rule's burst is 10 s), minutes ago
+            loki.push(labels, [IB], ts=base + i * 30_000_000_000 - 300_000_000_000)
+        wait_until(lambda: counted() == 3, 30, "three IB errors counted")
+        src.send_signal(signal.SIGKILL)
+        src.wait(10)
+        src = start()
+        wait_until(lambda: log.read_text().count("following") == 2, 30, "restarted")
+        loki.push(labels, [IB])
+        wait_until(lambda: counted() == 4, 30, "the fourth counted")
+        assert counted() == 4, "the three before the kill were not counted again"
+        assert taints(kube, target) == [], "below the threshold of 10: no fence"
+
+        # Loki down: one line saying so, one when it is back; the source keeps running
+        loki.stop(keep_data=True)
+        wait_until(lambda: "loki unreachable" in log.read_text(), 30, "the outage logged")
+        assert src.poll() is None, "no crash while Loki is down"
+        loki.start()
+        wait_until(lambda: "loki reachable again" in log.read_text(), 90, "the recovery logged")
+        assert log.read_text().count("loki unreachable") == 1 and src.poll() is None
+        assert log.read_text().count("following") == 2, "it kept running, never restarted"
+    finally:
+        src.terminate()
+        src.wait(10)

@@ -1,0 +1,40 @@
+"""The Loki source's cursor and query filter (pure parts of agent/lokisource.py); the source
+itself runs against a real Loki in tests/integration/test_loki_source.py."""
+
+from __future__ import annotations
+
+from fleetmedic.adapters.loki import Entry
+from fleetmedic.agent.lokisource import Cursor, with_filter
+
+
+def e(ts: int, line: str, node: str = "n1") -> Entry:
+    return Entry({"node_name": node}, ts, line)
+
+
+def test_the_cursor_skips_what_was_handled_even_at_the_same_timestamp(tmp_path):
+    c = Cursor()
+    batch = [e(1, "a"), e(2, "b"), e(2, "c")]
+    assert c.new("q", batch) == batch
+    c.advance("q", batch)
+    path = tmp_path / "cursor.json"
+    c.save(path)
+    c = Cursor.load(path)  # a restart
+    again = [e(2, "b"), e(2, "c"), e(2, "d"), e(3, "e")]  # Loki's start is inclusive
+    assert [x.line for x in c.new("q", again)] == ["d", "e"]
+    c.advance("q", c.new("q", again))
+    assert c.new("q", [e(3, "e"), e(3, "f")]) == [e(3, "f")]
+    assert c.new("other", again) == again, "each query has its own cursor"
+
+
+def test_an_unreadable_cursor_starts_over_rather_than_failing(tmp_path):
+    path = tmp_path / "cursor.json"
+    path.write_text("{not json")
+    assert Cursor.load(path).done == {}
+    assert Cursor.load(tmp_path / "missing.json").done == {}
+
+
+def test_queries_get_the_scanners_trigger_filter_unless_they_have_a_pipeline():
+    q = with_filter('{transport="kernel"}', ["NVRM", "NCCL WARN", "a.b"])
+    assert q == '{transport="kernel"} |~ "NCCL\\\\ WARN|NVRM|a\\\\.b"'
+    own = '{job="x"} |= "Xid"'
+    assert with_filter(own, ["NVRM"]) == own
