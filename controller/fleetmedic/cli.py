@@ -30,6 +30,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Show what the next cycle would do, changing nothing.",
     ),
     "release": ("fleetmedic.controller.cli:release", "Return a node in manual repair to service."),
+    "history": (
+        "fleetmedic.controller.cli:history",
+        "Show a node's whole history: repair attempts and Events, newest first.",
+    ),
     "reset": ("fleetmedic.controller.cli:reset", "Remove every fleetmedic taint (only ours)."),
     "breaker": ("fleetmedic.controller.cli:breaker", "Show or reset the circuit breaker."),
     "watch": (

@@ -85,6 +85,33 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
     [row] = json.loads(status.stdout)
     assert (row["name"], row["state"]) == (name, "healthy")
 
+    # the audit trail: one JSON line per action in the controller's log, an Event for each
+    # (but the boot_id probe), and `fleetmedic history` merging the attempts and the Events
+    audits = [
+        json.loads(line[line.index("{") :])
+        for line in proc.log.read_text().splitlines()
+        if '"audit": true' in line
+    ]
+    done = [(a["what"], a["outcome"]) for a in audits if a["node"] == name]
+    # (the node was fenced at reboot by the test, as the agent does: no taint of ours)
+    assert [w for w, _ in done] == ["diagnose", "drain", "probe", "reboot", "verify"], done
+    assert all(o == "ok" for _, o in done)
+    reboot = next(a for a in audits if a["what"] == "reboot")
+    assert reboot["run_id"] and reboot["who"].startswith("fleetmedic controller ")
+    assert reboot["step"] == "reboot" and reboot["episode"] == 1
+    h = cli(cfg, "history", name, "--json")
+    assert h.returncode == 0, h.stderr
+    rows = json.loads(h.stdout)
+    assert rows[0]["source"] in ("history", "event") and rows == sorted(
+        rows, key=lambda r: r["at"][:19], reverse=True
+    )
+    whats = [r["what"] for r in rows]
+    assert "episode 1: reboot attempt 1 at verify" in whats
+    assert {"RepairStarted", "Repaired", "FleetmedicAction"} <= set(whats)
+    actions = [r["message"] for r in rows if r["what"] == "FleetmedicAction"]
+    assert any(m.startswith("reboot: ok (run ") for m in actions), actions
+    assert not any(m.startswith("probe") for m in actions), "no Event per boot_id probe"
+
 
 # -- b) reset -> reboot -> reimage -> manual, one email, release --------------------------
 def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_sink):

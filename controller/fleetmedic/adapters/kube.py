@@ -359,6 +359,16 @@ class Kube:
         )
 
     # -- events -----------------------------------------------------------
+    def list_node_events(self, name: str) -> list[dict]:
+        """The core/v1 Events about Node ``name`` (fleetmedic posts them in ``default``)."""
+        resp = self._call(
+            f"list events of node {name}",
+            self.core.list_namespaced_event,
+            "default",
+            field_selector=f"involvedObject.kind=Node,involvedObject.name={name}",
+        )
+        return list(resp.get("items") or [])
+
     def post_event(
         self,
         node: dict,

@@ -297,6 +297,31 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     )
 
 
+# -- history --------------------------------------------------------------------------
+@click.command("history")
+@_common
+@click.argument("node")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--limit", type=int, default=0, help="Only the newest N entries (0: all).")
+def history(cfg: Config, kubeconfig: str | None, node: str, as_json: bool, limit: int) -> None:
+    """A node's whole history, newest first: every repair attempt (its history annotation)
+    and every Event about it (fleetmedic's actions, the agent's fences, others')."""
+    from fleetmedic.controller.timeline import render, timeline
+
+    kube = connect(cfg, kubeconfig)
+    try:
+        obj = kube.get_node(node)
+    except NotFoundError:
+        raise NotFoundError(f"node {node} not found") from None
+    rows = timeline(obj, kube.list_node_events(node))
+    if limit > 0:
+        rows = rows[:limit]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(render(rows, width=max(80, _terminal_width())))
+
+
 # -- release and reset ----------------------------------------------------------------
 @click.command("release")
 @_common
@@ -318,10 +343,13 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
             f"node {node} is in {v.state}, which the controller is still "
             "working on; use --force to release it anyway"
         )
+    from fleetmedic.controller import audit
+
     upd = releasemod.release(v, now(), cfg, by=operator())
     written = kube.update_node(node, upd.apply_for(cfg.vocabulary()))
     for ev in upd.events:
         kube.post_event(written, ev.reason, ev.message, ev.type)
+    audit.record(operator(), node, "release", f"{v.state} -> healthy by hand", "written")
     click.echo(f"{node}: {v.state} -> healthy (released by {operator()})")
 
 
@@ -348,12 +376,15 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
         click.confirm(
             f"Remove fleetmedic taints from {len(todo)} node(s) ({names})?", abort=True, err=True
         )
+    from fleetmedic.controller import audit
+
     by = operator()
     for v in todo:
         upd = releasemod.reset(v, now(), cfg, by=by)
         written = kube.update_node(v.name, upd.apply_for(vocab))
         for ev in upd.events:
             kube.post_event(written, ev.reason, ev.message, ev.type)
+        audit.record(by, v.name, "reset", "every fleetmedic taint removed by hand", "written")
     click.echo(f"removed fleetmedic taints from {len(todo)} node(s): {names}")
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from fleetmedic.adapters import runner
+from fleetmedic.controller import audit
 from fleetmedic.controller.execute import Cancelled, Executor
 from fleetmedic.controller.leadership import Leadership
 from fleetmedic.controller.metrics import Metrics
@@ -77,9 +78,21 @@ class NodeWork:
         return None
 
     def _do(self, view: NodeView, action: Action, cancel: threading.Event) -> None:
+        who = f"fleetmedic controller {self.leadership.identity}"
         if action.kind == Kind.WRITE:
             assert action.update is not None
             self.recorder.write(action.update)
+            if action.update.state is not None or action.update.remove_taints:
+                # a taint changed (the Events of the write say so on the Node already)
+                audit.record(
+                    who,
+                    action.node,
+                    f"taint {action.update.state or 'others cleared'}",
+                    action.reason,
+                    "written",
+                    step=action.step,
+                    profile=action.profile,
+                )
             return
         run_id = (
             runner.new_run_id(f"{action.node}-{action.phase or action.kind}")
@@ -93,6 +106,9 @@ class NodeWork:
         if cancel.is_set():
             raise Cancelled(f"{action.node}: cancelled before {action.kind}")
         outcome = self.executor.execute(action, view, run_id, cancel)
+        # the probe reads a boot id: logged, but no Event each time
+        events = self.executor.kube if action.kind != Kind.PROBE else None
+        audit.of_action(who, action, outcome, run_id, events)
         if action.kind == Kind.ESCALATE:
             self.metrics.escalations.labels(outcome=outcome.status).inc()
         upd = ladder.complete(view, action, outcome, self.clock(), cfg)
