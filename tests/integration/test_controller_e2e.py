@@ -13,8 +13,10 @@ import random
 import tarfile
 import threading
 import time
+import urllib.request
 
 import pytest
+import yaml
 
 from tests.harness import ctlenv
 from tests.harness.ctlbench import Benches, pool_name
@@ -65,7 +67,42 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
     boot_before, boots = node.boot_id(), node.boots
     cfg = b.config()
     proc = b.controller(cfg)
+    port = yaml.safe_load(cfg.read_text())["metrics"]["port"]
+
+    def scrape(series: str) -> float | None:
+        """The controller's /metrics over HTTP, as Prometheus reads it."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        return None
+
+    # while it is under repair the node has a state-since series and counts as in reboot
+    wait_until(
+        lambda: (
+            scrape(f'fleetmedic_node_state_since_timestamp_seconds{{node="{name}",state="reboot"}}')
+            and scrape('fleetmedic_nodes{state="reboot"}') == 1
+        ),
+        60,
+        "the scrape to show the node in repair",
+        interval=0.2,
+    )
     wait_state(b.kube, name, "healthy", proc, 240)
+    wait_until(
+        lambda: scrape('fleetmedic_time_to_repair_seconds_count{repair="automatic"}') == 1,
+        30,
+        "the scrape to show one automatic repair",
+    )
+    assert scrape('fleetmedic_nodes{state="healthy"}') == 1
+    assert (
+        scrape(f'fleetmedic_node_state_since_timestamp_seconds{{node="{name}",state="reboot"}}')
+        is None
+    )
+    assert 0 < scrape('fleetmedic_time_to_repair_seconds_sum{repair="automatic"}') < 240
     assert node.boot_id() != boot_before and node.boots == boots + 1
     n = ctlenv.node(b.kube, name)
     assert taints(b.kube, name) == [FOREIGN], "only our taint went"

@@ -15,7 +15,14 @@ from fleetmedic import __version__
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy.history import parse_time
+from fleetmedic.policy.history import decode, parse_time
+from fleetmedic.policy.inflight import InFlight
+from fleetmedic.policy.repairtimes import last_repair
+
+# seconds: a GPU reset (a minute), a reboot (minutes to half an hour), a reinstall (an
+# hour), a human (hours to days)
+REPAIR_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 6 * 3600, 24 * 3600, 3 * 86400, 7 * 86400)
+INCIDENT_BUCKETS = (3600, 6 * 3600, 86400, 3 * 86400, 7 * 86400, 30 * 86400, 90 * 86400)
 
 STATES = ("healthy", *REPAIR_STATES)
 
@@ -62,6 +69,28 @@ class Metrics:
             "Seconds the longest-unhealthy node has been in repair",
             registry=r,
         )
+        self.time_to_repair = Histogram(
+            "fleetmedic_time_to_repair_seconds",
+            "Fence to back in service, per episode (repair: automatic, or manual: a release)",
+            ["repair"],
+            buckets=REPAIR_BUCKETS,
+            registry=r,
+        )
+        self.time_between = Histogram(
+            "fleetmedic_time_between_incidents_seconds",
+            "A node's last repair to its next fence (repair: how the last one was done)",
+            ["repair"],
+            buckets=INCIDENT_BUCKETS,
+            registry=r,
+        )
+        self.state_since = Gauge(
+            "fleetmedic_node_state_since_timestamp_seconds",
+            "When each node in repair entered its current state (nodes in repair only)",
+            ["node", "state"],
+            registry=r,
+        )
+        self._seen: dict[str, str] = {}  # node -> state at the last observation
+        self._since: dict[str, str] = {}  # node -> state its state_since series has
         self.build = Info("fleetmedic_build", "Build information", registry=r)
         self.build.info({"version": __version__})
         for state in STATES:
@@ -84,6 +113,52 @@ class Metrics:
                     longest = max(longest, (now - since).total_seconds())
         self.set_states(counts, sum(1 for v in views if v.slow_network))
         self.unhealthy_seconds.set(longest)
+        self._transitions(views, now)
+
+    def _transitions(self, views: Sequence[NodeView], now: datetime) -> None:
+        """MTTR when a node returns to service, MTBI when a healthy node is fenced, and the
+        per-node state-since series (transitions seen by this process; after a restart the
+        first observation is the baseline)."""
+        present = set()
+        for v in views:
+            present.add(v.name)
+            before = self._seen.get(v.name)
+            self._seen[v.name] = v.state
+            if before is not None and before != v.state:
+                if v.state == "healthy":
+                    done = last_repair(decode(v.annotations.get(keys.ANN_HISTORY)))
+                    if done is not None:
+                        self.time_to_repair.labels(repair=done.repair).observe(done.seconds)
+                elif before == "healthy":
+                    done = last_repair(decode(v.annotations.get(keys.ANN_HISTORY)))
+                    if done is not None:
+                        gap = max(0.0, now.timestamp() - done.ended)
+                        self.time_between.labels(repair=done.repair).observe(gap)
+            self._state_since(v)
+        for gone in [n for n in self._seen if n not in present]:
+            del self._seen[gone]
+            self._drop_since(gone)
+
+    def _state_since(self, v: NodeView) -> None:
+        since = None
+        if v.in_repair:
+            # our transition's stamp, else (fenced by the agent or a person) when work began
+            fl = InFlight.read(v.annotations)
+            since = parse_time(v.annotations.get(keys.ANN_STATE_SINCE)) or (
+                parse_time(fl.step_start) if fl and fl.step == v.state else None
+            )
+        if since is None:
+            self._drop_since(v.name)
+            return
+        if self._since.get(v.name) not in (None, v.state):
+            self._drop_since(v.name)
+        self._since[v.name] = v.state
+        self.state_since.labels(node=v.name, state=v.state).set(since.timestamp())
+
+    def _drop_since(self, node: str) -> None:
+        state = self._since.pop(node, None)
+        if state is not None:
+            self.state_since.remove(node, state)
 
     def serve(self, address: str, port: int) -> None:
         """Serve /metrics on ``address:port`` (loopback by default in config)."""
