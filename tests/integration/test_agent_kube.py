@@ -38,6 +38,7 @@ from tests.harness.agentenv import (
     wait_until,
     xid_line,
 )
+from tests.harness.ctlenv import free_port
 
 VOCAB = preset()
 REBOOT = "fleetmedic.io/repair=reboot"
@@ -220,6 +221,21 @@ def agent_env(rbac, nodes, tmp_path):
         a.stop()
 
 
+def scrape(port: int, series: str) -> float | None:
+    """One series from the agent's /metrics, as Prometheus reads it (None: absent)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
+
+
 def following(a: AgentProcess, count: int = 1) -> None:
     wait_until(
         "the agent to follow its kernel log",
@@ -233,7 +249,8 @@ def following(a: AgentProcess, count: int = 1) -> None:
 def test_xid_fences_at_once_and_restarts_neither_refence_nor_miss_lines(rbac, agent_env):
     kube = rbac
     node, kern, agent = agent_env
-    a = agent()
+    port = free_port()
+    a = agent("--metrics-port", str(port))
     following(a)
     t0 = time.monotonic()
     append(kern, xid_line(bus=0x3B, uptime=120.5))
@@ -241,6 +258,25 @@ def test_xid_fences_at_once_and_restarts_neither_refence_nor_miss_lines(rbac, ag
     latency = time.monotonic() - t0
     print(f"\nXid 79 line -> taint visible: {latency * 1000:.0f} ms")
     assert latency < 1.0
+    # the running agent scraped over HTTP: the finding, its checks, its last write
+    wait_until(
+        "the agent's metrics",
+        lambda: (
+            scrape(port, 'fleetmedic_agent_findings_total{action="reboot",code="79",kind="xid"}')
+            == 1
+        ),
+        10,
+        0.1,
+        a.tail,
+    )
+    assert scrape(port, "fleetmedic_agent_last_write_timestamp_seconds") > time.time() - 60
+    wait_until(
+        "a check round counted",
+        lambda: scrape(port, 'fleetmedic_agent_strikes{category="network"}') is not None,
+        10,
+        0.1,
+        a.tail,
+    )
     mark = annotation(kube, node, keys.ANN_LAST_FINDING)
     assert mark["rule"] == "xid.79" and mark["pci"] == "0000:3b:00" and mark["acted"] is True
     wait_until(

@@ -70,6 +70,7 @@ def _merge(cfg, opts: dict[str, Any]):
         kubeconfig=opts["kubeconfig"],
         retry_cap=opts["retry_cap"],
         alive_file=opts["alive_file"],
+        metrics_port=opts["metrics_port"],
         events=False if opts["no_events"] else None,
     )
     return dataclasses.replace(merged, kernel=kernel, checks=checks)
@@ -203,6 +204,12 @@ def _logging(level: str) -> None:
     metavar="PATH",
     help="Touch this file every round and while waiting for the API server (a liveness "
     "probe checks its age).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (checks, findings, strikes, last write).",
 )
 @click.option("--no-events", is_flag=True, help="Do not post Events on the Node.")
 @click.option(

@@ -106,6 +106,10 @@ class AgentConfig:
     """A file whose modification time the agent sets at every round and at every attempt
     while it waits out an API outage (waiting is not hanging). The DaemonSet's liveness
     probe restarts an agent that stopped touching it. None: no heartbeat."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port (the DaemonSet uses 9400). None: no server."""
+    metrics_address: str = "0.0.0.0"
+    """Where the metrics server listens (in a Pod, its own IP; on a host, choose)."""
     kernel: KernelWatchConfig = KernelWatchConfig()
     checks: CheckConfig = dataclasses.field(default_factory=CheckConfig)
 
@@ -114,6 +118,8 @@ class AgentConfig:
             raise ConfigError(f"interval: must be > 0 seconds, got {self.interval}")
         if self.strike_limit < 1:
             raise ConfigError(f"strike_limit: must be >= 1, got {self.strike_limit}")
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port: must be 1..65535, got {self.metrics_port}")
         if self.retry_cap <= 0:
             raise ConfigError(f"retry_cap: must be > 0, got {self.retry_cap}")
         self.vocabulary()  # unknown preset -> ConfigError now, not at the first fence

@@ -84,8 +84,10 @@ class KernelWatch:
         *,
         once: bool = False,
         clock: Callable[[], float] = time.time,
+        on_finding: Callable[[Finding], None] = lambda f: None,
     ) -> None:
         self.cfg = cfg
+        self.on_finding = on_finding  # metrics
         self.writer = writer
         self.retrier = retrier
         self.stop = stop
@@ -173,6 +175,7 @@ class KernelWatch:
                     self._new_boot(line, n)
                     continue
                 for finding in scanner.feed(line, n):
+                    self.on_finding(finding)
                     self._handle(finding, n)
         finally:
             close = getattr(lines, "close", None)

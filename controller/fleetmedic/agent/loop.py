@@ -32,6 +32,7 @@ from fleetmedic.adapters.kube import Kube
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import AgentConfig
 from fleetmedic.agent.kernelwatch import KernelWatch
+from fleetmedic.agent.metrics import AgentMetrics
 from fleetmedic.agent.retry import Retrier, Stopped
 from fleetmedic.agent.writer import NodeWriter, Outcome
 from fleetmedic.checks import CheckConfig, CheckResult, by_category, run_checks
@@ -84,8 +85,14 @@ class Agent:
         self.stop = stop or threading.Event()
         self.vocab = cfg.vocabulary()
         self.retrier = Retrier(self.stop, cap=cfg.retry_cap, on_attempt=self.beat)
+        self.metrics = AgentMetrics()
         self.writer = NodeWriter(
-            kube, cfg.node_name, self.vocab, strike_limit=cfg.strike_limit, events=cfg.events
+            kube,
+            cfg.node_name,
+            self.vocab,
+            strike_limit=cfg.strike_limit,
+            events=cfg.events,
+            on_write=self.metrics.wrote,
         )
         # its own connection, so a slow round never delays a fencing write
         kernel_writer = (
@@ -97,9 +104,12 @@ class Agent:
                 self.vocab,
                 strike_limit=cfg.strike_limit,
                 events=cfg.events,
+                on_write=self.metrics.wrote,
             )
         )
-        self.kernel = KernelWatch(cfg.kernel, kernel_writer, self.retrier, self.stop)
+        self.kernel = KernelWatch(
+            cfg.kernel, kernel_writer, self.retrier, self.stop, on_finding=self.metrics.finding
+        )
         self.rounds = 0
         self._last_line = ""
         self._beat_failed = False
@@ -138,6 +148,7 @@ class Agent:
         except Stopped:
             return None
         self.rounds += 1
+        self.metrics.round(results, out.decision.strikes)
         line = summary_line(results, out, self.cfg.strike_limit)
         noteworthy = any(r.status != "ok" for r in results) or line != self._last_line
         (log.info if noteworthy else log.debug)("round %d: %s", self.rounds, line)
@@ -155,6 +166,9 @@ class Agent:
             cfg.taints,
             cfg.kernel.source,
         )
+        if cfg.metrics_port:
+            self.metrics.serve(cfg.metrics_address, cfg.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", cfg.metrics_address, cfg.metrics_port)
         thread = threading.Thread(
             target=self._kernel_thread, name="fleetmedic-kernelwatch", daemon=True
         )

@@ -68,6 +68,7 @@ class NodeWriter:
         strike_limit: int = 3,
         events: bool = True,
         clock: Callable[[], float] = time.time,
+        on_write: Callable[[], None] = lambda: None,
     ) -> None:
         self.kube = kube
         self.node_name = node_name
@@ -75,6 +76,7 @@ class NodeWriter:
         self.strike_limit = strike_limit
         self.events = events
         self.clock = clock
+        self.on_write = on_write  # metrics: a successful write
 
     def read(self) -> dict:
         return self.kube.get_node(self.node_name)
@@ -155,6 +157,7 @@ class NodeWriter:
             return changed
 
         node = self.kube.update_node(self.node_name, mutate)
+        self.on_write()
         out = dataclasses.replace(box["out"], node=node)
         self._report(out)
         return out

@@ -107,6 +107,7 @@ def test_flags_override_the_file(tmp_path):
         kubeconfig=None,
         retry_cap=None,
         alive_file="/run/fleetmedic/alive",
+        metrics_port=9400,
         no_events=True,
         kernel_log="none",
         kernel_poll=None,
@@ -122,7 +123,7 @@ def test_flags_override_the_file(tmp_path):
     assert (cfg.interval, cfg.events, cfg.kernel.source) == (2.0, False, "none")
     assert cfg.checks.network.peers == ("b:5201",) and cfg.checks.network.min_mbps == 1
     assert cfg.checks.timeout == 9 and cfg.checks.vendor == "none"
-    assert cfg.alive_file == "/run/fleetmedic/alive"
+    assert cfg.alive_file == "/run/fleetmedic/alive" and cfg.metrics_port == 9400
 
 
 def test_summary_line_is_one_line():
