@@ -167,8 +167,9 @@ class Agent:
             cfg.kernel.source,
         )
         if cfg.metrics_port:
-            self.metrics.serve(cfg.metrics_address, cfg.metrics_port)
-            log.info("metrics on http://%s:%d/metrics", cfg.metrics_address, cfg.metrics_port)
+            threading.Thread(
+                target=self._serve_metrics, name="fleetmedic-metrics", daemon=True
+            ).start()
         thread = threading.Thread(
             target=self._kernel_thread, name="fleetmedic-kernelwatch", daemon=True
         )
@@ -191,6 +192,27 @@ class Agent:
             self.stop.set()
             thread.join(timeout=5)
         log.info("agent for node %s stopped; taints and strikes left as they are", cfg.node_name)
+
+    def _serve_metrics(self) -> None:
+        """Bind the metrics port, retrying while it is taken: with hostNetwork the old pod of
+        a rolling update may still hold it, and metrics must never stop the checks."""
+        cfg, said = self.cfg, False
+        while not self.stop.is_set():
+            try:
+                self.metrics.serve(cfg.metrics_address, cfg.metrics_port or 0)
+            except OSError as exc:
+                if not said:
+                    log.warning(
+                        "metrics port %s:%s not available (%s); trying again every 5s",
+                        cfg.metrics_address,
+                        cfg.metrics_port,
+                        exc.strerror or exc,
+                    )
+                    said = True
+                self.stop.wait(5)
+                continue
+            log.info("metrics on http://%s:%d/metrics", cfg.metrics_address, cfg.metrics_port)
+            return
 
     def run_once(self) -> Outcome | None:
         """``--once``: the kernel log as it is now (against the watermark), then one round.
