@@ -3,10 +3,23 @@
 # virtualenv at .venv with fleetmedic installed, then every component step in
 # scripts/setup.d/*.sh (Go-built test servers, the nspawn node tree, fakes).
 # A second run installs and builds nothing.
+# Each part's wall time goes to build/setup-times.tsv (scripts/test.sh prints it in its
+# table) and into a table on stderr at the end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 log() { printf '[setup] %s\n' "$*" >&2; }
+TIMES="$ROOT/build/setup-times.tsv"   # part <TAB> seconds <TAB> ok|FAILED
+mkdir -p "$ROOT/build"; : > "$TIMES"
+setup_t0=$SECONDS
+# (set -e does not act inside CMD when CMD is a function: functions return on failure themselves)
+timed() {  # timed NAME CMD...: run CMD, add its wall time to $TIMES
+  local name=$1 t0=$SECONDS rc=0; shift
+  "$@" || rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$((SECONDS - t0))" "$( ((rc)) && echo FAILED || echo ok)" >> "$TIMES"
+  return "$rc"
+}
+table() { awk -F'\t' '{printf "[setup] %-28s %5d s  %s\n", $1, $2, $3}' "$TIMES" >&2; }
 
 # CI builds everything: the FLEETMEDIC_*_SKIP switches (skip a build, then its tests) are
 # refused there, as scripts/test.sh and tests/conftest.py refuse them.
@@ -21,12 +34,13 @@ missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
-if ((${#missing[@]})); then
+apt_install() {
   log "apt: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
+  apt-get update -qq || return
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+}
+((${#missing[@]} == 0)) || timed apt apt_install
 
 # --- virtualenv with fleetmedic and its test extras
 PY="${PYTHON:-python3}"
@@ -36,18 +50,59 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 stamp=.venv/.fleetmedic-installed
 want_stamp="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [[ ! -f $stamp || "$(cat "$stamp")" != "$want_stamp" ]]; then
+pip_install() {
   log "pip: installing fleetmedic[test] into .venv"
-  .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q --upgrade pip >/dev/null || return
+  .venv/bin/pip install -q -e '.[test]' || return
   echo "$want_stamp" > "$stamp"
-fi
+}
+[[ -f $stamp && "$(cat "$stamp")" == "$want_stamp" ]] || timed pip pip_install
 
 # --- component steps (each is idempotent and caches by version)
 export PATH="$ROOT/.venv/bin:$PATH"
+# The steps in BACKGROUND mostly wait on the network or the disk (debootstrap, mmdebstrap,
+# pip): they start first and run while the CPU-bound steps (Go builds) run one after
+# another in the foreground. (A list here, not a mark in the step: 20-nodetree.sh hashes
+# its own text into its cache key.) A background step's output goes to
+# build/setup-logs/<step>.log, shown whole if it fails; one line when it finishes. setup
+# fails when any step fails, after every started step has finished.
+BACKGROUND=(20-nodetree.sh 50-image.sh 60-sanity.sh)
+is_bg() { [[ " ${BACKGROUND[*]} " == *" ${1#scripts/setup.d/} "* ]]; }
+LOGS="$ROOT/build/setup-logs"
+rm -rf "$LOGS"; mkdir -p "$LOGS"
+bg_pids=() bg_steps=()
+bg_run() {  # the background wrapper: one line on stderr when done, the whole log on failure
+  local step=$1 name=${1#scripts/setup.d/} rc=0
+  timed "$name" bash "$step" > "$LOGS/$name.log" 2>&1 || rc=$?
+  if ((rc)); then
+    log "step $name (background) FAILED (exit $rc); its log, $LOGS/$name.log:"
+    sed 's/^/    /' "$LOGS/$name.log" >&2
+  else
+    log "step $name (background): done ($(awk -F'\t' -v n="$name" '$1 == n {print $2}' "$TIMES") s)"
+  fi
+  return "$rc"
+}
+for step in scripts/setup.d/*.sh; do
+  if [[ ! -e $step ]] || ! is_bg "$step"; then continue; fi
+  log "step: ${step#scripts/setup.d/} (background; log: $LOGS/${step#scripts/setup.d/}.log)"
+  bg_run "$step" &
+  bg_pids+=("$!") bg_steps+=("${step#scripts/setup.d/}")
+done
+fg_failed=""
 for step in scripts/setup.d/*.sh; do
   [[ -e $step ]] || continue
+  is_bg "$step" && continue
   log "step: ${step#scripts/setup.d/}"
-  bash "$step"
+  timed "${step#scripts/setup.d/}" bash "$step" || { fg_failed=${step#scripts/setup.d/}; break; }
 done
+bg_failed=()
+for i in "${!bg_pids[@]}"; do
+  wait "${bg_pids[$i]}" || bg_failed+=("${bg_steps[$i]}")
+done
+printf '%s\t%s\t%s\n' "(setup wall time)" "$((SECONDS - setup_t0))" "" >> "$TIMES"
+table
+if [[ -n $fg_failed ]] || ((${#bg_failed[@]})); then
+  log "FAILED: ${fg_failed:+$fg_failed }${bg_failed[*]}"
+  exit 1
+fi
 log "ready"

@@ -24,12 +24,28 @@ if [[ ${CI:-} == true ]]; then
   fi
 fi
 
+# What the run had to work with (CI's machines differ; the timings below depend on it).
+echo "== machine: $(nproc) CPUs, $(awk '/^MemTotal:/ {printf "%.1f GB", $2 / 1048576}' /proc/meminfo) RAM, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
 failed=()
+times=()  # "NAME<TAB>seconds<TAB>ok|FAILED" per stage, for the table at the end
 stage() {  # stage NAME CMD...
   local name=$1; shift
   echo "== $name"
-  local t0=$SECONDS
-  if "$@"; then echo "== $name: ok ($((SECONDS - t0)) s)"; else failed+=("$name"); echo "== $name: FAILED ($((SECONDS - t0)) s)"; fi
+  local t0=$SECONDS st=ok
+  if ! "$@"; then failed+=("$name"); st=FAILED; fi
+  echo "== $name: $st ($((SECONDS - t0)) s)"
+  times+=("$name"$'\t'"$((SECONDS - t0))"$'\t'"$st")
+}
+# Where the time went: setup's parts (scripts/setup.sh wrote them; background steps overlap,
+# its wall time is the last setup line) and every stage.
+time_table() {
+  local setup_times="$ROOT/build/setup-times.tsv"
+  echo "== wall time per part"
+  if [[ -s $setup_times ]]; then
+    awk -F'\t' '{printf "   setup %-52s %5d s  %s\n", $1, $2, $3}' "$setup_times"
+  fi
+  printf '%s\n' "${times[@]}" | awk -F'\t' '{printf "   %-58s %5d s  %s\n", $1, $2, $3; t += $2} END {printf "   stages total %45s %5d s\n", "", t}'
 }
 
 # pytest, then the check that nothing was skipped off the allow-list or left out.
@@ -44,7 +60,8 @@ pytest_all() {
     [[ -n $n ]] || { echo "pytest --collect-only found no tests"; return 1; }
     expect=(--expect "$n")
   fi
-  pytest --junitxml="$report" "$@" || rc=$?
+  # --durations: the slowest tests (and fixtures' setup) in the log, to see where time goes
+  pytest --junitxml="$report" --durations=30 --durations-min=1 "$@" || rc=$?
   [[ -f $report ]] || return 1
   python scripts/check_pytest_run.py "$report" "${expect[@]}" || rc=1
   return "$rc"
@@ -72,6 +89,7 @@ for scenario in tests/molecule/*/molecule.yml; do
   stage "molecule $name" env MOLECULE_GLOB='tests/molecule/*/molecule.yml' molecule test -s "$name"
 done
 
+time_table
 if ((${#failed[@]})); then
   printf 'FAILED stages: %s\n' "${failed[*]}"
   exit 1
