@@ -41,10 +41,12 @@ class BreakerKeeper:
         send: Callable[[Callable[[], None]], object],
         stop: Callable[[], Event],
         profile: str = "default",
+        on_trip: Callable[[str, list[str], int, float], None] = lambda *a: None,
     ) -> None:
-        """``cfg``: the profile's effective config (its breaker settings and recipients)."""
+        """``cfg``: the profile's effective config (its breaker settings and recipients);
+        ``on_trip(profile, nodes, pool, window)``: the chat notification of a trip."""
         self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
-        self.send, self.stop, self.profile = send, stop, profile
+        self.send, self.stop, self.profile, self.on_trip = send, stop, profile, on_trip
         self.gauge = metrics.breaker_open.labels(profile=profile)
         self.key = breaker.record_key(profile)
         self.state = breaker.BreakerState()
@@ -112,6 +114,9 @@ class BreakerKeeper:
         )
         if self._save(breaker.record_of(obs.state)):
             self.saved = obs.state.tripped_at
+        if not self.dry_run:
+            nodes = sorted({n for n, _ in obs.state.turned})
+            self.on_trip(self.profile, nodes, len(views), cfg.window)
         if self.cfg.smtp and not self.dry_run:
             storm = notify.Storm(
                 pool=len(views),

@@ -139,7 +139,7 @@ def _setup_logging(verbose: bool) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose: bool) -> None:
     """Run the remediation controller."""
-    from fleetmedic.adapters import notify
+    from fleetmedic.adapters import chat, notify
     from fleetmedic.controller.loop import Controller
 
     _setup_logging(verbose)
@@ -150,6 +150,9 @@ def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose:
             raise ConfigError(f"missing files: {'; '.join(missing)}")
         if cfg.smtp:
             notify.read_password(cfg.smtp)  # unreadable secrets fail now, not at 3 am
+        for name in cfg.profile_names():
+            for target in cfg.profile(name).notify.targets:
+                chat.read_url(target)  # so do chat URLs
         for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
             try:
                 d.mkdir(parents=True, exist_ok=True)

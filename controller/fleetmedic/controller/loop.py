@@ -32,6 +32,7 @@ from fleetmedic.adapters import runner
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.controller import sdnotify
 from fleetmedic.controller.breakerkeeper import BreakerKeeper
+from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.execute import Executor
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
@@ -96,7 +97,15 @@ class Controller:
             on_lost=lambda: self.workers.cancel_running(),
             on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
         )
-        recorder = Recorder(kube, vocab, self.watcher.put, self.metrics, lambda: self._stop)
+        self.chatter = Chatter(cfg, lambda: self._stop)
+        recorder = Recorder(
+            kube,
+            vocab,
+            self.watcher.put,
+            self.metrics,
+            lambda: self._stop,
+            on_written=self.chatter.written,
+        )
         executor = Executor(cfg, kube, on_run=lambda d: self.metrics.in_flight.inc(d))
         work = NodeWork(cfg, self.leadership, recorder, executor, self.metrics, clock)
         size = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
@@ -110,6 +119,7 @@ class Controller:
                 send=self.workers.side_job,
                 stop=lambda: self._stop,
                 profile=name,
+                on_trip=self.chatter.breaker,
             )
             for name in cfg.profile_names()
         }

@@ -32,10 +32,12 @@ class Recorder:
         keep: Callable[[dict], NodeView],
         metrics: Metrics,
         stopping: Callable[[], threading.Event],
+        on_written: Callable[[Update, NodeView], None] = lambda upd, view: None,
     ) -> None:
-        """``keep``: puts the written Node into the informer's cache, returns its view."""
+        """``keep``: puts the written Node into the informer's cache, returns its view;
+        ``on_written``: told of each change written (the chat notifications)."""
         self.kube, self.vocab, self.keep, self.metrics = kube, vocab, keep, metrics
-        self.stopping = stopping
+        self.stopping, self.on_written = stopping, on_written
 
     def write(self, upd: Update, retry_for: float = 0.0) -> NodeView:
         """Apply ``upd`` (RV-guarded) and return the Node's view as written. Stale
@@ -78,4 +80,5 @@ class Recorder:
                 self.metrics.duration.labels(step=attempt.step).observe(
                     max(0.0, (end - start).total_seconds())
                 )
+        self.on_written(upd, after)
         return after

@@ -34,6 +34,7 @@ from fleetmedic.model.config.ladder import (
     PlaybooksConfig,
     StepConfig,
 )
+from fleetmedic.model.config.notify import NotifyConfig, TargetConfig
 from fleetmedic.model.config.profiles import DEFAULT_PROFILE, ProfileConfig, deep_merge
 from fleetmedic.model.config.safety import BreakerConfig, DrainConfig, FlapConfig, SafetyConfig
 from fleetmedic.model.config.sections import (
@@ -68,6 +69,7 @@ __all__ = [
     "LadderConfig",
     "LeaderElectionConfig",
     "MetricsConfig",
+    "NotifyConfig",
     "PlaybookConfig",
     "PlaybooksConfig",
     "ProfileConfig",
@@ -75,6 +77,7 @@ __all__ = [
     "SmtpConfig",
     "StepConfig",
     "TaintsConfig",
+    "TargetConfig",
     "Window",
     "credential_path",
     "load",
@@ -95,6 +98,8 @@ class Config(Section):
     ansible: AnsibleConfig = AnsibleConfig()
     smtp: SmtpConfig | None = None
     """Unset: no email; escalations are only recorded on the Node (and logged loudly)."""
+    notify: NotifyConfig = NotifyConfig()
+    """Chat and pager targets (Apprise URLs) beside the email; see notify.py."""
     safety: SafetyConfig = SafetyConfig()
     metrics: MetricsConfig = MetricsConfig()
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
@@ -157,6 +162,11 @@ class Config(Section):
             )
             for c in every
             if c.smtp
+        ]
+        wanted += [
+            (f"notify.targets.{t.name}.url", secret_path(t.url_file, t.url_credential, environ))
+            for c in every
+            for t in c.notify.targets
         ]
         missing = [f"{name}: {path}" for name, path in wanted if path and not path.exists()]
         return list(dict.fromkeys(missing))

@@ -26,7 +26,7 @@ from fleetmedic.model import selector
 from fleetmedic.model.config.types import Section
 
 DEFAULT_PROFILE = "default"
-OVERRIDABLE = ("ladder", "safety", "smtp")
+OVERRIDABLE = ("ladder", "safety", "smtp", "notify")
 """Top-level sections a profile may override."""
 
 
@@ -43,6 +43,8 @@ class ProfileConfig(Section):
     """Merged over the top-level `safety`: this pool's budget, breaker, windows, drain."""
     smtp: dict[str, Any] | None = None
     """Merged over the top-level `smtp` (e.g. another on-call list in `to`)."""
+    notify: dict[str, Any] | None = None
+    """Merged over the top-level `notify` (e.g. this pool's team channel in `targets`)."""
 
     @field_validator("name")
     @classmethod
