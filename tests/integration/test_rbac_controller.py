@@ -6,13 +6,11 @@ uncordon), and every call outside those grants is refused with 403.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from fleetmedic.adapters.kube import MERGE_PATCH, connect
 from fleetmedic.errors import ForbiddenError, PermanentError
-from tests.harness import ctlenv
+from tests.harness import ctlenv, ctlwait
 from tests.harness.ctlbench import fast_playbooks
 from tests.harness.ctlenv import history, state_of, wait_until
 from tests.harness.ctlrbac import NAMESPACE, SA, install_controller_rbac, manifests
@@ -122,7 +120,8 @@ def test_force_drain_without_the_opt_in_grant_goes_to_a_human(safety_bench):
     assert "DrainForceForbidden" in {e["reason"] for e in events}
     pods = b.kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
     assert guarded["metadata"]["name"] in {p["metadata"]["name"] for p in pods}, "pod kept"
-    time.sleep(5)  # past the retry interval: no second forbidden delete
+    wait_until(lambda: len(history(b.kube, name)) >= 2, 60, "the escalation recorded")
+    ctlwait.looked_again(b.kube, cfg, name)  # cycles that saw it in manual: no second try
     assert proc.log.read_text(errors="replace").count("forcing deletion of") == 1
     assert [a["result"] for a in history(b.kube, name)] == ["drain-blocked", "escalated"]
 

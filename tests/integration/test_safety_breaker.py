@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
-from tests.harness import ctlenv
+from tests.harness import ctlenv, ctlwait
 from tests.harness.ctlbench import fast_config
 from tests.harness.ctlenv import cli, history, state_of, wait_until
 
@@ -85,17 +84,19 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     )
     proc = b.controller(cfg)
     wait_until(lambda: "watching 10 nodes" in proc.log.read_text(), 30, "controller ready")
-    time.sleep(2)  # past the first (baseline) observation
+    ctlwait.looked_again(b.kube, cfg, names[0], n=1)  # past the first (baseline) observation
 
     storm = names[:6]
     taint_all(b.kube, storm)
     [msg] = smtp_sink.wait_for(1, timeout=30)
     assert "circuit breaker open" in msg["Subject"], msg["Subject"]
     early = started(b.kube, names)
+    admitted = ctlwait.counts(cfg)["admitted"]
     assert len(early) <= 2, f"more than the threshold begun before the trip: {early}"
     # more nodes turn while it is open: still nothing, and no second email
     taint_all(b.kube, names[6:8])
-    time.sleep(15)
+    seen = ctlwait.looked_again(b.kube, cfg, names[6])  # it has seen them turn
+    assert seen["admitted"] == admitted, "nothing admitted while the breaker is open"
     assert started(b.kube, names) == early, "no repair starts while the breaker is open"
     assert len(smtp_sink.messages) == 1, "exactly one storm email"
     assert all(state_of(b.kube, n) == "reboot" for n in set(names[:8]) - early)
@@ -126,7 +127,8 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
         30,
         "the restarted controller to find the breaker open",
     )
-    time.sleep(8)
+    seen = ctlwait.looked_again(b.kube, cfg, names[6])
+    assert seen["admitted"] == 0, "nothing admitted after a restart either"
     assert started(b.kube, names) == early, "no repair starts after a restart either"
     assert len(smtp_sink.messages) == 1, "no second storm email after a restart"
 
@@ -144,7 +146,8 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     )
     assert not json.loads(pause_cm(b)["data"]["breaker"])["tripped_at"]
     assert "closed" in cli(cfg, "breaker", "status").stdout
-    time.sleep(5)
+    seen = ctlwait.looked_again(b.kube, cfg, names[6])  # cycles with the breaker closed
+    assert seen["admitted"] == 0, "nothing stale admitted"
     assert {n: len(history(b.kube, n)) for n in names} == before, "nothing stale replayed"
     assert not any(
         (ctlenv.node(b.kube, n)["metadata"].get("annotations") or {}).get("fleetmedic.io/in-flight")

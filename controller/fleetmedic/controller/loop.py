@@ -221,6 +221,7 @@ class Controller:
         """Plan and start work. Returns (seconds until it is worth looking again,
         actions admitted)."""
         self.cycles += 1
+        self.metrics.cycles.inc()
         now, mono = self.clock(), time.monotonic()
         # Busy nodes first, then the Nodes: a worker records its outcome (watcher.put)
         # before it leaves the busy set, so a node that is not busy here is seen with its
@@ -250,6 +251,7 @@ class Controller:
         for action in plan.admission.admitted:
             self.workers.submit(decided_on[action.node], action)
         self.admitted_total += len(plan.admission.admitted)
+        self.metrics.admitted.inc(len(plan.admission.admitted))
         if mono >= self._next_prune:
             self._next_prune = mono + PRUNE_EVERY
             self.workers.side_job(lambda: runner.prune_runs(self.cfg.ansible))

@@ -61,6 +61,16 @@ class Metrics:
             registry=r,
         )
         self.paused = Gauge("fleetmedic_paused", "1 while the pause switch is on", registry=r)
+        self.cycles = Counter(
+            "fleetmedic_cycles",
+            "Decision cycles run (each looks at every node once); tests wait on it",
+            registry=r,
+        )
+        self.admitted = Counter(
+            "fleetmedic_actions_admitted",
+            "Actions admitted by the safety budget and handed to a worker",
+            registry=r,
+        )
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )
