@@ -3,23 +3,38 @@
 # virtualenv at .venv with fleetmedic installed, then every component step in
 # scripts/setup.d/*.sh (Go-built test servers, the nspawn node tree, fakes).
 # A second run installs and builds nothing.
-# Each part's wall time goes to build/setup-times.tsv (scripts/test.sh prints it in its
-# table) and into a table on stderr at the end.
+# Each part's wall time (and each setup.d step's CPU seconds, user + sys of all its
+# processes) goes to build/setup-times.tsv (scripts/test.sh prints it in its table) and
+# into a table on stderr at the end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 log() { printf '[setup] %s\n' "$*" >&2; }
-TIMES="$ROOT/build/setup-times.tsv"   # part <TAB> seconds <TAB> ok|FAILED
-mkdir -p "$ROOT/build"; : > "$TIMES"
+TIMES="$ROOT/build/setup-times.tsv"   # part <TAB> wall s <TAB> ok|FAILED <TAB> CPU s
+LOGS="$ROOT/build/setup-logs"         # background steps' logs, CPU times of steps
+rm -rf "$LOGS"; mkdir -p "$LOGS"; : > "$TIMES"
 setup_t0=$SECONDS
 # (set -e does not act inside CMD when CMD is a function: functions return on failure themselves)
 timed() {  # timed NAME CMD...: run CMD, add its wall time to $TIMES
   local name=$1 t0=$SECONDS rc=0; shift
   "$@" || rc=$?
-  printf '%s\t%s\t%s\n' "$name" "$((SECONDS - t0))" "$( ((rc)) && echo FAILED || echo ok)" >> "$TIMES"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$((SECONDS - t0))" "$( ((rc)) && echo FAILED || echo ok)" \
+    "$(cat "$LOGS/$name.cpu" 2>/dev/null)" >> "$TIMES"
   return "$rc"
 }
-table() { awk -F'\t' '{printf "[setup] %-28s %5d s  %s\n", $1, $2, $3}' "$TIMES" >&2; }
+# run_step STEP: bash STEP, then its CPU seconds (its processes' user + sys: the second
+# line of an inner shell's `times`, not in a pipe) into $LOGS/<step>.cpu
+run_step() {
+  local rc=0 f="$LOGS/${1#scripts/setup.d/}.cpu"
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  bash -c 'bash "$1"; rc=$?; times > "$2"; exit "$rc"' _ "$1" "$f.raw" || rc=$?
+  awk 'NR == 2 { t = 0; for (i = 1; i <= NF; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%.1f", t }' \
+    "$f.raw" > "$f" 2>/dev/null || true
+  return "$rc"
+}
+table() {
+  awk -F'\t' '{printf "[setup] %-28s %5d s wall  %6s  %s\n", $1, $2, ($4 == "" ? "" : $4 " CPU-s"), $3}' "$TIMES" >&2
+}
 
 # CI builds everything: the FLEETMEDIC_*_SKIP switches (skip a build, then its tests) are
 # refused there, as scripts/test.sh and tests/conftest.py refuse them.
@@ -68,12 +83,10 @@ export PATH="$ROOT/.venv/bin:$PATH"
 # fails when any step fails, after every started step has finished.
 BACKGROUND=(20-nodetree.sh 50-image.sh 60-sanity.sh)
 is_bg() { [[ " ${BACKGROUND[*]} " == *" ${1#scripts/setup.d/} "* ]]; }
-LOGS="$ROOT/build/setup-logs"
-rm -rf "$LOGS"; mkdir -p "$LOGS"
 bg_pids=() bg_steps=()
 bg_run() {  # the background wrapper: one line on stderr when done, the whole log on failure
   local step=$1 name=${1#scripts/setup.d/} rc=0
-  timed "$name" bash "$step" > "$LOGS/$name.log" 2>&1 || rc=$?
+  timed "$name" run_step "$step" > "$LOGS/$name.log" 2>&1 || rc=$?
   if ((rc)); then
     log "step $name (background) FAILED (exit $rc); its log, $LOGS/$name.log:"
     sed 's/^/    /' "$LOGS/$name.log" >&2
@@ -93,7 +106,7 @@ for step in scripts/setup.d/*.sh; do
   [[ -e $step ]] || continue
   is_bg "$step" && continue
   log "step: ${step#scripts/setup.d/}"
-  timed "${step#scripts/setup.d/}" bash "$step" || { fg_failed=${step#scripts/setup.d/}; break; }
+  timed "${step#scripts/setup.d/}" run_step "$step" || { fg_failed=${step#scripts/setup.d/}; break; }
 done
 bg_failed=()
 for i in "${!bg_pids[@]}"; do
