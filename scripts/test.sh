@@ -43,7 +43,7 @@ time_table() {
   local setup_times="$ROOT/build/setup-times.tsv"
   echo "== wall time per part"
   if [[ -s $setup_times ]]; then
-    awk -F'\t' '{printf "   setup %-40s %5d s  %6s  %s\n", $1, $2, ($4 == "" ? "" : $4 " CPU-s"), $3}' "$setup_times"
+    awk -F'\t' '{printf "   setup %-52s %5d s  %6s  %s\n", $1, $2, ($4 == "" ? "" : $4 " CPU-s"), $3}' "$setup_times"
   fi
   printf '%s\n' "${times[@]}" | awk -F'\t' '{printf "   %-58s %5d s  %s\n", $1, $2, $3; t += $2} END {printf "   stages total %45s %5d s\n", "", t}'
 }
