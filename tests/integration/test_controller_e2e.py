@@ -30,11 +30,19 @@ from tests.harness.ctlenv import (
     wait_until,
 )
 from tests.harness.smtp import attachments, body_text
+from tests.harness.webhook import Webhook
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
 FOREIGN = {"key": "example.com/team-maintenance", "value": "gpu-burn", "effect": "NoSchedule"}
 REPAIR_KEY = "fleetmedic.io/repair"
+
+
+@pytest.fixture
+def webhook():
+    """A chat service (Apprise json:// target) that records what the controller posts."""
+    with Webhook() as hook:
+        yield hook
 
 
 @pytest.fixture
@@ -151,9 +159,10 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
 
 
 # -- b) reset -> reboot -> reimage -> manual, one email, release --------------------------
-def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_sink):
+def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_sink, webhook):
     """Fenced at the reset rung (as the agent fences a reset-class finding), a GPU that stays
-    lost climbs every rung: reset, reboot, reimage, then one email."""
+    lost climbs every rung: reset, reboot, reimage, then one email and one chat message;
+    the release says so in chat too."""
     b = bench(1)
     node = b.fleet.node(1)
     ctlenv.prepare_apt_repo(b.fleet, [node], b.dir)  # reimage really reinstalls the driver
@@ -167,10 +176,16 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
         content_type="application/merge-patch+json",
     )
     boots = node.boots
-    cfg = b.config(smtp_sink)
+    chat = {"name": "chat", "url": webhook.url("oncall"), "events": ["escalation", "repaired"]}
+    cfg = b.config(smtp_sink, notify={"targets": [chat]})
     proc = b.controller(cfg)
     wait_state(b.kube, name, "manual", proc, 540)
     [msg] = smtp_sink.wait_for(1, timeout=60)
+    post = webhook.wait_for(lambda r: "needs hands" in r.body["title"], timeout=60)
+    assert post.path == "/oncall" and post.body["type"] == "failure"
+    assert post.body["title"].startswith(f"[fleetmedic] {name} needs hands")
+    for fact in ("- reset 1 fail", "- reboot 1 fail", "- reimage 1 fail", "release " + name):
+        assert fact in post.body["message"], post.body["message"]
     time.sleep(5)
     assert len(smtp_sink.messages) == 1, "exactly one email"
     assert name in msg["Subject"] and "needs hands" in msg["Subject"]
@@ -204,8 +219,14 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     wait_until(lambda: taints(b.kube, name) == [], 30, "release")
     assert not ctlenv.node(b.kube, name)["spec"].get("unschedulable")
     assert history(b.kube, name)[-1]["result"] == "released"
+    back = webhook.wait_for(lambda r: "back in service" in r.body["title"], timeout=30)
+    assert back.body["type"] == "success" and "released by" in back.body["message"]
     time.sleep(5)
     assert state_of(b.kube, name) == "healthy" and len(smtp_sink.messages) == 1
+    assert [r.body["title"].split(" ", 2)[2] for r in webhook.received] == [
+        "needs hands (episode 1)",
+        "is back in service",
+    ], "one chat message per event"
     r = cli(cfg, "release", "no-such-node-" + b.pool)
     assert r.returncode != 0 and r.stderr.startswith("fleetmedic: error: ")
     assert len(r.stderr.strip().splitlines()) == 1

@@ -141,3 +141,21 @@ class Chatter:
         due = time.monotonic() + notify.retry_interval
         with self._cond:
             heapq.heappush(self._due, (due, next(self._seq), target, notify, msg, tries + 1))
+
+
+def deliver_now(
+    cfg: Config, view: NodeView, msg: chat.Message, send: Send = chat.send
+) -> list[str]:
+    """For one-shot commands (``fleetmedic release``): one try per target of the node's
+    profile that wants ``msg``; the failures, as lines to warn with (the command's own
+    work is done and stays done)."""
+    profile = assign([view], cfg).profile_of.get(view.name, "default")
+    notify = cfg.profile(profile).notify
+    failed = []
+    for target in notify.targets:
+        if msg.event in target.events:
+            try:
+                send(target, msg, notify.timeout)
+            except FleetmedicError as exc:
+                failed.append(f"{msg.event} notification not sent: {exc}")
+    return failed

@@ -354,6 +354,12 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
         kube.post_event(written, ev.reason, ev.message, ev.type)
     audit.record(operator(), node, "release", f"{v.state} -> healthy by hand", "written")
     click.echo(f"{node}: {v.state} -> healthy (released by {operator()})")
+    from fleetmedic.adapters import chat
+    from fleetmedic.controller.chatter import deliver_now
+
+    back = chat.repaired(node, f"released by {operator()} ({v.state} -> healthy)")
+    for line in deliver_now(cfg, v, back):
+        click.echo(f"fleetmedic: warning: {line}", err=True)
 
 
 @click.command("reset")
