@@ -13,7 +13,7 @@ and the DaemonSet pod always left alone.
 
 from __future__ import annotations
 
-import time
+import json
 
 import pytest
 
@@ -30,6 +30,17 @@ def live_pods(kube, ns: str) -> set[str]:
         for p in kube.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
         if not p["metadata"].get("deletionTimestamp")
     }
+
+
+def waiting_drain(kube, name: str) -> str | None:
+    """When the node's drain waits for a retry (blocked): the retry time it waits for."""
+    raw = (ctlenv.node(kube, name)["metadata"].get("annotations") or {}).get(
+        "fleetmedic.io/in-flight"
+    )
+    marker = json.loads(raw) if raw else {}
+    if marker.get("phase") == "drain" and marker.get("status") == "pending":
+        return marker.get("retry_at")
+    return None
 
 
 @pytest.mark.parametrize("mode", ["wait", "skip", "force", "escalate"])
@@ -60,7 +71,12 @@ def test_pdb_blocked_drain_follows_config(safety_bench, mode):
 
     if mode == "wait":
         wait_until(lambda: alive() or "DrainBlocked" in proc.log.read_text(), 60, "DrainBlocked")
-        time.sleep(8)  # past a retry: still blocked
+        first = wait_until(lambda: waiting_drain(b.kube, name), 30, "the drain's back-off")
+        wait_until(  # a retry ran (a new back-off written) and found it still blocked
+            lambda: alive() or waiting_drain(b.kube, name) not in (None, first),
+            60,
+            "a retried drain",
+        )
         assert state_of(b.kube, name) == "reboot"
         assert ctlenv.node(b.kube, name)["spec"].get("unschedulable"), "cordoned while waiting"
         assert g in live_pods(b.kube, ns) and f not in live_pods(b.kube, ns)
