@@ -1,0 +1,71 @@
+"""dcgmi diag -j: the parser on published outputs, and the runner against a fake dcgmi that
+replays them (pass, fail, timeout, tool missing). Sources: tests/unit/checks/data/dcgm/README.md."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetmedic.checks import diag
+
+DATA = Path(__file__).parent / "data" / "dcgm"
+FAKE = Path(__file__).parents[2] / "fakes" / "dcgm" / "dcgmi.py"
+
+
+def test_parse_real_dcgm_310_output() -> None:
+    version, results = diag.parse_dcgm((DATA / "pass-3.1.0.txt").read_text())
+    assert version == "3.1.0"
+    assert results[0].name == "Denylist" and results[0].gpus == tuple(range(8))
+    software = [r for r in results if r.name == "software"]
+    assert [r.gpus for r in software] == [(i,) for i in range(8)]
+    assert {r.status for r in results} == {"pass"}
+    assert diag.evaluate(1, (DATA / "pass-3.1.0.txt").read_text()).status == "ok"
+
+
+def test_failed_test_maps_to_a_rung_per_gpu() -> None:
+    r = diag.evaluate(3, (DATA / "fail-sm-stress.json").read_text())
+    assert r.status == "problem" and r.action == "manual"
+    assert r.summary == "dcgmi diag -r 3 failed: SM Stress (GPU 0)"
+    (failed,) = r.evidence["failed"]
+    assert failed["gpus"] == [0] and "HW slowdown" in failed["warnings"][0]
+    assert len(r.evidence["tests"]) == 3  # kept as evidence, passes too
+
+
+def test_unmapped_failure_has_no_rung() -> None:
+    text = (DATA / "fail-sm-stress.json").read_text().replace("SM Stress", "New Test")
+    assert diag.evaluate(2, text, catalog=diag.load_catalog()).action is None
+
+
+def test_not_a_diagnostic_is_unknown() -> None:
+    assert diag.evaluate(1, "Error: unable to connect to host engine").status == "unknown"
+    assert diag.evaluate(1, '{"DCGM GPU Diagnostic": {"version": "4.2.3"}}').status == "unknown"
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    exe = tmp_path / "dcgmi"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return exe
+
+
+def test_runner_pass_and_fail(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_DCGMI_OUTPUT", str(DATA / "pass-3.1.0.txt"))
+    assert diag.run_dcgm(1).status == "ok"
+    monkeypatch.setenv("FAKE_DCGMI_OUTPUT", str(DATA / "fail-sm-stress.json"))
+    monkeypatch.setenv("FAKE_DCGMI_EXIT", "226")  # dcgmi exits non-zero when a test fails
+    r = diag.run_dcgm(2)
+    assert r.status == "problem" and r.evidence["level"] == 2
+
+
+def test_runner_timeout_and_missing_tool(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_DCGMI_OUTPUT", str(DATA / "pass-3.1.0.txt"))
+    monkeypatch.setenv("FAKE_DCGMI_HANG", "30")
+    r = diag.run_dcgm(1, timeout=0.5)
+    assert r.status == "unknown" and "timed out after 0.5 s" in r.summary
+    r = diag.run_dcgm(1, dcgmi="dcgmi-not-installed")
+    assert r.status == "unknown" and "not found" in r.summary
