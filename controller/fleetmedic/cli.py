@@ -22,6 +22,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "fleetmedic.checks.cli:check",
         "Run every health check on this node once (exit 0/1/2).",
     ),
+    "diag": (
+        "fleetmedic.checks.diagcli:diag",
+        "Run the vendor GPU diagnostics (dcgmi diag -r N) once (exit 0/1/2).",
+    ),
     "agent": ("fleetmedic.agent.cli:agent", "Run the node agent: checks, strikes, fencing."),
     "run": ("fleetmedic.controller.cli:run", "Run the remediation controller."),
     "status": ("fleetmedic.controller.cli:status", "Show nodes by repair state."),

@@ -69,3 +69,19 @@ def test_runner_timeout_and_missing_tool(fake: Path, monkeypatch: pytest.MonkeyP
     assert r.status == "unknown" and "timed out after 0.5 s" in r.summary
     r = diag.run_dcgm(1, dcgmi="dcgmi-not-installed")
     assert r.status == "unknown" and "not found" in r.summary
+
+
+def test_cli_json_and_exit_code(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from fleetmedic.cli import cli
+
+    monkeypatch.setenv("FAKE_DCGMI_OUTPUT", str(DATA / "fail-sm-stress.json"))
+    out = CliRunner().invoke(cli, ["diag", "--level", "2", "--json"])
+    assert out.exit_code == 1
+    data = json.loads(out.output)
+    assert data["action"] == "manual" and data["evidence"]["failed"][0]["name"] == "SM Stress"
+    out = CliRunner().invoke(cli, ["diag", "-r", "5"])
+    assert out.exit_code == 2 and "5 is not in the range" in out.output
