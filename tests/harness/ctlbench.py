@@ -126,10 +126,11 @@ def fast_playbooks(workdir) -> str:
     return str(d)
 
 
-def fast_config(b, workdir, smtp=None, name: str = "ctl", **safety):
+def fast_config(b, workdir, smtp=None, name: str = "ctl", notify=None, **safety):
     return b.config(
         smtp,
         name=name,
+        **({"notify": notify} if notify else {}),
         ansible={"playbook_dir": fast_playbooks(workdir), "forks": 5},
         ladder={"reboot": {"phases": ["drain", "verify"]}},
         safety={"max_concurrent": 3, **safety},

@@ -18,7 +18,6 @@ from fleetmedic.model.nodestate import view
 from fleetmedic.model.vocabulary import preset
 from fleetmedic.policy.actions import Event, Update
 from fleetmedic.policy.history import Attempt, encode
-from tests.harness.webhook import Webhook
 
 HISTORY = [
     Attempt(1, "reboot", 1, "2026-11-24T12:00:00Z", "2026-11-24T12:04:00Z", "fail", "verify"),
@@ -27,9 +26,8 @@ HISTORY = [
 
 
 @pytest.fixture
-def hook():
-    with Webhook() as h:
-        yield h
+def hook(webhook):
+    return webhook
 
 
 def node_view(name: str = "gpu-7", labels: dict | None = None):

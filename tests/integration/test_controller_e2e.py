@@ -30,19 +30,11 @@ from tests.harness.ctlenv import (
     wait_until,
 )
 from tests.harness.smtp import attachments, body_text
-from tests.harness.webhook import Webhook
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
 FOREIGN = {"key": "example.com/team-maintenance", "value": "gpu-burn", "effect": "NoSchedule"}
 REPAIR_KEY = "fleetmedic.io/repair"
-
-
-@pytest.fixture
-def webhook():
-    """A chat service (Apprise json:// target) that records what the controller posts."""
-    with Webhook() as hook:
-        yield hook
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ def taint_all(kube, names) -> None:
         t.join()
 
 
-def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_sink):
+def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_sink, webhook):
     b = safety_bench(2, tag="brk")
     fleet_nodes = list(b.fleet.nodes)
     names = [f"{b.pool}-{i:02d}" for i in range(10)]
@@ -63,6 +63,7 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
         b,
         b.dir,
         smtp_sink,
+        notify={"targets": [{"name": "chat", "url": webhook.url("ops"), "events": ["breaker"]}]},
         max_concurrent=10,
         breaker={
             "enabled": True,
@@ -90,6 +91,9 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     taint_all(b.kube, storm)
     [msg] = smtp_sink.wait_for(1, timeout=30)
     assert "circuit breaker open" in msg["Subject"], msg["Subject"]
+    post = webhook.wait_for(lambda r: True, timeout=30)  # and one chat message
+    assert post.body["title"].startswith("[fleetmedic] circuit breaker open"), post.body
+    assert "fleetmedic breaker reset" in post.body["message"]
     early = started(b.kube, names)
     admitted = ctlwait.counts(cfg)["admitted"]
     assert len(early) <= 2, f"more than the threshold begun before the trip: {early}"
@@ -99,6 +103,7 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     assert seen["admitted"] == admitted, "nothing admitted while the breaker is open"
     assert started(b.kube, names) == early, "no repair starts while the breaker is open"
     assert len(smtp_sink.messages) == 1, "exactly one storm email"
+    assert len(webhook.received) == 1, "exactly one storm chat message"
     assert all(state_of(b.kube, n) == "reboot" for n in set(names[:8]) - early)
     assert "circuit breaker tripped" in proc.log.read_text()
 
