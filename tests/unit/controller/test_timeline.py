@@ -21,7 +21,7 @@ def test_attempts_and_events_merge_newest_first():
             "reset",
             "r1",
             "In use by another client",
-        ),  # fmt: skip
+        ),
         Attempt(1, "reboot", 1, "2026-11-24T10:01:00Z", "2026-11-24T10:05:00Z", "pass", None, "r2"),
     ]
     node = {"metadata": {"annotations": {keys.ANN_HISTORY: encode(attempts)}}}

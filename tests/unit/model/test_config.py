@@ -10,7 +10,6 @@ import pytest
 from fleetmedic.errors import ConfigError
 from fleetmedic.model import config
 from fleetmedic.model.config import parse_duration, quantity_of
-from fleetmedic.model.nodestate import ForeignSignal
 
 EXAMPLE = resources.files("fleetmedic.data").joinpath("controller.example.yaml")
 

@@ -18,7 +18,7 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 fleets = st.lists(
     st.tuples(
-        st.sampled_from(FAULTS + ("vanish",)),
+        st.sampled_from((*FAULTS, "vanish")),
         st.sampled_from([None, "reboot", "reboot", "reimage", "manual"]),
         st.booleans(),
     ),  # cordoned by someone else beforehand
@@ -68,7 +68,9 @@ def test_every_node_ends_healthy_or_escalated_exactly_once(spec, seed, crash, em
         if w.settled():
             break
     assert w.settled(), {n: w.view(n).state for n in w.nodes}
-    for name, (fault, state, _) in zip(sorted(w.nodes, key=lambda n: int(n[1:])), spec):
+    for name, (fault, state, _) in zip(
+        sorted(w.nodes, key=lambda n: int(n[1:])), spec, strict=True
+    ):
         v = w.view(name)
         hist = w.history(name)
         escalations = Counter(a.ep for a in hist if a.result == ESCALATED)
@@ -111,7 +113,7 @@ def test_no_skipping_from_reboot_to_manual(spec, seed, crash, pdb_mode):
     for t in w.truth.values():
         t.pdb_blocks = random.Random(seed).randint(0, 2)
     w.run(300)
-    for name, (_, state, _) in zip(sorted(w.nodes, key=lambda n: int(n[1:])), spec):
+    for name, (_, state, _) in zip(sorted(w.nodes, key=lambda n: int(n[1:])), spec, strict=True):
         hist = w.history(name)
         for ep in {a.ep for a in hist if a.result == ESCALATED}:
             in_ep = [a for a in hist if a.ep == ep]

@@ -84,7 +84,8 @@ def test_a_node_two_profiles_select_is_left_alone_and_named_in_one_line():
     views = [w.view("both"), w.view("other")]
     assignment = assign(views, cfg)
     assert assignment.error() == (
-        "node both is selected by profiles a and b: a node belongs to one profile, fix the selectors"
+        "node both is selected by profiles a and b: "
+        "a node belongs to one profile, fix the selectors"
     )
     decisions = dict((v.name, a) for v, a in decide_all(views, w.now, cfg, assignment=assignment))
     assert decisions["both"].kind == Kind.NONE and "profiles a and b" in decisions["both"].reason

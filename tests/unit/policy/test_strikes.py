@@ -10,7 +10,8 @@ NET_BAD = Observation("network", "problem", "throughput")
 NET_OK = Observation("network", "ok", "throughput")
 
 
-def run(seq, strikes=Strikes(), in_repair=False, slow=False):
+def run(seq, strikes=None, in_repair=False, slow=False):
+    strikes = strikes or Strikes()
     decisions = []
     for obs in seq:
         d = decide(strikes, obs, in_repair=in_repair, slow_network=slow)
