@@ -7,7 +7,7 @@
 #         (kept in image-debian-<D>/, D = hash(suite, packages, mmdebstrap options), so a
 #         change of Python dependencies downloads no Debian package again), and
 #         the agent's Python dependencies (fleetmedic's runtime dependencies except the
-#         controller-only ansible-core, ansible-runner and yagmail; versions of this
+#         controller-only ansible-core, ansible-runner, yagmail and receptorctl; versions of this
 #         checkout's .venv) and a non-root user fleetmedic (10001:10001);
 #         B = hash(this script, oci_archive.py, packages, dependencies)
 #   app   image-<K>/                     the fleetmedic wheel and the `fleetmedic` command,
@@ -26,7 +26,7 @@ HERE="$ROOT/deploy/image"
 CACHE="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}"
 SUITE=bookworm
 PACKAGES=(python3 iperf3 ca-certificates)
-EXCLUDE=(ansible-core ansible-runner yagmail)  # the agent never imports them
+EXCLUDE=(ansible-core ansible-runner yagmail receptorctl)  # the agent never imports them
 SITE=usr/local/lib/python3.11/dist-packages    # bookworm's python3 looks here
 log() { printf '[image] %s\n' "$*" >&2; }
 die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }

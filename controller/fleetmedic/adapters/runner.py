@@ -10,6 +10,12 @@
   because ansible-runner otherwise exports ANSIBLE_HOST_KEY_CHECKING=False.
 - ansible-runner's ``timeout=`` as the job's hard limit.
 - The venv's bin first on PATH, or ansible-runner cannot find ansible-playbook.
+- ``via``: an execution node of the Receptor mesh (adapters/receptor.py) runs the job
+  instead of this process; the same artifacts come back, so the same outcomes. Its
+  inventory has no ControlPath dir of ours (the worker keeps its own under its HOME: a
+  master connection of this host must not carry a job past the execution node). A job
+  whose execution node was lost ends every host ``unreachable`` with the node named:
+  the outcome is unknown, as for a node that went away.
 - Per-host outcome from the run's events: ``playbook_on_stats`` decides (a
   failure a rescue block handled is not a failure), ``runner_on_failed`` and
   ``runner_on_unreachable`` give the failing task and its message.
@@ -37,8 +43,9 @@ import ansible_runner
 import yaml
 from ansible_runner.exceptions import AnsibleRunnerException, ConfigurationError
 
+from fleetmedic.adapters import receptor
 from fleetmedic.errors import PermanentError, TemporaryError, one_line
-from fleetmedic.model.config import AnsibleConfig, secret_path
+from fleetmedic.model.config import AnsibleConfig, ReceptorConfig, secret_path
 from fleetmedic.model.nodestate import NodeView
 
 OK, FAILED, UNREACHABLE, TIMEOUT = "ok", "failed", "unreachable", "timeout"
@@ -94,6 +101,15 @@ class RunResult:
     artifact_dir: Path
     private_data_dir: Path
     duration: float
+    executor: str = "local"  # or the execution node's ID
+
+
+@dataclasses.dataclass(frozen=True)
+class Via:
+    """Run on this execution node of the mesh instead of locally."""
+
+    node: str
+    mesh: ReceptorConfig
 
 
 def new_run_id(label: str = "run") -> str:
@@ -103,7 +119,11 @@ def new_run_id(label: str = "run") -> str:
 
 
 def inventory(
-    targets: Iterable[Target], settings: AnsibleConfig, environ: Mapping[str, str] = os.environ
+    targets: Iterable[Target],
+    settings: AnsibleConfig,
+    environ: Mapping[str, str] = os.environ,
+    *,
+    control_path: bool = True,
 ) -> dict:
     """The inventory for just these targets (those with an address)."""
     ssh = [
@@ -120,9 +140,10 @@ def inventory(
     common: dict[str, Any] = {
         "ansible_host_key_checking": True,
         "ansible_ssh_common_args": shlex.join(ssh),
-        "ansible_control_path_dir": str(settings.run_dir / "cp"),
         "fleetmedic_become": settings.become,
     }
+    if control_path:
+        common["ansible_control_path_dir"] = str(settings.run_dir / "cp")
     key = secret_path(settings.ssh_key_file, settings.ssh_key_credential, environ)
     if key:
         common["ansible_ssh_private_key_file"] = str(key)
@@ -144,6 +165,7 @@ def run_playbook(
     run_id: str | None = None,
     cancel: Callable[[], bool] | None = None,
     environ: Mapping[str, str] = os.environ,
+    via: Via | None = None,
 ) -> RunResult:
     """Run ``playbook`` (a path, or plays as data) on ``targets``; wait for it to end."""
     run_id = run_id or new_run_id(
@@ -167,7 +189,7 @@ def run_playbook(
         private_data_dir=str(pdd),
         ident=run_id,
         playbook=str(playbook),
-        inventory=inventory(reachable, settings, environ),
+        inventory=inventory(reachable, settings, environ, control_path=via is None),
         envvars=_env(settings, environ),
         extravars={"fleetmedic_run_id": run_id, **(extravars or {})},
         limit=",".join(t.name for t in reachable),
@@ -176,16 +198,27 @@ def run_playbook(
         quiet=True,
         cancel_callback=cancel,
     )
-    if not reachable:
-        r = None
-    else:
+    r: Any = None
+    lost: receptor.Lost | None = None
+    if reachable:
         try:
-            r = ansible_runner.run(**kwargs)
+            if via is None:
+                r = ansible_runner.run(**kwargs)
+            else:
+                del kwargs["cancel_callback"]
+                r = receptor.run(
+                    kwargs, via.node, via.mesh, timeout=kwargs["timeout"], cancel=cancel
+                )
+        except receptor.Lost as exc:
+            lost = exc
         except ConfigurationError as exc:
             raise PermanentError(f"run {run_id}: {one_line(exc)}") from None
         except (AnsibleRunnerException, OSError) as exc:
             raise TemporaryError(f"run {run_id}: {one_line(exc)}", 30) from None
-    hosts = _outcomes(r, [t.name for t in reachable], run_id)
+    if lost is not None:
+        hosts = {t.name: HostResult(UNREACHABLE, message=str(lost)) for t in reachable}
+    else:
+        hosts = _outcomes(r, [t.name for t in reachable], run_id)
     hosts.update(
         {
             t.name: HostResult(
@@ -204,11 +237,12 @@ def run_playbook(
     return RunResult(
         run_id=run_id,
         rc=r.rc if r else None,
-        status=r.status if r else "failed",
+        status=r.status if r else ("lost" if lost else "failed"),
         hosts=hosts,
         artifact_dir=pdd / "artifacts" / run_id,
         private_data_dir=pdd,
         duration=time.monotonic() - t0,
+        executor=via.node if via else "local",
     )
 
 
@@ -219,6 +253,7 @@ def read_boot_ids(
     timeout: float = 60,
     run_id: str | None = None,
     environ: Mapping[str, str] = os.environ,
+    via: Via | None = None,
 ) -> RunResult:
     """Each host's /proc/sys/kernel/random/boot_id, in ``hosts[name].stdout``."""
     return run_playbook(
@@ -228,6 +263,7 @@ def read_boot_ids(
         timeout=timeout,
         run_id=run_id or new_run_id("boot-id"),
         environ=environ,
+        via=via,
     )
 
 

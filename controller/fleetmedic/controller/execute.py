@@ -6,7 +6,8 @@ action     does                                                        outcome
 =========  ==========================================================  ====================
 RUN        ``action.playbook`` on the node (ansible-runner), within    ok | failed |
            ``action.timeout``; inventory of just this node with the    unreachable | timeout
-           same host variables as the inventory plugin
+           same host variables as the inventory plugin; here or on
+           the execution node ``executor`` routes the node to
 PROBE      read /proc/sys/kernel/random/boot_id over SSH               ok (``boot_id``) | ...
 DRAIN      cordon, evict, wait for the pods to be gone (PDB-aware,     ok | blocked |
            ``force`` deletes what a PDB still protects after the       forbidden (no grant)
@@ -14,6 +15,10 @@ DRAIN      cordon, evict, wait for the pods to be gone (PDB-aware,     ok | bloc
 ESCALATE   the escalation email with history, last results and this    ok | failed | skipped
            episode's evidence bundles                                  (no SMTP configured)
 =========  ==========================================================  ====================
+
+A run whose execution node was lost (killed, cut off, silent) is ``unreachable`` with the
+execution node named in the message, so the node's history says which one failed; the
+boot_id probe that follows decides whether a reboot happened, as for a node that went away.
 
 A failed, unreachable or timed-out node is an *outcome*. An exception means the action
 could not be judged at all and must not be recorded as the node's result:
@@ -84,6 +89,12 @@ class Executor:
         address, hostvars = controller_host_vars(view)
         return runner.Target(view.name, address, {**hostvars, **(extra or {})})
 
+    def _via(self, action: Action, view: NodeView) -> runner.Via | None:
+        """The execution node this node's runs go to (None: here), by profile and label."""
+        ex = self.cfg.profile(action.profile).executor
+        node = ex.route(view.labels)
+        return runner.Via(node, ex.receptor) if node and ex.receptor else None
+
     def _run(
         self, action: Action, view: NodeView, run_id: str | None, cancel: threading.Event
     ) -> Outcome:
@@ -100,6 +111,7 @@ class Executor:
                 run_id=run_id,
                 cancel=cancel.is_set,
                 extravars={"fleetmedic_node_lease": False},
+                via=self._via(action, view),
             )
         finally:
             self.on_run(-1)
@@ -115,6 +127,7 @@ class Executor:
                 self.cfg.ansible,
                 timeout=action.timeout or self.cfg.profile(action.profile).ladder.probe_timeout,
                 run_id=run_id,
+                via=self._via(action, view),
             )
         finally:
             self.on_run(-1)
@@ -134,9 +147,10 @@ class Executor:
             raise Cancelled(f"run {result.run_id} on {name} cancelled")
         host = result.hosts.get(name) or runner.HostResult(runner.FAILED, message="no result")
         log.info(
-            "%s: run %s: %s%s",
+            "%s: run %s (%s): %s%s",
             name,
             result.run_id,
+            result.executor,
             host.status,
             f" ({host.task}: {host.message})" if not host.ok else "",
         )

@@ -26,6 +26,7 @@ import yaml
 from pydantic import PrivateAttr, ValidationError
 
 from fleetmedic.errors import ConfigError, one_line
+from fleetmedic.model.config.executor import LOCAL, ExecutorConfig, ReceptorConfig
 from fleetmedic.model.config.ladder import (
     PHASES,
     AnsibleConfig,
@@ -58,11 +59,13 @@ from fleetmedic.model.vocabulary import Vocabulary
 
 __all__ = [
     "DEFAULT_PROFILE",
+    "LOCAL",
     "PHASES",
     "AnsibleConfig",
     "BreakerConfig",
     "Config",
     "DrainConfig",
+    "ExecutorConfig",
     "FlapConfig",
     "ForeignSignalConfig",
     "KubeConfig",
@@ -73,6 +76,7 @@ __all__ = [
     "PlaybookConfig",
     "PlaybooksConfig",
     "ProfileConfig",
+    "ReceptorConfig",
     "SafetyConfig",
     "SmtpConfig",
     "StepConfig",
@@ -96,6 +100,9 @@ class Config(Section):
     faulty taint, the AWS GPU health check's taint, node-problem-detector's GPUProblem."""
     ladder: LadderConfig = LadderConfig()
     ansible: AnsibleConfig = AnsibleConfig()
+    executor: ExecutorConfig = ExecutorConfig()
+    """Where playbooks run: here (the default) or on Receptor execution nodes, by a node
+    label (see executor.py)."""
     smtp: SmtpConfig | None = None
     """Unset: no email; escalations are only recorded on the Node (and logged loudly)."""
     notify: NotifyConfig = NotifyConfig()

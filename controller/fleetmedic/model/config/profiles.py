@@ -26,7 +26,7 @@ from fleetmedic.model import selector
 from fleetmedic.model.config.types import Section
 
 DEFAULT_PROFILE = "default"
-OVERRIDABLE = ("ladder", "safety", "smtp", "notify")
+OVERRIDABLE = ("ladder", "safety", "smtp", "notify", "executor")
 """Top-level sections a profile may override."""
 
 
@@ -45,6 +45,8 @@ class ProfileConfig(Section):
     """Merged over the top-level `smtp` (e.g. another on-call list in `to`)."""
     notify: dict[str, Any] | None = None
     """Merged over the top-level `notify` (e.g. this pool's team channel in `targets`)."""
+    executor: dict[str, Any] | None = None
+    """Merged over the top-level `executor` (e.g. this pool's execution node as `default`)."""
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,80 @@
+"""Where playbooks run: on this bastion (``local``) or on a Receptor execution node.
+
+    executor:
+      receptor:                                # the mesh (unset: every run is local)
+        socket: /run/receptor/receptor.sock    # the controller's own receptor node
+        tls_client: mesh-client                # its tls-client for remote submission
+      label: site                              # the node label that picks the route
+      routes: {site-a: exec-1, site-b: exec-2} # label value -> execution node, or local
+      default: local                           # unlabelled or unmapped nodes
+
+The controller prepares each job with ``ansible-runner transmit``, submits it as a work
+unit of ``work_type`` to the chosen execution node, waits for it, reads its results back
+through ``ansible-runner process`` and releases the unit: the per-host outcomes are those
+of a local run. A profile may carry its own ``executor:`` (one pool in a site of its own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from fleetmedic.model.config.types import ConfigPath, Duration, Section
+
+LOCAL = "local"
+
+
+class ReceptorConfig(Section):
+    socket: ConfigPath = Path("/run/receptor/receptor.sock")
+    """The control socket of the controller's own Receptor node (the receptor package's
+    default place); the node holds the mesh's TLS client and work-signing key, so the
+    controller itself needs no certificate."""
+    work_type: str = "ansible-runner"
+    """The work type the execution nodes run as ``ansible-runner worker`` (AWX's name)."""
+    tls_client: str | None = None
+    """The ``tls-client`` of the controller's node to reach remote control services with
+    (mutual TLS on the mesh). Unset: plain (only for a mesh without TLS)."""
+    sign_work: bool = True
+    """Sign work (``work-signing``): execution nodes that verify signatures run only work
+    this controller's key signed."""
+    poll_interval: Duration = Field(0.25, gt=0, le=10)
+    """How often a running unit's state is read (a local socket call; 0.25 s adds at most
+    that to a run)."""
+    lost_after: Duration = Field(30, gt=0)
+    """A unit whose execution node has had no route for this long is given up: its outcome
+    is unknown (as for an unreachable node; the boot_id probe decides what happened).
+    30 s rides out a link's blip; Receptor itself re-routes within seconds."""
+    grace: Duration = Field(60, ge=0)
+    """Beyond the job's own timeout, how long a unit may take to report back before it is
+    given up (transmit, queueing and the results' stream)."""
+
+
+class ExecutorConfig(Section):
+    receptor: ReceptorConfig | None = None
+    """The mesh. Unset: every playbook runs on this bastion (the ``local`` executor)."""
+    label: str | None = None
+    """The node label whose value picks the execution node in `routes` (e.g. ``site``)."""
+    routes: dict[str, str] = Field(default_factory=dict)
+    """Label value -> execution node ID (Receptor's node ID), or ``local``."""
+    default: str = LOCAL
+    """Where a node without the label, or with a value `routes` does not name, runs:
+    ``local`` or an execution node ID (e.g. a profile whose pool is all in one site)."""
+
+    @model_validator(mode="after")
+    def _mesh_when_routed(self) -> ExecutorConfig:
+        remote = [n for n in (*self.routes.values(), self.default) if n != LOCAL]
+        if remote and self.receptor is None:
+            raise ValueError(
+                f"execution node {remote[0]!r} named but no `receptor:` mesh configured"
+            )
+        if self.routes and not self.label:
+            raise ValueError("`routes` needs the `label` whose values they map")
+        return self
+
+    def route(self, labels: Mapping[str, str]) -> str | None:
+        """The execution node ID for a node with ``labels``; None: run locally."""
+        value = labels.get(self.label) if self.label else None
+        target = self.routes.get(value, self.default) if value is not None else self.default
+        return None if target == LOCAL else target

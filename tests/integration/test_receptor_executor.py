@@ -1,0 +1,141 @@
+"""The receptor executor (fleetmedic.adapters.receptor through runner.run_playbook) on the
+real test mesh: the same per-host outcomes as a local run, units released after their
+results are read, and a lost execution node as an unknown (unreachable) outcome that
+names it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from fleetmedic.adapters import runner
+from fleetmedic.model.config import AnsibleConfig, ReceptorConfig
+from tests.harness.fleet import ROOT
+
+pytestmark = [pytest.mark.slow]
+
+PLAY = [
+    {
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {
+                "name": "Read the hostname",
+                "ansible.builtin.command": "hostname",
+                "changed_when": False,
+            },
+            {
+                "name": "Check the GPUs",
+                "ansible.builtin.fail": {"msg": "Xid 79 on GPU 3"},
+                "when": "inventory_hostname == 'node-2'",
+            },
+        ],
+    }
+]
+SLOW = [
+    {
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "Take a while", "ansible.builtin.command": "sleep 40", "changed_when": False}
+        ],
+    }
+]
+
+
+@pytest.fixture
+def settings(fleet, tmp_path) -> AnsibleConfig:
+    return AnsibleConfig(
+        playbook_dir=ROOT / "playbooks",
+        config_file=ROOT / "ansible.cfg",
+        run_dir=tmp_path / "runs",
+        evidence_dir=tmp_path / "evidence",
+        ssh_key_file=fleet.private_key,
+        known_hosts_file=fleet.known_hosts,
+        remote_user="root",
+        job_timeout=300,
+    )
+
+
+def _via(mesh, node: str, **kw) -> runner.Via:
+    s = mesh.settings()
+    return runner.Via(node, ReceptorConfig(socket=s["socket"], tls_client=s["tls_client"], **kw))
+
+
+def _targets(fleet, *indexes):
+    return [runner.Target(fleet.node(i).name, fleet.node(i).address) for i in indexes]
+
+
+def _released(mesh, timeout: float = 20) -> None:
+    """No unit left anywhere (a remote release completes once the execution node has
+    confirmed it, a moment after ``work release`` returns)."""
+    empty = {"controller": [], "exec-1": [], "exec-2": []}
+    deadline = time.monotonic() + timeout
+    while mesh.work_units() or mesh.unit_dirs() != empty:
+        assert time.monotonic() < deadline, (mesh.work_units(), mesh.unit_dirs())
+        time.sleep(0.1)
+
+
+def test_same_outcomes_as_local_and_units_released(mesh, fleet, settings):
+    local = runner.run_playbook(PLAY, _targets(fleet, 2, 3), settings, timeout=120)
+    remote = runner.run_playbook(
+        PLAY, _targets(fleet, 2, 3), settings, timeout=120, via=_via(mesh, "exec-2")
+    )
+    assert remote.executor == "exec-2" and local.executor == "local"
+    assert remote.hosts == local.hosts
+    assert remote.hosts["node-3"] == runner.HostResult("ok", stdout="node-3")
+    assert (remote.hosts["node-2"].task, remote.hosts["node-2"].message) == (
+        "Check the GPUs",
+        "Xid 79 on GPU 3",
+    )
+    assert (remote.artifact_dir / "rc").read_text().strip() == str(remote.rc) == "2"
+    probe = runner.read_boot_ids(_targets(fleet, 1), settings, via=_via(mesh, "exec-1"))
+    assert probe.hosts["node-1"].stdout == fleet.node(1).boot_id()
+    _released(mesh)
+    # exec-1 cannot reach node-2: unreachable, as a local run to a vanished node
+    away = runner.run_playbook(
+        PLAY, _targets(fleet, 2), settings, timeout=60, via=_via(mesh, "exec-1")
+    )
+    assert away.hosts["node-2"].status == "unreachable"
+    _released(mesh)
+
+
+def _start(fn) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(r=fn()), daemon=True)
+    t.start()
+    return t, out
+
+
+def _wait_running(mesh, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(u.get("StateName") == "Running" for u in mesh.work_units().values()):
+        assert time.monotonic() < deadline, mesh.work_units()
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("fault", ["killed", "cut", "silent"])
+def test_lost_execution_node_is_an_unknown_outcome_naming_it(mesh, fleet, settings, fault):
+    via = _via(mesh, "exec-1", lost_after=2, grace=3, poll_interval=0.1)
+    t0 = time.monotonic()
+    t, out = _start(
+        lambda: runner.run_playbook(SLOW, _targets(fleet, 1), settings, timeout=15, via=via)
+    )
+    _wait_running(mesh)
+    one = mesh.node("exec-1")
+    {"killed": one.kill, "cut": one.cut_mesh, "silent": one.pause}[fault]()
+    t.join(60)
+    assert not t.is_alive()
+    r = out["r"]
+    host = r.hosts["node-1"]
+    assert host.status == "unreachable" and r.status == "lost"
+    assert host.message.startswith("execution node exec-1: "), host.message
+    took = time.monotonic() - t0
+    assert took < 15 + 3 + 10, (took, host.message)  # never past the timeout plus grace
+    # the controller's own record of the unit is gone whatever the execution node's state
+    deadline = time.monotonic() + 60  # a remote cancel waits for the lost node ~30 s
+    while mesh.work_units():
+        assert time.monotonic() < deadline, mesh.work_units()
+        time.sleep(0.1)

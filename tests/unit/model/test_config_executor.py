@@ -1,0 +1,74 @@
+"""The executor section: which runs go to which execution node."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetmedic.errors import ConfigError
+from fleetmedic.model import config
+
+MESH = {"socket": "/run/receptor/receptor.sock", "tls_client": "mesh-client"}
+
+
+def test_default_is_local_everywhere():
+    cfg = config.parse({})
+    assert cfg.executor.receptor is None
+    assert cfg.executor.route({"site": "a"}) is None
+
+
+def test_routes_by_label_with_a_default():
+    cfg = config.parse(
+        {
+            "executor": {
+                "receptor": MESH,
+                "label": "site",
+                "routes": {"a": "exec-1", "b": "exec-2", "hq": "local"},
+                "default": "exec-1",
+            }
+        }
+    )
+    ex = cfg.executor
+    assert ex.route({"site": "a"}) == "exec-1"
+    assert ex.route({"site": "b"}) == "exec-2"
+    assert ex.route({"site": "hq"}) is None
+    assert ex.route({"site": "elsewhere"}) == "exec-1"
+    assert ex.route({}) == "exec-1"
+    assert ex.receptor is not None and ex.receptor.tls_client == "mesh-client"
+    assert ex.receptor.sign_work and ex.receptor.work_type == "ansible-runner"
+
+
+def test_relative_socket_is_relative_to_the_config(tmp_path):
+    cfg = config.parse({"executor": {"receptor": {"socket": "rx.sock"}}}, base=tmp_path)
+    assert cfg.executor.receptor is not None
+    assert cfg.executor.receptor.socket == tmp_path / "rx.sock"
+
+
+@pytest.mark.parametrize(
+    ("section", "says"),
+    [
+        ({"label": "site", "routes": {"a": "exec-1"}}, "no `receptor:` mesh"),
+        ({"default": "exec-1"}, "no `receptor:` mesh"),
+        ({"receptor": MESH, "routes": {"a": "exec-1"}}, "needs the `label`"),
+        ({"receptor": {**MESH, "poll_interval": 0}}, "poll_interval"),
+        ({"receptor": MESH, "lable": "site"}, "lable"),
+    ],
+)
+def test_bad_sections_are_one_line(section, says):
+    with pytest.raises(ConfigError, match="executor") as exc:
+        config.parse({"executor": section})
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_profile_has_its_own_executor():
+    cfg = config.parse(
+        {
+            "executor": {"receptor": MESH, "label": "site", "routes": {"a": "exec-1"}},
+            "profiles": [
+                {"name": "far", "selector": "pool=far", "executor": {"default": "exec-2"}}
+            ],
+        }
+    )
+    assert cfg.executor.route({}) is None
+    far = cfg.profile("far").executor
+    assert far.route({}) == "exec-2"
+    assert far.route({"site": "a"}) == "exec-1"  # the top level's routes still apply
