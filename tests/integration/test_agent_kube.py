@@ -246,6 +246,20 @@ def following(a: AgentProcess, count: int = 1) -> None:
     )
 
 
+def caught_up(a: AgentProcess, kern) -> None:
+    """Append a line the agent logs but never acts on (Xid 43, action ``none``) and wait
+    for its log line: the agent has handled every line before it (one thread, in order)."""
+    append(kern, xid_line(code=43, uptime=900.0, text="fleetmedic-test: caught up."))
+    n = len(kern.read_text().splitlines())
+    wait_until(
+        f"the agent to handle line {n}",
+        lambda: f"at line {n} (none)" in a.output(),
+        30,
+        0.05,
+        a.tail,
+    )
+
+
 def test_xid_fences_at_once_and_restarts_neither_refence_nor_miss_lines(rbac, agent_env):
     kube = rbac
     node, kern, agent = agent_env
@@ -301,7 +315,7 @@ def test_xid_fences_at_once_and_restarts_neither_refence_nor_miss_lines(rbac, ag
         0.05,
         b.tail,
     )
-    time.sleep(1.5)
+    caught_up(b, kern)
     assert taint_keys(kube, node) == set(), b.tail()
     b.stop()
 
@@ -328,7 +342,7 @@ def test_lines_of_an_earlier_boot_never_fence(rbac, agent_env):
         0.05,
         a.tail,
     )
-    time.sleep(1.5)
+    caught_up(a, kern)
     assert taint_keys(kube, node) == set(), a.tail()
     append(kern, banner() + xid_line(uptime=50.0))  # the same text in the next boot counts
     wait_until("repair=reboot", lambda: REBOOT in taint_keys(kube, node), 5, 0.02, a.tail)
