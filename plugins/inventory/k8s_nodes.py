@@ -10,7 +10,8 @@ short_description: Kubernetes Nodes grouped by fleetmedic repair state
 description:
   - Lists the Nodes of a Kubernetes cluster (optionally by label selector) and puts each one in
     groups by its fleetmedic state, read from its taints on the client side
-    (V(repair_reset), V(repair_reboot), V(repair_power_cycle), V(repair_reimage), V(repair_manual),
+    (V(repair_reset), V(repair_reboot), V(repair_power_cycle), V(repair_reimage), V(repair_replace),
+    V(repair_manual),
     V(slow_network), V(healthy)),
     and by GPU vendor (V(vendor_nvidia), V(vendor_amd), V(vendor_unknown)).
     V(in_repair) is the parent of the C(repair_*) groups.
@@ -23,8 +24,8 @@ description:
     taint is in V(slow_network) but not in V(healthy).
   - Uses a YAML configuration file whose name ends in C(.k8s_nodes.yml) or C(.k8s_nodes.yaml).
   - Host variables are C(ansible_host) (the node's InternalIP, or the override below),
-    C(fleetmedic_state) (V(healthy), or the repair state V(reset), V(reboot), V(power_cycle), V(reimage) or
-    V(manual)), C(fleetmedic_slow_network),
+    C(fleetmedic_state) (V(healthy), or the repair state V(reset), V(reboot), V(power_cycle), V(reimage),
+    V(replace) or V(manual)), C(fleetmedic_slow_network),
     C(fleetmedic_vendor) (V(nvidia), V(amd) or V(unknown)), C(fleetmedic_unschedulable),
     C(fleetmedic_foreign_signals), C(k8s_labels), C(k8s_taints) and C(fleetmedic_annotations)
     (only the C(fleetmedic.io/) annotations, raw strings). Values read from the cluster are
@@ -75,14 +76,14 @@ options:
   states:
     description:
       - Include a node when one of its states is in this list. A node's states are its repair
-        state (V(reset), V(reboot), V(power_cycle), V(reimage) or V(manual)) when it has one,
+        state (V(reset), V(reboot), V(power_cycle), V(reimage), V(replace) or V(manual)) when it has one,
         V(foreign) when another tool's signal stands on it, V(slow_network) when it
         carries that taint, and V(healthy) when it has neither.
       - Leave out V(healthy) for an inventory of only the broken nodes.
     type: list
     elements: str
-    choices: [healthy, reset, reboot, power_cycle, reimage, manual, slow_network, foreign]
-    default: [healthy, reset, reboot, power_cycle, reimage, manual, slow_network, foreign]
+    choices: [healthy, reset, reboot, power_cycle, reimage, replace, manual, slow_network, foreign]
+    default: [healthy, reset, reboot, power_cycle, reimage, replace, manual, slow_network, foreign]
   vendors:
     description: Only nodes of these GPU vendors (from the C(fleetmedic.io/gpu-vendor) label). Empty means all.
     type: list
@@ -93,16 +94,16 @@ options:
   taint_preset:
     description:
       - Name of the taint vocabulary preset that says which taints mean which state.
-      - V(default) uses C(fleetmedic.io/repair=reset|reboot|power-cycle|reimage|manual) and
+      - V(default) uses C(fleetmedic.io/repair=reset|reboot|power-cycle|reimage|replace|manual) and
         C(fleetmedic.io/slow-network=true); V(ossci) uses C(repair-reset), C(repair-reboot),
-        C(repair-power-cycle), C(repair-reimage), C(repair-manual) and C(slow-network), each C(=true).
+        C(repair-power-cycle), C(repair-reimage), C(repair-replace), C(repair-manual) and C(slow-network), each C(=true).
     type: str
     default: default
   taint_names:
     description:
       - Custom taint names, each overriding one entry of O(taint_preset). Must match the
         controller's config.
-      - Keys V(reset), V(reboot), V(power_cycle), V(reimage), V(manual) and V(slow_network), each a
+      - Keys V(reset), V(reboot), V(power_cycle), V(reimage), V(replace), V(manual) and V(slow_network), each a
         dict with C(key) and C(value).
     type: dict
   foreign_signals:
@@ -133,7 +134,7 @@ options:
 EXAMPLES = r"""
 # inventory/tainted.k8s_nodes.yml: only nodes fleetmedic has fenced, from $KUBECONFIG
 plugin: fleetmedic.fleet.k8s_nodes
-states: [reset, reboot, power_cycle, reimage, manual, slow_network, foreign]
+states: [reset, reboot, power_cycle, reimage, replace, manual, slow_network, foreign]
 ---
 # Every GPU node of one pool, with an explicit kubeconfig and context, the OSSCI taint names,
 # and the SSH address from a label set by the provisioning system.

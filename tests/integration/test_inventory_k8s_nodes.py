@@ -157,6 +157,7 @@ def test_graph_shows_tainted_nodes_in_their_groups(kube, fleet_nodes, tmp_path):
         "repair_reboot",
         "repair_power_cycle",
         "repair_reimage",
+        "repair_replace",
         "repair_manual",
     }
     v = hostvars[n["reboot"]]

@@ -16,10 +16,11 @@ from typing import Any
 import yaml
 
 EFFECT = "NoSchedule"
-REPAIR_STATES = ("reset", "reboot", "power_cycle", "reimage", "manual")
+REPAIR_STATES = ("reset", "reboot", "power_cycle", "reimage", "replace", "manual")
 """Every repair state, mildest first. The rungs a controller climbs are ``ladder.order``
 (a subset in this order); the agent may fence at any of them, and a state the
-controller's ladder skips enters the next rung up (policy/rungs.py)."""
+controller's ladder skips enters the next rung up (policy/rungs.py). ``replace`` hands the
+node to the cloud for a new instance (a pool's ladder puts it in place of ``reimage``)."""
 NAMED = (*REPAIR_STATES, "slow_network")
 
 
@@ -45,6 +46,7 @@ class Vocabulary:
     reboot: TaintName
     power_cycle: TaintName
     reimage: TaintName
+    replace: TaintName
     manual: TaintName
     slow_network: TaintName
 

@@ -33,7 +33,7 @@ def test_unknown_preset_is_one_line_error():
 
 
 @pytest.mark.parametrize("name", ["default", "ossci"])
-@pytest.mark.parametrize("state", ["reboot", "reimage", "manual"])
+@pytest.mark.parametrize("state", ["reboot", "reimage", "replace", "manual"])
 def test_state_from_our_taint(name, state):
     vocab = preset(name)
     v = nodestate.view(node([vocab.repair(state).as_taint()]), vocab)
@@ -76,3 +76,12 @@ def test_address_override_vendor_and_foreign_signals():
     assert v.address == "10.0.0.9" and v.vendor == "amd"
     assert v.foreign_signals == ("taint trainy.konduktor.ai/faulty", "condition GPUProblem=True")
     assert v.state == "healthy"
+
+
+def test_replace_is_between_reimage_and_manual_in_both_presets():
+    assert preset("default").replace.as_taint()["value"] == "replace"
+    assert preset("ossci").replace.key == "repair-replace"
+    vocab = preset()
+    taints = [vocab.reimage.as_taint(), vocab.replace.as_taint()]
+    assert vocab.repair_state_of(taints) == "replace"
+    assert vocab.repair_state_of([*taints, vocab.manual.as_taint()]) == "manual"

@@ -7,7 +7,8 @@ import pytest
 from fleetmedic.model.vocabulary import REPAIR_STATES
 from fleetmedic.policy.rungs import entry_rung, next_rung, passed_over
 
-FULL = ("reset", "reboot", "power_cycle", "reimage", "manual")
+FULL = ("reset", "reboot", "power_cycle", "reimage", "replace", "manual")
+CLOUD = ("reset", "reboot", "replace", "manual")
 DEFAULT = ("reset", "reboot", "reimage", "manual")
 SHORT = ("reboot", "manual")
 
@@ -20,6 +21,8 @@ SHORT = ("reboot", "manual")
         (SHORT, "reset", "reboot"),
         (SHORT, "reimage", "manual"),
         (("manual",), "reset", "manual"),
+        (CLOUD, "reimage", "replace"),  # a cloud pool replaces what others reimage
+        (DEFAULT, "replace", "manual"),  # fenced for a replacement this pool does not do
     ],
 )
 def test_entry_rung(order, state, rung):
@@ -34,6 +37,9 @@ def test_entry_rung(order, state, rung):
         (DEFAULT, "reimage", "manual"),
         (DEFAULT, "manual", "manual"),
         (FULL, "reboot", "power_cycle"),
+        (FULL, "reimage", "replace"),
+        (CLOUD, "reboot", "replace"),
+        (CLOUD, "replace", "manual"),
         (SHORT, "reset", "reboot"),  # a rung the order lacks (config changed mid-episode)
     ],
 )
@@ -42,7 +48,7 @@ def test_next_rung(order, step, nxt):
 
 
 def test_every_state_enters_a_rung_at_least_as_strong_and_climbing_ends_in_manual():
-    for order in (FULL, DEFAULT, SHORT, ("manual",)):
+    for order in (FULL, DEFAULT, CLOUD, SHORT, ("manual",)):
         assert passed_over(order) == tuple(s for s in REPAIR_STATES if s not in order)
         for state in REPAIR_STATES:
             rung = entry_rung(order, state)

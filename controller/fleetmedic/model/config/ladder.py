@@ -85,7 +85,7 @@ class PlaybooksConfig(Section):
         return {n: getattr(self, n) for n in names}
 
 
-Rung = Literal["reset", "reboot", "power_cycle", "reimage", "manual"]
+Rung = Literal["reset", "reboot", "power_cycle", "reimage", "replace", "manual"]
 LADDER_ORDER: tuple[Rung, ...] = ("reset", "reboot", "reimage", "manual")
 assert Rung.__args__ == REPAIR_STATES, "the rungs are the vocabulary's repair states"  # type: ignore[attr-defined]
 
@@ -127,6 +127,11 @@ class LadderConfig(Section):
                 f"must be distinct rungs in the order {', '.join(REPAIR_STATES)}, ending in "
                 f"manual, got {list(v)}"
             )
+        if "replace" in v:
+            # The vocabulary knows the state (an agent or another controller may fence at it),
+            # but this controller's cloud hand-off (delete the Node, or terminate through the
+            # Auto Scaling group) is not built yet: refuse it here rather than at the rung.
+            raise ValueError("the replace rung is not available yet (issue 20 part 6)")
         return v
 
     def rungs(self) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ class TaintsConfig(Section):
     reboot: TaintNameConfig | None = None
     power_cycle: TaintNameConfig | None = None
     reimage: TaintNameConfig | None = None
+    replace: TaintNameConfig | None = None
     manual: TaintNameConfig | None = None
     slow_network: TaintNameConfig | None = None
 

@@ -190,6 +190,7 @@ def test_state_groups_exist_even_when_empty(plugin, tmp_path):
         "repair_reboot",
         "repair_power_cycle",
         "repair_reimage",
+        "repair_replace",
         "repair_manual",
         "slow_network",
         "healthy",
@@ -200,6 +201,7 @@ def test_state_groups_exist_even_when_empty(plugin, tmp_path):
         "repair_power_cycle",
         "repair_reboot",
         "repair_reimage",
+        "repair_replace",
         "repair_reset",
     ]
 
