@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 import yaml
 
-from tests.harness import ctlenv
+from tests.harness import ctlenv, ctlwait
 from tests.harness.ctlbench import fast_config
 from tests.harness.ctlenv import cli, history, state_of, wait_until
 from tests.harness.smtp import body_text
@@ -87,7 +86,7 @@ def test_budgets_and_breakers_are_per_profile(safety_bench, smtp_sink):
     )
     proc = b.controller(cfg)
     wait_until(lambda: "watching 10 nodes" in proc.log.read_text(), 30, "controller ready")
-    time.sleep(2)  # past the breakers' first (baseline) observation
+    ctlwait.looked_again(b.kube, cfg, train[0], n=1)  # past the breakers' first observation
 
     taint(b.kube, train[:3] + infer[:3])
     [msg] = smtp_sink.wait_for(1, timeout=30)
