@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.harness import ctlenv
+from tests.harness import ctlenv, ctlwait
 from tests.harness.ctlbench import Benches, pool_name
 from tests.harness.ctlenv import (
     ControllerProcess,
@@ -178,7 +178,12 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     assert post.body["title"].startswith(f"[fleetmedic] {name} needs hands")
     for fact in ("- reset 1 fail", "- reboot 1 fail", "- reimage 1 fail", "release " + name):
         assert fact in post.body["message"], post.body["message"]
-    time.sleep(5)
+    wait_until(
+        lambda: (annotation(b.kube, name, "fleetmedic.io/escalated") or {}).get("sent"),
+        30,
+        "the email recorded",
+    )
+    ctlwait.looked_again(b.kube, cfg, name)  # cycles that saw the node escalated
     assert len(smtp_sink.messages) == 1, "exactly one email"
     assert name in msg["Subject"] and "needs hands" in msg["Subject"]
     body = body_text(msg)
@@ -213,8 +218,10 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     assert history(b.kube, name)[-1]["result"] == "released"
     back = webhook.wait_for(lambda r: "back in service" in r.body["title"], timeout=30)
     assert back.body["type"] == "success" and "released by" in back.body["message"]
-    time.sleep(5)
+    admitted = ctlwait.counts(cfg)["admitted"]
+    seen = ctlwait.looked_again(b.kube, cfg, name)  # cycles that saw the node released
     assert state_of(b.kube, name) == "healthy" and len(smtp_sink.messages) == 1
+    assert seen["admitted"] == admitted, "nothing done to a released node"
     assert [r.body["title"].split(" ", 2)[2] for r in webhook.received] == [
         "needs hands (episode 1)",
         "is back in service",
