@@ -58,3 +58,15 @@ def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile (so the p99 of 50 trials is the slowest one)."""
     ordered = sorted(values)
     return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+def untaint(cluster, watch: TaintWatch, node: str, timeout: float = 10.0) -> None:
+    """Remove the Node's taints (as the controller does after a repair) and wait until the
+    watch has seen them gone, so the next trial starts clean."""
+    cluster.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}",
+        {"spec": {"taints": None}},
+        content_type="application/merge-patch+json",
+    )
+    watch.wait(False, timeout=timeout)

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
-from _taint import TaintWatch, percentile  # noqa: E402
+from _taint import TaintWatch, percentile, untaint  # noqa: E402
 
 from fleetmedic.adapters.loki import LokiClient  # noqa: E402
 from tests.harness.ctlenv import FLEETMEDIC  # noqa: E402
@@ -95,13 +95,7 @@ def main() -> int:
             watch = TaintWatch(str(cluster.kubeconfig), node)
             latencies = []
             for i in range(args.trials):
-                cluster.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{node}",
-                    {"spec": {"taints": None}},
-                    content_type="application/merge-patch+json",
-                )
-                watch.wait(False, timeout=30)
+                untaint(cluster, watch, node, timeout=30)
                 time.sleep(args.poll * (i % 7) / 7)  # spread the pushes over the poll phase
                 t0 = time.monotonic()
                 loki.push(labels, [xid(0x10 + i % 0xE0)])

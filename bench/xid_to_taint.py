@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
-from _taint import TaintWatch, percentile  # noqa: E402
+from _taint import TaintWatch, percentile, untaint  # noqa: E402
 
 from tests.harness.agentenv import (  # noqa: E402
     AgentProcess,
@@ -107,13 +107,7 @@ def main() -> int:
             baseline = patch_round_trip(cluster, node)
             latencies = []
             for i in range(args.trials):
-                cluster.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{node}",
-                    {"spec": {"taints": None}},
-                    content_type="application/merge-patch+json",
-                )
-                watch.wait(False)
+                untaint(cluster, watch, node)
                 time.sleep(0.05 + 0.1 * (i % 7) / 7)  # spread the writes over the poll phase
                 t0 = time.monotonic()
                 append(kern, xid_line(bus=0x10 + i % 0xE0, uptime=100.0 + i))

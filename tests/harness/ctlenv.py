@@ -32,7 +32,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -290,6 +292,32 @@ def set_taints(kube, name: str, edit: Callable[[list[dict]], list[dict]]) -> Non
             if getattr(exc, "status", None) != 409:
                 raise
     raise AssertionError(f"{name}: 50 conflicts in a row")
+
+
+def taint_all(kube, names: Iterable[str], state: str = "reboot") -> None:
+    """Add the repair taint at ``state`` to every node at once (a storm, as agents fence)."""
+    threads = [
+        threading.Thread(target=set_taints, args=(kube, n, lambda t: [*t, repair_taint(state)]))
+        for n in names
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def scrape(port: int, series: str) -> float | None:
+    """One series from a /metrics endpoint on loopback, as Prometheus reads it (None: the
+    series is absent or the endpoint does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
 
 
 def repair_taint(state: str) -> dict:

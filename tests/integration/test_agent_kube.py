@@ -38,7 +38,7 @@ from tests.harness.agentenv import (
     wait_until,
     xid_line,
 )
-from tests.harness.ctlenv import free_port
+from tests.harness.ctlenv import free_port, scrape
 
 VOCAB = preset()
 REBOOT = "fleetmedic.io/repair=reboot"
@@ -219,21 +219,6 @@ def agent_env(rbac, nodes, tmp_path):
     yield name, kern, agent
     for a in started:
         a.stop()
-
-
-def scrape(port: int, series: str) -> float | None:
-    """One series from the agent's /metrics, as Prometheus reads it (None: absent)."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[-1])
-    return None
 
 
 def following(a: AgentProcess, count: int = 1) -> None:

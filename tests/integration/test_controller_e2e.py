@@ -13,7 +13,6 @@ import random
 import tarfile
 import threading
 import time
-import urllib.request
 
 import pytest
 import yaml
@@ -70,16 +69,8 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
     port = yaml.safe_load(cfg.read_text())["metrics"]["port"]
 
     def scrape(series: str) -> float | None:
-        """The controller's /metrics over HTTP, as Prometheus reads it."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return None
-        for line in text.splitlines():
-            if line.startswith(series + " "):
-                return float(line.split()[-1])
-        return None
+        """The running controller's /metrics over HTTP, as Prometheus reads it."""
+        return ctlenv.scrape(port, series)
 
     # while it is under repair the node has a state-since series and counts as in reboot
     wait_until(

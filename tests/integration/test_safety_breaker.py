@@ -15,7 +15,6 @@ Fast test playbooks as in test_safety_budget.py (10 kwok Nodes share 2 SSH nodes
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 
@@ -39,19 +38,6 @@ def started(kube, names) -> set[str]:
         ):
             out.add(n)
     return out
-
-
-def taint_all(kube, names) -> None:
-    threads = [
-        threading.Thread(
-            target=ctlenv.set_taints, args=(kube, n, lambda t: [*t, ctlenv.repair_taint("reboot")])
-        )
-        for n in names
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_sink, webhook):
@@ -88,7 +74,7 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     ctlwait.looked_again(b.kube, cfg, names[0], n=1)  # past the first (baseline) observation
 
     storm = names[:6]
-    taint_all(b.kube, storm)
+    ctlenv.taint_all(b.kube, storm)
     [msg] = smtp_sink.wait_for(1, timeout=30)
     assert "circuit breaker open" in msg["Subject"], msg["Subject"]
     post = webhook.wait_for(lambda r: True, timeout=30)  # and one chat message
@@ -98,7 +84,7 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     admitted = ctlwait.counts(cfg)["admitted"]
     assert len(early) <= 2, f"more than the threshold begun before the trip: {early}"
     # more nodes turn while it is open: still nothing, and no second email
-    taint_all(b.kube, names[6:8])
+    ctlenv.taint_all(b.kube, names[6:8])
     seen = ctlwait.looked_again(b.kube, cfg, names[6])  # it has seen them turn
     assert seen["admitted"] == admitted, "nothing admitted while the breaker is open"
     assert started(b.kube, names) == early, "no repair starts while the breaker is open"
@@ -161,7 +147,7 @@ def test_storm_trips_breaker_one_email_no_action_until_reset(safety_bench, smtp_
     assert len(smtp_sink.messages) == 1
     # automation is back: one new fault is repaired, the storm's turns do not re-trip it
     one = names[9]
-    taint_all(b.kube, [one])
+    ctlenv.taint_all(b.kube, [one])
     wait_until(
         lambda: state_of(b.kube, one) == "healthy" and history(b.kube, one),
         60,

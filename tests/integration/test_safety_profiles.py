@@ -6,7 +6,6 @@ Nodes share 2 SSH nodes)."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 import yaml
@@ -29,19 +28,6 @@ def in_flight(kube, names) -> set[str]:
             "fleetmedic.io/in-flight"
         )
     }
-
-
-def taint(kube, names) -> None:
-    threads = [
-        threading.Thread(
-            target=ctlenv.set_taints, args=(kube, n, lambda t: [*t, ctlenv.repair_taint("reboot")])
-        )
-        for n in names
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 def test_budgets_and_breakers_are_per_profile(safety_bench, smtp_sink):
@@ -88,7 +74,7 @@ def test_budgets_and_breakers_are_per_profile(safety_bench, smtp_sink):
     wait_until(lambda: "watching 10 nodes" in proc.log.read_text(), 30, "controller ready")
     ctlwait.looked_again(b.kube, cfg, train[0], n=1)  # past the breakers' first observation
 
-    taint(b.kube, train[:3] + infer[:3])
+    ctlenv.taint_all(b.kube, train[:3] + infer[:3])
     [msg] = smtp_sink.wait_for(1, timeout=30)
     assert "(profile inference)" in msg["Subject"], msg["Subject"]
     assert "--profile inference" in body_text(msg)

@@ -76,6 +76,16 @@ def _merge(cfg, opts: dict[str, Any]):
     return dataclasses.replace(merged, kernel=kernel, checks=checks)
 
 
+def in_pod(kubeconfig: str | None) -> bool:
+    """Use the Pod's ServiceAccount: no kubeconfig named, none in the environment, and
+    Kubernetes' service variables set (what in-cluster clients look for)."""
+    return (
+        kubeconfig is None
+        and "KUBECONFIG" not in os.environ
+        and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    )
+
+
 def _logging(level: str) -> None:
     logging.Formatter.converter = time.gmtime
     logging.basicConfig(
@@ -251,11 +261,7 @@ def agent(config_path: Path, once: bool, log_level: str, **opts: Any) -> None:
         cfg = _merge(base, opts)
         if not cfg.node_name:
             raise ConfigError("no node name: pass --node-name or set NODE_NAME")
-        in_cluster = (
-            cfg.kubeconfig is None
-            and "KUBECONFIG" not in os.environ
-            and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        )
+        in_cluster = in_pod(cfg.kubeconfig)
         kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
         kernel_kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
     except FleetmedicError as exc:

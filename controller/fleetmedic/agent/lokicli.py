@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import threading
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from fleetmedic.agent.cli import _logging
+from fleetmedic.agent.cli import _logging, in_pod
 from fleetmedic.errors import FleetmedicError
 
 
@@ -112,12 +111,7 @@ def loki(
 
     try:
         vocab = preset(taints)
-        in_cluster = (
-            kubeconfig is None
-            and "KUBECONFIG" not in os.environ
-            and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        )
-        kube = connect(kubeconfig, in_cluster=in_cluster)
+        kube = connect(kubeconfig, in_cluster=in_pod(kubeconfig))
         cursor_file.parent.mkdir(parents=True, exist_ok=True)
         cfg = LokiSourceConfig(
             endpoint=endpoint,

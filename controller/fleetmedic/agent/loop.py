@@ -86,27 +86,20 @@ class Agent:
         self.vocab = cfg.vocabulary()
         self.retrier = Retrier(self.stop, cap=cfg.retry_cap, on_attempt=self.beat)
         self.metrics = AgentMetrics()
-        self.writer = NodeWriter(
-            kube,
-            cfg.node_name,
-            self.vocab,
-            strike_limit=cfg.strike_limit,
-            events=cfg.events,
-            on_write=self.metrics.wrote,
-        )
-        # its own connection, so a slow round never delays a fencing write
-        kernel_writer = (
-            self.writer
-            if kernel_kube is None
-            else NodeWriter(
-                kernel_kube,
+
+        def writer(k: Kube) -> NodeWriter:
+            return NodeWriter(
+                k,
                 cfg.node_name,
                 self.vocab,
                 strike_limit=cfg.strike_limit,
                 events=cfg.events,
                 on_write=self.metrics.wrote,
             )
-        )
+
+        self.writer = writer(kube)
+        # its own connection, so a slow round never delays a fencing write
+        kernel_writer = self.writer if kernel_kube is None else writer(kernel_kube)
         self.kernel = KernelWatch(
             cfg.kernel, kernel_writer, self.retrier, self.stop, on_finding=self.metrics.finding
         )
