@@ -65,7 +65,17 @@ class AfterRepair:
 
 def after_repair(view: NodeView) -> AfterRepair:
     cleared = [s for s in view.foreign if s.after_repair == "clear" and s.taint]
-    waited = [s for s in view.foreign if s.after_repair != "clear"]
+    return _answered(view, cleared)
+
+
+def left_in_place(view: NodeView) -> AfterRepair:
+    """As :func:`after_repair`, but every signal waits for its tool (none is removed): what
+    ``fleetmedic reset`` writes, since it removes only fleetmedic's own taints."""
+    return _answered(view, [])
+
+
+def _answered(view: NodeView, cleared: list[Seen]) -> AfterRepair:
+    waited = [s for s in view.foreign if s not in cleared]
     record = {k: v for k, v in handled(view).items() if k in {s.describe for s in view.foreign}}
     record.update({s.describe: s.fingerprint for s in waited})
     notes = tuple(f"cleared {s.tool}'s {s.describe}" for s in cleared) + tuple(

@@ -46,10 +46,27 @@ def _ended(view: NodeView, now: datetime, who: str) -> tuple[Attempt, ...]:
 
 def release(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Update:
     """Return a node to service: clear our repair taint and records, undo our cordon."""
-    who = f"released by {by}"
     # the human vouches for the node: other tools' signals get the same lifecycle as after
     # a verified repair, or a signal that started this episode would start the next at once
-    theirs = foreign.after_repair(view)
+    return _returned(view, now, cfg, by, foreign.after_repair(view))
+
+
+def reset(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Update:
+    """Like :func:`release`, and also remove our slow-network taint, but only our own taints:
+    a reset stops fleetmedic, it does not vouch for the node, so other tools' signals stay,
+    recorded as answered (they start the ladder again only when their tool sets them anew)."""
+    upd = _returned(view, now, cfg, by, foreign.left_in_place(view))
+    return dataclasses.replace(
+        upd,
+        remove_slow_network=True,
+        events=(Event("RepairReset", f"all fleetmedic taints removed by {by}"),),
+    )
+
+
+def _returned(
+    view: NodeView, now: datetime, cfg: Config, by: str, theirs: foreign.AfterRepair
+) -> Update:
+    who = f"released by {by}"
     ended = tuple(
         dataclasses.replace(a, message="; ".join((a.message, *theirs.notes)))
         for a in _ended(view, now, who)
@@ -64,16 +81,4 @@ def release(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> 
         append=ended,
         history_limit=cfg.ladder.history_limit,
         events=(Event("RepairReleased", f"{view.state} -> healthy, {who}"),),
-    )
-
-
-def reset(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Update:
-    """Like :func:`release`, and also remove our slow-network taint."""
-    upd = release(view, now, cfg, by)
-    return Update(
-        **{
-            **upd.__dict__,
-            "remove_slow_network": True,
-            "events": (Event("RepairReset", f"all fleetmedic taints removed by {by}"),),
-        }
     )

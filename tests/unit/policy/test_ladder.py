@@ -343,6 +343,21 @@ class TestForeignSignals:
         assert v.state == "healthy" and KONDUKTOR not in v.taints
         assert ladder.decide(v, w.now, w.cfg).kind == Kind.NONE
 
+    def test_a_reset_leaves_the_signal_to_its_tool_and_does_not_loop(self):
+        from fleetmedic.policy.release import reset
+
+        w = World(config())
+        w.add("n1", state="manual", taints=[KONDUKTOR])
+        w.write(reset(w.view("n1"), w.now, w.cfg))
+        v = w.view("n1")
+        assert v.state == "healthy" and KONDUKTOR in v.taints, "reset removes only ours"
+        assert ladder.decide(v, w.now, w.cfg).kind == Kind.NONE, "answered, not a new fault"
+        [attempt] = w.history("n1")
+        assert "left to konduktor" in attempt.message
+        # Konduktor setting its taint anew is a new fault
+        w.nodes["n1"]["spec"]["taints"] = [dict(KONDUKTOR, timeAdded="2026-11-25T09:00:00Z")]
+        assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.WRITE
+
     def test_clear_is_refused_for_a_condition(self):
         with pytest.raises(ConfigError, match="a condition belongs to the tool"):
             config(
