@@ -58,6 +58,14 @@ def wait_state(kube, name: str, state: str, proc: ControllerProcess, timeout: fl
 
 
 # -- a) a reboot cures it -----------------------------------------------------------------
+def condition(kube, name: str) -> tuple[str, str, str] | None:
+    """fleetmedic's NodeCondition as `kubectl describe node` shows it: status, reason, message."""
+    for c in ctlenv.node(kube, name)["status"].get("conditions") or []:
+        if c["type"] == "FleetmedicRepair":
+            return c["status"], c["reason"], c["message"]
+    return None
+
+
 def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
     b = bench(1)
     node = b.fleet.node(1)
@@ -80,6 +88,12 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
         ),
         60,
         "the scrape to show the node in repair",
+        interval=0.2,
+    )
+    wait_until(
+        lambda: (condition(b.kube, name) or ())[:2] == ("True", "Reboot"),
+        60,
+        "the FleetmedicRepair condition to say Reboot",
         interval=0.2,
     )
     wait_state(b.kube, name, "healthy", proc, 240)
@@ -108,6 +122,8 @@ def test_a_rebooted_and_untainted_when_checks_pass_after_boot(bench):
         "GET", f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}"
     )["items"]
     assert {"RepairStarted", "Repaired"} <= {e["reason"] for e in events}
+    status_, reason, message = condition(b.kube, name)
+    assert (status_, reason) == ("False", "Repaired") and "after reboot pass" in message
     status = cli(cfg, "status", "--json")
     assert status.returncode == 0, status.stderr
     [row] = json.loads(status.stdout)
@@ -199,6 +215,7 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     esc = annotation(b.kube, name, "fleetmedic.io/escalated")
     assert esc["sent"] and esc["ep"] == 1
     assert ctlenv.node(b.kube, name)["spec"].get("unschedulable"), "stays cordoned for the human"
+    assert condition(b.kube, name)[:2] == ("True", "Manual")
 
     # the on-call engineer fixes the GPU and releases the node
     ctlenv.healthy(node)
@@ -207,6 +224,8 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     wait_until(lambda: taints(b.kube, name) == [], 30, "release")
     assert not ctlenv.node(b.kube, name)["spec"].get("unschedulable")
     assert history(b.kube, name)[-1]["result"] == "released"
+    status_, reason, message = condition(b.kube, name)
+    assert (status_, reason) == ("False", "Released") and "released by" in message
     back = webhook.wait_for(lambda r: "back in service" in r.body["title"], timeout=30)
     assert back.body["type"] == "success" and "released by" in back.body["message"]
     admitted = ctlwait.counts(cfg)["admitted"]

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 15.0  # seconds for any non-watch call
 LIST_PAGE = 500  # nodes per list page (the API server's own default chunk size)
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
 class Expired(TemporaryError):
@@ -240,6 +241,21 @@ class Kube:
                 time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.5))
         raise TemporaryError(
             f"node {name} kept changing under us; gave up after {retries} conflicts"
+        )
+
+    def set_node_condition(self, name: str, condition: dict) -> dict:
+        """Set one NodeCondition (by ``type``) through the status subresource.
+
+        A strategic merge patch merges ``status.conditions`` by type, as the kubelet's own
+        and node-problem-detector's writes do, so no one else's condition is touched and no
+        read-modify-write (nor resourceVersion) is needed.
+        """
+        return self._call(
+            f"patch node {name} status",
+            self.core.patch_node_status,
+            name,
+            {"status": {"conditions": [condition]}},
+            _content_type=STRATEGIC_PATCH,
         )
 
     # -- pods and eviction (drain) ----------------------------------------

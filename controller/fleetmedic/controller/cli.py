@@ -346,12 +346,13 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
             f"node {node} is in {v.state}, which the controller is still "
             "working on; use --force to release it anyway"
         )
-    from fleetmedic.controller import audit
+    from fleetmedic.controller import audit, conditions
 
     upd = releasemod.release(v, now(), cfg, by=operator())
     written = kube.update_node(node, upd.apply_for(cfg.vocabulary()))
     for ev in upd.events:
         kube.post_event(written, ev.reason, ev.message, ev.type)
+    conditions.publish(kube, view_of(written, cfg.vocabulary(), cfg.foreign()))
     audit.record(operator(), node, "release", f"{v.state} -> healthy by hand", "written")
     click.echo(f"{node}: {v.state} -> healthy (released by {operator()})")
     from fleetmedic.adapters import chat
@@ -385,7 +386,7 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
         click.confirm(
             f"Remove fleetmedic taints from {len(todo)} node(s) ({names})?", abort=True, err=True
         )
-    from fleetmedic.controller import audit
+    from fleetmedic.controller import audit, conditions
 
     by = operator()
     for v in todo:
@@ -393,6 +394,7 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
         written = kube.update_node(v.name, upd.apply_for(vocab))
         for ev in upd.events:
             kube.post_event(written, ev.reason, ev.message, ev.type)
+        conditions.publish(kube, view_of(written, vocab, cfg.foreign()))
         audit.record(by, v.name, "reset", "every fleetmedic taint removed by hand", "written")
     click.echo(f"removed fleetmedic taints from {len(todo)} node(s): {names}")
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from fleetmedic.adapters.kube import Kube
+from fleetmedic.controller import conditions
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.errors import TemporaryError
 from fleetmedic.model.nodestate import NodeView
@@ -80,5 +81,6 @@ class Recorder:
                 self.metrics.duration.labels(step=attempt.step).observe(
                     max(0.0, (end - start).total_seconds())
                 )
+        conditions.publish(self.kube, after)
         self.on_written(upd, after)
         return after

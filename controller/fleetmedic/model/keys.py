@@ -12,6 +12,10 @@ LABEL_VENDOR = PREFIX + "gpu-vendor"  # nvidia | amd | none
 LABEL_EXPECTED_GPUS = PREFIX + "expected-gpus"  # integer, e.g. "8"
 LABEL_STATE = PREFIX + "state"  # healthy | reboot | reimage | manual
 
+# fleetmedic's own NodeCondition (status.conditions[].type): its verdict for tools and
+# dashboards that read conditions (NPD + Draino, the autoscaler, `kubectl describe node`)
+CONDITION = "FleetmedicRepair"
+
 # annotations (evidence and bookkeeping, JSON unless noted)
 ANN_SSH_HOST = PREFIX + "ssh-host"  # plain string: overrides InternalIP for SSH
 ANN_STRIKES = PREFIX + "strikes"  # agent: {"gpu": n, "network": n}

@@ -127,6 +127,7 @@ class NodeView:
     annotations: Mapping[str, str]
     taints: tuple[Mapping[str, Any], ...]
     resource_version: str | None
+    condition: tuple[str, str] | None = None  # our NodeCondition as it stands: status, reason
 
     @property
     def in_repair(self) -> bool:
@@ -180,4 +181,13 @@ def view(
         annotations=dict(meta.get("annotations") or {}),
         taints=tuple(taints),
         resource_version=meta.get("resourceVersion"),
+        condition=own_condition(node),
     )
+
+
+def own_condition(node: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(status, reason) of fleetmedic's NodeCondition on ``node``, or None."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == keys.CONDITION:
+            return str(c.get("status", "")), str(c.get("reason", ""))
+    return None
