@@ -27,7 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Run the vendor GPU diagnostics (dcgmi diag -r N) once (exit 0/1/2).",
     ),
     "agent": ("fleetmedic.agent.cli:agent", "Run the node agent: checks, strikes, fencing."),
-    "run": ("fleetmedic.controller.cli:run", "Run the remediation controller."),
+    "run": ("fleetmedic.service:run", "Run the remediation controller."),
     "status": ("fleetmedic.controller.cli:status", "Show nodes by repair state."),
     "plan": (
         "fleetmedic.controller.cli:plan",

@@ -13,7 +13,9 @@ import time
 import uuid
 
 import pytest
+import yaml
 
+from tests.harness import ctlenv
 from tests.harness.ctlenv import FLEETMEDIC, wait_until
 from tests.harness.loki import kernel_labels, pod_labels
 
@@ -155,3 +157,65 @@ def test_killed_source_resumes_from_its_cursor_and_counts_nothing_twice(
     finally:
         src.terminate()
         src.wait(10)
+
+
+def test_the_controller_runs_the_source_and_repairs_what_it_finds_through_the_ladder(
+    loki, safety_bench
+):
+    """`sources.loki` in the controller's config: a Xid 79 shipped to Loki for an nspawn
+    node is fenced by the controller's own source and repaired through the ladder exactly
+    like an agent-detected one (reboot, verify, back in service); the cursor lives on the
+    controller's ConfigMap, so the line is never read again."""
+    b = safety_bench(1, tag="lk")
+    node = b.fleet.node(1)
+    ctlenv.xid79(node)  # what the node's kernel says too: `fleetmedic check` fails until a reboot
+    [name] = b.register()
+    namespace, cm = "kube-system", f"fleetmedic-{b.pool}"
+    b.kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        {"metadata": {"name": cm, "namespace": namespace}, "data": {}},
+    )
+    selector = f'{{node_name="{name}"}}'  # (the shared Loki holds other tests' streams)
+    cfg = b.config(
+        sources={
+            "loki": {
+                "endpoint": loki.url,
+                "kernel_queries": [selector],
+                "pod_queries": [f'{{namespace="{b.pool}"}}'],
+                "poll_interval": 0.3,
+                "lookback": 120,
+            }
+        }
+    )
+    port = yaml.safe_load(cfg.read_text())["metrics"]["port"]
+    proc = b.controller(cfg)
+    wait_until(lambda: ctlenv.scrape(port, "fleetmedic_loki_up") == 1, 60, "the source polling")
+    loki.push(kernel_labels("promtail", node=name), [XID79])
+
+    def repaired() -> bool:
+        assert proc.alive, proc.tail(40)
+        hist = ann(b.kube, name, "fleetmedic.io/history") or []
+        return [(a["step"], a["result"]) for a in hist] == [("reboot", "pass")] and not taints(
+            b.kube, name
+        )
+
+    wait_until(repaired, 240, f"{name} fenced from Loki, rebooted and back in service")
+    assert ann(b.kube, name, "fleetmedic.io/last-finding")["rule"] == "xid.79"
+    assert ctlenv.scrape(port, 'fleetmedic_loki_findings_total{outcome="fenced"}') == 1
+    cursor = json.loads(
+        b.kube.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{cm}")["data"][
+            "loki-cursor"
+        ]
+    )
+    assert any(selector in q for q in cursor), cursor
+    after = time.time()
+    wait_until(
+        lambda: (
+            (ctlenv.scrape(port, "fleetmedic_loki_last_poll_timestamp_seconds") or 0) > after + 1
+        ),
+        30,
+        "polls after the repair",
+    )
+    assert ctlenv.scrape(port, 'fleetmedic_loki_findings_total{outcome="fenced"}') == 1
+    assert not taints(b.kube, name), "the handled line fenced nothing again"

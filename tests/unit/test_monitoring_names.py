@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client import Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
+from fleetmedic.agent.lokisource import LokiMetrics
 from fleetmedic.controller.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,11 +58,11 @@ def _base(name: str) -> str | None:
     return None
 
 
-def _exported() -> dict[str, tuple[str, set[str]]]:
-    """What the controller exports: exposition name -> (type, label names)."""
+def _exported(metrics: object | None = None) -> dict[str, tuple[str, set[str]]]:
+    """What the controller (or ``metrics``) exports: exposition name -> (type, labels)."""
     kinds = {Counter: "counter", Gauge: "gauge", Histogram: "histogram", Info: "info"}
     out = {}
-    for metric in vars(Metrics()).values():
+    for metric in vars(metrics or Metrics()).values():
         kind = next((k for cls, k in kinds.items() if isinstance(metric, cls)), None)
         if kind is None:
             continue
@@ -80,16 +81,19 @@ def test_the_list_is_well_formed():
     for m in LIST["metrics"]:
         assert set(m) == {"name", "type", "labels", "source", "status"}, m
         assert m["type"] in ("counter", "gauge", "histogram", "info"), m
-        assert m["source"] in ("controller", "agent"), m
+        assert m["source"] in ("controller", "agent", "loki"), m
         assert m["status"] in ("exported", "planned"), m
         assert m["name"].startswith("fleetmedic_"), m
         assert (m["type"] == "counter") == m["name"].endswith("_total"), m
     assert len(METRICS) == len(LIST["metrics"]), "a name is listed twice"
 
 
-def test_exported_means_exported_by_the_controller():
-    exported = _exported()
-    listed = {n: m for n, m in METRICS.items() if m["source"] == "controller"}
+@pytest.mark.parametrize("source", ["controller", "loki"])
+def test_exported_means_exported_by_the_controller(source):
+    # the Loki source's metrics join the controller's registry when `sources.loki` is set
+    # (and are `fleetmedic watch loki --metrics-port`'s own)
+    exported = _exported(LokiMetrics(CollectorRegistry()) if source == "loki" else None)
+    listed = {n: m for n, m in METRICS.items() if m["source"] == source}
     for name, (kind, labels) in exported.items():
         assert name in listed, f"{name} is exported but not in deploy/monitoring/metrics.yaml"
         m = listed[name]

@@ -74,6 +74,14 @@ def watch() -> None:
     show_default=True,
     help="Seconds to read back on the first start (no cursor yet).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    metavar="PORT",
+    help="Serve Prometheus metrics (fleetmedic_loki_up, lines, findings) here; 0: off.",
+)
 @click.option("--once", is_flag=True, help="One round over every query, then exit.")
 @click.option("--log-level", default="info", show_default=True)
 def loki(
@@ -87,6 +95,7 @@ def loki(
     taints: str,
     poll_interval: float,
     lookback: float,
+    metrics_port: int,
     once: bool,
     log_level: str,
 ) -> None:
@@ -98,11 +107,15 @@ def loki(
     It needs to read and patch Nodes (and post Events), nothing else.
     """
     _logging(log_level)
+    from prometheus_client import CollectorRegistry, start_http_server
+
     from fleetmedic.adapters.kube import connect
     from fleetmedic.agent.lokisource import (
         KERNEL_QUERIES,
         NODE_LABELS,
         POD_QUERIES,
+        FileCursor,
+        LokiMetrics,
         LokiSource,
         LokiSourceConfig,
     )
@@ -115,7 +128,6 @@ def loki(
         cursor_file.parent.mkdir(parents=True, exist_ok=True)
         cfg = LokiSourceConfig(
             endpoint=endpoint,
-            cursor_file=cursor_file,
             kernel_queries=kernel_queries or KERNEL_QUERIES,
             pod_queries=pod_queries or POD_QUERIES,
             node_labels=node_labels or NODE_LABELS,
@@ -124,7 +136,15 @@ def loki(
             lookback=lookback,
         )
         writers: dict[str, NodeWriter] = {}
-        source = LokiSource(cfg, lambda n: writers.setdefault(n, NodeWriter(kube, n, vocab)))
+        registry = CollectorRegistry()
+        source = LokiSource(
+            cfg,
+            lambda n: writers.setdefault(n, NodeWriter(kube, n, vocab)),
+            FileCursor(cursor_file),
+            metrics=LokiMetrics(registry),
+        )
+        if metrics_port and not once:
+            start_http_server(metrics_port, registry=registry)
         if once:
             handled = source.poll()
             click.echo(

@@ -15,14 +15,16 @@ logs to Loki, as Konduktor's node health controller reads them. Every poll:
   strikes, annotations, thresholds and taints, so the controller cannot tell which
   detector fenced a node.
 
-The cursor is a small JSON file (``--cursor-file``), like Promtail's positions file: the
-newest timestamp done per query and the hashes of the lines at exactly that timestamp.
-It is written (atomically) only after a batch's fences were written, so after a restart,
-a crash or a Loki outage the source resumes where it was: a line is never skipped, and a
-line at the cursor's timestamp is not handled twice. (A file, not a Kubernetes object:
-the source then needs no write access to anything but Nodes, and one source per cluster
-owns it.) Loki slow or down: the poll backs off (2 s doubling to 60 s), with one log line
-when Loki goes away and one when it is back; never a crash loop.
+The cursor, like Promtail's positions file, is the newest timestamp done per query and
+the hashes of the lines at exactly that timestamp. It is written only after a batch's
+fences were written, and only when it moved, so after a restart, a crash or a Loki outage
+the source resumes where it was: a line is never skipped, and a line at the cursor's
+timestamp is not handled twice. ``fleetmedic watch loki`` keeps it in a file
+(``--cursor-file``, replaced atomically: the source then needs no write access to
+anything but Nodes). Run by the controller, it lives on the controller's ConfigMap
+(:class:`ConfigMapCursor`), so the controller that takes over leadership resumes where
+the last leader stopped. Loki slow or down: the poll backs off (2 s doubling to 60 s), with
+one log line when Loki goes away and one when it is back; never a crash loop.
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from fleetmedic.adapters.kube import Kube
 from fleetmedic.adapters.loki import Entry, LokiClient
 from fleetmedic.agent.kernelwatch import describe, merged_thresholds
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
-from fleetmedic.errors import TemporaryError
+from fleetmedic.errors import NotFoundError, TemporaryError
 from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import Dedup, Finding, Scanner
@@ -74,22 +80,18 @@ class Cursor:
     done: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path) -> Cursor:
-        try:
-            raw = json.loads(path.read_text())
-            return cls({q: (int(v["ts"]), list(v["at"])) for q, v in raw.items()})
-        except FileNotFoundError:
+    def parse(cls, text: str | None, where: str) -> Cursor:
+        if not text:
             return cls()
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("cursor %s unreadable (%s): starting from the look-back window", path, exc)
+        try:
+            raw = json.loads(text)
+            return cls({q: (int(v["ts"]), list(v["at"])) for q, v in raw.items()})
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("cursor %s unreadable (%s): starting from the look-back window", where, exc)
             return cls()
 
-    def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(
-            json.dumps({q: {"ts": ts, "at": at} for q, (ts, at) in self.done.items()}, indent=1)
-        )
-        os.replace(tmp, path)
+    def dumps(self) -> str:
+        return json.dumps({q: {"ts": ts, "at": at} for q, (ts, at) in self.done.items()}, indent=1)
 
     def new(self, query: str, entries: Sequence[Entry]) -> list[Entry]:
         """``entries`` not handled yet (those at the cursor's timestamp by their hash)."""
@@ -104,6 +106,61 @@ class Cursor:
         ts, at = self.done.get(query, (0, []))
         here = [_hash(e) for e in entries if e.ts == last]
         self.done[query] = (last, (at + here) if last == ts else here)
+
+
+class CursorStore(Protocol):
+    """Where the cursor lives between runs."""
+
+    def load(self) -> Cursor: ...
+
+    def save(self, cursor: Cursor) -> None: ...
+
+
+@dataclass(frozen=True)
+class FileCursor:
+    """A JSON file, replaced atomically (``fleetmedic watch loki``: one source, one host)."""
+
+    path: Path
+
+    def load(self) -> Cursor:
+        try:
+            return Cursor.parse(self.path.read_text(), str(self.path))
+        except FileNotFoundError:
+            return Cursor()
+
+    def save(self, cursor: Cursor) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(cursor.dumps())
+        os.replace(tmp, self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+@dataclass(frozen=True)
+class ConfigMapCursor:
+    """One key of a ConfigMap (the controller's own, which its Role may already read and
+    patch), so whichever controller leads resumes where the last leader stopped. Written
+    only when the cursor moved: an idle cluster costs no API writes."""
+
+    kube: Kube
+    namespace: str
+    name: str
+    key: str = "loki-cursor"
+
+    def load(self) -> Cursor:
+        cm = self.kube.get_config_map(self.namespace, self.name)
+        if cm is None:
+            raise NotFoundError(
+                f"configmap {self.namespace}/{self.name} (the Loki cursor's home) does not exist"
+            )
+        return Cursor.parse((cm.get("data") or {}).get(self.key), str(self))
+
+    def save(self, cursor: Cursor) -> None:
+        self.kube.patch_config_map_data(self.namespace, self.name, {self.key: cursor.dumps()})
+
+    def __str__(self) -> str:
+        return f"configmap {self.namespace}/{self.name} key {self.key}"
 
 
 def _hash(e: Entry) -> str:
@@ -122,7 +179,6 @@ def with_filter(query: str, triggers: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class LokiSourceConfig:
     endpoint: str
-    cursor_file: Path
     kernel_queries: tuple[str, ...] = KERNEL_QUERIES
     pod_queries: tuple[str, ...] = POD_QUERIES
     node_labels: tuple[str, ...] = NODE_LABELS
@@ -134,6 +190,30 @@ class LokiSourceConfig:
     dedup_window: float = 600.0  # a fencing finding repeated on a node within this: once
 
 
+class LokiMetrics:
+    """The source's own figures, on the registry it is given (the agent's or the controller's)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.up = Gauge(
+            "fleetmedic_loki_up", "1 while Loki answers the source's queries", registry=r
+        )
+        self.lines = Counter(
+            "fleetmedic_loki_lines", "Log lines read from Loki and classified", registry=r
+        )
+        self.findings = Counter(
+            "fleetmedic_loki_findings",
+            "Findings from Loki lines, by what came of them",
+            ["outcome"],  # fenced | counted | unattributed
+            registry=r,
+        )
+        self.last_poll = Gauge(
+            "fleetmedic_loki_last_poll_timestamp_seconds",
+            "When the source last read every query to the end",
+            registry=r,
+        )
+
+
 class LokiSource:
     """``run(stop)`` polls until ``stop``; ``poll()`` is one round (for ``--once``)."""
 
@@ -141,16 +221,19 @@ class LokiSource:
         self,
         cfg: LokiSourceConfig,
         writer_for: Callable[[str], NodeWriter],
+        store: CursorStore,
         *,
         client: LokiClient | None = None,
         clock: Callable[[], float] = time.time,
+        metrics: LokiMetrics | None = None,
     ) -> None:
-        self.cfg, self.writer_for, self.clock = cfg, writer_for, clock
+        self.cfg, self.writer_for, self.store, self.clock = cfg, writer_for, store, clock
         self.client = client or LokiClient(cfg.endpoint, tenant=cfg.tenant)
+        self.metrics = metrics or LokiMetrics(CollectorRegistry())
         self.scanner_proto = Scanner()
         triggers = self.scanner_proto.triggers
         self.queries = [with_filter(q, triggers) for q in (*cfg.kernel_queries, *cfg.pod_queries)]
-        self.cursor = Cursor.load(cfg.cursor_file)
+        self.cursor = store.load()
         self.thresholds = merged_thresholds(dict(cfg.thresholds))
         self._scanners: OrderedDict[str, Scanner] = OrderedDict()
         self._dedup = Dedup(cfg.dedup_window)
@@ -161,19 +244,29 @@ class LokiSource:
         self.polls = 0
 
     # -- the loop ---------------------------------------------------------------------
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, active: Callable[[], bool] = lambda: True) -> None:
+        """Poll until ``stop``, while ``active()`` (the controller's leadership: one source
+        per cluster reads and fences). Becoming active again reloads the cursor, which
+        another controller may have moved meanwhile."""
         log.info(
             "following %d LogQL queries on %s (cursor %s)",
             len(self.queries),
             self.cfg.endpoint,
-            self.cfg.cursor_file,
+            self.store,
         )
-        delay = self.cfg.poll_interval
+        delay, was_active = self.cfg.poll_interval, True
         while not stop.is_set():
+            if not active():
+                was_active = False
+                stop.wait(self.cfg.poll_interval)
+                continue
             try:
+                if not was_active:
+                    self.cursor, was_active = self.store.load(), True
                 self.poll()
                 delay = self.cfg.poll_interval
             except TemporaryError as exc:
+                self.metrics.up.set(0)
                 if self._down_since is None:
                     self._down_since = self.clock()
                     log.error("loki unreachable, retrying with back-off: %s", exc)
@@ -190,6 +283,9 @@ class LokiSource:
             log.warning("loki reachable again after %.0fs", self.clock() - self._down_since)
             self._down_since = None
         self.polls += 1
+        self.metrics.up.set(1)
+        self.metrics.last_poll.set(self.clock())
+        self.metrics.lines.inc(handled)
         return handled
 
     def _drain(self, query: str, now_ns: int) -> int:
@@ -201,8 +297,9 @@ class LokiSource:
             fresh = self.cursor.new(query, entries)
             for e in fresh:
                 self._line(e)
-            self.cursor.advance(query, fresh)
-            self.cursor.save(self.cfg.cursor_file)  # after the fences: nothing is lost
+            if fresh:  # (an unmoved cursor is not written: no API write per idle poll)
+                self.cursor.advance(query, fresh)
+                self.store.save(self.cursor)  # after the fences: nothing is lost
             handled += len(fresh)
             if len(entries) < self.cfg.batch or not fresh:
                 return handled
@@ -222,6 +319,7 @@ class LokiSource:
         for f in scanner.feed(e.line):
             if node is None:
                 self.unattributed += 1
+                self.metrics.findings.labels(outcome="unattributed").inc()
                 log.warning("loki: %s in a stream with no node label (%s)", describe(f), stream)
                 continue
             self._finding(node, f, e)
@@ -240,6 +338,7 @@ class LokiSource:
 
             out = writer.record_finding(obs, mark)
             self.fenced += 1
+            self.metrics.findings.labels(outcome="fenced").inc()
             log.warning(
                 "loki: %s on %s (%s): %s",
                 describe(f),
@@ -262,5 +361,6 @@ class LokiSource:
             crossing=Observation("kernel", "problem", reason, limit.action),
         )
         self.counted += 1
+        self.metrics.findings.labels(outcome="counted").inc()
         if added.crossed:
             log.warning("loki: %s on %s: threshold reached (fenced=%s)", reason, node, out.fenced)

@@ -31,10 +31,10 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -44,6 +44,11 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.nodestate import view as view_of
+
+if TYPE_CHECKING:  # (the commands import the client and the loop only when they run)
+    from fleetmedic.adapters.kube import Kube
+    from fleetmedic.controller.loop import Sidecar
+    from fleetmedic.controller.metrics import Metrics
 
 DEFAULT_CONFIG = Path("/etc/fleetmedic/controller.yaml")
 
@@ -132,15 +137,20 @@ def _setup_logging(verbose: bool) -> None:
 
 
 # -- run ------------------------------------------------------------------------------
-@click.command("run")
-@_common
-@click.option("--once", is_flag=True, help="Act until nothing more can be done now, then exit.")
-@click.option("--dry-run", is_flag=True, help="Decide and log, change nothing.")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose: bool) -> None:
-    """Run the remediation controller."""
+# (the `run` command itself is fleetmedic/service.py: it adds the detectors the controller
+# runs beside its loop, which live in the agent package)
+def serve(
+    cfg: Config,
+    kubeconfig: str | None,
+    once: bool,
+    dry_run: bool,
+    verbose: bool,
+    sidecars: Callable[[Kube, Metrics], Sequence[Sidecar]] = lambda kube, metrics: (),
+) -> None:
+    """Run the remediation controller until a signal (or, with ``once``, until done)."""
     from fleetmedic.adapters import chat, notify
     from fleetmedic.controller.loop import Controller
+    from fleetmedic.controller.metrics import Metrics
 
     _setup_logging(verbose)
     dry_run = dry_run or cfg.dry_run
@@ -159,7 +169,14 @@ def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose:
             except OSError as exc:
                 raise ConfigError(f"cannot create {d}: {exc.strerror}") from None
     kube = connect(cfg, kubeconfig)
-    controller = Controller(cfg, kube, dry_run=dry_run)
+    metrics = Metrics()
+    controller = Controller(
+        cfg,
+        kube,
+        dry_run=dry_run,
+        metrics=metrics,
+        sidecars=() if once else sidecars(kube, metrics),
+    )
     if not once:
         try:
             controller.metrics.serve(cfg.metrics.address, cfg.metrics.port)

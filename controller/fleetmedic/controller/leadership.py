@@ -66,6 +66,12 @@ class Leadership:
         """True when a leader Lease is in use (leader election enabled)."""
         return self.lease is not None
 
+    @property
+    def is_leading(self) -> bool:
+        """Whether this controller led at the main loop's last look (no API call; for
+        other threads, which must not renew the Lease themselves)."""
+        return self._leading
+
     # -- the leader Lease ----------------------------------------------------------
     def leading(self) -> bool:
         """Take or renew the leader Lease when due (and the node Leases); True while

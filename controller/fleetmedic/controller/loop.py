@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from fleetmedic.adapters import runner
@@ -57,6 +57,10 @@ HELD_WAKE = 30.0  # while actions are held (pause ConfigMap, window), look this 
 PRUNE_EVERY = 600.0  # old run directories are pruned this often
 
 
+Sidecar = Callable[[threading.Event, Callable[[], bool]], None]
+"""``sidecar(stop, acting)``: runs until ``stop``, changes the cluster only while ``acting()``."""
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -75,8 +79,13 @@ class Controller:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
         watch_timeout: int = 300,
+        sidecars: Sequence[Sidecar] = (),
     ) -> None:
+        """``sidecars``: detectors run beside the loop (a Loki source), each on a thread of
+        its own as ``sidecar(stop, acting)``; they act only while ``acting()`` (this
+        controller leads and is not in a dry run)."""
         self.cfg, self.kube, self.clock = cfg, kube, clock
+        self.sidecars = tuple(sidecars)
         self.dry_run = dry_run or cfg.dry_run
         self.identity = identity or cfg.leader_election.identity or default_identity()
         self.metrics = metrics or Metrics()
@@ -140,6 +149,13 @@ class Controller:
             target=self._relay, args=(stop,), name="fleetmedic-wake", daemon=True
         ).start()
         wait_synced(self.watcher, sync_timeout)
+        for i, sidecar in enumerate(self.sidecars):
+            threading.Thread(
+                target=sidecar,
+                args=(stop, self.acting),
+                name=f"fleetmedic-sidecar-{i}",
+                daemon=True,
+            ).start()
         conflict = assign(self.views(), self.cfg).error()
         if conflict:
             raise ConfigError(f"profiles: {conflict}")
@@ -178,6 +194,10 @@ class Controller:
                 self._wake.clear()
         finally:
             self.shutdown()
+
+    def acting(self) -> bool:
+        """True while this controller may change the cluster: it leads, not a dry run."""
+        return not self.dry_run and self.leadership.is_leading
 
     def _relay(self, stop: threading.Event) -> None:
         """Wake the main loop on every informer event."""

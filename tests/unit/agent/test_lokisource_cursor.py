@@ -4,7 +4,7 @@ itself runs against a real Loki in tests/integration/test_loki_source.py."""
 from __future__ import annotations
 
 from fleetmedic.adapters.loki import Entry
-from fleetmedic.agent.lokisource import Cursor, with_filter
+from fleetmedic.agent.lokisource import Cursor, FileCursor, with_filter
 
 
 def e(ts: int, line: str, node: str = "n1") -> Entry:
@@ -16,9 +16,9 @@ def test_the_cursor_skips_what_was_handled_even_at_the_same_timestamp(tmp_path):
     batch = [e(1, "a"), e(2, "b"), e(2, "c")]
     assert c.new("q", batch) == batch
     c.advance("q", batch)
-    path = tmp_path / "cursor.json"
-    c.save(path)
-    c = Cursor.load(path)  # a restart
+    store = FileCursor(tmp_path / "cursor.json")
+    store.save(c)
+    c = store.load()  # a restart
     again = [e(2, "b"), e(2, "c"), e(2, "d"), e(3, "e")]  # Loki's start is inclusive
     assert [x.line for x in c.new("q", again)] == ["d", "e"]
     c.advance("q", c.new("q", again))
@@ -29,8 +29,10 @@ def test_the_cursor_skips_what_was_handled_even_at_the_same_timestamp(tmp_path):
 def test_an_unreadable_cursor_starts_over_rather_than_failing(tmp_path):
     path = tmp_path / "cursor.json"
     path.write_text("{not json")
-    assert Cursor.load(path).done == {}
-    assert Cursor.load(tmp_path / "missing.json").done == {}
+    assert FileCursor(path).load().done == {}
+    assert FileCursor(tmp_path / "missing.json").load().done == {}
+    assert Cursor.parse('{"q": {"ts": "x"}}', "configmap key").done == {}
+    assert Cursor.parse(None, "an empty configmap key").done == {}
 
 
 def test_queries_get_the_scanners_trigger_filter_unless_they_have_a_pipeline():

@@ -263,3 +263,19 @@ def test_quantities():
     assert quantity_of(3, 100, round_up=True) == 3
     assert quantity_of("50%", 5, round_up=True) == 3
     assert quantity_of("50%", 5, round_up=False) == 2
+
+
+def test_a_loki_source_is_configured_in_the_controllers_yaml(tmp_path):
+    assert config.load(write(tmp_path, "")).sources.loki is None, "off unless configured"
+    cfg = config.load(
+        write(
+            tmp_path,
+            "sources:\n  loki:\n    endpoint: http://loki:3100\n    poll_interval: 5s\n"
+            "    kernel_queries: ['{job=\"dmesg\"}']\n",
+        )
+    )
+    assert cfg.sources.loki.endpoint == "http://loki:3100"
+    assert (cfg.sources.loki.poll_interval, cfg.sources.loki.lookback) == (5, 3600)
+    assert cfg.sources.loki.kernel_queries == ('{job="dmesg"}',)
+    assert "sources.loki.endpoint" in error_of(tmp_path, "sources:\n  loki:\n    endpoint: loki\n")
+    assert "lookbak" in error_of(tmp_path, "sources:\n  loki:\n    lookbak: 1h\n")

@@ -47,6 +47,7 @@ from fleetmedic.model.config.sections import (
     SmtpConfig,
     TaintsConfig,
 )
+from fleetmedic.model.config.sources import LokiConfig, SourcesConfig
 from fleetmedic.model.config.types import (
     Section,
     Window,
@@ -71,6 +72,7 @@ __all__ = [
     "KubeConfig",
     "LadderConfig",
     "LeaderElectionConfig",
+    "LokiConfig",
     "MetricsConfig",
     "NotifyConfig",
     "PlaybookConfig",
@@ -79,6 +81,7 @@ __all__ = [
     "ReceptorConfig",
     "SafetyConfig",
     "SmtpConfig",
+    "SourcesConfig",
     "StepConfig",
     "TaintsConfig",
     "TargetConfig",
@@ -110,6 +113,8 @@ class Config(Section):
     safety: SafetyConfig = SafetyConfig()
     metrics: MetricsConfig = MetricsConfig()
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
+    sources: SourcesConfig = SourcesConfig()
+    """Detectors the controller runs itself (a Loki source; see sources.py)."""
     dry_run: bool = False
     """Decide and log, change nothing (`fleetmedic run --dry-run` sets it too)."""
     profiles: tuple[ProfileConfig, ...] = ()

@@ -1,0 +1,91 @@
+"""``fleetmedic run``: the controller, with the detectors it runs beside its loop.
+
+The controller and the agent are sibling packages that never import each other, so the
+service that puts the Loki source (agent/lokisource.py) next to the controller's loop
+(controller/loop.py) is composed here, one layer above both.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from fleetmedic.controller.cli import _common, serve
+from fleetmedic.errors import ConfigError
+from fleetmedic.model.config import Config
+
+
+@click.command("run")
+@_common
+@click.option("--once", is_flag=True, help="Act until nothing more can be done now, then exit.")
+@click.option("--dry-run", is_flag=True, help="Decide and log, change nothing.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose: bool) -> None:
+    """Run the remediation controller.
+
+    With `sources.loki` configured it also follows the cluster's Loki for GPU faults (as
+    `fleetmedic watch loki` does), only while it leads; `--once` runs no source.
+    """
+    endpoint = loki_endpoint(cfg) if cfg.sources.loki and not once else None
+    serve(
+        cfg,
+        kubeconfig,
+        once,
+        dry_run,
+        verbose,
+        sidecars=lambda kube, metrics: loki_sidecars(cfg, endpoint, kube, metrics),
+    )
+
+
+def loki_endpoint(cfg: Config, environ: os._Environ[str] | dict[str, str] = os.environ) -> str:
+    """sources.loki.endpoint, else $LOG_ENDPOINT (Konduktor's variable); one-line error."""
+    assert cfg.sources.loki is not None
+    endpoint = cfg.sources.loki.endpoint or environ.get("LOG_ENDPOINT", "")
+    if not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(
+            "sources.loki: no endpoint (set sources.loki.endpoint or LOG_ENDPOINT to Loki's "
+            f"http(s):// address){f', got {endpoint!r}' if endpoint else ''}"
+        )
+    return endpoint
+
+
+def loki_sidecars(cfg: Config, endpoint: str | None, kube, metrics) -> Sequence:
+    if cfg.sources.loki is None or endpoint is None:
+        return ()
+    from fleetmedic.agent import lokisource as ls
+    from fleetmedic.agent.writer import NodeWriter
+    from fleetmedic.controller.switches import pause_configmap
+
+    loki = cfg.sources.loki
+    store: ls.CursorStore
+    if loki.cursor_file is not None:
+        Path(loki.cursor_file).parent.mkdir(parents=True, exist_ok=True)
+        store = ls.FileCursor(Path(loki.cursor_file))
+    else:
+        ref = pause_configmap(cfg)
+        if ref is None:
+            raise ConfigError(
+                "sources.loki: the cursor lives on safety.pause_configmap, which is empty; "
+                "set sources.loki.cursor_file"
+            )
+        store = ls.ConfigMapCursor(kube, *ref)
+    vocab = cfg.vocabulary()
+    writers: dict[str, NodeWriter] = {}
+    source = ls.LokiSource(
+        ls.LokiSourceConfig(
+            endpoint=endpoint,
+            kernel_queries=loki.kernel_queries or ls.KERNEL_QUERIES,
+            pod_queries=loki.pod_queries or ls.POD_QUERIES,
+            node_labels=loki.node_labels or ls.NODE_LABELS,
+            tenant=loki.tenant,
+            poll_interval=loki.poll_interval,
+            lookback=loki.lookback,
+        ),
+        lambda node: writers.setdefault(node, NodeWriter(kube, node, vocab)),
+        store,
+        metrics=ls.LokiMetrics(metrics.registry),
+    )
+    return (source.run,)
