@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from fleetmedic.controller.cli import _common, serve
+from fleetmedic.controller.cli import _common, all_clusters, serve
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import Config
 
@@ -23,20 +23,27 @@ from fleetmedic.model.config import Config
 @click.option("--once", is_flag=True, help="Act until nothing more can be done now, then exit.")
 @click.option("--dry-run", is_flag=True, help="Decide and log, change nothing.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@all_clusters
 def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose: bool) -> None:
     """Run the remediation controller.
 
     With `sources.loki` configured it also follows the cluster's Loki for GPU faults (as
-    `fleetmedic watch loki` does), only while it leads; `--once` runs no source.
+    `fleetmedic watch loki` does), only while it leads; `--once` runs no source. With
+    `clusters:` it serves every cluster named there, each with its own loop.
     """
-    endpoint = loki_endpoint(cfg) if cfg.sources.loki and not once else None
+    members = [cfg.cluster(n) for n in cfg.cluster_names()] or [cfg]
+    endpoints = {  # (resolved now: a missing endpoint is a one-line error at start)
+        m.cluster_name: loki_endpoint(m) for m in members if m.sources.loki and not once
+    }
     serve(
         cfg,
         kubeconfig,
         once,
         dry_run,
         verbose,
-        sidecars=lambda kube, metrics: loki_sidecars(cfg, endpoint, kube, metrics),
+        sidecars=lambda member, kube, metrics: loki_sidecars(
+            member, endpoints.get(member.cluster_name), kube, metrics
+        ),
     )
 
 

@@ -49,7 +49,7 @@ from fleetmedic.adapters.loki import Entry, LokiClient
 from fleetmedic.agent.kernelwatch import describe, merged_thresholds
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
-from fleetmedic.errors import NotFoundError, TemporaryError
+from fleetmedic.errors import FleetmedicError, NotFoundError
 from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import Dedup, Finding, Scanner
@@ -233,7 +233,8 @@ class LokiSource:
         self.scanner_proto = Scanner()
         triggers = self.scanner_proto.triggers
         self.queries = [with_filter(q, triggers) for q in (*cfg.kernel_queries, *cfg.pod_queries)]
-        self.cursor = store.load()
+        self.cursor = Cursor()
+        self._cursor_loaded = False  # loaded by the first poll (the store may be remote)
         self.thresholds = merged_thresholds(dict(cfg.thresholds))
         self._scanners: OrderedDict[str, Scanner] = OrderedDict()
         self._dedup = Dedup(cfg.dedup_window)
@@ -247,34 +248,35 @@ class LokiSource:
     def run(self, stop: threading.Event, active: Callable[[], bool] = lambda: True) -> None:
         """Poll until ``stop``, while ``active()`` (the controller's leadership: one source
         per cluster reads and fences). Becoming active again reloads the cursor, which
-        another controller may have moved meanwhile."""
+        another controller may have moved meanwhile. Any error (Loki down, the API server
+        down) backs off and retries, one log line each way."""
         log.info(
             "following %d LogQL queries on %s (cursor %s)",
             len(self.queries),
             self.cfg.endpoint,
             self.store,
         )
-        delay, was_active = self.cfg.poll_interval, True
+        delay = self.cfg.poll_interval
         while not stop.is_set():
             if not active():
-                was_active = False
+                self._cursor_loaded = False
                 stop.wait(self.cfg.poll_interval)
                 continue
             try:
-                if not was_active:
-                    self.cursor, was_active = self.store.load(), True
                 self.poll()
                 delay = self.cfg.poll_interval
-            except TemporaryError as exc:
+            except FleetmedicError as exc:  # Loki, or the cursor's ConfigMap: never a crash
                 self.metrics.up.set(0)
                 if self._down_since is None:
                     self._down_since = self.clock()
                     log.error("loki unreachable, retrying with back-off: %s", exc)
-                delay = min(MAX_BACKOFF, max(delay * 2, exc.delay))
+                delay = min(MAX_BACKOFF, max(delay * 2, getattr(exc, "delay", 0.0)))
             stop.wait(delay)
 
     def poll(self) -> int:
         """One round over every query; returns the number of new lines handled."""
+        if not self._cursor_loaded:
+            self.cursor, self._cursor_loaded = self.store.load(), True
         handled = 0
         now_ns = int(self.clock() * 1e9)
         for query in self.queries:

@@ -47,7 +47,7 @@ from fleetmedic.model.nodestate import view as view_of
 
 if TYPE_CHECKING:  # (the commands import the client and the loop only when they run)
     from fleetmedic.adapters.kube import Kube
-    from fleetmedic.controller.loop import Sidecar
+    from fleetmedic.controller.loop import Controller, Sidecar
     from fleetmedic.controller.metrics import Metrics
 
 DEFAULT_CONFIG = Path("/etc/fleetmedic/controller.yaml")
@@ -70,16 +70,48 @@ def _common(fn: Callable[..., None]) -> Callable[..., None]:
         default=None,
         help="kubeconfig file; wins over the config's kube.kubeconfig.",
     )
+    @click.option(
+        "--cluster",
+        metavar="NAME",
+        default=None,
+        help="With `clusters:` in the config: the cluster to act on"
+        + (" (default: every one)." if getattr(fn, "all_clusters", False) else "."),
+    )
     @functools.wraps(fn)
-    def wrapper(config_path: Path | None, kubeconfig: str | None, **kwargs: Any) -> None:
+    def wrapper(
+        config_path: Path | None, kubeconfig: str | None, cluster: str | None, **kwargs: Any
+    ) -> None:
         try:
-            cfg = load_config(config_path)
+            every = getattr(fn, "all_clusters", False)
+            cfg = pick_cluster(load_config(config_path), cluster, every)
             fn(cfg=cfg, kubeconfig=kubeconfig, **kwargs)
         except FleetmedicError as exc:
             click.echo(f"fleetmedic: error: {exc}", err=True)
             sys.exit(1)
 
     return wrapper
+
+
+def all_clusters(fn: Callable[..., None]) -> Callable[..., None]:
+    """Mark a command that serves every cluster of `clusters:` when --cluster is not given
+    (it gets the whole config); the others get one cluster's effective config."""
+    fn.all_clusters = True  # type: ignore[attr-defined]
+    return fn
+
+
+def pick_cluster(cfg: Config, name: str | None, every: bool) -> Config:
+    if name:
+        if not cfg.clusters:
+            raise ConfigError("--cluster: this config serves one cluster (it has no `clusters:`)")
+        return cfg.cluster(name)
+    if not cfg.clusters or every:
+        return cfg
+    if len(cfg.clusters) == 1:
+        return cfg.cluster(cfg.clusters[0].name)
+    raise ConfigError(
+        f"this config serves {len(cfg.clusters)} clusters "
+        f"({', '.join(cfg.cluster_names())}): name one with --cluster"
+    )
 
 
 def load_config(path: Path | None) -> Config:
@@ -145,41 +177,39 @@ def serve(
     once: bool,
     dry_run: bool,
     verbose: bool,
-    sidecars: Callable[[Kube, Metrics], Sequence[Sidecar]] = lambda kube, metrics: (),
+    sidecars: Callable[[Config, Kube, Metrics], Sequence[Sidecar]] = lambda c, k, m: (),
 ) -> None:
-    """Run the remediation controller until a signal (or, with ``once``, until done)."""
-    from fleetmedic.adapters import chat, notify
+    """Run the remediation controller until a signal (or, with ``once``, until done): one
+    loop, or one per cluster of ``clusters:`` (each in a thread of its own)."""
+    from fleetmedic.controller import metrics as metricsmod
     from fleetmedic.controller.loop import Controller
-    from fleetmedic.controller.metrics import Metrics
 
     _setup_logging(verbose)
     dry_run = dry_run or cfg.dry_run
+    members = [cfg.cluster(n) for n in cfg.cluster_names()] or [cfg]
+    if kubeconfig and len(members) > 1:
+        raise ConfigError(
+            f"--kubeconfig names one cluster, but this config serves {len(members)} "
+            f"({', '.join(cfg.cluster_names())}): add --cluster NAME"
+        )
     if not dry_run:
-        missing = cfg.missing_files()
-        if missing:
-            raise ConfigError(f"missing files: {'; '.join(missing)}")
-        if cfg.smtp:
-            notify.read_password(cfg.smtp)  # unreadable secrets fail now, not at 3 am
-        for name in cfg.profile_names():
-            for target in cfg.profile(name).notify.targets:
-                chat.read_url(target)  # so do chat URLs
-        for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
-            try:
-                d.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConfigError(f"cannot create {d}: {exc.strerror}") from None
-    kube = connect(cfg, kubeconfig)
-    metrics = Metrics()
-    controller = Controller(
-        cfg,
-        kube,
-        dry_run=dry_run,
-        metrics=metrics,
-        sidecars=() if once else sidecars(kube, metrics),
-    )
+        for member in members:
+            _preflight(member)
+
+    def make(member: Config) -> Controller:
+        kube = connect(member, kubeconfig)
+        m = metricsmod.Metrics()
+        extra = () if once else sidecars(member, kube, m)
+        return Controller(member, kube, dry_run=dry_run, metrics=m, sidecars=extra)
+
+    controllers = {m.cluster_name: make(m) for m in members}
     if not once:
         try:
-            controller.metrics.serve(cfg.metrics.address, cfg.metrics.port)
+            if cfg.clusters:
+                registries = {str(n): c.metrics.registry for n, c in controllers.items()}
+                metricsmod.serve_clusters(registries, cfg.metrics.address, cfg.metrics.port)
+            else:
+                controllers[None].metrics.serve(cfg.metrics.address, cfg.metrics.port)
         except OSError as exc:
             raise ConfigError(
                 f"metrics: cannot listen on {cfg.metrics.address}:"
@@ -190,16 +220,35 @@ def serve(
     def on_signal(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)
         stop.set()
-        controller.wake()
+        for c in controllers.values():
+            c.wake()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     code = 0
-    try:
-        controller.run(stop, once=once)
-    except FleetmedicError as exc:
-        click.echo(f"fleetmedic: error: {exc}", err=True)
-        code = 1
+    if not cfg.clusters:
+        try:
+            controllers[None].run(stop, once=once)
+        except FleetmedicError as exc:
+            click.echo(f"fleetmedic: error: {exc}", err=True)
+            code = 1
+    else:
+        failed: list[str] = []
+        threads = [
+            threading.Thread(
+                target=_run_cluster,
+                args=(str(name), first, lambda m=member: make(m), stop, once, failed),
+                name=f"fleetmedic-cluster-{name}",
+                daemon=True,
+            )
+            for (name, first), member in zip(controllers.items(), members, strict=True)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(1.0)  # (a bare join would not let the signal handler run)
+        code = 1 if failed else 0
     logging.shutdown()
     # Worker threads still inside a drain cannot be interrupted; everything is recorded
     # on the Nodes, so leaving now is safe (the next start resumes the phase).
@@ -208,39 +257,118 @@ def serve(
     os._exit(code)
 
 
+CLUSTER_RETRY = 30.0  # seconds before a cluster whose loop failed is started again
+
+
+def _run_cluster(
+    name: str,
+    controller: Controller,
+    make: Callable[[], Controller],
+    stop: threading.Event,
+    once: bool,
+    failed: list[str],
+) -> None:
+    """One cluster's loop. A failure (its API server down at start, a profile conflict) is
+    logged and retried, and never stops the other clusters' loops."""
+    log = logging.getLogger(__name__)
+    while not stop.is_set():
+        try:
+            controller.run(stop, once=once)
+            return
+        except FleetmedicError as exc:
+            log.error("cluster %s: %s", name, exc)
+            if once:
+                failed.append(name)
+                return
+            log.info("cluster %s: starting again in %.0fs", name, CLUSTER_RETRY)
+        if stop.wait(CLUSTER_RETRY):
+            return
+        controller = make()  # (a stopped loop's worker pool is gone: a fresh one)
+
+
+def _preflight(cfg: Config) -> None:
+    """What must be readable before the first repair: files, secrets, run directories."""
+    from fleetmedic.adapters import chat, notify
+
+    missing = cfg.missing_files()
+    if missing:
+        raise ConfigError(f"missing files: {'; '.join(missing)}")
+    if cfg.smtp:
+        notify.read_password(cfg.smtp)  # unreadable secrets fail now, not at 3 am
+    for name in cfg.profile_names():
+        for target in cfg.profile(name).notify.targets:
+            chat.read_url(target)  # so do chat URLs
+    for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create {d}: {exc.strerror}") from None
+
+
 # -- status ---------------------------------------------------------------------------
 @click.command("status")
 @_common
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--all", "show_all", is_flag=True, help="Include healthy nodes.")
+@all_clusters
 def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -> None:
-    """Show nodes by repair state."""
-    at = now()
-    kube = connect(cfg, kubeconfig)
-    from fleetmedic.controller.status import STATE_ORDER, node_status, render_status
+    """Show nodes by repair state (with `clusters:`, grouped by cluster).
+
+    A cluster whose API server does not answer is one line on stderr; the others are
+    still shown, and the exit status is then 1.
+    """
+    from fleetmedic.controller.status import render_status
+
+    if cfg.clusters and kubeconfig:
+        raise ConfigError("--kubeconfig names one cluster: add --cluster NAME")
+    members = [cfg.cluster(n) for n in cfg.cluster_names()] or [cfg]
+    tables: list[tuple[str | None, list[dict[str, Any]]]] = []
+    failed = []
+    for member in members:
+        try:
+            tables.append((member.cluster_name, _status_rows(member, kubeconfig)))
+        except FleetmedicError as exc:
+            if not cfg.clusters:
+                raise
+            failed.append(member.cluster_name)
+            click.echo(f"fleetmedic: error: cluster {member.cluster_name}: {exc}", err=True)
+    if as_json:
+        rows = [{"cluster": name, **r} if name else r for name, t in tables for r in t]
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        for name, rows in tables:
+            shown = [
+                r
+                for r in rows
+                if show_all
+                or r["state"] != "healthy"
+                or r["slow_network"]
+                or r["foreign_signals"]
+                or r["doing"]
+            ]
+            if name:
+                click.echo(f"== cluster {name} ==")
+            click.echo(
+                render_status(
+                    shown, hidden=len(rows) - len(shown), width=max(80, _terminal_width())
+                )
+            )
+    if failed:
+        sys.exit(1)
+
+
+def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:
+    from fleetmedic.controller.status import STATE_ORDER, node_status
     from fleetmedic.policy.profiles import assign
 
-    vs = views(kube, cfg)
+    at = now()
+    vs = views(connect(cfg, kubeconfig), cfg)
     profile_of = assign(vs, cfg).profile_of
     rows = [node_status(v, at, profile_of.get(v.name, "(conflict)")) for v in vs]
     rows.sort(
         key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"], r["since"] or "", r["name"])
     )
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    shown = [
-        r
-        for r in rows
-        if show_all
-        or r["state"] != "healthy"
-        or r["slow_network"]
-        or r["foreign_signals"]
-        or r["doing"]
-    ]
-    click.echo(
-        render_status(shown, hidden=len(rows) - len(shown), width=max(80, _terminal_width()))
-    )
+    return rows
 
 
 def _terminal_width() -> int:

@@ -6,10 +6,11 @@ in one process and keeps the exposition free of unrelated collectors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client.metrics_core import Metric
 
 from fleetmedic import __version__
 from fleetmedic.model import keys
@@ -173,3 +174,34 @@ class Metrics:
     def serve(self, address: str, port: int) -> None:
         """Serve /metrics on ``address:port`` (loopback by default in config)."""
         start_http_server(port, addr=address, registry=self.registry)
+
+
+class ByCluster:
+    """Several clusters' registries as one exposition, each sample labelled ``cluster``.
+
+    prometheus_client has no constant labels, and one HTTP endpoint must not repeat a
+    family's HELP/TYPE lines, so the families are merged by name here (a collector of our
+    own, the library's documented extension point)."""
+
+    def __init__(self, registries: Mapping[str, CollectorRegistry]) -> None:
+        self.registries = dict(registries)
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for cluster, registry in self.registries.items():
+            for fam in registry.collect():
+                merged = families.setdefault(
+                    fam.name, Metric(fam.name, fam.documentation, fam.type, fam.unit)
+                )
+                for s in fam.samples:
+                    merged.add_sample(
+                        s.name, {**s.labels, "cluster": cluster}, s.value, s.timestamp, s.exemplar
+                    )
+        yield from families.values()
+
+
+def serve_clusters(registries: Mapping[str, CollectorRegistry], address: str, port: int) -> None:
+    """Serve every cluster's metrics on one /metrics (label ``cluster``)."""
+    top = CollectorRegistry(auto_describe=False)
+    top.register(ByCluster(registries))
+    start_http_server(port, addr=address, registry=top)

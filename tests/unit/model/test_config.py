@@ -279,3 +279,41 @@ def test_a_loki_source_is_configured_in_the_controllers_yaml(tmp_path):
     assert cfg.sources.loki.kernel_queries == ('{job="dmesg"}',)
     assert "sources.loki.endpoint" in error_of(tmp_path, "sources:\n  loki:\n    endpoint: loki\n")
     assert "lookbak" in error_of(tmp_path, "sources:\n  loki:\n    lookbak: 1h\n")
+
+
+CLUSTERS = """
+kube: {label_selector: gpu=true}
+ansible: {run_dir: /var/lib/fm/runs, evidence_dir: /var/lib/fm/evidence}
+safety: {max_concurrent: 3}
+clusters:
+  - name: us-east
+    kube: {kubeconfig: us.kubeconfig}
+  - name: eu-west
+    kube: {kubeconfig: eu.kubeconfig, context: gpu}
+    safety: {max_concurrent: 1}
+"""
+
+
+def test_each_cluster_has_its_own_effective_config(tmp_path):
+    cfg = config.load(write(tmp_path, CLUSTERS))
+    assert cfg.cluster_names() == ("us-east", "eu-west") and cfg.cluster_name is None
+    us, eu = cfg.cluster("us-east"), cfg.cluster("eu-west")
+    assert (us.cluster_name, us.kube.kubeconfig, us.kube.label_selector) == (
+        "us-east",
+        tmp_path / "us.kubeconfig",
+        "gpu=true",
+    )
+    assert (eu.kube.context, eu.safety.max_concurrent, us.safety.max_concurrent) == ("gpu", 1, 3)
+    # two clusters may both have a node-17: their runs and evidence never mix
+    assert us.ansible.run_dir == Path("/var/lib/fm/runs/us-east")
+    assert eu.ansible.evidence_dir == Path("/var/lib/fm/evidence/eu-west")
+    assert not us.clusters and us.cluster_names() == ()
+
+
+def test_cluster_errors_are_one_line(tmp_path):
+    dup = "clusters:\n  - {name: a, kube: {}}\n  - {name: a, kube: {}}\n"
+    assert "'a' is used twice" in error_of(tmp_path, dup)
+    bad = "clusters:\n  - {name: a, kube: {kubeconfg: x}}\n"
+    assert "clusters.0 (a)" in error_of(tmp_path, bad) and "kubeconfg" in error_of(tmp_path, bad)
+    with pytest.raises(ConfigError, match=r"no cluster 'b' \(known: a\)"):
+        config.load(write(tmp_path, "clusters:\n  - {name: a, kube: {}}\n")).cluster("b")

@@ -26,6 +26,7 @@ import yaml
 from pydantic import PrivateAttr, ValidationError
 
 from fleetmedic.errors import ConfigError, one_line
+from fleetmedic.model.config.clusters import ClusterConfig
 from fleetmedic.model.config.executor import LOCAL, ExecutorConfig, ReceptorConfig
 from fleetmedic.model.config.ladder import (
     PHASES,
@@ -64,6 +65,7 @@ __all__ = [
     "PHASES",
     "AnsibleConfig",
     "BreakerConfig",
+    "ClusterConfig",
     "Config",
     "DrainConfig",
     "ExecutorConfig",
@@ -122,8 +124,32 @@ class Config(Section):
     selects use the top level (the `default` profile). Budgets and breakers count per
     profile; `safety.min_healthy` of the top level also holds for the whole fleet."""
 
+    clusters: tuple[ClusterConfig, ...] = ()
+    """Several clusters served by this one controller (see clusters.py). Unset: one, the
+    top-level `kube`."""
+
     # the effective config of each named profile, built by parse() (see profiles.py)
     _profiles: dict[str, Config] = PrivateAttr(default_factory=dict)
+    # ... and of each cluster (clusters.py); in a cluster's own config, its name
+    _clusters: dict[str, Config] = PrivateAttr(default_factory=dict)
+    _cluster_name: str | None = PrivateAttr(default=None)
+
+    def cluster_names(self) -> tuple[str, ...]:
+        """The configured clusters' names; () when this config is one cluster."""
+        return tuple(c.name for c in self.clusters)
+
+    def cluster(self, name: str) -> Config:
+        """The effective config of cluster ``name``."""
+        try:
+            return self._clusters[name]
+        except KeyError:
+            known = ", ".join(self._clusters) or "none configured"
+            raise ConfigError(f"no cluster {name!r} (known: {known})") from None
+
+    @property
+    def cluster_name(self) -> str | None:
+        """This cluster's name, in a cluster's effective config (else None)."""
+        return self._cluster_name
 
     def profile(self, name: str) -> Config:
         """The effective config of profile ``name`` (``default``: this one)."""
@@ -198,7 +224,9 @@ def parse(data: Any, source: str = "config", base: Path | None = None) -> Config
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise ConfigError(f"{source}: profiles: the name {dup!r} is used twice")
-    top = {k: v for k, v in data.items() if k != "profiles"}
+    if cfg.clusters:
+        _build_clusters(cfg, data, source, base)
+    top = {k: v for k, v in data.items() if k not in ("profiles", "clusters")}
     for i, p in enumerate(cfg.profiles):
         try:
             cfg._profiles[p.name] = Config.model_validate(
@@ -207,6 +235,25 @@ def parse(data: Any, source: str = "config", base: Path | None = None) -> Config
         except ValidationError as exc:
             raise ConfigError(f"{source}: profiles.{i} ({p.name}): {_first_error(exc)}") from None
     return cfg
+
+
+def _build_clusters(cfg: Config, data: Mapping[str, Any], source: str, base: Path | None) -> None:
+    names = [c.name for c in cfg.clusters]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise ConfigError(f"{source}: clusters: the name {dup!r} is used twice")
+    top = {k: v for k, v in data.items() if k != "clusters"}
+    for i, c in enumerate(cfg.clusters):
+        own_dirs = {
+            "ansible": {
+                "run_dir": str(cfg.ansible.run_dir / c.name),
+                "evidence_dir": str(cfg.ansible.evidence_dir / c.name),
+            }
+        }
+        merged = deep_merge(deep_merge(top, c.overrides()), own_dirs)  # (lists replace)
+        sub = parse(merged, f"{source}: clusters.{i} ({c.name})", base)
+        sub._cluster_name = c.name
+        cfg._clusters[c.name] = sub
 
 
 def load(path: str | os.PathLike[str]) -> Config:
