@@ -125,6 +125,7 @@ class BreakerKeeper:
                 threshold_percent=cfg.threshold_percent,
                 tripped_at=obs.state.tripped_at or stamp(now),
                 profile=self.profile,
+                cluster=self.cfg.cluster_name or "",
             )
             self.send(lambda: self._send_storm(storm))
 

@@ -106,7 +106,8 @@ class Controller:
             on_lost=lambda: self.workers.cancel_running(),
             on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
         )
-        self.chatter = Chatter(cfg, lambda: self._stop)
+        cluster = cfg.cluster_name or ""  # (named in emails and chat with `clusters:`)
+        self.chatter = Chatter(cfg, lambda: self._stop, cluster=cluster)
         recorder = Recorder(
             kube,
             vocab,
@@ -115,7 +116,9 @@ class Controller:
             lambda: self._stop,
             on_written=self.chatter.written,
         )
-        executor = Executor(cfg, kube, on_run=lambda d: self.metrics.in_flight.inc(d))
+        executor = Executor(
+            cfg, kube, cluster=cluster, on_run=lambda d: self.metrics.in_flight.inc(d)
+        )
         work = NodeWork(cfg, self.leadership, recorder, executor, self.metrics, clock)
         size = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
         self.workers = Workers(work, size, on_done=self._wake.set)

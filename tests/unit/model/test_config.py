@@ -291,6 +291,7 @@ clusters:
   - name: eu-west
     kube: {kubeconfig: eu.kubeconfig, context: gpu}
     safety: {max_concurrent: 1}
+    profiles: [{name: train, selector: pool=train}]
 """
 
 
@@ -308,6 +309,7 @@ def test_each_cluster_has_its_own_effective_config(tmp_path):
     assert us.ansible.run_dir == Path("/var/lib/fm/runs/us-east")
     assert eu.ansible.evidence_dir == Path("/var/lib/fm/evidence/eu-west")
     assert not us.clusters and us.cluster_names() == ()
+    assert us.profile_names() == ("default",) and eu.profile("train").cluster_name == "eu-west"
 
 
 def test_cluster_errors_are_one_line(tmp_path):

@@ -252,7 +252,8 @@ def _build_clusters(cfg: Config, data: Mapping[str, Any], source: str, base: Pat
         }
         merged = deep_merge(deep_merge(top, c.overrides()), own_dirs)  # (lists replace)
         sub = parse(merged, f"{source}: clusters.{i} ({c.name})", base)
-        sub._cluster_name = c.name
+        for member in (sub, *sub._profiles.values()):
+            member._cluster_name = c.name
         cfg._clusters[c.name] = sub
 
 
