@@ -39,6 +39,7 @@ NVML_CALLS = {
     "nvlink": "nvmlDeviceGetNvLinkState",
     "clocks_event_reasons": "nvmlDeviceGetCurrentClocksEventReasons",
     "persistence_mode": "nvmlDeviceGetPersistenceMode",
+    "memory_total": "nvmlDeviceGetMemoryInfo",
 }
 
 NOT_APPLICABLE_ERRORS = frozenset({"NOT_SUPPORTED", "FUNCTION_NOT_FOUND"})

@@ -159,6 +159,8 @@ def _queries(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("nvlink", nvlink),
         ("clocks_event_reasons", clocks_event_reasons),
         ("persistence_mode", lambda: int(nv.nvmlDeviceGetPersistenceMode(h))),
+        # for the hardware profile (checks/inventory.py): bytes, as NVML counts them
+        ("memory_total", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).total)),
     ]
 
 

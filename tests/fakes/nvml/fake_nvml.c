@@ -606,6 +606,37 @@ API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsi
     return uint_field(g, "pcie_max_gen", 5, v);
 }
 
+/* ---------------------------------------------------------------- memory */
+
+/* nvmlMemory_t and nvmlMemory_v2_t as pynvml declares them (c_nvmlMemory_t, c_nvmlMemory_v2_t). */
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+_Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t layout must match pynvml");
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t layout must match pynvml");
+
+#define MIB 1048576ULL
+/* An H100 80GB HBM3 reports 81559 MiB in total (nvidia-smi -q, "FB Memory Usage"). */
+static unsigned long long mem_total(const jval *g) { return (unsigned long long)jnum(g, "memory_total_mib", 81559) * MIB; }
+static unsigned long long mem_used(const jval *g) { return (unsigned long long)jnum(g, "memory_used_mib", 0) * MIB; }
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m) {
+    DEV_PRE("nvmlDeviceGetMemoryInfo");
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    m->total = mem_total(g);
+    m->used = mem_used(g);
+    m->free = m->total > m->used ? m->total - m->used : 0;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *m) {
+    DEV_PRE("nvmlDeviceGetMemoryInfo_v2");
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    m->total = mem_total(g);
+    m->reserved = 0;
+    m->used = mem_used(g);
+    m->free = m->total > m->used ? m->total - m->used : 0;
+    return NVML_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- NVLink */
 
 #define NVML_NVLINK_MAX_LINKS 36 /* pynvml 13.x */
