@@ -264,14 +264,14 @@ def agent(config_path: Path, once: bool, log_level: str, **opts: Any) -> None:
         in_cluster = in_pod(cfg.kubeconfig)
         kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
         kernel_kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
+        stop = threading.Event()
+        worker = Agent(cfg, kube, kernel_kube=kernel_kube, stop=stop)
     except FleetmedicError as exc:
         click.echo(f"fleetmedic agent: error: {exc}", err=True)
         sys.exit(2)
 
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    worker = Agent(cfg, kube, kernel_kube=kernel_kube, stop=stop)
     if once:
         out = worker.run_once()
         if out is None:

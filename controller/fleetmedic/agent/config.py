@@ -21,6 +21,12 @@ Example file (every key optional)::
       vendor: auto
       timeout: 15
       network: {peers: ["10.0.0.1:5201"], min_mbps: 5000, duration: 3}
+      hardware:                # the profile: picked by this label's value (or pool)
+        label: node.kubernetes.io/instance-type
+        profiles: /etc/fleetmedic/hardware_profiles.yaml   # yours, over the shipped ones
+      fabric:                  # RDMA ports under <sysfs_root>/class/infiniband
+        thresholds: {symbol_error: 1000}                   # growth per round, over defaults
+        ignore: ["mlx5_*/2"]   # ports never cabled
 """
 
 from __future__ import annotations

@@ -11,7 +11,12 @@ Every ``interval`` seconds the loop:
    (:class:`~fleetmedic.agent.writer.NodeWriter`).
 
 The GPU vendor and count come from the Node's labels (``fleetmedic.io/gpu-vendor``,
-``fleetmedic.io/expected-gpus``) when set, else from the config.
+``fleetmedic.io/expected-gpus``) when set, else from the config. The hardware profile
+is picked each round from the Node's ``node.kubernetes.io/instance-type`` label (or the
+label or pool ``checks.hardware`` names, or a profile it names outright); which one, or
+that none matches and no profile checks run, is logged once, and again when it changes.
+The RDMA ports' counters are kept from round to round in memory (:class:`Memory`), so
+a counter that grew past its threshold between two rounds (a flapping link) is a strike.
 
 Shutdown (SIGTERM/SIGINT) only sets ``stop``: a round in progress is discarded
 and nothing is written after it, so stopping the agent never removes a taint
@@ -35,7 +40,9 @@ from fleetmedic.agent.kernelwatch import KernelWatch
 from fleetmedic.agent.metrics import AgentMetrics
 from fleetmedic.agent.retry import Retrier, Stopped
 from fleetmedic.agent.writer import NodeWriter, Outcome
-from fleetmedic.checks import CheckConfig, CheckResult, by_category, run_checks
+from fleetmedic.checks import CheckConfig, CheckResult, by_category, hwprofile, run_checks
+from fleetmedic.checks.runner import Memory
+from fleetmedic.errors import ConfigError
 from fleetmedic.model import keys
 
 log = logging.getLogger("fleetmedic.agent")
@@ -53,6 +60,27 @@ def check_config(base: CheckConfig, node: Mapping[str, Any]) -> CheckConfig:
     if isinstance(count, str) and count.isdigit():
         changes["expected_gpus"] = int(count)
     return dataclasses.replace(base, **changes) if changes else base
+
+
+def pick_profile(base: CheckConfig, node: Mapping[str, Any]) -> tuple[CheckConfig, str]:
+    """``base`` with the hardware profile this Node's labels select (or the one the config
+    names), and one line saying which or that none matched. A profile file that cannot
+    be read now is said in that line and means no profile checks this round."""
+    hw = base.hardware
+    if not hw.enabled:
+        return base, "hardware profiles disabled (checks.hardware.enabled: false)"
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    try:
+        name, why = hwprofile.choose(
+            hwprofile.load_cached(hw.profiles),
+            labels,
+            label=hw.label,
+            pool=hw.pool,
+            profile=hw.profile,
+        )
+    except hwprofile.ProfileError as exc:
+        name, why = None, f"hardware profiles not usable ({exc}): no profile checks"
+    return dataclasses.replace(base, hardware=dataclasses.replace(hw, profile=name)), why
 
 
 def summary_line(results: list[CheckResult], out: Outcome, limit: int) -> str:
@@ -103,6 +131,14 @@ class Agent:
         self.kernel = KernelWatch(
             cfg.kernel, kernel_writer, self.retrier, self.stop, on_finding=self.metrics.finding
         )
+        self.memory = Memory()  # the RDMA counters of the last round
+        self._profile_said = ""
+        hw = cfg.checks.hardware
+        if hw.enabled:  # a bad profile file or name stops the agent at start, as bad config
+            try:
+                hwprofile.choose(hwprofile.load_cached(hw.profiles), {}, profile=hw.profile)
+            except hwprofile.ProfileError as exc:
+                raise ConfigError(f"checks.hardware: {exc}") from None
         self.rounds = 0
         self._last_line = ""
         self._beat_failed = False
@@ -130,7 +166,11 @@ class Agent:
             return None
         repair = ann.repair_state(node, self.vocab)
         categories = ["network"] if repair else ["gpu", "network"]
-        results = run_checks(check_config(self.cfg.checks, node), categories=categories)
+        checks, said = pick_profile(check_config(self.cfg.checks, node), node)
+        if said != self._profile_said:
+            log.info("node %s: %s", self.cfg.node_name, said)
+            self._profile_said = said
+        results = run_checks(checks, categories=categories, memory=self.memory)
         if self.stop.is_set():
             return None
         skipped = {"gpu": f"node under repair ({repair})"} if repair else None

@@ -29,6 +29,12 @@ Checks (name: what makes it a problem):
   unreservable: ``manual``), ``amd.pcie``, ``amd.xgmi``, ``amd.agents`` (rocminfo GPU
   agents missing, or ROCm cannot start).
 - ``network.throughput``: iperf3 to a peer below ``min_mbps``.
+- ``fabric.ports``: an RDMA port (InfiniBand, RoCE, EFA; sysfs) not ACTIVE/LinkUp or gone
+  since the last round, or an error counter that grew past its threshold (a flap).
+- ``profile.*`` (with a hardware profile): ``profile.gpus``, ``.model``, ``.memory``,
+  ``.links``, ``.pcie`` (category gpu) and ``profile.rdma_count``, ``.rdma_link_layer``,
+  ``.rdma_rate`` (network): a figure that differs from the profile, the difference in
+  ``evidence["difference"]``; ``profile.select``: the named profile cannot be used.
 - ``kernel.log``: a catalog finding of this boot whose action is reboot/reimage/manual.
 - ``gpu.vendor`` / ``<category>.probe``: ``unknown`` only (no vendor found; a probe bug).
 
@@ -52,7 +58,10 @@ _EXPORTS = {
     "AmdConfig": "config",
     "NetworkConfig": "config",
     "KernelConfig": "config",
+    "HardwareConfig": "config",
+    "FabricConfig": "config",
     "run_checks": "runner",
+    "Memory": "runner",
     "round_limit": "runner",
 }
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 (built from the lazy export table)

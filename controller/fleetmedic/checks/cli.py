@@ -3,6 +3,10 @@
 Exit status follows node-problem-detector's custom plugins: 0 healthy,
 1 problem, 2 unknown (a probe timed out or could not tell). The repair
 playbooks' verify step runs ``fleetmedic check --json`` and reads the same.
+
+``--profile p5`` also compares the node with a hardware profile (the agent picks
+one from the Node's instance-type label; this command has no Node, so it is named).
+RDMA error counters need two readings: a single run judges port state only.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 import click
 import yaml
 
+from fleetmedic.checks import hwprofile
 from fleetmedic.checks.base import CATEGORIES, CheckResult, exit_code, overall
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.runner import run_checks
@@ -109,6 +114,25 @@ def render_table(results: list[CheckResult]) -> str:
     help="Kernel log file to scan instead of the node's own log.",
 )
 @click.option(
+    "--profile",
+    default=None,
+    metavar="NAME",
+    help="Compare this node with the hardware profile NAME (p5, mi300x-8, ... or one of "
+    "--hardware-profiles): GPU count, model, memory, links, PCIe, RDMA ports and rate.",
+)
+@click.option(
+    "--hardware-profiles",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="YAML of your own hardware profiles, added to (or replacing by name) the shipped ones.",
+)
+@click.option(
+    "--sysfs-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Read RDMA ports from <ROOT>/class/infiniband instead of /sys (a captured tree).",
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -129,6 +153,9 @@ def check(
     min_mbps: float | None,
     duration: float | None,
     kernel_log: Path | None,
+    profile: str | None,
+    hardware_profiles: Path | None,
+    sysfs_root: Path | None,
     config_path: Path | None,
 ) -> None:
     """Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown)."""
@@ -152,9 +179,19 @@ def check(
     data["network"] = net
     if kernel_log is not None:
         data["kernel"] = {**dict(data.get("kernel") or {}), "path": str(kernel_log)}
+    for section, key, value in (
+        ("hardware", "profile", profile),
+        ("hardware", "profiles", hardware_profiles),
+        ("fabric", "sysfs_root", sysfs_root),
+    ):
+        if value is not None:
+            data[section] = {**dict(data.get(section) or {}), key: str(value)}
     try:
         cfg = CheckConfig.from_mapping(data)
-    except ConfigError as exc:
+        hw = cfg.hardware
+        if hw.enabled and hw.profile:  # a typo is a usage error, not an unknown result
+            hwprofile.choose(hwprofile.load(hw.profiles), {}, profile=hw.profile)
+    except (ConfigError, hwprofile.ProfileError) as exc:
         raise click.UsageError(str(exc)) from None
 
     results = run_checks(cfg, categories or None)

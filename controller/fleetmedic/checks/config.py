@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from fleetmedic.checks.fabric import DEFAULT_THRESHOLDS as DEFAULT_FABRIC_THRESHOLDS
+from fleetmedic.checks.hwprofile import DEFAULT_LABEL as DEFAULT_PROFILE_LABEL
 from fleetmedic.errors import ConfigError
 
 Vendor = Literal["auto", "nvidia", "amd", "none"]
@@ -63,6 +65,60 @@ class KernelConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class HardwareConfig:
+    profiles: str | None = None
+    """An operator's file of hardware profiles, the shape of the shipped
+    ``fleetmedic/data/hardware_profiles.yaml``; a profile of the same name replaces the
+    shipped one. None: the shipped profiles only."""
+    label: str = DEFAULT_PROFILE_LABEL
+    """The Node label whose value picks the profile (a profile's ``match`` list). The
+    instance type is what a cloud sets on every node; on premises, name a label your
+    provisioning sets (say ``example.com/server-model``)."""
+    pool: str | None = None
+    """Tried after the label: a pool name listed in a profile's ``match``, for fleets
+    whose nodes carry no telling label (one agent ConfigMap per pool)."""
+    profile: str | None = None
+    """Compare with this profile by name, whatever the labels say (``fleetmedic check
+    --profile``). The agent sets it each round from the label or pool; None and no
+    match: no profile checks."""
+    enabled: bool = True
+    """False: no profile comparison at all, whatever matches."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FabricConfig:
+    enabled: bool = True
+    """Read the RDMA ports (InfiniBand, RoCE, EFA) under ``sysfs_root``. A node without
+    any reports nothing, so this is safe to leave on for CPU and Ethernet-only nodes."""
+    sysfs_root: str = "/sys"
+    """Where sysfs is mounted; ports are read from ``<root>/class/infiniband``. Tests
+    point it at a captured tree."""
+    thresholds: Mapping[str, int] = dataclasses.field(
+        default_factory=lambda: dict(DEFAULT_FABRIC_THRESHOLDS)
+    )
+    """Counter -> the largest growth between two rounds that is still healthy; merged
+    over the defaults (``link_downed`` 0: any growth is a flap; ``symbol_error`` and
+    ``port_rcv_errors`` 100: a few bit errors a minute are normal on long copper).
+    EFA's ``hw_counters`` (``rx_drops``...) can be added by name."""
+    ignore: tuple[str, ...] = ()
+    """Ports never to judge, as fnmatch patterns of ``device/port`` or ``device``
+    (``mlx5_4/2``, ``mlx5_bond_*``). A port that is never cabled (the second port of a
+    dual-port card, a management port) reads DOWN forever: list it here, or every
+    such node collects network strikes until it is tainted slow-network."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.thresholds, Mapping):
+            raise ConfigError("fabric.thresholds: expected a mapping of counter -> growth")
+        merged = dict(DEFAULT_FABRIC_THRESHOLDS)
+        for key, value in self.thresholds.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"fabric.thresholds.{key}: must be an integer >= 0")
+            merged[str(key)] = value
+        object.__setattr__(self, "thresholds", merged)
+        object.__setattr__(self, "ignore", tuple(str(p) for p in self.ignore))
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckConfig:
     vendor: Vendor = "auto"
     """Which GPU checks to run. `auto` uses whatever vendor library or tool is present
@@ -79,6 +135,8 @@ class CheckConfig:
     amd: AmdConfig = AmdConfig()
     network: NetworkConfig = NetworkConfig()
     kernel: KernelConfig = KernelConfig()
+    hardware: HardwareConfig = HardwareConfig()
+    fabric: FabricConfig = dataclasses.field(default_factory=FabricConfig)
 
     def __post_init__(self) -> None:
         if self.vendor not in ("auto", "nvidia", "amd", "none"):
@@ -98,12 +156,15 @@ class CheckConfig:
                 "amd": AmdConfig,
                 "network": NetworkConfig,
                 "kernel": KernelConfig,
+                "hardware": HardwareConfig,
+                "fabric": FabricConfig,
             }
             for key, section in sections.items():
                 if key in kwargs:
                     sub = dict(kwargs[key] or {})
-                    if "peers" in sub:
-                        sub["peers"] = tuple(sub["peers"] or ())
+                    for listed in ("peers", "ignore"):
+                        if listed in sub:
+                            sub[listed] = tuple(sub[listed] or ())
                     kwargs[key] = section(**sub)
             return cls(**kwargs)
         except TypeError as exc:

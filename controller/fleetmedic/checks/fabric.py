@@ -11,17 +11,20 @@ The kernel exposes every RDMA port under ``<root>/class/infiniband/<dev>/ports/<
 - ``hw_counters/<name>``: driver counters (EFA's ``rx_drops``, ``tx_pkts``, ...).
 
 Verdicts (``fabric.ports``): a port that is not ACTIVE/LinkUp is a problem (the agent
-counts strikes); an error counter that grew by more than its threshold since the last
-reading is a problem (``link_downed`` growing is a flapping port). A rate below the
-expected one is a finding of its own (``fabric.rate``), with the difference as
-evidence. Thresholds are data (:data:`DEFAULT_THRESHOLDS`, overridable).
+counts strikes); so is a port that was there at the last reading and is gone now (a
+device that fell off the bus); an error counter that grew by more than its threshold
+since the last reading is a problem (``link_downed`` growing is a flapping port). A
+rate below the expected one is a finding of its own (``fabric.rate``), with the
+difference as evidence. Thresholds are data (:data:`DEFAULT_THRESHOLDS`, overridable
+in the checks' ``fabric:`` config).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +116,16 @@ def read_ports(root: str | Path = "/sys") -> list[Port]:
     return ports
 
 
+def without(ports: list[Port], patterns: Iterable[str]) -> list[Port]:
+    """``ports`` less those matching an fnmatch pattern of ``dev/port`` or ``dev``."""
+    pats = list(patterns)
+    return [
+        p
+        for p in ports
+        if not any(fnmatch.fnmatchcase(p.key, x) or fnmatch.fnmatchcase(p.device, x) for x in pats)
+    ]
+
+
 def counter_snapshot(ports: list[Port]) -> dict[str, dict[str, int]]:
     """What the agent keeps between rounds to compute deltas (JSON-safe)."""
     return {p.key: {**p.counters, **p.hw_counters} for p in ports}
@@ -125,9 +138,12 @@ def check_ports(
 ) -> CheckResult:
     """``fabric.ports``: down ports and counters that grew past their threshold."""
     name = "fabric.ports"
-    if not ports:
+    now_keys = {p.key for p in ports}
+    gone = sorted(k for k in previous or {} if k not in now_keys)
+    if not ports and not gone:
         return not_applicable(name, "no RDMA ports", "network")
     down = [f"{p.key} {p.state or '?'}/{p.phys_state or '?'}" for p in ports if not p.up]
+    down += [f"{key} gone" for key in gone]
     grew: list[str] = []
     for p in ports:
         before = (previous or {}).get(p.key)

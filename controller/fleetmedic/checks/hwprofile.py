@@ -7,12 +7,16 @@ unless the operator names another label or a pool). :func:`compare` turns what t
 node has (an :class:`Inventory`, filled from NVML or amd-smi and from sysfs) into one
 result per figure; a mismatch is a ``problem`` whose summary and evidence are the
 difference ("7 of 8 GPUs", "GPU 3 PCIe Gen4 x8, expected Gen5 x16", "mlx5_3/1 at
-200 Gb/s, expected 400"). Pure: no I/O beyond reading the YAML files.
+200 Gb/s, expected 400"). :func:`compare_gpus` and :func:`compare_rdma` are the two
+halves, so the GPU part runs with the GPU checks and the RDMA part with the fabric
+checks (which keep running while a node is under repair). A figure the node could not
+read (``None``) is not compared. Pure: no I/O beyond reading the YAML files.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -45,7 +49,7 @@ class ProfileError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Gpu:
     index: int
-    model: str = ""
+    model: str | None = None  # None: not read
     memory_mib: int | None = None
     pcie_gen: int | None = None  # current link generation
     pcie_width: int | None = None  # current link width
@@ -69,6 +73,48 @@ def load(extra: str | Path | None = None) -> dict[str, dict[str, Any]]:
             raise ProfileError(f"{extra}: {exc.strerror or exc}") from None
         profiles.update(_parse(extra_text, str(extra)))
     return profiles
+
+
+def load_cached(extra: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`load`, read again only when the operator's file changes (the agent asks
+    every round)."""
+    stamp = None
+    if extra is not None:
+        try:
+            st = Path(extra).stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None  # load() says why
+    return _load_once(None if extra is None else str(extra), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_once(extra: str | None, stamp: tuple[int, int] | None) -> dict[str, dict[str, Any]]:
+    return load(extra)
+
+
+def choose(
+    profiles: Mapping[str, Mapping[str, Any]],
+    labels: Mapping[str, str],
+    *,
+    label: str = DEFAULT_LABEL,
+    pool: str | None = None,
+    profile: str | None = None,
+) -> tuple[str | None, str]:
+    """(profile name or None, one line saying why), for the log. A named ``profile``
+    wins; it must exist (:class:`ProfileError` otherwise)."""
+    if profile:
+        if profile not in profiles:
+            raise ProfileError(f"no hardware profile named {profile!r} (have {sorted(profiles)})")
+        return profile, f"hardware profile {profile} (named in the config)"
+    picked = select(profiles, labels, label, pool)
+    value = labels.get(label)
+    said = f"{label}={value}" if value else f"no {label} label"
+    if pool:
+        said += f", pool {pool}"
+    if picked is None:
+        return None, f"no hardware profile matches ({said}): no profile checks"
+    return picked[0], f"hardware profile {picked[0]} ({said})"
 
 
 def _parse(text: str, source: str) -> dict[str, dict[str, Any]]:
@@ -108,18 +154,28 @@ def select(
 
 def compare(profile: Mapping[str, Any], inv: Inventory) -> list[CheckResult]:
     """One result per figure the profile states."""
+    return compare_gpus(profile, inv.gpus) + compare_rdma(profile, inv.ports)
+
+
+def compare_gpus(profile: Mapping[str, Any], found: Sequence[Gpu]) -> list[CheckResult]:
+    """The GPU figures (count, model, memory, links, PCIe), category ``gpu``."""
     out: list[CheckResult] = []
-    gpus = list(inv.gpus)
+    gpus = list(found)
     if "gpus" in profile:
         want = int(profile["gpus"])
         name = "profile.gpus"
         if len(gpus) != want:
-            out.append(problem(name, f"{len(gpus)} of {want} GPUs", found=len(gpus), expected=want))
+            diff = f"{len(gpus)} of {want} GPUs"
+            out.append(problem(name, diff, found=len(gpus), expected=want, difference=[diff]))
         else:
-            out.append(ok(name, f"{want} GPUs", found=want, expected=want))
+            out.append(ok(name, f"{want} GPUs", found=want, expected=want, difference=[]))
     if "model" in profile:
         want_model = str(profile["model"])
-        wrong = [f"GPU {g.index} is {g.model!r}" for g in gpus if want_model not in g.model]
+        wrong = [
+            f"GPU {g.index} is {g.model!r}"
+            for g in gpus
+            if g.model is not None and want_model not in g.model
+        ]
         out.append(_verdict("profile.model", wrong, f"all {want_model}"))
     if "memory_gib" in profile:
         floor = float(profile["memory_gib"]) * 1024 * MEMORY_TOLERANCE
@@ -148,12 +204,15 @@ def compare(profile: Mapping[str, Any], inv: Inventory) -> list[CheckResult]:
             or (width and g.pcie_width is not None and g.pcie_width < int(width))
         ]
         out.append(_verdict("profile.pcie", slow, f"PCIe Gen{gen} x{width}"))
-    if "rdma" in profile:
-        out.extend(_rdma(profile["rdma"], list(inv.ports)))
     return out
 
 
-def _rdma(want: Mapping[str, Any], ports: list[fabric.Port]) -> list[CheckResult]:
+def compare_rdma(profile: Mapping[str, Any], found: Sequence[fabric.Port]) -> list[CheckResult]:
+    """The RDMA figures (port count, link layer, rate), category ``network``."""
+    want = profile.get("rdma")
+    if not isinstance(want, Mapping):
+        return []
+    ports = list(found)
     out: list[CheckResult] = []
     if "count" in want:
         n = int(want["count"])
@@ -161,12 +220,25 @@ def _rdma(want: Mapping[str, Any], ports: list[fabric.Port]) -> list[CheckResult
         out.append(_verdict("profile.rdma_count", diff, f"{n} RDMA ports", "network"))
     if "link_layer" in want:
         layer = str(want["link_layer"])
-        wrong = [f"{p.key} is {p.link_layer or '?'}" for p in ports if p.link_layer != layer]
+        wrong = [
+            f"{p.key} is {p.link_layer or '?'}"
+            for p in ports
+            if _layer(p.link_layer) != _layer(layer)
+        ]
         out.append(_verdict("profile.rdma_link_layer", wrong, f"all {layer}", "network"))
     if "rate_gbps" in want:
         r = fabric.check_rate(ports, float(want["rate_gbps"]))
-        out.append(dataclasses.replace(r, name="profile.rdma_rate"))
+        diff = list(r.evidence.get("degraded", []))
+        out.append(dataclasses.replace(r, name="profile.rdma_rate", evidence={"difference": diff}))
     return out
+
+
+def _layer(name: str) -> str:
+    """The kernel writes ``Unknown`` for a port that is neither InfiniBand nor Ethernet
+    (EFA: drivers/infiniband/core/sysfs.c link_layer_show), where ibv_devinfo prints
+    ``Unspecified``: a profile may say either."""
+    low = name.strip().lower()
+    return "unknown" if low in ("unspecified", "unknown") else low
 
 
 def _verdict(name: str, diffs: list[str], good: str, category: Category = "gpu") -> CheckResult:

@@ -53,3 +53,34 @@ def test_node_config_from_the_environment(tmp_path, monkeypatch):
 def test_explicit_missing_config_is_an_error(tmp_path):
     r = CliRunner().invoke(cli.check, ["--config", str(tmp_path / "nope.yaml")])
     assert r.exit_code == 2 and "nope.yaml" in r.output
+
+
+def test_profile_and_sysfs_root(tmp_path):
+    from tests.harness.rdma_sysfs import HDR, efa_node, infiniband_node, write_port
+
+    efa_node(tmp_path / "efa")
+    args = ["--vendor", "none", "--category", "network", "--json"]
+    r = CliRunner().invoke(
+        cli.check, [*args, "--profile", "p5", "--sysfs-root", str(tmp_path / "efa")]
+    )
+    assert r.exit_code == 0, r.output
+    names = {x["name"] for x in json.loads(r.output)["results"]}
+    assert names == {"fabric.ports"} | {
+        f"profile.rdma_{x}" for x in ("count", "link_layer", "rate")
+    }
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("profiles:\n  ib8:\n    rdma: {count: 8, rate_gbps: 400}\n")
+    infiniband_node(tmp_path / "ib")
+    write_port(tmp_path / "ib", "mlx5_3", rate=HDR)
+    ib = ["--sysfs-root", str(tmp_path / "ib")]
+    r = CliRunner().invoke(
+        cli.check, [*args, *ib, "--profile", "ib8", "--hardware-profiles", str(mine)]
+    )
+    assert r.exit_code == 1, r.output
+    (rate,) = [x for x in json.loads(r.output)["results"] if x["status"] == "problem"]
+    assert rate["summary"] == "mlx5_3/1 at 200 Gb/s, expected 400"
+
+
+def test_unknown_profile_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(cli.check, ["--vendor", "none", "--profile", "p55"])
+    assert r.exit_code == 2 and "no hardware profile named 'p55'" in r.output

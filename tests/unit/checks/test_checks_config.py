@@ -33,3 +33,32 @@ def test_bad_config_is_one_line_config_error(data, fragment):
     with pytest.raises(ConfigError) as err:
         CheckConfig.from_mapping(data)
     assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_hardware_and_fabric_sections():
+    cfg = CheckConfig.from_mapping(
+        {
+            "hardware": {"label": "example.com/model", "pool": "a100", "profiles": "/x.yaml"},
+            "fabric": {"sysfs_root": "/tmp/sys", "thresholds": {"rx_drops": 10}, "ignore": ["a"]},
+        }
+    )
+    assert cfg.hardware.label == "example.com/model" and cfg.hardware.pool == "a100"
+    assert cfg.hardware.profile is None and cfg.hardware.enabled
+    assert cfg.fabric.sysfs_root == "/tmp/sys" and cfg.fabric.ignore == ("a",)
+    # merged over the defaults: naming one counter keeps the others
+    assert cfg.fabric.thresholds["rx_drops"] == 10 and cfg.fabric.thresholds["link_downed"] == 0
+    assert CheckConfig().hardware.label == "node.kubernetes.io/instance-type"
+
+
+@pytest.mark.parametrize(
+    "data,fragment",
+    [
+        ({"fabric": {"thresholds": {"link_downed": -1}}}, "fabric.thresholds.link_downed"),
+        ({"fabric": {"thresholds": [1]}}, "fabric.thresholds"),
+        ({"hardware": {"instance_type": "p5"}}, "instance_type"),
+    ],
+)
+def test_bad_hardware_or_fabric_config(data, fragment):
+    with pytest.raises(ConfigError) as err:
+        CheckConfig.from_mapping(data)
+    assert fragment in str(err.value) and "\n" not in str(err.value)

@@ -52,7 +52,7 @@ def test_seven_of_eight_gpus(p5: dict) -> None:
     inv = Inventory(gpus=inv.gpus[:7], ports=inv.ports)
     r = problems(hwprofile.compare(p5, inv))["profile.gpus"]
     assert r.summary == "7 of 8 GPUs"
-    assert r.evidence == {"found": 7, "expected": 8}
+    assert r.evidence == {"found": 7, "expected": 8, "difference": ["7 of 8 GPUs"]}
 
 
 def test_downgraded_pcie_link(p5: dict) -> None:
