@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
+import yaml
 
 from fleetmedic.adapters import runner
 from fleetmedic.model.config import AnsibleConfig, ReceptorConfig
@@ -139,3 +141,79 @@ def test_lost_execution_node_is_an_unknown_outcome_naming_it(mesh, fleet, settin
     while mesh.work_units():
         assert time.monotonic() < deadline, mesh.work_units()
         time.sleep(0.1)
+
+
+def test_the_controller_repairs_through_the_mesh_and_a_lost_node_is_in_the_history(
+    mesh, fleet, kube, tmp_path
+):
+    """`fleetmedic run` with `executor:` routing by a `site` label: a node at each site is
+    repaired through its own execution node (units released after); then exec-1 dies in
+    the middle of a run: the outcome is unknown, and the node's history names exec-1."""
+    from tests.harness import ctlenv
+    from tests.harness.ctlbench import FAST_PLAY, fast_playbooks
+    from tests.harness.ctlenv import ControllerProcess, history, wait_until
+
+    pool = f"mx{uuid.uuid4().hex[:5]}"
+    fault = [ctlenv.repair_taint("reboot")]
+    a, b = f"{pool}-a", f"{pool}-b"
+    for name, n, site in ((a, 1, "a"), (b, 2, "b")):
+        kube.make_nodes(
+            [name],
+            labels={ctlenv.POOL_LABEL: pool, "fleetmedic.io/gpu-vendor": "nvidia", "site": site},
+            addresses=[fleet.node(n).address],
+            taints=fault,
+        )
+    books = fast_playbooks(tmp_path)
+    slow = [{**FAST_PLAY[0], "tasks": [*FAST_PLAY[0]["tasks"], SLOW[0]["tasks"][0]]}]
+    (tmp_path / "fast-playbooks" / "slow-verify.yml").write_text(yaml.safe_dump(slow))
+    s = mesh.settings()
+    receptor = {"socket": s["socket"], "tls_client": s["tls_client"], "lost_after": 2, "grace": 3}
+    cfg = ctlenv.write_config(
+        tmp_path / "ctl",
+        kube,
+        fleet,
+        pool,
+        overrides={
+            "ansible": {"playbook_dir": books, "forks": 5},
+            "ladder": {"reboot": {"phases": ["drain", "verify"]}},
+            "executor": {
+                "receptor": receptor,
+                "label": "site",
+                "routes": {"a": "exec-1", "b": "exec-2"},
+            },
+        },
+    )
+    proc = ControllerProcess(cfg, tmp_path / "controller.log").start()
+    try:
+
+        def passed(name: str) -> bool:
+            assert proc.alive, proc.tail(40)
+            return [(x["step"], x["result"]) for x in history(kube, name)] == [("reboot", "pass")]
+
+        wait_until(lambda: passed(a) and passed(b), 120, "both nodes repaired through the mesh")
+        log = proc.log.read_text()
+        for name, ex in ((a, "exec-1"), (b, "exec-2")):
+            runs = [line for line in log.splitlines() if f"{name}: run " in line]
+            assert any(f"({ex}): ok" in line for line in runs), (ex, runs)
+        _released(mesh)
+        proc.stop()
+
+        # a verify that takes a while, and exec-1 dies while it runs
+        slow_cfg = yaml.safe_load(cfg.read_text())
+        slow_cfg["ladder"]["playbooks"]["verify"] = {"playbook": "slow-verify.yml", "timeout": 60}
+        cfg.write_text(yaml.safe_dump(slow_cfg))
+        ctlenv.set_taints(kube, a, lambda t: [*t, *fault])
+        proc = ControllerProcess(cfg, tmp_path / "controller-2.log").start()
+        _wait_running(mesh)
+        mesh.node("exec-1").kill()
+        wait_until(
+            lambda: any("execution node exec-1" in x.get("message", "") for x in history(kube, a)),
+            60,
+            "the history to name the lost execution node",
+        )
+        [lost] = [x for x in history(kube, a) if "execution node exec-1" in x.get("message", "")]
+        assert (lost["step"], lost["phase"], lost["ep"]) == ("reboot", "verify", 2), lost
+        assert lost["result"] != "pass"
+    finally:
+        proc.stop()
+        kube.delete_nodes([a, b])
