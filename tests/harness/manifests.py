@@ -1,8 +1,8 @@
 """deploy/ manifests applied to and removed from the test API server as admin, exactly as
 shipped (no kustomize binary: the kustomizations only list files, in order).
 
-Used by tests/harness/agentenv.py (deploy/agent) and tests/harness/ctlrbac.py
-(deploy/controller).
+Used by tests/harness/agentenv.py (deploy/agent), tests/harness/ctlrbac.py
+(deploy/controller) and tests/integration/test_loki_source.py (deploy/loki-source).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ _COLLECTIONS = {
     ("v1", "ServiceAccount"): "/api/v1/namespaces/{ns}/serviceaccounts",
     ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps",
     ("apps/v1", "DaemonSet"): "/apis/apps/v1/namespaces/{ns}/daemonsets",
+    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments",
     (
         "rbac.authorization.k8s.io/v1",
         "ClusterRole",

@@ -219,3 +219,54 @@ def test_the_controller_runs_the_source_and_repairs_what_it_finds_through_the_la
     )
     assert ctlenv.scrape(port, 'fleetmedic_loki_findings_total{outcome="fenced"}') == 1
     assert not taints(b.kube, name), "the handled line fenced nothing again"
+
+
+def test_the_shipped_deployment_runs_with_its_own_least_privilege(loki, kube, nodes, tmp_path):
+    """deploy/loki-source applied as shipped (the Deployment validated by the API server);
+    `fleetmedic watch loki` with that ServiceAccount's token fences a node from a Loki line
+    and keeps its cursor on the shipped ConfigMap, and may do nothing more than that."""
+    from pathlib import Path
+
+    from tests.harness import manifests
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "loki-source"
+    kube.ensure_namespace("default")
+    docs = manifests.load(deploy)
+    for doc in docs:
+        manifests.apply(kube, doc)
+    try:
+        sa = kube.kubeconfig_for_serviceaccount("fleetmedic", "fleetmedic-loki-source")
+        target = nodes[2]
+        loki.push(kernel_labels("fluent-bit", node=target), [XID79])
+        args = [
+            str(FLEETMEDIC),
+            "watch",
+            "loki",
+            "--endpoint",
+            loki.url,
+            "--cursor-configmap",
+            "fleetmedic/fleetmedic-loki-cursor",
+            "--kubeconfig",
+            str(sa),
+            "--kernel-query",
+            f'{{host="{target}"}}',
+            "--pod-query",
+            '{namespace="none-of-these"}',
+            "--once",
+        ]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["fenced"] == 1 and taints(kube, target) == [REBOOT]
+        cm = kube.request("GET", "/api/v1/namespaces/fleetmedic/configmaps/fleetmedic-loki-cursor")
+        assert target in cm["data"]["loki-cursor"]
+        again = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert json.loads(again.stdout)["lines"] == 0, "resumed from the ConfigMap"
+        # another ConfigMap is not its to write: one line, exit 2
+        other = [*args[:5], "--cursor-configmap", "kube-system/kube-root-ca.crt", *args[7:]]
+        denied = subprocess.run(other, capture_output=True, text=True, timeout=60)
+        assert denied.returncode == 2 and "forbidden" in denied.stderr.lower(), denied.stderr
+        assert len(denied.stderr.strip().splitlines()) == 1, denied.stderr
+    finally:
+        for doc in reversed(docs):
+            if doc["kind"] != "Namespace":
+                manifests.remove(kube, doc)

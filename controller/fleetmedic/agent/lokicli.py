@@ -37,6 +37,12 @@ def watch() -> None:
     help="Where it keeps how far it has read (resumes there after a restart).",
 )
 @click.option(
+    "--cursor-configmap",
+    metavar="NAMESPACE/NAME",
+    help="Keep the cursor in this ConfigMap instead (key loki-cursor; it must exist): "
+    "what a Deployment uses, so a rescheduled pod resumes where the last one stopped.",
+)
+@click.option(
     "--kernel-query",
     "kernel_queries",
     multiple=True,
@@ -88,6 +94,7 @@ def loki(
     endpoint: str,
     tenant: str | None,
     cursor_file: Path,
+    cursor_configmap: str | None,
     kernel_queries: tuple[str, ...],
     pod_queries: tuple[str, ...],
     node_labels: tuple[str, ...],
@@ -114,6 +121,8 @@ def loki(
         KERNEL_QUERIES,
         NODE_LABELS,
         POD_QUERIES,
+        ConfigMapCursor,
+        CursorStore,
         FileCursor,
         LokiMetrics,
         LokiSource,
@@ -125,7 +134,17 @@ def loki(
     try:
         vocab = preset(taints)
         kube = connect(kubeconfig, in_cluster=in_pod(kubeconfig))
-        cursor_file.parent.mkdir(parents=True, exist_ok=True)
+        store: CursorStore
+        if cursor_configmap:
+            namespace, _, name = cursor_configmap.partition("/")
+            if not (namespace and name):
+                raise ValueError(
+                    f"--cursor-configmap wants NAMESPACE/NAME, got {cursor_configmap!r}"
+                )
+            store = ConfigMapCursor(kube, namespace, name)
+        else:
+            cursor_file.parent.mkdir(parents=True, exist_ok=True)
+            store = FileCursor(cursor_file)
         cfg = LokiSourceConfig(
             endpoint=endpoint,
             kernel_queries=kernel_queries or KERNEL_QUERIES,
@@ -140,7 +159,7 @@ def loki(
         source = LokiSource(
             cfg,
             lambda n: writers.setdefault(n, NodeWriter(kube, n, vocab)),
-            FileCursor(cursor_file),
+            store,
             metrics=LokiMetrics(registry),
         )
         if metrics_port and not once:

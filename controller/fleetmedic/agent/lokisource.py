@@ -49,7 +49,7 @@ from fleetmedic.adapters.loki import Entry, LokiClient
 from fleetmedic.agent.kernelwatch import describe, merged_thresholds
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
-from fleetmedic.errors import FleetmedicError, NotFoundError
+from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
 from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import Dedup, Finding, Scanner
@@ -269,7 +269,8 @@ class LokiSource:
                 self.metrics.up.set(0)
                 if self._down_since is None:
                     self._down_since = self.clock()
-                    log.error("loki unreachable, retrying with back-off: %s", exc)
+                    what = "loki unreachable" if isinstance(exc, TemporaryError) else "loki source"
+                    log.error("%s, retrying with back-off: %s", what, exc)
                 delay = min(MAX_BACKOFF, max(delay * 2, getattr(exc, "delay", 0.0)))
             stop.wait(delay)
 
