@@ -2,8 +2,10 @@
 
 :func:`finder` returns an object whose ``line_starts(data, start, end)`` gives the
 sorted start offsets of the lines in ``data[start:end]`` (whole lines, each ending
-in ``\\n``) that may contain a trigger. The caller checks each such line for a
-trigger again, so an engine may return more lines than needed, never fewer.
+in ``\\n``) that may contain a trigger. An engine may return more lines than
+needed, never fewer; one that is not ``exact`` does (the ``re`` engine searches
+for parts of the triggers), and the caller checks each such line for a trigger
+again.
 
 - ``hyperscan``: all literals in one pass of Hyperscan's multi-literal matcher
   (the ``hyperscan`` package, which bundles Vectorscan). This is what grep does
@@ -26,6 +28,16 @@ BSD-3-Clause). One limit of the binding: it passes a buffer's length to
 only in part (RE2 has no such limit); :data:`MAX_SCAN` keeps every call far
 below it. ``FLEETMEDIC_SCAN_ENGINE=re`` (environment) forces the standard-library
 engine, to compare or to work around a broken install.
+
+Line numbers. Findings carry their line number, so the bulk scan also counts
+every newline of the file; with Hyperscan finding the literals at 3 to 4 GB/s,
+``bytes.count(b"\\n")`` (a plain byte loop in CPython, 1.5 to 2.5 GB/s here) was
+the larger part of a scan. A finder therefore also counts newlines
+(``count_lines``): the ``hyperscan`` engine with StringZilla's ``count`` (SIMD,
+about 11 GB/s here, 0.5 ms to import) when the ``stringzilla`` wheel is
+installed and gives ``bytes.count``'s answer on a probe, else with
+``bytes.count``; the ``re`` engine always with ``bytes.count`` (standard library
+only). Same answer either way; only the speed differs.
 """
 
 from __future__ import annotations
@@ -41,6 +53,11 @@ try:
     import hyperscan
 except ImportError:  # no wheel for this platform: the pure-Python engine does the work
     hyperscan = None  # type: ignore[assignment]
+
+try:
+    import stringzilla
+except ImportError:  # no wheel for this platform: bytes.count counts the lines
+    stringzilla = None
 
 ENGINE_ENV = "FLEETMEDIC_SCAN_ENGINE"
 """Environment variable that picks an engine (``hyperscan`` or ``re``) instead of the default."""
@@ -59,8 +76,16 @@ class Finder(Protocol):
     """One engine bound to one set of triggers; not shared between threads."""
 
     name: str
+    exact: bool
+    """True if every line returned holds a whole trigger (no check needed)."""
+    counter: str
+    """What counts newlines: ``stringzilla`` or ``bytes.count``."""
 
     def line_starts(self, data: Buffer, start: int, end: int) -> list[int]: ...
+
+    def count_lines(self, data: Buffer, start: int, end: int) -> int:
+        """The number of ``\\n`` bytes in ``data[start:end]``."""
+        ...
 
 
 def available() -> tuple[str, ...]:
@@ -102,6 +127,31 @@ def _hyperscan_works() -> bool:
     return True
 
 
+@lru_cache(maxsize=1)
+def _stringzilla_works() -> bool:
+    """StringZilla imports and counts newlines as ``bytes.count`` does (a probe that
+    crosses its SIMD block sizes, with a window that starts and ends inside a line)."""
+    if stringzilla is None:
+        return False
+    probe = bytearray(b"ab\ncd\n\n" * 100 + b"x" * 77 + b"\n")
+    try:
+        return all(
+            stringzilla.count(probe, b"\n", start, end) == probe.count(b"\n", start, end)
+            for start, end in ((0, len(probe)), (1, len(probe) - 1), (5, 300), (7, 7))
+        )
+    except Exception:  # a broken build: fall back rather than fail a scan
+        return False
+
+
+def _bytes_count(data: Buffer, start: int, end: int) -> int:
+    return data.count(b"\n", start, end)
+
+
+def _stringzilla_count(data: Buffer, start: int, end: int) -> int:
+    # Callers pass 0 <= start <= end <= len(data), as for bytes.count.
+    return int(stringzilla.count(data, b"\n", start, end))
+
+
 @lru_cache(maxsize=16)
 def _hs_database(literals: tuple[bytes, ...]) -> Any:
     database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
@@ -120,6 +170,12 @@ class _HyperscanFinder:
     name = "hyperscan"
 
     def __init__(self, literals: tuple[bytes, ...]) -> None:
+        # It matches the literals themselves: a line it returns holds one, unless the
+        # literal spans a newline (none of the catalog's does).
+        self.exact = not any(b"\n" in literal for literal in literals)
+        fast = _stringzilla_works()
+        self.counter = "stringzilla" if fast else "bytes.count"
+        self.count_lines = _stringzilla_count if fast else _bytes_count
         self._database = _hs_database(literals) if literals else None
         # Own scratch space: the database's default one must not be used by two
         # threads at once, and a Scanner may run in any thread.
@@ -145,9 +201,12 @@ class _ReFinder:
     """The standard-library engine: one regex pass per distinct first byte of the keys."""
 
     name = "re"
+    exact = False  # it searches for the keys, suffixes of the triggers
+    counter = "bytes.count"
 
     def __init__(self, literals: tuple[bytes, ...]) -> None:
         self._searchers = searchers(literals)
+        self.count_lines = _bytes_count
 
     def line_starts(self, data: Buffer, start: int, end: int) -> list[int]:
         starts: set[int] = set()
