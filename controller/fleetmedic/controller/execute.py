@@ -43,7 +43,7 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy.actions import Action, Kind, Outcome
+from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
 from fleetmedic.policy.history import decode, of_episode
 from fleetmedic.policy.inflight import Escalated
 
@@ -154,6 +154,8 @@ class Executor:
             host.status,
             f" ({host.task}: {host.message})" if not host.ok else "",
         )
+        if result.status == LOST:  # (the host's own status then only says "no answer")
+            return Outcome(LOST, result.run_id, host.message, host.task)
         return Outcome(host.status, result.run_id, host.message, host.task)
 
     # -- drain --------------------------------------------------------------

@@ -37,6 +37,7 @@ class Kind(StrEnum):
 
 
 HEALTHY = "healthy"
+LOST = "lost"  # an Outcome's status: the execution node that ran it was lost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,9 +139,10 @@ class Action:
 class Outcome:
     """How one node fared in one action.
 
-    ``status``: ok | failed | unreachable | timeout (runner), blocked (drain
-    held back by a PDB), forbidden (the drain had to force but RBAC does not
-    allow deleting pods), skipped (nothing was done, e.g. no SMTP configured).
+    ``status``: ok | failed | unreachable | timeout (runner), lost (the run's Receptor
+    execution node was lost: what it did is unknown), blocked (drain held back by a PDB),
+    forbidden (the drain had to force but RBAC does not allow deleting pods), skipped
+    (nothing was done, e.g. no SMTP configured).
     """
 
     status: str

@@ -38,7 +38,7 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import flap, foreign
-from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
+from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
     FAIL,
@@ -58,6 +58,7 @@ from fleetmedic.policy.steps import (
     NodeCtx,
     after_drain,
     after_email,
+    after_lost,
     after_probe,
     fail_step,
     failure_text,
@@ -352,6 +353,8 @@ def complete(
     fl = InFlight.decode(n.raw)
     if fl is None or (fl.step, fl.phase) != (action.step, action.phase):
         return None
+    if outcome.status == LOST:
+        return after_lost(n, fl, outcome)
     if action.kind == Kind.PROBE:
         return after_probe(n, fl, outcome)
     if action.kind == Kind.DRAIN:

@@ -147,6 +147,23 @@ def after_probe(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
     )
 
 
+def after_lost(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
+    """The run's execution node was lost (killed, cut off, silent): what it did is unknown,
+    as after a controller restart. So the phase is resumed as after a restart (a booting
+    phase first reads the boot_id: a reboot that happened is never run again; the roles act
+    once per request id), a probe interval later, until the phase's own timeout; the note
+    naming the execution node goes into the attempt's history."""
+    note = f"{fl.phase}: {outcome.message}"
+    notes = fl.notes if note in fl.notes else (*fl.notes, note)
+    if n.now - fl.since_time() >= timedelta(seconds=n.phase_timeout(fl.phase)):
+        return fail_step(n, fl.with_(notes=notes), UNREACHABLE, note, outcome.run_id)
+    later = n.now + timedelta(seconds=n.cfg.ladder.probe_interval)
+    return n.update(
+        annotations={keys.ANN_IN_FLIGHT: fl.with_(notes=notes, retry_at=stamp(later)).encode()},
+        events=(Event("RepairRunLost", short(f"{note}; resuming"), "Warning"),),
+    )
+
+
 def still_rebooting(n: NodeCtx, fl: InFlight, limit: float) -> Update | None:
     """An interrupted phase's node is unreachable: it may be mid-reboot. Look again
     later, until ``limit`` seconds after the phase began; then None (it failed)."""

@@ -115,6 +115,7 @@ class World:
         self.crash_rate = 0.0
         self.email_fail_rate = 0.0
         self.unreachable_rate = 0.0
+        self.lost_rate = 0.0  # the run's execution node is lost after it did the work
 
     # -- building -----------------------------------------------------------
     def add(self, name: str, fault: str = "none", state: str | None = None, **kw: Any) -> None:
@@ -169,6 +170,8 @@ class World:
         if self.crashed():
             return  # killed before acting
         outcome = self.act(action)
+        if action.kind in (Kind.RUN, Kind.PROBE) and self.rng.random() < self.lost_rate:
+            outcome = Outcome("lost", message="execution node exec-1: no route for 30s")
         if self.crashed():
             return  # killed before recording the end
         self.write(ladder.complete(self.view(action.node), action, outcome, self.now, self.cfg))

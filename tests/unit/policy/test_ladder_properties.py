@@ -93,6 +93,22 @@ def test_a_finished_reboot_is_never_repeated(spec, seed, crash):
 
 
 @FAST
+@given(fleets, st.integers(0, 2**32), st.floats(0, 0.3), st.floats(0, 0.5))
+def test_a_lost_execution_node_never_repeats_a_finished_reboot(spec, seed, crash, lost):
+    """A Receptor execution node lost after the run did its work (the worst case: the
+    reboot happened, the controller cannot know): resumed as after a restart, so the
+    boot_id decides and no reboot runs twice; every node still ends healthy or escalated."""
+    w = build(spec, seed, safety__max_concurrent=3, safety__max_concurrent_percent=100)
+    w.crash_rate, w.lost_rate = crash, lost
+    for _ in range(800):
+        w.cycle()
+        if w.settled():
+            break
+    assert w.settled(), {n: w.view(n).state for n in w.nodes}
+    assert all(n == 1 for n in w.reboots.values()), w.reboots
+
+
+@FAST
 @given(
     fleets,
     st.integers(0, 2**32),
