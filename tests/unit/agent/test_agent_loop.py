@@ -9,6 +9,7 @@ from agent_helpers import MemoryKube
 from fleetmedic.agent.config import AgentConfig, KernelWatchConfig
 from fleetmedic.agent.loop import Agent
 from fleetmedic.checks import CheckConfig
+from fleetmedic.checks.config import FabricConfig
 from fleetmedic.errors import TemporaryError
 from fleetmedic.model import keys
 from fleetmedic.model.vocabulary import preset
@@ -18,7 +19,8 @@ CFG = AgentConfig(
     interval=0.05,
     retry_cap=0.2,
     kernel=KernelWatchConfig(source="none"),
-    checks=CheckConfig(vendor="none", timeout=1),
+    # no GPU vendor, and no RDMA ports read from this machine's own /sys
+    checks=CheckConfig(vendor="none", timeout=1, fabric=FabricConfig(enabled=False)),
 )
 
 
