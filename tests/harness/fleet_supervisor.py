@@ -8,6 +8,10 @@ One thread per node runs ``systemd-nspawn -b`` and looks at its exit code:
   fault files in the node dir apply: ``hang`` (present: stay down until it is removed),
   ``boot-delay`` (seconds to wait: a slow boot).
 - 0 (``systemctl poweroff``): stay off until a ``power-on`` file appears.
+- a ``power-off`` file (the test BMC, tests/harness/bmc.py): the power is cut while the
+  node runs. ``force`` in it: every process of the container is SIGKILLed at once (a
+  forced power-off; nothing is shut down cleanly); anything else: a clean poweroff, as
+  an ACPI power button does. Either way the node then stays off until ``power-on``.
 - anything else: a crash; boot again after 1 s, give up after 5 crashes in a row.
 
 While a node is down its ``eth0`` is down too, so it vanishes from the network like a
@@ -49,6 +53,7 @@ class NodeLoop(threading.Thread):
         self.proc: subprocess.Popen | None = None
         self.boots = 0
         self.crashes = 0
+        self.cut = False  # the last boot ended by a power-off file (not by the node)
 
     def status(self, state: str, **extra) -> None:
         data = {
@@ -123,6 +128,7 @@ class NodeLoop(threading.Thread):
         self.status("running")
         with open(self.dir / "boots.log", "a") as b:
             b.write(f"{time.time():.3f} boot {self.boots} pid {self.proc.pid}\n")
+        self.cut = False
         while True:
             try:
                 rc = self.proc.wait(timeout=0.2)
@@ -131,10 +137,39 @@ class NodeLoop(threading.Thread):
                 if self.stop.is_set():
                     rc = self.shutdown()
                     break
+                if (self.dir / "power-off").exists():
+                    rc = self.power_cut()
+                    break
         fleet_net.set_node_eth0(self.fleet["octet"], self.node["name"], up=False)
         with open(self.dir / "boots.log", "a") as b:
             b.write(f"{time.time():.3f} exit {rc}\n")
         return rc
+
+    def power_cut(self) -> int:
+        """The ``power-off`` file: cut the power (``force``: SIGKILL the container's init,
+        which takes every process of its PID namespace with it) or shut down cleanly."""
+        assert self.proc is not None
+        path = self.dir / "power-off"
+        try:
+            force = path.read_text().strip() == "force"
+        except OSError:
+            force = False
+        path.unlink(missing_ok=True)
+        self.cut = True
+        log(f"{self.node['name']}: power cut ({'forced' if force else 'clean'})")
+        if not force:
+            return self.shutdown()
+        # nspawn is the child subreaper of the container: its children are the init
+        for child in _children(self.proc.pid):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            return self.proc.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
 
     def shutdown(self) -> int:
         assert self.proc is not None
@@ -164,7 +199,10 @@ class NodeLoop(threading.Thread):
             rc = self.boot_once()
             if self.stop.is_set():
                 break
-            if rc == REBOOT_RC:
+            if self.cut:
+                self.crashes = 0
+                self.wait_while(lambda: not (self.dir / "power-on").exists(), "off")
+            elif rc == REBOOT_RC:
                 log(f"{name}: reboot")
                 self.crashes = 0
                 self.status("rebooting")
@@ -183,6 +221,13 @@ class NodeLoop(threading.Thread):
                     self.status("crashed", rc=rc)
                     self.stop.wait(1.0)
         self.status("stopped")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def _read_float(path: Path) -> float:
