@@ -7,7 +7,10 @@ action     does                                                        outcome
 RUN        ``action.playbook`` on the node (ansible-runner), within    ok | failed |
            ``action.timeout``; inventory of just this node with the    unreachable | timeout
            same host variables as the inventory plugin; here or on
-           the execution node ``executor`` routes the node to
+           the execution node ``executor`` routes the node to; the
+           power_cycle phase also gets the node's BMC address and
+           the credential files' paths (``bmc:``; none: failed,
+           without a run)
 PROBE      read /proc/sys/kernel/random/boot_id over SSH               ok (``boot_id``) | ...
 DRAIN      cordon, evict, wait for the pods to be gone (PDB-aware,     ok | blocked |
            ``force`` deletes what a PDB still protects after the       forbidden (no grant)
@@ -34,11 +37,14 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import yaml
 
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.controller import drain as drainmod
-from fleetmedic.errors import FleetmedicError, TemporaryError
+from fleetmedic.errors import ConfigError, FleetmedicError, TemporaryError, one_line
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
@@ -99,13 +105,17 @@ class Executor:
         self, action: Action, view: NodeView, run_id: str | None, cancel: threading.Event
     ) -> Outcome:
         assert action.playbook, action
+        extra = self._phase_vars(action, view)
+        if isinstance(extra, str):
+            log.warning("%s: %s not run: %s", view.name, action.phase, extra)
+            return Outcome("failed", message=extra, task="bmc")
         self.on_run(1)
         try:
             # the controller holds the node Lease itself (loop.py); the playbooks take it only
             # when a person runs them
             result = runner.run_playbook(
                 action.playbook,
-                [self._target(view, dict(action.hostvars))],
+                [self._target(view, {**action.hostvars, **extra})],
                 self.cfg.ansible,
                 timeout=action.timeout,
                 run_id=run_id,
@@ -116,6 +126,29 @@ class Executor:
         finally:
             self.on_run(-1)
         return self._host_outcome(result, view.name, cancel)
+
+    def _phase_vars(self, action: Action, view: NodeView) -> dict[str, Any] | str:
+        """Host variables a phase needs from the config; a string says why it cannot run."""
+        if action.phase != "power_cycle":
+            return {}
+        bmc = self.cfg.profile(action.profile).bmc
+        if bmc is None:
+            return "no bmc: section in the config"
+        inventory = None
+        if bmc.address_from == "inventory" and bmc.addresses_file:
+            try:
+                inventory = yaml.safe_load(bmc.addresses_file.read_text()) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                return f"bmc.addresses_file {bmc.addresses_file}: {one_line(exc)}"
+            if not isinstance(inventory, dict):
+                return f"bmc.addresses_file {bmc.addresses_file}: not a mapping of node: address"
+        address, where = bmc.address_for(view.name, view.labels, view.annotations, inventory)
+        if address is None:
+            return where
+        try:
+            return {**bmc.playbook_vars(), "fleetmedic_bmc_address": address}
+        except ConfigError as exc:  # a credential named but no $CREDENTIALS_DIRECTORY
+            return str(exc)
 
     def _probe(
         self, action: Action, view: NodeView, run_id: str | None, cancel: threading.Event

@@ -25,7 +25,11 @@ from fleetmedic.policy.inflight import ESCALATE_PHASE, PENDING, Escalated, InFli
 from fleetmedic.policy.rungs import MANUAL, next_rung
 
 REBOOT = "reboot"
+POWER_CYCLE = "power_cycle"
 RESULT_OF = {"unreachable": UNREACHABLE, "timeout": TIMEOUT}
+UNKNOWN_BOOT = "unknown"
+"""The boot id recorded before a power cycle of a node that did not answer (hung): the
+BMC reaches what SSH cannot, and the playbook keeps its own record of the request."""
 
 
 class NodeCtx:
@@ -129,6 +133,10 @@ def after_probe(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
                     keys.ANN_IN_FLIGHT: fl.with_(boot_id=outcome.boot_id, since=stamp(now)).encode()
                 }
             )
+        if fl.phase == POWER_CYCLE and outcome.status in ("unreachable", "timeout"):
+            note = f"power-cycled without a boot id: {outcome.status} before"
+            unknown = fl.with_(boot_id=UNKNOWN_BOOT, since=stamp(now), notes=(*fl.notes, note))
+            return n.update(annotations={keys.ANN_IN_FLIGHT: unknown.encode()})
         return fail_step(
             n,
             fl,
@@ -140,6 +148,14 @@ def after_probe(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
             note = f"{fl.phase} confirmed after a restart (new boot_id)"
             return next_phase(n, fl.with_(notes=(*fl.notes, note)))
         again = fl.with_(status=PENDING, since=stamp(now), run_id=None)
+        return n.update(annotations={keys.ANN_IN_FLIGHT: again.encode()})
+    if fl.phase == POWER_CYCLE:
+        # Off, or still booting: the BMC knows which. The playbook again, with the same
+        # request id, powers on a node left off, waits for one booting and never cuts the
+        # power twice (its record of the request is on this host), instead of waiting
+        # here for a node the killed run may have left powered off.
+        note = "power_cycle interrupted by a restart: run again for the same request"
+        again = fl.with_(status=PENDING, since=stamp(now), run_id=None, notes=(*fl.notes, note))
         return n.update(annotations={keys.ANN_IN_FLIGHT: again.encode()})
     held = still_rebooting(n, fl, n.phase_timeout(fl.phase))
     return held or fail_step(

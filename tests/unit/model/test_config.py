@@ -75,7 +75,8 @@ def test_only_the_playbooks_of_configured_rungs_must_exist(tmp_path):
         write(
             tmp_path,
             f"ansible: {{playbook_dir: {books}}}\n"
-            "ladder: {order: [reboot, power_cycle, reimage, manual]}",
+            "ladder: {order: [reboot, power_cycle, reimage, manual]}\n"
+            "bmc: {username: admin, password_file: bmc-password}",
         )
     )
     assert [m for m in cfg.missing_files() if m.startswith("ladder.")] == [

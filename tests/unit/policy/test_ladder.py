@@ -567,3 +567,43 @@ def test_power_cycle_rung_confirms_its_boot_like_a_reboot():
     w2 = World(config(ladder__order=["power_cycle", "reimage", "manual"]))
     w2.add("n1", fault="power_cycle", state="power_cycle")
     assert step_until(w2, "n1", Kind.PROBE, "power_cycle").timeout == w2.cfg.ladder.probe_timeout
+
+
+def test_power_cycle_of_a_node_that_does_not_answer_goes_ahead_without_its_boot_id():
+    """A hung node is what a power cycle is for: the BMC reaches what SSH cannot."""
+    w = World(config(ladder__order=["power_cycle", "reimage", "manual"]))
+    w.add("n1", fault="power_cycle", state="power_cycle")
+    probe = step_until(w, "n1", Kind.PROBE, "power_cycle")
+    w.truth["n1"].reachable = False
+    w.execute(probe)
+    assert in_flight(w, "n1")["boot_id"] == "unknown"
+    run = ladder.decide(w.view("n1"), w.now, w.cfg)
+    assert (run.kind, run.phase) == (Kind.RUN, "power_cycle")
+    w.truth["n1"].reachable = True  # the power cycle brings it back
+    w.run(6)
+    assert w.view("n1").state == "healthy"
+    [attempt] = w.history("n1")
+    assert attempt.result == "pass" and "without a boot id: unreachable" in attempt.message
+
+
+def test_a_power_cycle_a_restart_interrupted_runs_again_for_the_same_request():
+    """Killed between power-off and power-on, the node is off: the probe cannot tell
+    "booting" from "left off", the BMC can. The same request runs again (the playbook
+    powers the node on, never off twice) instead of waiting out the phase's timeout."""
+    w = World(config(ladder__order=["power_cycle", "reimage", "manual"]))
+    w.add("n1", fault="power_cycle", state="power_cycle")
+    run = step_until(w, "n1", Kind.RUN, "power_cycle")
+    w.write(ladder.begin(w.view("n1"), run, w.now, w.cfg, "run-1"))  # then killed
+    w.truth["n1"].reachable = False  # powered off by the killed run
+    probe = ladder.decide(w.view("n1"), w.now, w.cfg)
+    assert probe.kind == Kind.PROBE and "under way" in probe.reason
+    w.execute(probe)
+    again = ladder.decide(w.view("n1"), w.now, w.cfg)
+    assert (again.kind, again.phase) == (Kind.RUN, "power_cycle"), again.describe()
+    assert again.hostvars["fleetmedic_request_id"] == run.hostvars["fleetmedic_request_id"]
+    assert not again.resumed
+    w.truth["n1"].reachable = True
+    w.run(4)
+    [attempt] = w.history("n1")
+    assert (attempt.step, attempt.result) == ("power_cycle", "pass")
+    assert "run again for the same request" in attempt.message

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import PrivateAttr, ValidationError
+from pydantic import PrivateAttr, ValidationError, model_validator
 
 from fleetmedic.errors import ConfigError, one_line
+from fleetmedic.model.config.bmc import BmcConfig
 from fleetmedic.model.config.clusters import ClusterConfig
 from fleetmedic.model.config.executor import LOCAL, ExecutorConfig, ReceptorConfig
 from fleetmedic.model.config.ladder import (
@@ -64,6 +65,7 @@ __all__ = [
     "LOCAL",
     "PHASES",
     "AnsibleConfig",
+    "BmcConfig",
     "BreakerConfig",
     "ClusterConfig",
     "Config",
@@ -112,6 +114,9 @@ class Config(Section):
     """Unset: no email; escalations are only recorded on the Node (and logged loudly)."""
     notify: NotifyConfig = NotifyConfig()
     """Chat and pager targets (Apprise URLs) beside the email; see notify.py."""
+    bmc: BmcConfig | None = None
+    """How the power_cycle rung reaches each node's BMC (see bmc.py). Unset: no power
+    cycles, and a ladder that names power_cycle is refused."""
     safety: SafetyConfig = SafetyConfig()
     metrics: MetricsConfig = MetricsConfig()
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
@@ -150,6 +155,15 @@ class Config(Section):
     def cluster_name(self) -> str | None:
         """This cluster's name, in a cluster's effective config (else None)."""
         return self._cluster_name
+
+    @model_validator(mode="after")
+    def _bmc_for_power_cycle(self) -> Config:
+        if "power_cycle" in self.ladder.order and self.bmc is None:
+            raise ValueError(
+                "ladder.order names power_cycle but there is no `bmc:` section "
+                "(how to reach the nodes' BMCs)"
+            )
+        return self
 
     def profile(self, name: str) -> Config:
         """The effective config of profile ``name`` (``default``: this one)."""
@@ -205,6 +219,16 @@ class Config(Section):
             (f"notify.targets.{t.name}.url", secret_path(t.url_file, t.url_credential, environ))
             for c in every
             for t in c.notify.targets
+        ]
+        wanted += [
+            (f"bmc.{what}", path)
+            for c in every
+            if c.bmc and "power_cycle" in c.ladder.order
+            for what, path in (
+                ("username", c.bmc.username_path(environ)),
+                ("password", c.bmc.password_path(environ)),
+                ("addresses_file", c.bmc.addresses_file),
+            )
         ]
         missing = [f"{name}: {path}" for name, path in wanted if path and not path.exists()]
         return list(dict.fromkeys(missing))
@@ -285,9 +309,10 @@ def _first_error(exc: ValidationError) -> str:
     # An unknown key is usually a typo that also causes a "required": report it first.
     errs = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
     first = errs[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top)"
+    # a check across sections (a model validator of Config) names its fields itself
+    loc = "".join(f"{p}." for p in first["loc"])[:-1]
     more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    return one_line(f"{loc}: {_message(first)}{more}", limit=1000)
+    return one_line(f"{loc + ': ' if loc else ''}{_message(first)}{more}", limit=1000)
 
 
 def _message(err: Mapping[str, Any]) -> str:

@@ -26,7 +26,7 @@ from fleetmedic.model import selector
 from fleetmedic.model.config.types import Section
 
 DEFAULT_PROFILE = "default"
-OVERRIDABLE = ("ladder", "safety", "smtp", "notify", "executor")
+OVERRIDABLE = ("ladder", "safety", "smtp", "notify", "executor", "bmc")
 """Top-level sections a profile may override."""
 
 
@@ -47,6 +47,8 @@ class ProfileConfig(Section):
     """Merged over the top-level `notify` (e.g. this pool's team channel in `targets`)."""
     executor: dict[str, Any] | None = None
     """Merged over the top-level `executor` (e.g. this pool's execution node as `default`)."""
+    bmc: dict[str, Any] | None = None
+    """Merged over the top-level `bmc` (e.g. another vendor's BMCs and credentials)."""
 
     @field_validator("name")
     @classmethod
