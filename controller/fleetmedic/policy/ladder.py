@@ -254,9 +254,9 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
     ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
     if fl.phase in BOOTING_PHASES and (resumed or not fl.boot_id):
         why = (
-            "a reboot was under way before a restart: did it happen?"
+            f"a {fl.phase} was under way before a restart: did it happen?"
             if resumed
-            else "read boot_id so the reboot can be confirmed after any restart"
+            else f"read boot_id so the {fl.phase} can be confirmed after any restart"
         )
         return n.action(Kind.PROBE, why, timeout=cfg.ladder.probe_timeout, **ctx)
     again = " (again: interrupted by a restart)" if resumed else ""
