@@ -90,7 +90,7 @@ def main() -> int:
                     "timeout": "10s",
                 },
                 # every trial is a new episode on the same node: not a flapping node
-                "safety": {"flap": {"count": 20, "window": 1}},
+                "safety": {"flap": {"count": 8, "window": 1}},
             },
         )
         ctlenv.playbook_dir(workdir / "ctl", {"power_cycle_verify": False})
