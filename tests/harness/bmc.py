@@ -1,5 +1,6 @@
 """Real BMC endpoints for test-fleet nodes: one Redfish service (sushy-tools) per node,
-whose power actions stop and boot the node's nspawn machine (tests/harness/bmc_redfish.py).
+whose power actions stop and boot the node's nspawn machine (tests/harness/bmc_redfish.py),
+and pyghmi's IPMI BMC on UDP 623 of the same address (tests/harness/bmc_ipmi.py).
 
     bmcs = BmcSet(workdir).start(fleet)         # every node of the fleet
     bmc = bmcs[node.name]
@@ -131,8 +132,8 @@ class BmcSet:
 
     def __init__(self, workdir: Path, username: str | None = None, password: str | None = None):
         self.dir = workdir / "bmc"
-        self.username = username or f"fm-admin-{secrets.token_hex(4)}"
-        self.password = password or f"fm-pw-{secrets.token_urlsafe(12)}"
+        self.username = username or f"fm-{secrets.token_hex(4)}"  # IPMI: at most 16 bytes
+        self.password = password or f"fm-pw-{secrets.token_urlsafe(9)}"  # IPMI: at most 20
         self.bmcs: dict[str, Bmc] = {}
 
     def __getitem__(self, node: str) -> Bmc:
@@ -144,7 +145,10 @@ class BmcSet:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self, fleet, nodes: Iterable | None = None, timeout: float = 30.0) -> BmcSet:
+    def start(
+        self, fleet, nodes: Iterable | None = None, timeout: float = 30.0, ipmi: bool = True
+    ) -> BmcSet:
+        """A BMC per node (Redfish, and IPMI on UDP 623 unless ``ipmi`` is false)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         cert, key = self._tls()
         config = self._config()
@@ -170,9 +174,13 @@ class BmcSet:
                         "config": str(config),
                         "cert": str(cert),
                         "key": str(key),
+                        "ipmi": ipmi,
+                        "username": self.username,
+                        "password": self.password,  # IPMI's RMCP+ needs it in the clear
                     }
                 )
             )
+            spec.chmod(0o600)
             with bmc.log.open("ab") as out:
                 bmc.proc = subprocess.Popen(
                     [sys.executable, "-m", "tests.harness.bmc_redfish", str(spec)],

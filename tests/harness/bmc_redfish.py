@@ -22,6 +22,8 @@ sushy-tools serves no event log, so the Manager gets a standard LogService ``SEL
 (``/redfish/v1/Managers/<id>/LogServices/SEL/Entries``, entries inline as BMCs return
 them) read from ``<node dir>/sel.json``, which tests fill (tests/harness/bmc.py).
 Every power request the BMC accepts is appended to ``<node dir>/bmc-actions.log``.
+With ``"ipmi": true`` in its spec the same process also serves IPMI (RMCP+) on UDP 623 of
+the same address (tests/harness/bmc_ipmi.py), as a server's BMC speaks both.
 """
 
 from __future__ import annotations
@@ -186,6 +188,10 @@ def main(spec_path: str) -> int:
     systems = NspawnSystems(spec["name"], str(uuidlib.UUID(spec["machine_id"])), node_dir)
     emulator.Application.systems = property(lambda self: systems)  # type: ignore[assignment]
     _add_log_service(emulator.app, node_dir)
+    if spec.get("ipmi"):
+        from tests.harness import bmc_ipmi
+
+        bmc_ipmi.serve(systems, spec["username"], spec["password"], spec["address"])
     sys.argv = [
         "sushy-emulator",
         "--config",

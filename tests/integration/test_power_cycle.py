@@ -16,7 +16,9 @@ One 4-node fleet and its BMCs serve the module; one controller works four nodes 
 None of the BMC credentials appears in the controller's log, its Ansible run
 directories, the Events, the Nodes' annotations, the evidence or the emails. Then the
 controller is SIGKILLed while node 1 is powered off mid-cycle: the next one powers it on
-and verifies it, and the BMC is never asked to power it off a second time.
+and verifies it, and the BMC is never asked to power it off a second time. Node 2 is
+power-cycled meanwhile through IPMI (ipmitool against pyghmi's BMC), wherever the kill
+finds it: once, and its event log, which that BMC does not serve, recorded as unavailable.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
 ADDRESS = "fleetmedic.io/bmc-address"
 CREDS_LABEL = "fleetmedic.test/bmc-creds"
+PROTOCOL_LABEL = "fleetmedic.test/bmc-protocol"
 GROUP_VARS = {"power_cycle_verify": False, "power_cycle_timeout": 60, "power_cycle_off_wait": 30}
 
 
@@ -96,7 +99,8 @@ def config(kube, fleet, creds: Path, workdir: Path, pool: str, smtp=None) -> Pat
                     "name": "wrong-password",
                     "selector": f"{CREDS_LABEL}=wrong",
                     "bmc": {"password_file": str(creds / "wrong-password")},
-                }
+                },
+                {"name": "ipmi", "selector": f"{PROTOCOL_LABEL}=ipmi", "bmc": {"protocol": "ipmi"}},
             ],
         },
     )
@@ -226,16 +230,19 @@ def test_power_cycle_cures_what_a_reboot_did_not_and_bmc_failures_move_on(stage,
 
 def test_sigkill_while_the_node_is_off_then_restart_powers_it_on_never_off_twice(stage, kube):
     fleet, bmcs, _silent, creds, work = stage
-    node = fleet.node(1)
-    bmc = bmcs[node.name]
+    node, other = fleet.node(1), fleet.node(2)
+    bmc, ipmi = bmcs[node.name], bmcs[other.name]
     pool = pool_name("pk")
     workdir = work / "b"
     lost_until_power_off(node)
-    before = len(bmc.actions())
-    boots = node.boots
+    lost_until_power_off(other)
+    before, before_ipmi = len(bmc.actions()), ipmi.power_offs()
+    boots, boots_ipmi = node.boots, other.boots
     name = make_node(kube, pool, node, bmc.address, "power_cycle")
+    by_ipmi = make_node(kube, pool, other, ipmi.address, "power_cycle", **{PROTOCOL_LABEL: "ipmi"})
     cfg = config(kube, fleet, creds, workdir, pool)
     first = ControllerProcess(cfg, workdir / "controller-1.log").start()
+    second = None
     try:
         wait_until(
             lambda: len(bmc.actions()) > before and node.status().get("state") == "off",
@@ -250,10 +257,11 @@ def test_sigkill_while_the_node_is_off_then_restart_powers_it_on_never_off_twice
         second = ControllerProcess(cfg, workdir / "controller-2.log").start()
         wait_state(kube, name, "healthy", second, 180)
         took = time.monotonic() - killed_at
+        wait_state(kube, by_ipmi, "healthy", second, 120)
     finally:
         first.stop()
         print(first.tail(30))
-        if "second" in locals():
+        if second is not None:
             second.stop()
             print(second.tail(40))
     assert bmc.actions()[before:] == ["ForceOff (was On)", "On (was Off)"], "never off twice"
@@ -262,4 +270,10 @@ def test_sigkill_while_the_node_is_off_then_restart_powers_it_on_never_off_twice
     assert (attempt["step"], attempt["result"]) == ("power_cycle", "pass")
     assert "run again for the same request" in attempt["message"], attempt
     print(f"restart to healthy: {took:.1f} s")
-    kube.delete_nodes([name])
+    # the IPMI node: one power-off, one boot, its event log recorded as unavailable
+    assert ipmi.power_offs() == before_ipmi + 1 and other.boots == boots_ipmi + 1
+    assert [(a["step"], a["result"]) for a in history(kube, by_ipmi)] == [("power_cycle", "pass")]
+    [sel_file] = (workdir / "evidence" / by_ipmi).glob("*-sel.json")
+    sel = json.loads(sel_file.read_text())
+    assert sel["protocol"] == "ipmi" and sel["status"].startswith("unavailable: "), sel
+    kube.delete_nodes([name, by_ipmi])
