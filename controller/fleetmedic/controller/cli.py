@@ -196,31 +196,50 @@ def serve(
         for member in members:
             _preflight(member)
 
-    def make(member: Config) -> Controller:
-        kube = connect(member, kubeconfig)
-        m = metricsmod.Metrics()
-        extra = () if once else sidecars(member, kube, m)
-        return Controller(member, kube, dry_run=dry_run, metrics=m, sidecars=extra)
+    stop = threading.Event()
+    # per cluster, made once: its metrics (what /metrics serves outlives a restarted
+    # loop) and its sidecars, which act while the cluster's current loop leads
+    metrics_of = {m.cluster_name: metricsmod.Metrics() for m in members}
+    current: dict[str | None, Controller] = {}
 
-    controllers = {m.cluster_name: make(m) for m in members}
+    def make(member: Config) -> Controller:
+        c = Controller(
+            member,
+            connect(member, kubeconfig),
+            dry_run=dry_run,
+            metrics=metrics_of[member.cluster_name],
+        )
+        current[member.cluster_name] = c
+        return c
+
+    for member in members:
+        make(member)
+    for member in members if not once else ():
+        name = member.cluster_name
+        for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
+            threading.Thread(
+                target=sidecar,
+                args=(stop, lambda n=name: current[n].acting()),
+                name=f"fleetmedic-sidecar-{name or 'main'}-{i}",
+                daemon=True,
+            ).start()
     if not once:
         try:
             if cfg.clusters:
-                registries = {str(n): c.metrics.registry for n, c in controllers.items()}
+                registries = {str(n): m.registry for n, m in metrics_of.items()}
                 metricsmod.serve_clusters(registries, cfg.metrics.address, cfg.metrics.port)
             else:
-                controllers[None].metrics.serve(cfg.metrics.address, cfg.metrics.port)
+                metrics_of[None].serve(cfg.metrics.address, cfg.metrics.port)
         except OSError as exc:
             raise ConfigError(
                 f"metrics: cannot listen on {cfg.metrics.address}:"
                 f"{cfg.metrics.port}: {exc.strerror or exc}"
             ) from None
-    stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)
         stop.set()
-        for c in controllers.values():
+        for c in list(current.values()):
             c.wake()
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -228,21 +247,24 @@ def serve(
     code = 0
     if not cfg.clusters:
         try:
-            controllers[None].run(stop, once=once)
+            current[None].run(stop, once=once)
         except FleetmedicError as exc:
             click.echo(f"fleetmedic: error: {exc}", err=True)
             code = 1
     else:
         failed: list[str] = []
-        threads = [
-            threading.Thread(
-                target=_run_cluster,
-                args=(str(name), first, lambda m=member: make(m), stop, once, failed),
-                name=f"fleetmedic-cluster-{name}",
-                daemon=True,
+        threads = []
+        for member in members:
+            name = str(member.cluster_name)
+            again = functools.partial(make, member)
+            threads.append(
+                threading.Thread(
+                    target=_run_cluster,
+                    args=(name, current[member.cluster_name], again, stop, once, failed),
+                    name=f"fleetmedic-cluster-{name}",
+                    daemon=True,
+                )
             )
-            for (name, first), member in zip(controllers.items(), members, strict=True)
-        ]
         for t in threads:
             t.start()
         for t in threads:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from fleetmedic.adapters import runner
@@ -58,7 +58,9 @@ PRUNE_EVERY = 600.0  # old run directories are pruned this often
 
 
 Sidecar = Callable[[threading.Event, Callable[[], bool]], None]
-"""``sidecar(stop, acting)``: runs until ``stop``, changes the cluster only while ``acting()``."""
+"""A detector run beside the loop (the Loki source), on a thread of its own, as
+``sidecar(stop, acting)``: until ``stop``, changing the cluster only while ``acting()``
+(:meth:`Controller.acting`; cli.serve starts them)."""
 
 
 def utcnow() -> datetime:
@@ -79,13 +81,8 @@ class Controller:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
         watch_timeout: int = 300,
-        sidecars: Sequence[Sidecar] = (),
     ) -> None:
-        """``sidecars``: detectors run beside the loop (a Loki source), each on a thread of
-        its own as ``sidecar(stop, acting)``; they act only while ``acting()`` (this
-        controller leads and is not in a dry run)."""
         self.cfg, self.kube, self.clock = cfg, kube, clock
-        self.sidecars = tuple(sidecars)
         self.dry_run = dry_run or cfg.dry_run
         self.identity = identity or cfg.leader_election.identity or default_identity()
         self.metrics = metrics or Metrics()
@@ -152,13 +149,6 @@ class Controller:
             target=self._relay, args=(stop,), name="fleetmedic-wake", daemon=True
         ).start()
         wait_synced(self.watcher, sync_timeout)
-        for i, sidecar in enumerate(self.sidecars):
-            threading.Thread(
-                target=sidecar,
-                args=(stop, self.acting),
-                name=f"fleetmedic-sidecar-{i}",
-                daemon=True,
-            ).start()
         conflict = assign(self.views(), self.cfg).error()
         if conflict:
             raise ConfigError(f"profiles: {conflict}")

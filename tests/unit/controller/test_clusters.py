@@ -50,3 +50,37 @@ def test_one_exposition_labels_each_clusters_samples_and_types_each_family_once(
     assert 'fleetmedic_nodes{cluster="eu-west",state="healthy"} 5.0' in text
     assert 'fleetmedic_remediations_total{cluster="eu-west",result="pass",step="reboot"}' in text
     assert text.count("# TYPE fleetmedic_nodes gauge") == 1
+
+
+class FlakyLoop:
+    """A cluster's loop that fails at start until ``fails`` runs have failed."""
+
+    def __init__(self, log: list[str], fails: int) -> None:
+        self.log, self.fails = log, fails
+
+    def run(self, stop, once=False):
+        self.log.append("run")
+        if self.log.count("run") <= self.fails:
+            raise ConfigError("API server https://10.0.0.9:6443 not answering")
+
+
+def test_a_failed_cluster_loop_starts_again_fresh_and_once_reports_it(monkeypatch):
+    import threading
+
+    from fleetmedic.controller import cli as ctlcli
+
+    monkeypatch.setattr(ctlcli, "CLUSTER_RETRY", 0.01)
+    log: list[str] = []
+    made: list[FlakyLoop] = []
+
+    def make():
+        made.append(FlakyLoop(log, fails=2))
+        return made[-1]
+
+    failed: list[str] = []
+    ctlcli._run_cluster("beta", FlakyLoop(log, fails=2), make, threading.Event(), False, failed)
+    assert log == ["run", "run", "run"] and len(made) == 2, "a fresh loop for each retry"
+    assert failed == []
+    log.clear()
+    ctlcli._run_cluster("beta", FlakyLoop(log, fails=1), make, threading.Event(), True, failed)
+    assert log == ["run"] and failed == ["beta"], "--once: no retry, the exit status says so"
