@@ -128,14 +128,15 @@ def main() -> int:
         log = work / "controller.log"
         proc = si.start(cfg_path, log)
         si.settle(log, quiet=10.0, timeout=600)
-        with ThreadPoolExecutor(len(names)) as pool_ex:
-            idle = dict(
-                zip(
-                    names,
-                    pool_ex.map(lambda k: si.per_minute(k, args.window), kubes.values()),
-                    strict=True,
-                )
-            )
+        req_before = {n: si.request_counts(k) for n, k in kubes.items()}
+        t_idle = time.monotonic()
+        time.sleep(args.window)
+        req_after = {n: si.request_counts(k) for n, k in kubes.items()}
+        took = time.monotonic() - t_idle
+        idle = {
+            n: (sum(req_after[n].values()) - sum(req_before[n].values()) - 1) * 60 / took
+            for n in names
+        }
         rss = si.rss_mb(proc.pid)
         bare = subprocess.Popen(
             [
@@ -186,7 +187,8 @@ def main() -> int:
             print(
                 f"  cluster {n}: baseline {base[n]:.1f} req/min, with the controller "
                 f"{idle[n] - base[n]:+.1f} req/min "
-                f"(ratio {si.ratio(idle[n], base[n])}; target <= +2)"
+                f"(ratio {si.ratio(idle[n], base[n])}; target <= +2); "
+                f"most requests: {si.top_requests(req_before[n], req_after[n])}"
             )
         print(
             f"  RSS idle: {rss:.0f} MB for {args.clusters} clusters; bare interpreter with the "

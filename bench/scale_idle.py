@@ -36,12 +36,14 @@ Figures, each against a baseline measured in the same run:
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -59,14 +61,31 @@ VENV_BIN = Path(sys.executable).parent
 POOL_LABEL = "fleetmedic.test/pool"
 
 
-def request_total(kube: KubeCluster) -> float:
+def request_counts(kube: KubeCluster) -> Counter:
+    """``apiserver_request_total`` by (verb, resource, subresource, client)."""
     status, body = kube._raw("GET", "/metrics", timeout=60)
     assert status == 200, status
-    total = 0.0
+    counts: Counter = Counter()
     for line in body.decode().splitlines():
         if line.startswith("apiserver_request_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            key = tuple(labels.get(k, "") for k in ("verb", "resource", "subresource"))
+            counts[key] += float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def request_total(kube: KubeCluster) -> float:
+    return sum(request_counts(kube).values())
+
+
+def top_requests(before: Counter, after: Counter, n: int = 4) -> str:
+    """The ``n`` (verb resource[/subresource]) that grew most between two reads."""
+    grew = Counter({k: after[k] - before.get(k, 0) for k in after})
+    return ", ".join(
+        f"{v:.0f} {verb} {res}{'/' + sub if sub else ''}"
+        for (verb, res, sub), v in grew.most_common(n)
+        if v > 0
+    )
 
 
 def per_minute(kube: KubeCluster, window: float) -> float:
