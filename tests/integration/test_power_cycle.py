@@ -74,7 +74,9 @@ def stage(tmp_path_factory):
         fleet.down()
 
 
-def config(kube, fleet, creds: Path, workdir: Path, pool: str, smtp=None) -> Path:
+def config(
+    kube, fleet, creds: Path, workdir: Path, pool: str, smtp=None, off_time: str = "3s"
+) -> Path:
     cfg = ctlenv.write_config(
         workdir,
         kube,
@@ -92,7 +94,7 @@ def config(kube, fleet, creds: Path, workdir: Path, pool: str, smtp=None) -> Pat
                 "username_file": str(creds / "user"),
                 "password_file": str(creds / "password"),
                 "timeout": "5s",
-                "off_time": "3s",
+                "off_time": off_time,
             },
             "profiles": [
                 {
@@ -240,7 +242,8 @@ def test_sigkill_while_the_node_is_off_then_restart_powers_it_on_never_off_twice
     boots, boots_ipmi = node.boots, other.boots
     name = make_node(kube, pool, node, bmc.address, "power_cycle")
     by_ipmi = make_node(kube, pool, other, ipmi.address, "power_cycle", **{PROTOCOL_LABEL: "ipmi"})
-    cfg = config(kube, fleet, creds, workdir, pool)
+    # 6 s off: time enough to see the node off and kill the controller before the power-on
+    cfg = config(kube, fleet, creds, workdir, pool, off_time="6s")
     first = ControllerProcess(cfg, workdir / "controller-1.log").start()
     second = None
     try:

@@ -32,6 +32,32 @@ def test_a_ladder_with_power_cycle_needs_the_section():
     assert parse(CREDS).bmc is not None
 
 
+def test_with_a_bmc_section_power_cycle_follows_reboot_by_default():
+    assert parse_plain({}).ladder.order == ("reset", "reboot", "reimage", "manual")
+    assert parse_plain({"bmc": CREDS}).ladder.order == (
+        "reset",
+        "reboot",
+        "power_cycle",
+        "reimage",
+        "manual",
+    )
+    mine = parse_plain(
+        {"bmc": CREDS, "ladder": {"order": ["reboot", "manual"], "probe_interval": 5}}
+    )
+    assert mine.ladder.order == ("reboot", "manual"), "an explicit order is kept"
+    pool = parse_plain(
+        {
+            "bmc": CREDS,
+            "profiles": [{"name": "p", "selector": "a=b", "ladder": {"probe_interval": 5}}],
+        }
+    )
+    assert "power_cycle" in pool.profile("p").ladder.order
+
+
+def parse_plain(data: dict) -> config.Config:
+    return config.parse(data)
+
+
 @pytest.mark.parametrize(
     ("bmc", "says"),
     [
@@ -125,7 +151,13 @@ def test_missing_credential_files_are_named_at_start(tmp_path):
     missing = cfg.missing_files()
     assert f"bmc.username: {tmp_path}/user" in missing
     assert f"bmc.password: {tmp_path}/pw" in missing
-    no_rung = config.parse({"bmc": {"username_file": "u", "password_file": "p"}}, base=tmp_path)
+    no_rung = config.parse(
+        {
+            "ladder": {"order": ["reboot", "reimage", "manual"]},
+            "bmc": {"username_file": "u", "password_file": "p"},
+        },
+        base=tmp_path,
+    )
     assert not [m for m in no_rung.missing_files() if m.startswith("bmc.")]
 
 

@@ -59,8 +59,6 @@ def config(**overrides: Any) -> Config:
         "safety": {"min_healthy": 0, "breaker": {"enabled": False}},
         "ansible": {"playbook_dir": "/pb"},
         "ladder": {"history_limit": 200},
-        # a ladder may name power_cycle only with a bmc section (its values are not read here)
-        "bmc": {"username": "admin", "password_file": "/etc/fleetmedic/bmc-password"},
     }
     for path, value in overrides.items():
         node = data
@@ -68,6 +66,9 @@ def config(**overrides: Any) -> Config:
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = value
+    if "power_cycle" in data["ladder"].get("order", ()):
+        # a ladder may name power_cycle only with a bmc section (its values are not read here)
+        data["bmc"] = {"username": "admin", "password_file": "/etc/fleetmedic/bmc-password"}
     return parse(data)
 
 

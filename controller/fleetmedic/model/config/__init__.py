@@ -30,6 +30,7 @@ from fleetmedic.model.config.bmc import BmcConfig
 from fleetmedic.model.config.clusters import ClusterConfig
 from fleetmedic.model.config.executor import LOCAL, ExecutorConfig, ReceptorConfig
 from fleetmedic.model.config.ladder import (
+    LADDER_ORDER_WITH_BMC,
     PHASES,
     AnsibleConfig,
     LadderConfig,
@@ -155,6 +156,16 @@ class Config(Section):
     def cluster_name(self) -> str | None:
         """This cluster's name, in a cluster's effective config (else None)."""
         return self._cluster_name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _power_cycle_by_default(cls, data: Any) -> Any:
+        """With a `bmc:` section and no `ladder.order`, power_cycle follows reboot."""
+        if isinstance(data, Mapping) and data.get("bmc") is not None:
+            ladder = data.get("ladder") or {}
+            if isinstance(ladder, Mapping) and "order" not in ladder:
+                return {**data, "ladder": {**ladder, "order": list(LADDER_ORDER_WITH_BMC)}}
+        return data
 
     @model_validator(mode="after")
     def _bmc_for_power_cycle(self) -> Config:

@@ -87,6 +87,8 @@ class PlaybooksConfig(Section):
 
 Rung = Literal["reset", "reboot", "power_cycle", "reimage", "replace", "manual"]
 LADDER_ORDER: tuple[Rung, ...] = ("reset", "reboot", "reimage", "manual")
+LADDER_ORDER_WITH_BMC: tuple[Rung, ...] = ("reset", "reboot", "power_cycle", "reimage", "manual")
+"""The default order once the config has a `bmc:` section (Config sees to it)."""
 assert Rung.__args__ == REPAIR_STATES, "the rungs are the vocabulary's repair states"  # type: ignore[attr-defined]
 
 
@@ -94,7 +96,9 @@ class LadderConfig(Section):
     order: tuple[Rung, ...] = LADDER_ORDER
     """The rungs, mildest first, ending in `manual`. A failed rung climbs to the next. A node
     fenced at a rung this list leaves out starts on the next rung up (never a milder one).
-    `power_cycle` needs the `bmc` section; put it after `reboot` to use it."""
+    `power_cycle` needs the `bmc` section; with one and no `order` given, the default is
+    reset, reboot, power_cycle, reimage, manual (a cold boot before a reinstall, as
+    operators do)."""
     reset: StepConfig = StepConfig(phases=("diagnose", "drain_gpu", "reset", "verify"))
     """Only the pods using the GPUs leave; a refused or failed reset climbs to reboot."""
     reboot: StepConfig = StepConfig(phases=("diagnose", "drain", "reboot", "verify"))
