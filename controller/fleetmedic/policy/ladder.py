@@ -359,9 +359,12 @@ def complete(
         return after_probe(n, fl, outcome)
     if action.kind == Kind.DRAIN:
         return after_drain(n, fl, outcome)
-    if outcome.ok or (fl.phase == "diagnose" and outcome.status == "failed"):
-        # evidence capture is best effort: a failed diagnose must not block the repair
-        note = () if outcome.ok else (f"diagnose failed: {outcome.message}",)
+    # Evidence capture is best effort: a failed diagnose must not block the repair. A node
+    # that does not answer fails the rungs that need SSH at once (the ladder climbs), but
+    # not power_cycle's: its BMC reaches a hung node, and keeps the event log as evidence.
+    hung_ok = fl.step == "power_cycle" and outcome.status in ("unreachable", "timeout")
+    if outcome.ok or (fl.phase == "diagnose" and (outcome.status == "failed" or hung_ok)):
+        note = () if outcome.ok else (f"diagnose {outcome.status}: {outcome.message}",)
         return next_phase(n, fl.with_(notes=fl.notes + note, run_id=outcome.run_id or fl.run_id))
     if action.resumed and outcome.status == "unreachable":
         held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)

@@ -607,3 +607,20 @@ def test_a_power_cycle_a_restart_interrupted_runs_again_for_the_same_request():
     [attempt] = w.history("n1")
     assert (attempt.step, attempt.result) == ("power_cycle", "pass")
     assert "run again for the same request" in attempt.message
+
+
+def test_a_hung_node_fails_the_reboot_rung_at_once_and_is_power_cycled():
+    """Unreachable from the start: the reboot rung fails at its diagnose (SSH is what it
+    needs), the power_cycle rung goes on without evidence or boot id (the BMC reaches it)."""
+    w = World(config(ladder__order=["reboot", "power_cycle", "manual"]))
+    w.add("n1", fault="power_cycle", state="reboot")
+    w.truth["n1"].reachable = False
+    run = step_until(w, "n1", Kind.RUN, "power_cycle", limit=30)
+    w.truth["n1"].reachable = True  # the power cycle brings it back
+    w.execute(run)
+    w.run(4)
+    assert w.view("n1").state == "healthy"
+    reboot, cycle = w.history("n1")
+    assert (reboot.step, reboot.result, reboot.phase) == ("reboot", "unreachable", "diagnose")
+    assert (cycle.step, cycle.result) == ("power_cycle", "pass")
+    assert "diagnose unreachable" in cycle.message and "without a boot id" in cycle.message
