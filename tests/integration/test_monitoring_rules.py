@@ -37,7 +37,8 @@ def test_promtool_has_a_version(promtool):
 def test_rules_pass_promtool_check(promtool):
     p = _run(promtool, "check", "rules", str(RULES))
     assert p.returncode == 0, _out(p)
-    assert "SUCCESS: 9 rules found" in _out(p)
+    shipped = sum(len(g["rules"]) for g in yaml.safe_load(RULES.read_text())["groups"])
+    assert f"SUCCESS: {shipped} rules found" in _out(p), "promtool read every rule we ship"
 
 
 def test_rules_unit_tests_pass(promtool, tmp_path):
