@@ -153,6 +153,9 @@ def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
         assert k.get_config_map(NAMESPACE, "fleetmedic")["data"]["pause"] == "false"  # shipped
         k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": "1"})  # the breaker's record
         k.patch_config_map_data(NAMESPACE, "fleetmedic", {"rbac-test": None})
+        k.set_node_condition(  # fleetmedic's own NodeCondition (policy/condition.py)
+            name, {"type": "FleetmedicRepair", "status": "False", "reason": "Repaired"}
+        )
         c = k.core
         # and nothing else
         forbidden(lambda: k._call("delete node", c.delete_node, name))
@@ -163,14 +166,9 @@ def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
                 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{name}-new"}},
             )
         )
-        forbidden(
-            lambda: k._call(
-                "patch node status",
-                c.patch_node_status,
-                name,
-                {"metadata": {"labels": {"x": "y"}}},
-                _content_type=MERGE_PATCH,
-            )
+        status = kube.request("GET", f"/api/v1/nodes/{name}/status")
+        forbidden(  # the status is patched by condition type, never replaced whole
+            lambda: k._call("replace node status", c.replace_node_status, name, status)
         )
         forbidden(lambda: k._call("read secret", c.read_namespaced_secret, "rbacx", NAMESPACE))
         forbidden(lambda: k._call("list secrets", c.list_secret_for_all_namespaces))
