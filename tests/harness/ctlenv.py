@@ -575,3 +575,18 @@ def load_average() -> str:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "?"
+
+
+def wait_state(kube, name: str, state: str, proc: ControllerProcess, timeout: float) -> None:
+    """Wait for ``name`` to reach ``state`` while ``proc`` stays alive (its log's tail is
+    printed when it does not)."""
+
+    def reached():
+        assert proc.alive, f"the controller died:\n{proc.tail()}"
+        return state_of(kube, name) == state
+
+    try:
+        wait_until(reached, timeout, f"{name} to be {state}")
+    except AssertionError:
+        print(proc.tail(80))
+        raise

@@ -20,12 +20,12 @@ import yaml
 from tests.harness import ctlenv, ctlwait
 from tests.harness.ctlbench import Benches, pool_name
 from tests.harness.ctlenv import (
-    ControllerProcess,
     annotation,
     cli,
     history,
     state_of,
     taints,
+    wait_state,
     wait_until,
 )
 from tests.harness.smtp import attachments, body_text
@@ -45,19 +45,6 @@ def bench(kube, fleet_factory, tmp_path, request):
     benches.stop_controllers(log_lines=80)
 
 
-def wait_state(kube, name: str, state: str, proc: ControllerProcess, timeout: float) -> None:
-    def reached():
-        assert proc.alive, f"the controller died:\n{proc.tail()}"
-        return state_of(kube, name) == state
-
-    try:
-        wait_until(reached, timeout, f"{name} to be {state}")
-    except AssertionError:
-        print(proc.tail(60))
-        raise
-
-
-# -- a) a reboot cures it -----------------------------------------------------------------
 def condition(kube, name: str) -> tuple[str, str, str] | None:
     """fleetmedic's NodeCondition as `kubectl describe node` shows it: status, reason, message."""
     for c in ctlenv.node(kube, name)["status"].get("conditions") or []:

@@ -33,7 +33,7 @@ from fleetmedic.model.vocabulary import preset
 from tests.harness import ctlenv
 from tests.harness.bmc import BmcSet, SilentBmc, lost_until_power_off
 from tests.harness.ctlbench import pool_name
-from tests.harness.ctlenv import ControllerProcess, history, state_of, wait_until
+from tests.harness.ctlenv import ControllerProcess, history, wait_state, wait_until
 from tests.harness.fleet import FleetError, start_fleet
 from tests.harness.smtp import attachments, body_text
 
@@ -125,18 +125,6 @@ def make_node(kube, pool: str, node, bmc: str, state: str, **labels: str) -> str
         taints=[preset("default").repair(state).as_taint()],  # power_cycle: "power-cycle"
     )
     return name
-
-
-def wait_state(kube, name: str, state: str, proc: ControllerProcess, timeout: float) -> None:
-    def reached():
-        assert proc.alive, f"the controller died:\n{proc.tail()}"
-        return state_of(kube, name) == state
-
-    try:
-        wait_until(reached, timeout, f"{name} to be {state}")
-    except AssertionError:
-        print(proc.tail(80))
-        raise
 
 
 def test_power_cycle_cures_what_a_reboot_did_not_and_bmc_failures_move_on(stage, kube, smtp_sink):
