@@ -7,6 +7,7 @@ and pyghmi's IPMI BMC on UDP 623 of the same address (tests/harness/bmc_ipmi.py)
     bmc.address                                  # "127.1.<octet>.<10+index>" (HTTPS, 443)
     bmc.add_sel("GPU 3 PCIe link down", severity="Critical")
     lost_until_power_off(node)                   # a fault a warm reboot does not cure
+    hang_until_power_off(node)                   # a hung node: SSH connects, never answers
     bmc.actions()                                # ["ForceOff (was On)", "On (was Off)"]
     bmcs.stop()
 
@@ -60,6 +61,29 @@ def lost_until_power_off(node) -> None:
 
     gpu_lost(node)
     (node.state_dir / "nvml.after-power-off.json").write_text(json.dumps(HEALTHY_NVML))
+
+
+def hang_until_power_off(node) -> None:
+    """The node hangs, as a machine whose kernel locked up: every process of its container
+    is stopped (SIGSTOP), so TCP still connects but sshd never answers and a warm reboot
+    cannot be asked for. Only a power cut (the BMC's ForceOff kills them all) ends it."""
+    from tests.harness.ctlenv import process_tree
+
+    nspawn = node.status().get("pid")
+    if not nspawn:
+        raise RuntimeError(f"{node.name} is not running")
+    stopped: set[int] = set()
+    for _ in range(20):  # again until no process of the container is left running
+        todo = [p for p in process_tree(nspawn) if p != nspawn and p not in stopped]
+        if not todo:
+            return
+        for pid in todo:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+            stopped.add(pid)
+    raise RuntimeError(f"{node.name}: processes kept appearing while stopping them")
 
 
 def _stop_with_parent() -> None:

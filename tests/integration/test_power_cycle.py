@@ -4,14 +4,15 @@ boot the node: tests/harness/bmc.py), real Ansible (community.general's redfish 
 through ``fleetmedic run`` as a subprocess, and a real SMTP sink. The GPU (fake NVML) is
 the only stand-in: its fault survives a warm reboot and goes with a power cut.
 
-One 4-node fleet and its BMCs serve the module; one controller works four nodes at once:
+One 5-node fleet and its BMCs serve the module; one controller works five nodes at once:
 
 - node 1, fenced at reboot: the reboot does not cure it, the power cycle does (new boot
   id, checks pass, taint gone), its BMC's event log of the last hours in the evidence;
 - node 2, whose BMC accepts connections and never answers: the rung fails in bounded
   time with one line, the ladder moves on (manual, one email);
 - node 3, in a profile whose BMC password is wrong: the same, the BMC's 401 in one line;
-- node 4, whose GPU stays lost: cycled, verify fails, the email carries the event log.
+- node 4, whose GPU stays lost: cycled, verify fails, the email carries the event log;
+- node 5, hung (SSH connects, never answers): power-cycled without its boot id, cured.
 
 None of the BMC credentials appears in the controller's log, its Ansible run
 directories, the Events, the Nodes' annotations, the evidence or the emails. Then the
@@ -31,7 +32,7 @@ import pytest
 
 from fleetmedic.model.vocabulary import preset
 from tests.harness import ctlenv
-from tests.harness.bmc import BmcSet, SilentBmc, lost_until_power_off
+from tests.harness.bmc import BmcSet, SilentBmc, hang_until_power_off, lost_until_power_off
 from tests.harness.ctlbench import pool_name
 from tests.harness.ctlenv import ControllerProcess, history, wait_state, wait_until
 from tests.harness.fleet import FleetError, start_fleet
@@ -50,7 +51,7 @@ def stage(tmp_path_factory):
     """The fleet, one BMC per node, a silent BMC address, and the credential files."""
     work = tmp_path_factory.mktemp("power-cycle")
     try:
-        fleet = start_fleet(4, prefix="pytest", owned=True)
+        fleet = start_fleet(5, prefix="pytest", owned=True)
     except FleetError as exc:
         pytest.fail(f"test fleet: {exc}", pytrace=False)
     bmcs = None
@@ -96,6 +97,7 @@ def config(
                 "timeout": "5s",
                 "off_time": off_time,
             },
+            "safety": {"max_concurrent": 5},  # every node of the fleet at once
             "profiles": [
                 {
                     "name": "wrong-password",
@@ -129,7 +131,7 @@ def make_node(kube, pool: str, node, bmc: str, state: str, **labels: str) -> str
 
 def test_power_cycle_cures_what_a_reboot_did_not_and_bmc_failures_move_on(stage, kube, smtp_sink):
     fleet, bmcs, silent, creds, work = stage
-    n1, n2, n3, n4 = fleet.nodes
+    n1, n2, n3, n4, n5 = fleet.nodes
     pool = pool_name("pc")
     workdir = work / "a"
     lost_until_power_off(n1)
@@ -139,18 +141,21 @@ def test_power_cycle_cures_what_a_reboot_did_not_and_bmc_failures_move_on(stage,
         bmc.add_sel("GPU 1 PCIe link down: fell off the bus", severity="Critical", age=600)
         bmc.add_sel("Fan 3 replaced", severity="OK", age=3 * 86400)  # older than 24 h
     boot1, boots1, boots4 = n1.boot_id(), n1.boots, n4.boots
-    boots23 = (n2.boots, n3.boots)
+    boots23, boots5 = (n2.boots, n3.boots), n5.boots
     names = [
         make_node(kube, pool, n1, b1.address, "reboot"),
         make_node(kube, pool, n2, silent.address, "power_cycle"),
         make_node(kube, pool, n3, bmcs[n3.name].address, "power_cycle", **{CREDS_LABEL: "wrong"}),
         make_node(kube, pool, n4, b4.address, "power_cycle"),
+        make_node(kube, pool, n5, bmcs[n5.name].address, "power_cycle"),
     ]
+    hang_until_power_off(n5)
     cfg = config(kube, fleet, creds, workdir, pool, smtp_sink)
     proc = ControllerProcess(cfg, workdir / "controller.log").start()
     try:
-        wait_state(kube, names[0], "healthy", proc, 300)
-        for name in names[1:]:
+        for name in (names[0], names[4]):
+            wait_state(kube, name, "healthy", proc, 300)
+        for name in names[1:4]:
             wait_state(kube, name, "manual", proc, 120)
         smtp_sink.wait_for(3, timeout=60)
         ctlenv_counts = {n: len(history(kube, n)) for n in names}
@@ -172,6 +177,14 @@ def test_power_cycle_cures_what_a_reboot_did_not_and_bmc_failures_move_on(stage,
     assert (sel["status"], sel["bmc"], sel["hours"]) == ("ok", b1.address, 24)
     assert [e["Message"] for e in sel["entries"]] == ["GPU 1 PCIe link down: fell off the bus"]
 
+    # node 5, hung: no boot id to read before, power-cycled all the same, back in service
+    [attempt] = history(kube, names[4])
+    assert (attempt["step"], attempt["result"]) == ("power_cycle", "pass")
+    # (the notes, shortened: "diagnose unreachable: ...; power-cycled without a boot id")
+    assert attempt["message"].startswith("diagnose unreachable: "), attempt
+    assert "; power-cycle" in attempt["message"], attempt
+    assert n5.boots == boots5 + 1 and bmcs[n5.name].power_offs() == 1
+
     # nodes 2 and 3: the rung failed in bounded time, with one line naming the BMC and why;
     # the ladder moved on to manual (one email each)
     h2, h3 = history(kube, names[1]), history(kube, names[2])
@@ -189,7 +202,7 @@ def test_power_cycle_cures_what_a_reboot_did_not_and_bmc_failures_move_on(stage,
     # node 4: cycled once, still broken: the email carries the event log of the last hours
     assert n4.boots == boots4 + 1 and b4.power_offs() == 1
     emails = {m["Subject"].split()[1]: m for m in smtp_sink.messages}
-    assert set(emails) == set(names[1:]), list(emails)
+    assert set(emails) == set(names[1:4]), list(emails)
     files = attachments(emails[names[3]])
     [sel_name] = [f for f in files if f.endswith("-sel.json")]
     assert b"fell off the bus" in files[sel_name] and b"Fan 3" not in files[sel_name]
