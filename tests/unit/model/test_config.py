@@ -311,6 +311,18 @@ def test_each_cluster_has_its_own_effective_config(tmp_path):
     assert eu.ansible.evidence_dir == Path("/var/lib/fm/evidence/eu-west")
     assert not us.clusters and us.cluster_names() == ()
     assert us.profile_names() == ("default",) and eu.profile("train").cluster_name == "eu-west"
+    assert us.bmc is None, "nothing asked for a BMC"
+
+
+def test_a_cluster_may_bring_its_own_bmc_settings(tmp_path):
+    (tmp_path / "pw").write_text("secret\n")
+    text = (
+        "clusters:\n  - {name: a, kube: {}}\n"
+        "  - name: b\n    kube: {}\n"
+        "    bmc: {address_key: example.com/bmc, username: admin, password_file: pw}\n"
+    )
+    cfg = config.load(write(tmp_path, text))
+    assert cfg.cluster("a").bmc is None and cfg.cluster("b").bmc is not None
 
 
 def test_cluster_errors_are_one_line(tmp_path):

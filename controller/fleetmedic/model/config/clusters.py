@@ -8,9 +8,10 @@
         kube: {kubeconfig: /etc/fleetmedic/eu.kubeconfig, context: gpu}
         safety: {max_concurrent: 1}
 
-Each cluster's sections are deep-merged over the top level (as profiles are), so each
-cluster has its own effective config: its own API server, leader Lease and node Leases
-(on that API server), budget, circuit breaker, pause ConfigMap and profiles. The
+Each cluster's sections (any of :data:`OVERRIDABLE`) are deep-merged over the top level
+(as profiles are), so each cluster has its own effective config: its own API server,
+leader Lease and node Leases (on that API server), budget, circuit breaker, pause
+ConfigMap, profiles and BMC settings. The
 controller runs one loop per cluster in one process; a cluster whose API server is down
 does not hold up the others. Runs and evidence go under ``<run_dir>/<cluster>`` and
 ``<evidence_dir>/<cluster>``, since two clusters may have nodes of the same name.
@@ -35,6 +36,7 @@ OVERRIDABLE = (
     "leader_election",
     "sources",
     "profiles",
+    "bmc",
 )
 """Top-level sections a cluster may override (metrics, taints and Ansible are the
 controller's own: one endpoint, one vocabulary, one set of playbooks)."""
@@ -63,6 +65,8 @@ class ClusterConfig(Section):
     """Merged over the top-level `sources` (e.g. this cluster's own Loki)."""
     profiles: list[dict[str, Any]] | None = None
     """Replaces (not merges) the top-level profiles for this cluster."""
+    bmc: dict[str, Any] | None = None
+    """Merged over the top-level `bmc` (e.g. this site's BMC credentials or address label)."""
 
     def overrides(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in OVERRIDABLE if getattr(self, k) is not None}
