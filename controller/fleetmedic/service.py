@@ -63,7 +63,6 @@ def loki_sidecars(cfg: Config, endpoint: str | None, kube, metrics) -> Sequence:
     if cfg.sources.loki is None or endpoint is None:
         return ()
     from fleetmedic.agent import lokisource as ls
-    from fleetmedic.agent.writer import NodeWriter
     from fleetmedic.controller.switches import pause_configmap
 
     loki = cfg.sources.loki
@@ -79,19 +78,17 @@ def loki_sidecars(cfg: Config, endpoint: str | None, kube, metrics) -> Sequence:
                 "set sources.loki.cursor_file"
             )
         store = ls.ConfigMapCursor(kube, *ref)
-    vocab = cfg.vocabulary()
-    writers: dict[str, NodeWriter] = {}
     source = ls.LokiSource(
         ls.LokiSourceConfig(
             endpoint=endpoint,
-            kernel_queries=loki.kernel_queries or ls.KERNEL_QUERIES,
-            pod_queries=loki.pod_queries or ls.POD_QUERIES,
-            node_labels=loki.node_labels or ls.NODE_LABELS,
+            kernel_queries=loki.kernel_queries,
+            pod_queries=loki.pod_queries,
+            node_labels=loki.node_labels,
             tenant=loki.tenant,
             poll_interval=loki.poll_interval,
             lookback=loki.lookback,
         ),
-        lambda node: writers.setdefault(node, NodeWriter(kube, node, vocab)),
+        ls.node_writers(kube, cfg.vocabulary()),
         store,
         metrics=ls.LokiMetrics(metrics.registry),
     )

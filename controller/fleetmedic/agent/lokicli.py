@@ -118,17 +118,14 @@ def loki(
 
     from fleetmedic.adapters.kube import connect
     from fleetmedic.agent.lokisource import (
-        KERNEL_QUERIES,
-        NODE_LABELS,
-        POD_QUERIES,
         ConfigMapCursor,
         CursorStore,
         FileCursor,
         LokiMetrics,
         LokiSource,
         LokiSourceConfig,
+        node_writers,
     )
-    from fleetmedic.agent.writer import NodeWriter
     from fleetmedic.model.vocabulary import preset
 
     try:
@@ -147,18 +144,17 @@ def loki(
             store = FileCursor(cursor_file)
         cfg = LokiSourceConfig(
             endpoint=endpoint,
-            kernel_queries=kernel_queries or KERNEL_QUERIES,
-            pod_queries=pod_queries or POD_QUERIES,
-            node_labels=node_labels or NODE_LABELS,
+            kernel_queries=kernel_queries,
+            pod_queries=pod_queries,
+            node_labels=node_labels,
             tenant=tenant,
             poll_interval=poll_interval,
             lookback=lookback,
         )
-        writers: dict[str, NodeWriter] = {}
         registry = CollectorRegistry()
         source = LokiSource(
             cfg,
-            lambda n: writers.setdefault(n, NodeWriter(kube, n, vocab)),
+            node_writers(kube, vocab),
             store,
             metrics=LokiMetrics(registry),
         )

@@ -50,6 +50,7 @@ from fleetmedic.agent.kernelwatch import describe, merged_thresholds
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
+from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import Dedup, Finding, Scanner
@@ -188,6 +189,22 @@ class LokiSourceConfig:
     batch: int = 5000
     thresholds: Mapping[str, object] = field(default_factory=dict)
     dedup_window: float = 600.0  # a fencing finding repeated on a node within this: once
+
+    def __post_init__(self) -> None:
+        # empty means the defaults, as the command line and the controller's config say
+        for name, default in (
+            ("kernel_queries", KERNEL_QUERIES),
+            ("pod_queries", POD_QUERIES),
+            ("node_labels", NODE_LABELS),
+        ):
+            if not getattr(self, name):
+                object.__setattr__(self, name, default)
+
+
+def node_writers(kube: Kube, vocab: Vocabulary) -> Callable[[str], NodeWriter]:
+    """The source's ``writer_for``: one NodeWriter per node, made when first needed."""
+    writers: dict[str, NodeWriter] = {}
+    return lambda node: writers.setdefault(node, NodeWriter(kube, node, vocab))
 
 
 class LokiMetrics:

@@ -40,3 +40,21 @@ def test_queries_get_the_scanners_trigger_filter_unless_they_have_a_pipeline():
     assert q == '{transport="kernel"} |~ "NCCL\\\\ WARN|NVRM|a\\\\.b"'
     own = '{job="x"} |= "Xid"'
     assert with_filter(own, ["NVRM"]) == own
+
+
+def test_empty_selectors_mean_the_shippers_defaults():
+    from fleetmedic.agent.lokisource import (
+        KERNEL_QUERIES,
+        NODE_LABELS,
+        POD_QUERIES,
+        LokiSourceConfig,
+    )
+
+    cfg = LokiSourceConfig("http://loki:3100", kernel_queries=(), pod_queries=(), node_labels=())
+    assert (cfg.kernel_queries, cfg.pod_queries, cfg.node_labels) == (
+        KERNEL_QUERIES,
+        POD_QUERIES,
+        NODE_LABELS,
+    )
+    own = LokiSourceConfig("http://loki:3100", kernel_queries=('{job="dmesg"}',))
+    assert own.kernel_queries == ('{job="dmesg"}',)
