@@ -47,39 +47,6 @@ from tests.harness.ctlrbac import NAMESPACE, SA, install_controller_rbac  # noqa
 from tests.harness.kube import KubeCluster  # noqa: E402
 
 REBOOT = [{"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}]
-MANUAL = [{"key": "fleetmedic.io/repair", "value": "manual", "effect": "NoSchedule"}]
-
-
-def populate(kube: KubeCluster, pool: str, nodes: int, tainted: int) -> list[str]:
-    """The pool's Nodes; returns the healthy ones' names."""
-    labels = {si.POOL_LABEL: pool, "fleetmedic.io/gpu-vendor": "nvidia"}
-    names = [f"{pool}-{i:05d}" for i in range(nodes)]
-    bad = set(names[:: max(1, nodes // tainted)][:tainted])
-    for group, taints in (
-        ([n for n in names if n in bad], MANUAL),
-        ([n for n in names if n not in bad], []),
-    ):
-        kube.make_nodes(
-            group,
-            labels=labels,
-            taints=taints,
-            addresses=["192.0.2.1"] * len(group),
-            workers=8,
-            wait=False,
-        )
-    si.wait_for(
-        lambda: (
-            len(
-                kube.request(
-                    "GET", f"/api/v1/nodes?labelSelector={si.POOL_LABEL}%3D{pool}", timeout=120
-                )["items"]
-            )
-            == nodes
-        ),
-        900,
-        "nodes",
-    )
-    return [n for n in names if n not in bad]
 
 
 def main() -> int:
@@ -105,7 +72,7 @@ def main() -> int:
         for n, kube in kubes.items():
             install_controller_rbac(kube)
             identity[n] = kube.kubeconfig_for_serviceaccount(NAMESPACE, SA)
-            healthy[n] = populate(kube, pool, args.nodes, args.tainted)
+            healthy[n] = si.populate(kube, pool, args.nodes, args.tainted, workers=8, timeout=900)
         print(
             f"{args.clusters} clusters x {args.nodes} nodes ({args.tainted} tainted each) in "
             f"{time.monotonic() - t0:.0f}s",

@@ -61,6 +61,42 @@ VENV_BIN = Path(sys.executable).parent
 POOL_LABEL = "fleetmedic.test/pool"
 
 
+MANUAL = [{"key": "fleetmedic.io/repair", "value": "manual", "effect": "NoSchedule"}]
+
+
+def populate(
+    kube: KubeCluster, pool: str, nodes: int, tainted: int, workers: int = 16, timeout: float = 600
+) -> list[str]:
+    """The pool's kwok Nodes, ``tainted`` of them spread out and fenced ``repair=manual``
+    (escalated during the settle phase, then idle); returns the healthy ones' names."""
+    labels = {POOL_LABEL: pool, "fleetmedic.io/gpu-vendor": "nvidia"}
+    names = [f"{pool}-{i:05d}" for i in range(nodes)]
+    bad = set(names[:: max(1, nodes // tainted)][:tainted])
+    healthy = [n for n in names if n not in bad]
+    for group, taints in (([n for n in names if n in bad], MANUAL), (healthy, [])):
+        kube.make_nodes(
+            group,
+            labels=labels,
+            taints=taints,
+            addresses=["192.0.2.1"] * len(group),
+            workers=workers,
+            wait=False,
+        )
+    wait_for(
+        lambda: (
+            len(
+                kube.request(
+                    "GET", f"/api/v1/nodes?labelSelector={POOL_LABEL}%3D{pool}", timeout=120
+                )["items"]
+            )
+            == nodes
+        ),
+        900,
+        "nodes",
+    )
+    return healthy
+
+
 def request_counts(kube: KubeCluster) -> Counter:
     """``apiserver_request_total`` by (verb, resource, subresource, client)."""
     status, body = kube._raw("GET", "/metrics", timeout=60)
@@ -235,40 +271,11 @@ def main() -> int:
     try:
         install_controller_rbac(kube)
         sa = kube.kubeconfig_for_serviceaccount(NAMESPACE, SA)
-        labels = {POOL_LABEL: pool, "fleetmedic.io/gpu-vendor": "nvidia"}
-        manual = [{"key": "fleetmedic.io/repair", "value": "manual", "effect": "NoSchedule"}]
         t0 = time.monotonic()
-        names = [f"{pool}-{i:05d}" for i in range(args.nodes)]
-        tainted = set(names[:: max(1, args.nodes // args.tainted)][: args.tainted])
-        kube.make_nodes(
-            [n for n in names if n in tainted],
-            labels=labels,
-            taints=manual,
-            addresses=["192.0.2.1"] * len(tainted),
-            workers=16,
-            wait=False,
-        )
-        kube.make_nodes(
-            [n for n in names if n not in tainted],
-            labels=labels,
-            addresses=["192.0.2.1"] * (args.nodes - len(tainted)),
-            workers=16,
-            wait=False,
-        )
-        wait_for(
-            lambda: (
-                len(
-                    kube.request(
-                        "GET", f"/api/v1/nodes?labelSelector={POOL_LABEL}%3D{pool}", timeout=120
-                    )["items"]
-                )
-                == args.nodes
-            ),
-            600,
-            "nodes",
-        )
+        healthy_all = populate(kube, pool, args.nodes, args.tainted)
+        tainted = args.nodes - len(healthy_all)
         print(
-            f"{args.nodes} nodes ({len(tainted)} tainted manual) in {time.monotonic() - t0:.0f}s",
+            f"{args.nodes} nodes ({tainted} tainted manual) in {time.monotonic() - t0:.0f}s",
             file=sys.stderr,
         )
         time.sleep(10)  # kwok's first status writes settle
@@ -305,7 +312,7 @@ def main() -> int:
 
         # taint -> first playbook starting (leader-election controller, still running)
         run_dir = work / "runs"
-        healthy = [n for n in names if n not in tainted][: args.trials]
+        healthy = healthy_all[: args.trials]
         rtt = patch_rtt(kube, healthy[-1])
         lat = []
         for n in healthy:
@@ -339,7 +346,7 @@ def main() -> int:
 
         single, le = results[False], results[True]
         p50 = statistics.median(lat)
-        print(f"scale_idle: {args.nodes} nodes, {len(tainted)} tainted, {args.window:.0f}s windows")
+        print(f"scale_idle: {args.nodes} nodes, {tainted} tainted, {args.window:.0f}s windows")
         print(f"  API requests/min, idle, baseline (no controller): {base:.1f} req/min in total")
         print(
             f"  controller, leader election off: {single[0]:+.1f} req/min over baseline "
