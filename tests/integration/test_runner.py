@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,18 @@ def test_prune_keeps_the_newest_runs(fleet, settings):
     newest = max(p.name for p in settings.run_dir.iterdir() if p.name != "cp")
     assert runner.prune_runs(kept) == 2
     assert [p.name for p in settings.run_dir.iterdir() if p.name != "cp"] == [newest]
+
+
+def test_a_run_dir_too_deep_for_a_unix_socket_still_reaches_the_node(fleet, settings, tmp_path):
+    """ssh's master socket must fit sun_path (108 bytes): a deep run_dir (one per cluster
+    under a long state dir) gets a private control path dir in the temp dir instead."""
+    deep = tmp_path / ("d" * 60) / "runs" / "a-cluster-with-a-long-name"
+    assert len(str(deep / "cp")) + 28 > 107
+    s = settings.model_copy(update={"run_dir": deep})
+    cp = runner.control_path_dir(deep)
+    assert cp != deep / "cp" and len(str(cp)) + 28 <= 107
+    assert runner.control_path_dir(settings.run_dir) == settings.run_dir / "cp"
+    r = runner.read_boot_ids(targets(fleet, 1), s, timeout=60)
+    assert r.hosts["node-1"].status == "ok", r.hosts["node-1"].message
+    assert cp.is_dir() and cp.stat().st_mode & 0o777 == 0o700
+    assert cp.stat().st_uid == os.getuid()

@@ -10,6 +10,9 @@
   because ansible-runner otherwise exports ANSIBLE_HOST_KEY_CHECKING=False.
 - ansible-runner's ``timeout=`` as the job's hard limit.
 - The venv's bin first on PATH, or ansible-runner cannot find ansible-playbook.
+- ssh's ControlPath sockets under ``run_dir/cp``, unless that path is too long for a
+  Unix socket (a deep run_dir, e.g. one per cluster): then a private directory in the
+  temp dir, named by the run_dir's hash (:func:`control_path_dir`).
 - ``via``: an execution node of the Receptor mesh (adapters/receptor.py) runs the job
   instead of this process; the same artifacts come back, so the same outcomes. Its
   inventory has no ControlPath dir of ours (the worker keeps its own under its HOME: a
@@ -28,10 +31,13 @@ playbook that does not parse) or :class:`TemporaryError` (cancelled, no disk).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shlex
 import shutil
+import stat
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -118,6 +124,36 @@ def new_run_id(label: str = "run") -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{safe}-{uuid.uuid4().hex[:8]}"
 
 
+# ssh binds the master's socket at <dir>/<10-char hash>.<16 random chars> first; the
+# whole path must fit sun_path (108 bytes with its NUL) or every connection fails.
+_SUN_PATH_MAX = 107
+_SOCKET_NAME_LEN = 1 + 10 + 1 + 16
+
+
+def control_path_dir(run_dir: Path) -> Path:
+    """Where ssh keeps this run_dir's master sockets: ``run_dir/cp`` when the socket path
+    fits, else ``<tmp>/fleetmedic-cp-<uid>-<hash of run_dir>`` (one per run_dir, so two
+    controllers or clusters never share masters)."""
+    own = run_dir / "cp"
+    if len(os.fsencode(own)) + _SOCKET_NAME_LEN <= _SUN_PATH_MAX:
+        return own
+    digest = hashlib.sha256(os.fsencode(run_dir.absolute())).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"fleetmedic-cp-{os.getuid()}-{digest}"
+
+
+def _make_control_path_dir(path: Path) -> None:
+    """Create ``path`` private to us; refuse one that another user made or that is a
+    symlink (it may sit in a shared temp dir, where anyone can create it first)."""
+    path.mkdir(mode=0o700, exist_ok=True)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise PermanentError(
+            f"ssh control path dir {path} is not a directory of uid {os.getuid()}; remove it"
+        )
+    if st.st_mode & 0o077:
+        path.chmod(0o700)
+
+
 def inventory(
     targets: Iterable[Target],
     settings: AnsibleConfig,
@@ -143,7 +179,7 @@ def inventory(
         "fleetmedic_become": settings.become,
     }
     if control_path:
-        common["ansible_control_path_dir"] = str(settings.run_dir / "cp")
+        common["ansible_control_path_dir"] = str(control_path_dir(settings.run_dir))
     key = secret_path(settings.ssh_key_file, settings.ssh_key_credential, environ)
     if key:
         common["ansible_ssh_private_key_file"] = str(key)
@@ -176,7 +212,8 @@ def run_playbook(
     try:
         (pdd / "project").mkdir(parents=True)
         evidence.mkdir(parents=True, exist_ok=True)
-        (settings.run_dir / "cp").mkdir(exist_ok=True)
+        if via is None:
+            _make_control_path_dir(control_path_dir(settings.run_dir))
     except OSError as exc:
         raise TemporaryError(f"run {run_id}: cannot create {pdd}: {exc.strerror}", 30) from None
     if isinstance(playbook, list):
