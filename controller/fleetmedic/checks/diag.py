@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -101,11 +101,11 @@ def parse_dcgm(text: str) -> tuple[str, list[TestResult]]:
     return str(root.get("version", "")), results
 
 
-def load_catalog() -> dict[str, str]:
-    """test name (lower case) -> rung, from data/diag_catalog.yaml."""
+def load_catalog(tool: str = "dcgm") -> dict[str, str]:
+    """test name (lower case) -> rung, from data/diag_catalog.yaml's ``tool`` section."""
     text = resources.files("fleetmedic.data").joinpath("diag_catalog.yaml").read_text()
     data = yaml.safe_load(text) or {}
-    return {str(k).lower(): str(v) for k, v in (data.get("dcgm") or {}).items()}
+    return {str(k).lower(): str(v) for k, v in (data.get(tool) or {}).items()}
 
 
 def rung_for(failed: list[TestResult], catalog: Mapping[str, str]) -> str | None:
@@ -140,18 +140,33 @@ def run_dcgm(level: int, timeout: float | None = None, dcgmi: str = "dcgmi") -> 
     if level not in DEFAULT_TIMEOUTS:
         raise ValueError(f"level must be 1-4, got {level}")
     limit = timeout if timeout is not None else DEFAULT_TIMEOUTS[level]
-    exe = shutil.which(dcgmi)
+    argv = [dcgmi, "diag", "-r", str(level), "-j"]
+    return run_tool(NAME, argv, level, limit, lambda out: evaluate(level, out))
+
+
+def run_tool(
+    name: str,
+    argv: list[str],
+    level: int,
+    limit: float,
+    judge: Callable[[str], CheckResult],
+    search: str | None = None,
+) -> CheckResult:
+    """Run a diagnostics tool (``argv``, its program looked up on PATH, then in ``search``)
+    within ``limit`` seconds and ``judge`` its output; a missing tool, a timeout, or an
+    exit without a diagnostic is ``unknown`` (never healthy)."""
+    tool, *args = argv
+    exe = shutil.which(tool) or (shutil.which(tool, path=search) if search else None)
     if exe is None:
-        return unknown(NAME, f"{dcgmi} not found (DCGM not installed)", level=level)
-    done = run_bounded([exe, "diag", "-r", str(level), "-j"], limit, key=f"dcgmi-diag-{level}")
+        return unknown(name, f"{tool} not found (not installed)", level=level)
+    what = " ".join(a for a in argv if a != "-j")
+    done = run_bounded([exe, *args], limit, key=f"{name}-{level}")
     if done.timed_out:
-        return unknown(NAME, f"dcgmi diag -r {level} timed out after {limit:g} s", level=level)
+        return unknown(name, f"{what} timed out after {limit:g} s", level=level)
     if done.error:
-        return unknown(NAME, f"dcgmi diag -r {level}: {done.error}", level=level)
-    result = evaluate(level, done.stdout)
+        return unknown(name, f"{what}: {done.error}", level=level)
+    result = judge(done.stdout)
     if result.status == "unknown" and done.returncode:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-        return unknown(
-            NAME, f"dcgmi diag -r {level} exited {done.returncode}: {tail[0]}", level=level
-        )
+        return unknown(name, f"{what} exited {done.returncode}: {tail[0]}", level=level)
     return dataclasses.replace(result, duration=done.elapsed)

@@ -83,5 +83,7 @@ def test_cli_json_and_exit_code(fake: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert out.exit_code == 1
     data = json.loads(out.output)
     assert data["action"] == "manual" and data["evidence"]["failed"][0]["name"] == "SM Stress"
-    out = CliRunner().invoke(cli, ["diag", "-r", "5"])
-    assert out.exit_code == 2 and "5 is not in the range" in out.output
+    out = CliRunner().invoke(cli, ["diag", "-r", "5"])  # auto: dcgmi is installed
+    assert out.exit_code == 2 and "DCGM has levels 1-4, not 5" in out.output
+    out = CliRunner().invoke(cli, ["diag", "-r", "6"])
+    assert out.exit_code == 2 and "6 is not in the range" in out.output
