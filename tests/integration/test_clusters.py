@@ -61,6 +61,11 @@ def test_one_controller_repairs_two_clusters_and_survives_one_going_down(
         return repaired(kube_a, a1) and repaired(kube_b, b1)
 
     wait_until(both, 120, "a fault in each cluster repaired")
+    # node names repeat across clusters: each line says which cluster it is about
+    log = proc.log.read_text()
+    assert f"[alpha] {a1}: " in log and f"[beta] {b1}: " in log, proc.tail(40)
+    audits = [json.loads(line[line.index("{") :]) for line in log.splitlines() if '"audit"' in line]
+    assert {(a["cluster"], a["node"]) for a in audits} >= {("alpha", a1), ("beta", b1)}
     for kube in (kube_a, kube_b):  # each cluster holds its own leader Lease
         lease = kube.request(
             "GET", f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/fleetmedic-{b.pool}"

@@ -14,6 +14,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from fleetmedic import logcontext
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.policy.actions import Action, Kind, Outcome
 
@@ -48,7 +49,9 @@ def record(
         "why": why,
         "run_id": run_id,
         "outcome": outcome,
-        **{k: v for k, v in extra.items() if v is not None},
+        **{
+            k: v for k, v in {"cluster": logcontext.CLUSTER.get(), **extra}.items() if v is not None
+        },
     }
     log.info("%s", json.dumps(line, sort_keys=True))
     if kube is not None:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from fleetmedic import logcontext
 from fleetmedic.adapters import chat
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model import keys
@@ -88,7 +89,7 @@ class Chatter:
                 heapq.heappush(self._due, (time.monotonic(), next(self._seq), t, notify, msg, 1))
             self._cond.notify()
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="chat", daemon=True)
+                self._thread = logcontext.thread(self._run, name="chat")
                 self._thread.start()
 
     def _profile_of(self, view: NodeView) -> str:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from fleetmedic import logcontext
 from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
 from fleetmedic.model import config as configmod
 from fleetmedic.model import keys
@@ -157,12 +158,14 @@ def operator() -> str:
 def _setup_logging(verbose: bool) -> None:
     journal = bool(os.environ.get("JOURNAL_STREAM"))  # journald adds its own timestamps
     fmt = (
-        "%(levelname)s %(name)s: %(message)s"
+        "%(levelname)s %(name)s: %(cluster_prefix)s%(message)s"
         if journal
-        else "%(asctime)s %(levelname)s %(message)s"
+        else "%(asctime)s %(levelname)s %(cluster_prefix)s%(message)s"
     )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(logcontext.ClusterPrefix())  # node names repeat across clusters
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format=fmt, stream=sys.stderr
+        level=logging.DEBUG if verbose else logging.INFO, format=fmt, handlers=[handler]
     )
     for noisy in ("kubernetes", "urllib3", "ansible_runner"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -217,11 +220,11 @@ def serve(
     for member in members if not once else ():
         name = member.cluster_name
         for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
-            threading.Thread(
-                target=sidecar,
+            logcontext.thread(
+                sidecar,
                 args=(stop, lambda n=name: current[n].acting()),
                 name=f"fleetmedic-sidecar-{name or 'main'}-{i}",
-                daemon=True,
+                cluster=name,
             ).start()
     if not once:
         try:
@@ -258,11 +261,11 @@ def serve(
             name = str(member.cluster_name)
             again = functools.partial(make, member)
             threads.append(
-                threading.Thread(
-                    target=_run_cluster,
+                logcontext.thread(
+                    _run_cluster,
                     args=(name, current[member.cluster_name], again, stop, once, failed),
                     name=f"fleetmedic-cluster-{name}",
-                    daemon=True,
+                    cluster=name,
                 )
             )
         for t in threads:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from fleetmedic import logcontext
 from fleetmedic.adapters import runner
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.controller import sdnotify
@@ -118,7 +119,7 @@ class Controller:
         )
         work = NodeWork(cfg, self.leadership, recorder, executor, self.metrics, clock)
         size = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
-        self.workers = Workers(work, size, on_done=self._wake.set)
+        self.workers = Workers(work, size, on_done=self._wake.set, cluster=cfg.cluster_name)
         self.breakers = {
             name: BreakerKeeper(
                 cfg.profile(name),
@@ -145,9 +146,7 @@ class Controller:
     def run(self, stop: threading.Event, *, once: bool = False, sync_timeout: float = 60) -> None:
         self._stop = stop
         self.watcher.start(stop)
-        threading.Thread(
-            target=self._relay, args=(stop,), name="fleetmedic-wake", daemon=True
-        ).start()
+        logcontext.thread(self._relay, args=(stop,), name="fleetmedic-wake").start()
         wait_synced(self.watcher, sync_timeout)
         conflict = assign(self.views(), self.cfg).error()
         if conflict:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from fleetmedic import logcontext
 from fleetmedic.adapters.kube import Expired, Kube
 from fleetmedic.errors import FleetmedicError, PermanentError
 
@@ -64,7 +65,7 @@ class NodeWatcher(Generic[T]):
 
     # -- running ------------------------------------------------------------
     def start(self, stop: threading.Event) -> threading.Thread:
-        thread = threading.Thread(target=self.run, args=(stop,), name="node-watch", daemon=True)
+        thread = logcontext.thread(self.run, args=(stop,), name="node-watch")
         thread.start()
         return thread
 

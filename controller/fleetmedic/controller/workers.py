@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from fleetmedic import logcontext
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy.actions import Action
 
@@ -26,9 +27,16 @@ Job = Callable[[NodeView, Action, threading.Event], "float | None"]
 
 
 class Workers:
-    def __init__(self, job: Job, size: int, on_done: Callable[[], None]) -> None:
+    def __init__(
+        self, job: Job, size: int, on_done: Callable[[], None], cluster: str | None = None
+    ) -> None:
         self.job, self.on_done = job, on_done
-        self.pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="fleetmedic-work")
+        self.pool = ThreadPoolExecutor(
+            max_workers=size,
+            thread_name_prefix="fleetmedic-work",
+            initializer=logcontext.adopt,  # its jobs log under their cluster
+            initargs=(cluster,),
+        )
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self._busy: dict[str, Action] = {}
