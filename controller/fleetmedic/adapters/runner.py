@@ -90,7 +90,7 @@ class HostResult:
     status: str  # ok | failed | unreachable | timeout
     task: str | None = None  # the failing task
     message: str = ""  # one line
-    stdout: str = ""  # the last successful task's stdout (probes)
+    stdout: str = ""  # the last successful task's stdout (probes, the sweep's diagnostics)
     evidence: tuple[str, ...] = ()  # bundles the diagnostics role fetched in this run
 
     @property
@@ -375,7 +375,7 @@ def _outcomes(r: Any, names: list[str], run_id: str) -> dict[str, HostResult]:
             out[name] = HostResult(UNREACHABLE, last_task.get(name), unreachable[name])
         elif stats is not None and name in (stats.get("failures") or {}):
             task, msg = failed.get(name, ("", "failed"))
-            out[name] = HostResult(FAILED, task or None, msg)
+            out[name] = HostResult(FAILED, task or None, msg, stdout=stdout.get(name, ""))
         elif stats is not None and name in (stats.get("processed") or {}):
             out[name] = HostResult(OK, stdout=stdout.get(name, ""))
         elif r.status == "timeout":

@@ -4,6 +4,7 @@
       -> per admitted action, on a worker thread (work.py):
            node Lease -> ladder.begin -> write -> execute -> ladder.complete -> write
       -> Events on the Node, metrics
+      -> with `sweep:`, diagnostic sweeps of idle nodes (sweeper.py, its own workers)
 
 - **All state is on the Node.** The controller keeps only caches (the informer's views,
   which nodes its workers are busy with, per-node back-off, the breaker's memory). Kill
@@ -38,6 +39,7 @@ from fleetmedic.controller.execute import Executor
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.recorder import Recorder
+from fleetmedic.controller.sweeper import Sweeper
 from fleetmedic.controller.switches import SwitchReader
 from fleetmedic.controller.watcher import NodeWatcher, wait_synced
 from fleetmedic.controller.work import NodeWork
@@ -101,7 +103,7 @@ class Controller:
             cfg.leader_election,
             self.identity,
             on_gained=self._on_gained,
-            on_lost=lambda: self.workers.cancel_running(),
+            on_lost=self._on_lost,
             on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
         )
         cluster = cfg.cluster_name or ""  # (named in emails and chat with `clusters:`)
@@ -119,7 +121,25 @@ class Controller:
         )
         work = NodeWork(cfg, self.leadership, recorder, executor, self.metrics, clock)
         size = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
-        self.workers = Workers(work, size, on_done=self._wake.set, cluster=cfg.cluster_name)
+        self.workers: Workers[Action] = Workers(
+            work, size, on_done=self._wake.set, cluster=cfg.cluster_name
+        )
+        self.sweeper = (
+            Sweeper(
+                cfg,
+                kube,
+                self.leadership,
+                self.watcher.put,
+                self.metrics,
+                clock,
+                self._wake.set,
+                dry_run=self.dry_run,
+                cluster=cfg.cluster_name,
+                watch_timeout=watch_timeout,
+            )
+            if cfg.sweeps()
+            else None
+        )
         self.breakers = {
             name: BreakerKeeper(
                 cfg.profile(name),
@@ -146,6 +166,8 @@ class Controller:
     def run(self, stop: threading.Event, *, once: bool = False, sync_timeout: float = 60) -> None:
         self._stop = stop
         self.watcher.start(stop)
+        if self.sweeper:
+            self.sweeper.start(stop)
         logcontext.thread(self._relay, args=(stop,), name="fleetmedic-wake").start()
         wait_synced(self.watcher, sync_timeout)
         conflict = assign(self.views(), self.cfg).error()
@@ -173,7 +195,7 @@ class Controller:
                     wait, admitted = self.cycle()
                     # quiet: nothing admitted, nothing under way, and no work ended while
                     # this cycle looked (its view of that node may predate the record)
-                    quiet = not admitted and not self.busy()
+                    quiet = not admitted and not self.busy() and not self.sweeping()
                     if once and quiet and finished == self.workers.finished:
                         break
                 else:
@@ -197,6 +219,11 @@ class Controller:
             if self.watcher.wait_for_change(1.0):
                 self._wake.set()
 
+    def _on_lost(self) -> None:
+        self.workers.cancel_running()
+        if self.sweeper:
+            self.sweeper.cancel_running()
+
     def _on_gained(self) -> None:
         self._restore_breakers()
 
@@ -208,7 +235,11 @@ class Controller:
         self._wake.set()
 
     def busy(self) -> dict[str, Action]:
+        """Nodes the ladder's workers are working on (the sweeper's: :attr:`sweeper`)."""
         return self.workers.busy()
+
+    def sweeping(self) -> set[str]:
+        return self.sweeper.busy() if self.sweeper else set()
 
     @property
     def finished(self) -> int:
@@ -218,6 +249,8 @@ class Controller:
         """Stop: cancel running playbooks (their phases resume on the next start), wait a
         little for workers to record what they finished, give the Leases up."""
         self._stop.set()
+        if self.sweeper:
+            self.sweeper.shutdown(grace)
         self.workers.shutdown(grace)
         if not self.dry_run:
             self.leadership.resign()
@@ -241,13 +274,14 @@ class Controller:
         # i.e. repeat work that just finished (at 5,000 nodes: every escalation email twice).
         busy = self.busy()
         backoff = self.workers.backed_off()
+        sweeping = self.sweeping()
         views = self.views()
         assignment = assign(views, self.cfg)
         self.metrics.observe(views, now)
         for name, keeper in self.breakers.items():
             members = assignment.nodes_of(name)
             keeper.observe([v for v in views if v.name in members], now)
-        plan = self._plan(views, now, busy, set(backoff), assignment)
+        plan = self._plan(views, now, busy, set(backoff) | sweeping, assignment)
         wait = IDLE_WAKE
         if backoff:
             wait = min(wait, min(backoff.values()) - mono)
@@ -257,6 +291,9 @@ class Controller:
         if plan.admission.held:
             wait = min(wait, HELD_WAKE)
         self._say(plan)
+        if self.sweeper:
+            admitted = {a.node for a in plan.admission.admitted}
+            self._sweep(views, now, assignment, set(busy) | set(backoff) | admitted)
         if self.dry_run:
             return wait, 0
         decided_on = {v.name: v for v, _ in plan.decisions}
@@ -301,6 +338,20 @@ class Controller:
             paused=paused,
             breaker_reason={name: k.reason for name, k in self.breakers.items()},
             assignment=assignment,
+        )
+
+    def _sweep(
+        self, views: list[NodeView], now: datetime, assignment: Assignment, skip: set[str]
+    ) -> None:
+        """Start due sweeps, around the nodes the ladder works on or just admitted."""
+        assert self.sweeper is not None
+        self.sweeper.tick(
+            views,
+            now,
+            assignment,
+            skip=skip,
+            paused=lambda: self.switches.get().paused,
+            breakers={name: k.reason for name, k in self.breakers.items()},
         )
 
     def _say(self, plan: Plan) -> None:

@@ -72,6 +72,13 @@ class Metrics:
             "Actions admitted by the safety budget and handed to a worker",
             registry=r,
         )
+        self.sweeps = Counter(
+            "fleetmedic_sweeps",
+            "Diagnostic sweeps of idle nodes ended, by result "
+            "(pass, fail, unknown, busy: a GPU pod came first, interrupted: an orphan released)",
+            ["result"],
+            registry=r,
+        )
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )

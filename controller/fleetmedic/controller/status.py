@@ -1,8 +1,9 @@
 """``fleetmedic status``: one row per node, from its Node alone (no controller needed).
 
-The row says the node's state, since when, what is under way, this episode's attempts
-and the last finding; ``render_status`` lays rows out as the table an on-call engineer
-reads, ``--json`` prints the rows themselves.
+The row says the node's state, since when, what is under way, this episode's attempts,
+the last finding and, on fleets that sweep, when the node was last swept and the result;
+``render_status`` lays rows out as the table an on-call engineer reads, ``--json`` prints
+the rows themselves.
 """
 
 from __future__ import annotations
@@ -12,16 +13,20 @@ from typing import Any
 
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.model.vocabulary import REPAIR_STATES
+from fleetmedic.model.vocabulary import REPAIR_STATES, Vocabulary
 from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
 from fleetmedic.policy.inflight import Escalated, InFlight
+from fleetmedic.policy.sweep import LastSweep
 
 # the worst first: manual, then the highest rungs, healthy last
 STATE_ORDER = {s: i for i, s in enumerate((*reversed(REPAIR_STATES), "healthy"))}
 
 
-def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str, Any]:
-    """One node's row for ``fleetmedic status`` (also its ``--json`` entry)."""
+def node_status(
+    v: NodeView, at: datetime, profile: str = "default", vocab: Vocabulary | None = None
+) -> dict[str, Any]:
+    """One node's row for ``fleetmedic status`` (also its ``--json`` entry); with ``vocab``,
+    a node under a sweep's maintenance taint says so in DOING."""
     history = decode(v.annotations.get(keys.ANN_HISTORY))
     ep = last_episode(history)
     fl = InFlight.read(v.annotations)
@@ -40,6 +45,8 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         doing = f"{fl.step}#{fl.attempt} {fl.phase} {fl.status}"
     elif esc is not None and v.state == "manual":
         doing = f"escalated, email {'sent ' + esc.sent if esc.sent else 'pending'}"
+    elif vocab is not None and any(vocab.maintenance.matches(t) for t in v.taints):
+        doing = "sweep under way (maintenance taint)"
     else:
         doing = ""
     entered_by = v.annotations.get(keys.ANN_ENTERED_BY)
@@ -49,6 +56,7 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         fenced_by = "fleetmedic"
     else:  # another tool's signal we have not acted on (yet), or none
         fenced_by = ",".join(sorted({s.tool for s in v.foreign}))
+    swept = LastSweep.of(v)
     return {
         "name": v.name,
         "profile": profile,
@@ -65,6 +73,12 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         "unschedulable": v.unschedulable,
         "address": v.address,
         "vendor": v.vendor,
+        "last_sweep": (
+            {"at": swept.at, "result": swept.result, "level": swept.level, "summary": swept.summary}
+            if swept
+            else None
+        ),
+        "last_sweep_age": _age(swept.at, at) if swept else "",
     }
 
 
@@ -85,6 +99,15 @@ def last_finding(v: NodeView, attempts: list[dict]) -> str:
         a = failed[-1]
         return f"{a['step']} {a['result']}: {a.get('message', '')}".rstrip(": ")
     return ", ".join(v.foreign_signals)
+
+
+def _sweep_cell(row: dict, as_time: bool) -> str:
+    """``pass 3h05m ago`` (or ``pass 14:02:11``)."""
+    swept = row.get("last_sweep")
+    if not swept:
+        return ""
+    when = swept["at"][11:19] if as_time else f"{row.get('last_sweep_age', '')} ago"
+    return f"{swept['result']} {when}"
 
 
 def _age(stamp: str | None, at: datetime) -> str:
@@ -111,6 +134,9 @@ def render_status(
     head: tuple[str, ...] = ("NODE", "STATE", "SINCE", "DOING", "ATTEMPTS", "LAST FINDING")
     if others:  # who fenced it, only when other tools did some of it
         head = (*head[:2], "BY", *head[2:])
+    sweeps = any(r.get("last_sweep") for r in rows)
+    if sweeps:  # LAST SWEEP only on fleets that sweep idle nodes
+        head = (*head[:-1], "LAST SWEEP", head[-1])
     if profiles:  # a PROFILE column only where there are profiles to tell apart
         head = ("NODE", "PROFILE", *head[1:])
     table = [head]
@@ -127,6 +153,8 @@ def render_status(
             attempts if r["attempts"] else "",
             r["last_finding"],
         )
+        if sweeps:
+            cells = (*cells[:-1], _sweep_cell(r, since_as_time), cells[-1])
         if others:
             cells = (state, r.get("fenced_by") or "", *cells[1:])
         table.append((r["name"], r.get("profile", ""), *cells) if profiles else (r["name"], *cells))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from fleetmedic import logcontext
@@ -65,17 +65,17 @@ class NodeWatcher(Generic[T]):
 
     # -- running ------------------------------------------------------------
     def start(self, stop: threading.Event) -> threading.Thread:
-        thread = logcontext.thread(self.run, args=(stop,), name="node-watch")
+        thread = logcontext.thread(self.run, args=(stop,), name=f"{self.what}-watch")
         thread.start()
         return thread
 
     def _relist(self) -> str:
         items: dict[str, tuple[int, T]] = {}
         rv = ""
-        for page, rv in self.kube.list_node_pages(self.label_selector):  # noqa: B007 (last page's)
+        for page, rv in self._list_pages():  # noqa: B007 (last page's)
             self.requests += 1
             for node in page:
-                items[node["metadata"]["name"]] = (_rv(node), self.transform(node))
+                items[self._key(node)] = (_rv(node), self.transform(node))
         with self._lock:
             self._items = items
         self.synced.set()
@@ -89,27 +89,40 @@ class NodeWatcher(Generic[T]):
                 if rv is None:
                     rv = self._relist()
                 self.requests += 1
-                for kind, obj in self.kube.watch_nodes(rv, self.watch_timeout, self.label_selector):
+                for kind, obj in self._watch(rv):
                     rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     if kind != "BOOKMARK":
                         self._apply(kind, obj)
                     if stop.is_set():
                         return
             except Expired:
-                log.info("node watch expired (410); listing again")
+                log.info("%s watch expired (410); listing again", self.what)
                 rv = None
             except PermanentError as exc:
                 # RBAC or a bad request will not heal by retrying fast; say so once per try.
                 self.error = exc
-                log.error("node watch: %s", exc)
+                log.error("%s watch: %s", self.what, exc)
                 stop.wait(self.retry_delay * 5)
             except FleetmedicError as exc:
                 self.error = exc
-                log.warning("node watch: %s; retrying in %.0fs", exc, self.retry_delay)
+                log.warning("%s watch: %s; retrying in %.0fs", self.what, exc, self.retry_delay)
                 stop.wait(self.retry_delay)
 
+    # -- what is watched (a subclass watches something else: podwatch.py) ----------------
+    what = "node"
+
+    def _list_pages(self) -> Iterator[tuple[list[dict], str]]:
+        return self.kube.list_node_pages(self.label_selector)
+
+    def _watch(self, rv: str) -> Iterator[tuple[str, dict]]:
+        return self.kube.watch_nodes(rv, self.watch_timeout, self.label_selector)
+
+    @staticmethod
+    def _key(obj: dict) -> str:
+        return obj["metadata"]["name"]
+
     def _apply(self, kind: str, node: dict) -> None:
-        name = node["metadata"]["name"]
+        name = self._key(node)
         if kind == "DELETED":
             with self._lock:
                 self._items.pop(name, None)
@@ -139,7 +152,7 @@ class NodeWatcher(Generic[T]):
         """Record our own write at once, so the next decision sees it even before the
         watch event arrives; returns the kept form (the caller's view of its write)."""
         kept = self.transform(node)
-        self._store(node["metadata"]["name"], _rv(node), kept)
+        self._store(self._key(node), _rv(node), kept)
         return kept
 
 

@@ -6,7 +6,8 @@
   leadership, shutdown) and hands new jobs a fresh one.
 
 A job is ``job(view, action, cancel) -> float | None``: the seconds to leave the node
-alone afterwards, or None.
+alone afterwards, or None. An action is the ladder's :class:`Action` or anything else that
+names its ``node`` (the sweeper's jobs).
 """
 
 from __future__ import annotations
@@ -16,35 +17,46 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, Protocol, TypeVar
 
 from fleetmedic import logcontext
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy.actions import Action
 
 log = logging.getLogger(__name__)
 
-Job = Callable[[NodeView, Action, threading.Event], "float | None"]
+
+class OnNode(Protocol):
+    @property
+    def node(self) -> str: ...
 
 
-class Workers:
+A = TypeVar("A", bound=OnNode)
+
+
+class Workers(Generic[A]):
     def __init__(
-        self, job: Job, size: int, on_done: Callable[[], None], cluster: str | None = None
+        self,
+        job: Callable[[NodeView, A, threading.Event], float | None],
+        size: int,
+        on_done: Callable[[], None],
+        cluster: str | None = None,
+        name: str = "fleetmedic-work",
     ) -> None:
         self.job, self.on_done = job, on_done
         self.pool = ThreadPoolExecutor(
             max_workers=size,
-            thread_name_prefix="fleetmedic-work",
+            thread_name_prefix=name,
             initializer=logcontext.adopt,  # its jobs log under their cluster
             initargs=(cluster,),
         )
         self._lock = threading.Lock()
         self._cancel = threading.Event()
-        self._busy: dict[str, Action] = {}
+        self._busy: dict[str, A] = {}
         self._futures: dict[str, Future] = {}
         self._backoff: dict[str, float] = {}  # node -> monotonic time to leave it alone until
         self.finished = 0  # jobs ended (for --once: did work end while a cycle looked?)
 
-    def busy(self) -> dict[str, Action]:
+    def busy(self) -> dict[str, A]:
         with self._lock:
             return dict(self._busy)
 
@@ -59,7 +71,7 @@ class Workers:
         with self._lock:
             self._backoff[node] = time.monotonic() + seconds
 
-    def submit(self, view: NodeView, action: Action) -> None:
+    def submit(self, view: NodeView, action: A) -> None:
         with self._lock:
             self._busy[action.node] = action
             cancel = self._cancel
@@ -79,7 +91,7 @@ class Workers:
         except RuntimeError:  # shutting down
             pass
 
-    def _run(self, view: NodeView, action: Action, cancel: threading.Event) -> None:
+    def _run(self, view: NodeView, action: A, cancel: threading.Event) -> None:
         try:
             leave_alone = self.job(view, action, cancel)
             if leave_alone:

@@ -30,6 +30,7 @@ ANN_ESCALATED = PREFIX + "escalated"  # controller: escalation record
 ANN_PAUSE = PREFIX + "pause"  # on the pause ConfigMap / any node: stop all action
 ANN_FOREIGN_HANDLED = PREFIX + "foreign-handled"  # controller: signals already repaired for
 ANN_ENTERED_BY = PREFIX + "entered-by"  # controller: the tool whose signal began the episode
+ANN_LAST_SWEEP = PREFIX + "last-sweep"  # controller: when this node was last swept, and how
 
 ALL_ANNOTATIONS = (
     ANN_SSH_HOST,
@@ -44,4 +45,5 @@ ALL_ANNOTATIONS = (
     ANN_ESCALATED,
     ANN_FOREIGN_HANDLED,
     ANN_ENTERED_BY,
+    ANN_LAST_SWEEP,
 )

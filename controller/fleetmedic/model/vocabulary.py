@@ -21,7 +21,9 @@ REPAIR_STATES = ("reset", "reboot", "power_cycle", "reimage", "replace", "manual
 (a subset in this order); the agent may fence at any of them, and a state the
 controller's ladder skips enters the next rung up (policy/rungs.py). ``replace`` hands the
 node to the cloud for a new instance (a pool's ladder puts it in place of ``reimage``)."""
-NAMED = (*REPAIR_STATES, "slow_network")
+NAMED = (*REPAIR_STATES, "slow_network", "maintenance")
+"""Every taint fleetmedic owns. ``maintenance`` is not a repair state: a diagnostic sweep
+(policy/sweep.py) keeps an idle, healthy node free of new pods with it while it runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Vocabulary:
     replace: TaintName
     manual: TaintName
     slow_network: TaintName
+    maintenance: TaintName
 
     def repair(self, state: str) -> TaintName:
         if state not in REPAIR_STATES:

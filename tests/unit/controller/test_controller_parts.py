@@ -261,3 +261,29 @@ def test_a_cycle_never_decides_a_node_from_a_view_older_than_its_finished_work(c
     lines = [r.getMessage() for r in caplog.records]
     assert not [line for line in lines if "x: escalate" in line], lines
     assert any("waiting for `fleetmedic release`" in line for line in lines), lines
+
+
+def test_status_shows_the_last_sweep_and_a_sweep_under_way():
+    from fleetmedic.model.vocabulary import preset
+    from fleetmedic.policy.sweep import LastSweep
+
+    vocab = preset("default")
+    swept = LastSweep("2026-11-21T09:00:00Z", "pass", 2, "diag.dcgm: 12 tests passed").encode()
+    [done] = views(node("s1", annotations={keys.ANN_LAST_SWEEP: swept}))
+    busy = node("s2")
+    busy["spec"]["taints"] = [vocab.maintenance.as_taint()]
+    [running] = views(busy)
+    rows = [node_status(done, NOW, vocab=vocab), node_status(running, NOW, vocab=vocab)]
+    assert rows[0]["last_sweep"] == {
+        "at": "2026-11-21T09:00:00Z",
+        "result": "pass",
+        "level": 2,
+        "summary": "diag.dcgm: 12 tests passed",
+    }
+    assert rows[1]["last_sweep"] is None and rows[1]["doing"].startswith("sweep under way")
+    table = render_status(rows).splitlines()
+    assert "LAST SWEEP" in table[0] and "pass 3h00m ago" in table[1]
+    assert "14:00:00" not in render_status(rows, since_as_time=True)
+    assert "pass 09:00:00" in render_status(rows, since_as_time=True)
+    # fleets that do not sweep keep the old table
+    assert "LAST SWEEP" not in render_status([node_status(running, NOW)])

@@ -51,6 +51,7 @@ from fleetmedic.model.config.sections import (
     TaintsConfig,
 )
 from fleetmedic.model.config.sources import LokiConfig, SourcesConfig
+from fleetmedic.model.config.sweep import SweepConfig
 from fleetmedic.model.config.types import (
     Section,
     Window,
@@ -88,6 +89,7 @@ __all__ = [
     "SmtpConfig",
     "SourcesConfig",
     "StepConfig",
+    "SweepConfig",
     "TaintsConfig",
     "TargetConfig",
     "Window",
@@ -119,6 +121,8 @@ class Config(Section):
     """How the power_cycle rung reaches each node's BMC (see bmc.py). Unset: no power
     cycles, and a ladder that names power_cycle is refused."""
     safety: SafetyConfig = SafetyConfig()
+    sweep: SweepConfig | None = None
+    """Diagnostic sweeps of idle nodes on a schedule (see sweep.py). Unset: none."""
     metrics: MetricsConfig = MetricsConfig()
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     sources: SourcesConfig = SourcesConfig()
@@ -190,6 +194,12 @@ class Config(Section):
         """Every profile, the configured ones first, ``default`` last."""
         return (*(p.name for p in self.profiles), DEFAULT_PROFILE)
 
+    def sweeps(self) -> bool:
+        """True when some profile sweeps idle nodes (the controller then watches pods)."""
+        return any(
+            (c := self.profile(n).sweep) is not None and c.enabled for n in self.profile_names()
+        )
+
     def vocabulary(self) -> Vocabulary:
         return self.taints.vocabulary()
 
@@ -206,6 +216,11 @@ class Config(Section):
             (f"ladder.playbooks.{name}", c.playbook_path(book))
             for c in every
             for name, book in c.ladder.playbooks_used().items()
+        ]
+        wanted += [
+            ("sweep.playbook", self.ansible.playbook_dir / c.sweep.playbook)
+            for c in every
+            if c.sweep and c.sweep.enabled
         ]
         wanted += [
             ("ansible.config_file", self.ansible.config_file),

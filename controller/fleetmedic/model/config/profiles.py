@@ -26,7 +26,7 @@ from fleetmedic.model import selector
 from fleetmedic.model.config.types import Section
 
 DEFAULT_PROFILE = "default"
-OVERRIDABLE = ("ladder", "safety", "smtp", "notify", "executor", "bmc")
+OVERRIDABLE = ("ladder", "safety", "smtp", "notify", "executor", "bmc", "sweep")
 """Top-level sections a profile may override."""
 
 
@@ -49,6 +49,8 @@ class ProfileConfig(Section):
     """Merged over the top-level `executor` (e.g. this pool's execution node as `default`)."""
     bmc: dict[str, Any] | None = None
     """Merged over the top-level `bmc` (e.g. another vendor's BMCs and credentials)."""
+    sweep: dict[str, Any] | None = None
+    """Merged over the top-level `sweep` (this pool's schedule; `enabled: false` opts out)."""
 
     @field_validator("name")
     @classmethod

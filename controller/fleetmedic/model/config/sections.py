@@ -51,6 +51,8 @@ class TaintsConfig(Section):
     replace: TaintNameConfig | None = None
     manual: TaintNameConfig | None = None
     slow_network: TaintNameConfig | None = None
+    maintenance: TaintNameConfig | None = None
+    """The taint a diagnostic sweep holds on an idle node while it runs (`sweep:`)."""
 
     @field_validator("preset")
     @classmethod
