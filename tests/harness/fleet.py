@@ -597,11 +597,12 @@ def _build(fleet: Fleet, lower: str) -> None:
             dbus_id.symlink_to("/etc/machine-id")
         host_pub = _keygen(r / "etc/ssh/ssh_host_ed25519_key", f"root@{n.name}")
         known.append(f"{n.name},{n.address} {' '.join(host_pub.split()[:2])}\n")
-        # The fake nvidia-smi, like the AMD tools in the node tree (dangling until the
+        # The fake nvidia-smi and dcgmi, like the AMD tools in the node tree (dangling until the
         # fakes are built: "not installed"). Per node, so the node tree's key stays.
-        smi = r / "usr/local/bin/nvidia-smi"
-        if not smi.is_symlink() and not smi.exists():
-            smi.symlink_to("/opt/fleetmedic-fakes/bin/nvidia-smi")
+        for tool in ("nvidia-smi", "dcgmi"):
+            link = r / "usr/local/bin" / tool
+            if not link.is_symlink() and not link.exists():
+                link.symlink_to(f"/opt/fleetmedic-fakes/bin/{tool}")
         auth = r / "root/.ssh/authorized_keys"
         auth.write_text(client_pub + "\n")
         auth.chmod(0o600)

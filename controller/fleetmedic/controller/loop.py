@@ -293,7 +293,7 @@ class Controller:
         self._say(plan)
         if self.sweeper:
             admitted = {a.node for a in plan.admission.admitted}
-            self._sweep(views, now, assignment, set(busy) | set(backoff) | admitted)
+            self._sweep(views, now, assignment, set(busy) | set(backoff) | admitted, sweeping)
         if self.dry_run:
             return wait, 0
         decided_on = {v.name: v for v, _ in plan.decisions}
@@ -341,7 +341,12 @@ class Controller:
         )
 
     def _sweep(
-        self, views: list[NodeView], now: datetime, assignment: Assignment, skip: set[str]
+        self,
+        views: list[NodeView],
+        now: datetime,
+        assignment: Assignment,
+        skip: set[str],
+        sweeping: set[str],
     ) -> None:
         """Start due sweeps, around the nodes the ladder works on or just admitted."""
         assert self.sweeper is not None
@@ -350,6 +355,7 @@ class Controller:
             now,
             assignment,
             skip=skip,
+            sweeping=sweeping,
             paused=lambda: self.switches.get().paused,
             breakers={name: k.reason for name, k in self.breakers.items()},
         )

@@ -100,14 +100,17 @@ class Sweeper:
         now: datetime,
         assignment: Assignment,
         skip: set[str],
+        sweeping: set[str],
         paused: Callable[[], str | None] = lambda: None,
         breakers: Mapping[str, str | None] | None = None,
     ) -> sweep.SweepPlan:
-        """Plan and start sweeps (nothing until the pod cache is filled). ``paused`` reads
-        the pause switch (an API call), only when there is a sweep to start."""
+        """Plan and start sweeps (nothing until the pod cache is filled). ``sweeping``: this
+        sweeper's :meth:`busy`, read *before* ``views`` (a job records its end on the view
+        before it leaves the busy set, so no ended sweep looks like an orphan). ``paused``
+        reads the pause switch (an API call), only when there is a sweep to start."""
         if not self.pods.synced.is_set():
             return sweep.SweepPlan()
-        mine = self.busy()
+        mine = sweeping
 
         def planned(why: str | None) -> sweep.SweepPlan:
             return sweep.plan(
@@ -149,9 +152,9 @@ class Sweeper:
             return self.leadership.hold_retry
         try:
             if job.release:
-                self._end(job.node, None)
-                log.info("%s: maintenance taint of an interrupted sweep taken off", job.node)
-                self.metrics.sweeps.labels(result="interrupted").inc()
+                if self._end(job.node, None) is not None:
+                    log.info("%s: maintenance taint of an interrupted sweep taken off", job.node)
+                    self.metrics.sweeps.labels(result="interrupted").inc()
                 return None
             return self._sweep(view, job, cancel)
         except FleetmedicError as exc:
@@ -209,7 +212,7 @@ class Sweeper:
             return None
         host = result.hosts.get(name) or runner.HostResult(runner.FAILED, message="no result")
         verdict = sweep.judge(host.status, host.stdout, host.message)
-        node = self._end(name, verdict, cfg.sweep.level, run_id)
+        node = self._end(name, verdict, cfg.sweep.level, run_id) or {"metadata": {"name": name}}
         self.metrics.sweeps.labels(result=verdict.result).inc()
         line = f"level {cfg.sweep.level} {verdict.result}: {verdict.summary}"
         if verdict.result == sweep.FAIL:
@@ -225,13 +228,18 @@ class Sweeper:
 
     def _end(
         self, name: str, verdict: sweep.Verdict | None, level: int = 2, run_id: str = ""
-    ) -> dict:
+    ) -> dict | None:
+        """Write the end of a sweep; the Node as written, or None when nothing changed."""
         at = stamp(self.clock())
-        node = self.kube.update_node(
-            name, lambda n: sweep.record_edit(n, self.vocab, verdict, at, level, run_id)
-        )
+        changed = []
+
+        def edit(node: dict) -> bool:
+            changed.append(sweep.record_edit(node, self.vocab, verdict, at, level, run_id))
+            return changed[-1]
+
+        node = self.kube.update_node(name, edit)
         self.put(node)
-        return node
+        return node if changed and changed[-1] else None
 
     def _end_quietly(self, name: str) -> None:
         try:

@@ -125,10 +125,10 @@ def plan(
     on or leaving alone; ``paused``: why automation is stopped (or None); ``breakers``:
     per profile, why its circuit breaker stops it (or None)."""
     vocab = cfg.vocabulary()
-    busy, mine, left = set(gpu_busy), set(sweeping), set(skip)
-    release = tuple(
-        v.name for v in views if under_maintenance(v, vocab) and v.name not in mine | left
-    )
+    mine = set(sweeping)
+    not_now = mine | set(skip)
+    release = tuple(v.name for v in views if under_maintenance(v, vocab) and v.name not in not_now)
+    not_now |= set(gpu_busy)
     start: list[tuple[str, str]] = []
     held: dict[str, str] = {}
     by_profile: dict[str, list[NodeView]] = {}
@@ -159,7 +159,7 @@ def plan(
         candidates = [
             v
             for v in members
-            if v.name not in busy | mine | left and _sweepable(v, vocab) and due(v, now, sw.every)
+            if v.name not in not_now and _sweepable(v, vocab) and due(v, now, sw.every)
         ]
         candidates.sort(key=lambda v: (_last_at(v), v.name))
         start += [(v.name, name) for v in candidates[:room]]

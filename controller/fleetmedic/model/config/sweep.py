@@ -25,9 +25,10 @@ class SweepConfig(Section):
     annotation says when it last was). 6 h, as the AWS GPU health check suite's sweeper
     CronJob: four chances a day to catch an idle node, little lost capacity."""
     max_concurrent: int = Field(1, ge=1)
-    """Nodes under a sweep at once in this pool. Each also takes a slot of the pool's
-    repair budget (`safety.max_concurrent`), so sweeps never crowd out repairs. 1: a sweep
-    is a convenience, never a reason to take more capacity than a single node."""
+    """Nodes under a sweep at once in this pool. A sweep also starts only while the pool's
+    repair budget (`safety.max_concurrent`, its percentage, `min_healthy`) has room beyond
+    the repairs under way, counting sweeps as repairs; repairs never wait for sweeps. 1: a
+    sweep is a convenience, never a reason to take more capacity than a single node."""
     windows: tuple[Window, ...] = ()
     """When a sweep may start (weekly windows, as `safety.maintenance_windows`). Empty: any
     time; the pool's maintenance windows do not apply (a sweep touches only idle nodes)."""

@@ -1,0 +1,204 @@
+"""Diagnostic sweeps of idle nodes end to end (issue 20 part 4): a real API server with kwok
+Nodes and kwok pods, nspawn nodes behind real sshd, playbooks/sweep.yml through
+ansible-runner running the real `fleetmedic diag --level 2` on each node. The GPU side
+is the only stand-in: the fake `dcgmi` (tests/fakes/dcgm) replays a published capture
+from each node's scenario file.
+
+One 6-node fleet serves the module:
+
+- six Nodes, kwok pods asking for a GPU on two: only the four idle ones are swept, never
+  more than ``max_concurrent`` (2) at once; the controller is SIGKILLed while two sweeps
+  run, and its successor takes both maintenance taints off and sweeps those nodes again;
+  the node whose level-2 run fails enters the ladder (manual: SM Stress is hardware) with
+  the diagnostics as its last finding; `fleetmedic status` shows each node's last sweep;
+- a pod bound to a node after the sweep decided it was idle (a pod cache one event
+  behind, as an informer can be): the node is released untouched, never diagnosed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from fleetmedic.adapters import kube as kube_adapter
+from fleetmedic.controller.loop import Controller
+from fleetmedic.model import config as config_model
+from tests.harness import ctlenv, ctlwait
+from tests.harness.ctlbench import pool_name
+from tests.harness.ctlenv import ControllerProcess, annotation, state_of, wait_until
+from tests.harness.fleet import FleetError, start_fleet
+
+pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
+
+DCGM = Path(__file__).parents[1] / "unit" / "checks" / "data" / "dcgm"
+MAINTENANCE = "fleetmedic.io/maintenance"
+LAST_SWEEP = "fleetmedic.io/last-sweep"
+GPU_POD = {"containers": [{"name": "main", "image": "registry.invalid/fleetmedic/pause:1",
+                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}  # fmt: skip
+
+
+def dcgmi(node, capture: str, exit_code: int = 0, hang: float = 0) -> None:
+    """What the node's fake dcgmi prints next (the scenario file the fake reads)."""
+    text = (DCGM / capture).read_text()
+    scenario = {"output": text, "exit": exit_code, "hang": hang}
+    (node.state_dir / "dcgmi.json").write_text(json.dumps(scenario))
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    try:
+        f = start_fleet(6, prefix="pytest", owned=True)
+    except FleetError as exc:
+        pytest.fail(f"test fleet: {exc}", pytrace=False)
+    try:
+        ctlenv.prepare_nodes(f)
+        for node in f.nodes:
+            dcgmi(node, "pass-3.1.0.txt", hang=3)  # long enough to see two sweeps overlap
+        yield f
+    finally:
+        f.down()
+
+
+class Watch:
+    """Polls the pool's Nodes: which ever carried the maintenance taint, and the most that
+    carried it at one instant."""
+
+    def __init__(self, kube, pool: str) -> None:
+        self.kube, self.pool = kube, pool
+        self.ever: set[str] = set()
+        self.most = 0
+        self.now: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        path = f"/api/v1/nodes?labelSelector={ctlenv.POOL_LABEL}%3D{self.pool}"
+        while not self._stop.wait(0.2):
+            try:
+                items = self.kube.request("GET", path)["items"]
+            except Exception:  # a slow answer on a loaded machine: look again
+                continue
+            self.now = {
+                n["metadata"]["name"]
+                for n in items
+                if any(t.get("key") == MAINTENANCE for t in n["spec"].get("taints") or [])
+            }
+            self.ever |= self.now
+            self.most = max(self.most, len(self.now))
+
+
+def sweep_config(kube, fleet, pool: str, workdir: Path) -> Path:
+    return ctlenv.write_config(
+        workdir,
+        kube,
+        fleet,
+        pool,
+        None,
+        {
+            "sweep": {"every": "1h", "max_concurrent": 2, "timeout": 120},
+            "safety": {"max_concurrent": 4},
+        },
+    )
+
+
+def test_only_idle_nodes_n_at_a_time_a_kill_leaves_no_taint_a_failure_enters_the_ladder(
+    fleet, kube, tmp_path
+):
+    pool = pool_name("sw")
+    names = list(ctlenv.register(kube, fleet, pool))
+    busy, idle = names[:2], names[2:]
+    for name in busy:
+        kube.make_pods(name, spec=GPU_POD)
+    failing = names[5]
+    dcgmi(fleet.nodes[5], "fail-sm-stress.json", exit_code=226)
+    cfg = sweep_config(kube, fleet, pool, tmp_path / "a")
+    with Watch(kube, pool) as watch:
+        first = ControllerProcess(cfg, tmp_path / "first.log").start()
+        try:
+            wait_until(lambda: len(watch.now) == 2, 90, "two sweeps under way", interval=0.2)
+            interrupted = set(watch.now)
+            first.kill9()
+        finally:
+            first.stop()
+        assert all(annotation(kube, n, LAST_SWEEP) is None for n in interrupted)
+        second = ControllerProcess(cfg, tmp_path / "second.log").start()
+        try:
+            wait_until(
+                lambda: all(annotation(kube, n, LAST_SWEEP) for n in idle),
+                180,
+                "every idle node swept",
+            )
+            wait_until(lambda: not watch.now, 30, "no maintenance taint left")
+            port = config_model.load(cfg).metrics.port
+            assert ctlenv.scrape(port, 'fleetmedic_sweeps_total{result="interrupted"}') == 2
+            status = json.loads(ctlenv.cli(cfg, "status", "--all", "--json").stdout)
+            table = ctlenv.cli(cfg, "status", "--all").stdout
+        finally:
+            second.stop()
+            print(f"--- second controller ---\n{second.tail(60)}")
+    assert watch.most <= 2 and watch.ever == set(idle), (watch.most, watch.ever)
+    for name in idle:
+        swept = annotation(kube, name, LAST_SWEEP)
+        assert (swept["result"], swept["level"]) == (
+            "fail" if name == failing else "pass",
+            2,
+        ), swept
+    for name in busy:
+        assert annotation(kube, name, LAST_SWEEP) is None
+    # the failure went into the ladder with the diagnostics as evidence
+    assert state_of(kube, failing) == "manual"
+    finding = annotation(kube, failing, "fleetmedic.io/last-finding")
+    assert finding["kind"] == "diag" and "SM Stress" in finding["summary"]
+    assert finding["tests"][0]["name"] == "SM Stress" and finding["tests"][0]["gpus"] == [0]
+    assert annotation(kube, failing, "fleetmedic.io/last-results")["diag"]["status"] == "problem"
+    rows = {r["name"]: r for r in status}
+    assert rows[idle[0]]["last_sweep"]["result"] == "pass" and rows[busy[0]]["last_sweep"] is None
+    assert "LAST SWEEP" in table.splitlines()[0]
+
+
+def test_a_pod_bound_after_the_decision_releases_the_node_untouched(fleet, kube, tmp_path):
+    pool = pool_name("swb")
+    [name] = ctlenv.register(kube, fleet, pool, nodes=[fleet.nodes[0]])
+    kube.make_pods(name, spec=GPU_POD)
+    cfg = config_model.load(sweep_config(kube, fleet, pool, tmp_path / "b"))
+    ctl = Controller(cfg, kube_adapter.connect(kube.kubeconfig))
+    assert ctl.sweeper is not None
+    busy = ctl.metrics.sweeps.labels(result="busy")
+    cache = ctl.sweeper.pods
+    real = cache.gpu_nodes
+    # the decision reads a pod cache one event behind: the pod is bound, the cache does
+    # not know it yet (until the sweep has found it out for itself)
+    cache.gpu_nodes = lambda: real() - {name} if not busy._value.get() else real()  # type: ignore[method-assign]
+    stop = threading.Event()
+    thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
+    with Watch(kube, pool) as watch:
+        thread.start()
+        try:
+            wait_until(lambda: busy._value.get() == 1, 60, "the sweep to find the pod")
+            cycles = ctl.cycles
+
+            def looked_twice() -> bool:
+                ctlwait.poke(kube, name)  # a Node event wakes the loop (else it looks every 60 s)
+                return ctl.cycles >= cycles + 2 and not watch.now
+
+            wait_until(looked_twice, 60, "two more cycles", interval=1)
+        finally:
+            stop.set()
+            thread.join(30)
+    assert watch.ever <= {name}  # tainted for a moment at most, and released
+    assert busy._value.get() == 1  # once: the cache knows the pod now, the node is skipped
+    assert ctlenv.taints(kube, name) == []
+    assert annotation(kube, name, LAST_SWEEP) is None
+    runs = tmp_path / "b" / "runs"
+    assert not any("sweep" in p.name for p in runs.iterdir()) if runs.exists() else True
