@@ -105,11 +105,18 @@ def with_sweep(path: Path, closed: bool) -> Path:
     return out
 
 
-def controller_rate(config: Path, log: Path, kube: KubeCluster, window: float) -> float:
+def controller_rate(config: Path, log: Path, kube: KubeCluster, window: float) -> tuple[float, str]:
+    """Requests/min while this controller runs settled, and what they were."""
     p = scale_idle.start(config, log)
     try:
         scale_idle.settle(log)
-        return scale_idle.per_minute(kube, window)
+        before = scale_idle.request_counts(kube)
+        t0 = time.monotonic()
+        time.sleep(window)
+        after = scale_idle.request_counts(kube)
+        took = time.monotonic() - t0
+        total = sum(after.values()) - sum(before.values()) - 1  # minus the /metrics read
+        return total * 60 / took, scale_idle.top_requests(before, after)
     finally:
         scale_idle.stop(p)
 
@@ -191,10 +198,13 @@ def main() -> int:
         )
         time.sleep(10 if not args.smoke else 3)  # kwok's status writes settle
         base = scale_idle.per_minute(kube, args.window)
-        plain = scale_idle.write_config(work, sa, pool, leader=False)
-        idle_rate = controller_rate(plain, work / "idle.log", kube, args.window) - base
+        # leader election on, as deployed: the idle controller then renews its Lease
+        plain = scale_idle.write_config(work, sa, pool, leader=True)
+        idle_rate, idle_top = controller_rate(plain, work / "idle.log", kube, args.window)
+        idle_rate -= base
         closed = with_sweep(plain, closed=True)
-        sweep_rate = controller_rate(closed, work / "sweep.log", kube, args.window) - base
+        sweep_rate, sweep_top = controller_rate(closed, work / "sweep.log", kube, args.window)
+        sweep_rate -= base
         t_sweep, t_ladder, t_warm, n, planned = decision_times(
             kube.kubeconfig, with_sweep(plain, closed=False), args.trials
         )
@@ -204,11 +214,11 @@ def main() -> int:
             f"({100 - args.idle:.0f} %), {args.window:.0f}s windows"
         )
         print(f"  API requests/min, no controller: {base:.1f} in total")
-        print(f"  idle controller (no sweep:): {idle_rate:+.1f} req/min over that")
+        print(f"  idle controller (no sweep:): {idle_rate:+.1f} req/min over that ({idle_top})")
         print(
             f"  controller with sweep: (window closed): {sweep_rate:+.1f} req/min: the sweeper "
             f"adds {added:+.1f} req/min (ratio {scale_idle.ratio(sweep_rate, idle_rate)} of "
-            "the idle controller's)"
+            f"the idle controller's; {sweep_top})"
         )
         print(
             f"  one sweep decision: {t_sweep * 1000:.2f} ms (plans {planned} sweeps) against the "
