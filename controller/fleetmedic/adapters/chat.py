@@ -122,6 +122,19 @@ def escalation(
     )
 
 
+def replacing(node: str, reason: str, last_finding: Any, via: str, cluster: str = "") -> Message:
+    """The replace rung's notice (an escalation's event: the team learns of it as of one)."""
+    where = f" on {cluster}" if cluster else ""
+    lines = [
+        f"Why: {reason}",
+        f"Last finding: {_short(last_finding) if last_finding else 'none recorded'}",
+        f"Replace, don't repair: drained and handed to the cloud ({via}); the email carries "
+        "the evidence",
+    ]
+    title = f"[fleetmedic] {node}{where} is being replaced"
+    return Message("escalation", title, _cap("\n".join(lines)))
+
+
 def breaker(
     nodes: Sequence[str], pool: int, window: float, profile: str, cluster: str = ""
 ) -> Message:

@@ -153,6 +153,20 @@ class Kube:
     def get_node(self, name: str) -> dict:
         return self._call(f"get node {name}", self.core.read_node, name)
 
+    def delete_node(self, name: str, uid: str) -> bool:
+        """Delete the Node ``name`` if it is still the object ``uid`` (a precondition: a new
+        Node of the same name is never deleted). False when it was gone already."""
+        try:
+            self._call(
+                f"delete node {name}",
+                self.core.delete_node,
+                name,
+                body={"preconditions": {"uid": uid}},
+            )
+        except NotFoundError:
+            return False
+        return True
+
     def watch_nodes(
         self, resource_version: str, timeout: int = 300, label_selector: str | None = None
     ) -> Iterator[tuple[str, dict]]:
@@ -390,8 +404,16 @@ class Kube:
         except NotFoundError:
             return None
 
-    def patch_config_map_data(self, namespace: str, name: str, data: dict[str, str | None]) -> dict:
-        """Merge ``data`` into an existing ConfigMap (a None value removes the key).
+    def patch_config_map_data(
+        self,
+        namespace: str,
+        name: str,
+        data: dict[str, str | None],
+        resource_version: str | None = None,
+    ) -> dict:
+        """Merge ``data`` into an existing ConfigMap (a None value removes the key); with
+        ``resource_version``, only if the ConfigMap has not changed since (else 409,
+        :class:`~fleetmedic.errors.ConflictError`).
 
         The ConfigMap is never created here: the shipped RBAC grants ``patch`` on one
         named ConfigMap only (``create`` cannot be limited by name), and
@@ -402,7 +424,10 @@ class Kube:
             self.core.patch_namespaced_config_map,
             name,
             namespace,
-            {"data": data},
+            {
+                "data": data,
+                **({"metadata": {"resourceVersion": resource_version}} if resource_version else {}),
+            },
             _content_type=MERGE_PATCH,
         )
 

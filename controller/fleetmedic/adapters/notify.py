@@ -53,6 +53,7 @@ class Escalation:
     episode: int = 0
     evidence: Sequence[str] = ()  # bundle paths on this machine
     cluster: str = ""
+    replaced_via: str = ""  # the replace rung's notice: how the node goes to its cloud
 
     @classmethod
     def of(
@@ -63,6 +64,7 @@ class Escalation:
         episode: int = 0,
         evidence: Sequence[str | os.PathLike[str]] = (),
         cluster: str = "",
+        replaced_via: str = "",
     ) -> Escalation:
         return cls(
             node=view.name,
@@ -77,6 +79,7 @@ class Escalation:
             episode=episode,
             evidence=[str(p) for p in evidence],
             cluster=cluster,
+            replaced_via=replaced_via,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -131,7 +134,8 @@ def send_escalation(
     esc: Escalation, smtp: SmtpConfig, environ: Mapping[str, str] = os.environ
 ) -> Sent:
     where = f" on {esc.cluster}" if esc.cluster else ""
-    subject = f"[fleetmedic] {esc.node}{where} needs hands: {esc.reason}"[:200]
+    verdict = "is being replaced" if esc.replaced_via else "needs hands"
+    subject = f"[fleetmedic] {esc.node}{where} {verdict}: {esc.reason}"[:200]
     report = json.dumps(esc.to_json(), indent=2, default=str).encode()
     attached, not_attached = _pick(esc.evidence, smtp.max_attachment_mb * 2**20 - len(report))
     data = io.BytesIO(report)
@@ -238,8 +242,21 @@ def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
     taints = [[t.get("key", ""), t.get("value", ""), t.get("effect", "")] for t in esc.taints]
     evidence = [[Path(p).name, "attached"] for p in esc.evidence if p not in not_attached]
     evidence += [[p, "not attached: find it on the controller host"] for p in not_attached]
+    if esc.replaced_via:
+        head = f"<h2>{e(esc.node)} is being replaced ({e(esc.replaced_via)})</h2>"
+        end = (
+            "<p>Replace, don't repair: the node is drained and handed to its cloud for a "
+            "new instance; its Node and annotations go with it, so this email and the "
+            "attached JSON are its record.</p>"
+        )
+    else:
+        head = f"<h2>{e(esc.node)} needs a human</h2>"
+        end = (
+            f"<p>When the node is fixed: <code>fleetmedic release {e(esc.node)}</code>. "
+            "The attached JSON holds all of the above.</p>"
+        )
     parts = [
-        f"<h2>{e(esc.node)} needs a human</h2>",
+        head,
         f"<p><b>Why:</b> {e(esc.reason)}<br><b>Address:</b> {e(esc.address or 'unknown')}"
         f"<br><b>Escalated:</b> {e(esc.escalated_at)} (episode {esc.episode})</p>",
         "<h3>Automated attempts</h3>",
@@ -254,8 +271,7 @@ def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
         _table(("label", "value"), sorted(esc.labels.items())),
         "<h3>Evidence</h3>",
         _table(("bundle", "where"), evidence),
-        f"<p>When the node is fixed: <code>fleetmedic release {e(esc.node)}</code>. "
-        "The attached JSON holds all of the above.</p>",
+        end,
     ]
     return "".join(parts)
 

@@ -25,6 +25,7 @@ WHAT = {
     Kind.PROBE: "probe",
     Kind.DRAIN: "drain",
     Kind.ESCALATE: "email",
+    Kind.REPLACE: "replace",
 }
 
 

@@ -70,6 +70,14 @@ class Chatter:
                     episode=upd.append[-1].ep if upd.append else 0,
                     cluster=self.cluster,
                 )
+            elif ev.reason == "RepairReplacing":
+                msg = chat.replacing(
+                    view.name,
+                    _why(view),
+                    view.annotation_json(keys.ANN_LAST_FINDING),
+                    self.cfg.profile(self._profile_of(view)).cloud.replace_via,
+                    cluster=self.cluster,
+                )
             elif ev.reason in ("Repaired", "RepairReleased"):
                 msg = chat.repaired(view.name, ev.message, cluster=self.cluster)
             else:
@@ -142,6 +150,14 @@ class Chatter:
         due = time.monotonic() + notify.retry_interval
         with self._cond:
             heapq.heappush(self._due, (due, next(self._seq), target, notify, msg, tries + 1))
+
+
+def _why(view: NodeView) -> str:
+    """The last failed attempt (what brought the node to the replace rung), in one line."""
+    for a in reversed(view.annotation_json(keys.ANN_HISTORY, []) or []):
+        if isinstance(a, dict) and a.get("result") not in ("pass", "replaced"):
+            return f"{a.get('step')} attempt {a.get('attempt')} {a.get('result')}"
+    return "fenced at " + view.state
 
 
 def deliver_now(

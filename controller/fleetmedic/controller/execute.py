@@ -16,7 +16,15 @@ DRAIN      cordon, evict, wait for the pods to be gone (PDB-aware,     ok | bloc
            ``force`` deletes what a PDB still protects after the       forbidden (no grant)
            timeout; see drain.py)
 ESCALATE   the escalation email with history, last results and this    ok | failed | skipped
-           episode's evidence bundles                                  (no SMTP configured)
+           episode's evidence bundles (the replace rung's ``notify``   (no SMTP configured)
+           phase: a slot in the day's replacements first, then the     | held
+           same email, saying the node is being replaced)
+REPLACE    the slot in the pool's day (ledger.py; the notice reserved  ok | held | failed |
+           it), then hand the node to its cloud: delete the Node       forbidden | ...
+           (``delete_node``, uid precondition) or terminate its
+           instance through its Auto Scaling group
+           (``auto_scaling_group``: replace.yml, run on this host
+           whatever the executor)
 =========  ==========================================================  ====================
 
 A run whose execution node was lost (killed, cut off, silent) is ``unreachable`` with the
@@ -34,9 +42,11 @@ The caller leaves the in-flight marker as it is then, so the phase runs again la
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -44,13 +54,21 @@ import yaml
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.controller import drain as drainmod
-from fleetmedic.errors import ConfigError, FleetmedicError, TemporaryError, one_line
+from fleetmedic.controller import ledger
+from fleetmedic.errors import (
+    ConfigError,
+    FleetmedicError,
+    ForbiddenError,
+    NotFoundError,
+    TemporaryError,
+    one_line,
+)
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
-from fleetmedic.policy.history import decode, of_episode
+from fleetmedic.policy.history import decode, of_episode, stamp
 from fleetmedic.policy.inflight import Escalated
 
 log = logging.getLogger(__name__)
@@ -88,6 +106,7 @@ class Executor:
             Kind.PROBE: self._probe,
             Kind.DRAIN: self._drain,
             Kind.ESCALATE: self._escalate,
+            Kind.REPLACE: self._replace,
         }
 
     # -- ansible ------------------------------------------------------------
@@ -205,6 +224,10 @@ class Executor:
 
     # -- email --------------------------------------------------------------
     def _escalate(self, action: Action, view: NodeView, *_: object) -> Outcome:
+        if action.phase == "notify":
+            held = self._reserve(action, view)
+            if held:
+                return held
         smtp = self.cfg.profile(action.profile).smtp
         reason = escalation_reason(view, action)
         if smtp is None:
@@ -212,9 +235,18 @@ class Executor:
             return Outcome("skipped", message="no smtp configured")
         record = Escalated.decode(view.annotations.get(keys.ANN_ESCALATED))
         at = record.decided if record else ""
+        via = self.cfg.profile(action.profile).cloud.replace_via if action.phase == "notify" else ""
+        if via:
+            at = stamp(datetime.now(UTC))
         evidence = runner.evidence_for(view.name, self.cfg.ansible, episode=action.ep)
         esc = notify.Escalation.of(
-            view, reason, at, episode=action.ep, evidence=evidence, cluster=self.cluster
+            view,
+            reason,
+            at,
+            episode=action.ep,
+            evidence=evidence,
+            cluster=self.cluster,
+            replaced_via=via,
         )
         try:
             sent = notify.send_escalation(esc, smtp)
@@ -228,6 +260,99 @@ class Executor:
             len(sent.attached) + 1,
         )
         return Outcome("ok", message=sent.message_id)
+
+    # -- replace ------------------------------------------------------------
+    def _replace(
+        self, action: Action, view: NodeView, run_id: str | None, cancel: threading.Event
+    ) -> Outcome:
+        cfg = self.cfg.profile(action.profile)
+        try:
+            node = self.kube.get_node(view.name)
+        except NotFoundError:
+            return Outcome("ok", message="the Node was gone already")
+        held = self._reserve(action, view)  # (reserved before the notice: counted already)
+        if held:
+            return held
+        if cfg.cloud.replace_via == "delete_node":
+            return self._delete_node(view.name, node)
+        return self._terminate(action, view, node, run_id, cancel)
+
+    def _reserve(self, action: Action, view: NodeView) -> Outcome | None:
+        """A slot in the pool's day of replacements (None), or the held outcome."""
+        cfg = self.cfg.profile(action.profile)
+        now = datetime.now(UTC)
+        got = ledger.reserve(self.kube, cfg, action.profile, view.name, action.ep, now)
+        if got.ok:
+            return None
+        log.warning("%s: replacement held: %s", view.name, got.why)
+        retry = stamp(got.retry_at) if got.retry_at else None
+        return Outcome("held", message=got.why, retry_at=retry)
+
+    def _delete_node(self, name: str, node: dict) -> Outcome:
+        try:
+            gone = self.kube.delete_node(name, (node.get("metadata") or {}).get("uid", ""))
+        except ForbiddenError as exc:
+            return Outcome(
+                "forbidden",
+                message=f"{exc} (grant deploy/controller/replace-nodes.yaml for the replace rung)",
+            )
+        log.warning("%s: Node deleted: its provisioner replaces the instance", name)
+        return Outcome("ok", message="Node deleted" if gone else "the Node was gone already")
+
+    def _terminate(
+        self,
+        action: Action,
+        view: NodeView,
+        node: dict,
+        run_id: str | None,
+        cancel: threading.Event,
+    ) -> Outcome:
+        provider_id = (node.get("spec") or {}).get("providerID") or ""
+        found = aws_instance(provider_id)
+        if found is None:
+            msg = f"spec.providerID {provider_id!r} names no AWS instance (aws:///zone/i-...)"
+            return Outcome("failed", message=msg, task="providerID")
+        zone, instance = found
+        cloud = self.cfg.profile(action.profile).cloud
+        region = cloud.region or (zone[:-1] if zone and zone[-1].isalpha() else None)
+        hostvars = {
+            **action.hostvars,
+            "fleetmedic_instance_id": instance,
+            "fleetmedic_aws_region": region,
+            "fleetmedic_aws_endpoint_url": cloud.endpoint_url,
+        }
+        assert action.playbook, action
+        # run here (the play's connection is local): a node without an address is no obstacle
+        target = self._target(view, hostvars)
+        target = runner.Target(target.name, target.address or "127.0.0.1", target.vars)
+        self.on_run(1)
+        try:
+            result = runner.run_playbook(
+                action.playbook,
+                [target],
+                self.cfg.ansible,
+                timeout=action.timeout,
+                run_id=run_id,
+                cancel=cancel.is_set,
+                extravars={"fleetmedic_node_lease": False},
+            )
+        finally:
+            self.on_run(-1)
+        outcome = self._host_outcome(result, view.name, cancel)
+        if outcome.ok:  # what the playbook did, in its own words (its last task's stdout)
+            said = result.hosts[view.name].stdout.strip()
+            return Outcome("ok", outcome.run_id, said or f"instance {instance} terminated")
+        return outcome
+
+
+PROVIDER_ID = re.compile(r"^aws:///(?P<zone>[a-z0-9-]*)/(?P<id>i-[0-9a-f]+)$")
+
+
+def aws_instance(provider_id: str) -> tuple[str, str] | None:
+    """(availability zone, instance id) of an EC2 Node's ``spec.providerID``
+    (``aws:///us-east-1a/i-0123...``), or None."""
+    m = PROVIDER_ID.match(provider_id)
+    return (m["zone"], m["id"]) if m else None
 
 
 def escalation_reason(view: NodeView, action: Action) -> str:

@@ -21,7 +21,7 @@ from fleetmedic.controller.execute import Cancelled, Executor
 from fleetmedic.controller.leadership import Leadership
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.recorder import Recorder
-from fleetmedic.errors import FleetmedicError, TemporaryError
+from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import ladder
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 RECORD_RETRY = 120.0  # keep trying to record an outcome this long before giving up
 ERROR_BACKOFF = 60.0  # after an unexpected error, leave the node alone this long
-LEASED_KINDS = (Kind.RUN, Kind.PROBE, Kind.DRAIN)  # actions that touch the node itself
+LEASED_KINDS = (Kind.RUN, Kind.PROBE, Kind.DRAIN, Kind.REPLACE)  # they touch the node itself
 
 
 class NodeWork:
@@ -112,5 +112,12 @@ class NodeWork:
         if action.kind == Kind.ESCALATE:
             self.metrics.escalations.labels(outcome=outcome.status).inc()
         upd = ladder.complete(view, action, outcome, self.clock(), cfg)
-        if upd is not None:
+        if upd is None:
+            return
+        try:
             self.recorder.write(upd, retry_for=RECORD_RETRY)
+        except NotFoundError:
+            if action.kind != Kind.REPLACE or not outcome.ok:
+                raise
+            # the hand-off deleted the Node: the audit line above and the email are its record
+            log.info("%s: replaced; the Node is gone with its record", action.node)

@@ -31,6 +31,7 @@ ANN_PAUSE = PREFIX + "pause"  # on the pause ConfigMap / any node: stop all acti
 ANN_FOREIGN_HANDLED = PREFIX + "foreign-handled"  # controller: signals already repaired for
 ANN_ENTERED_BY = PREFIX + "entered-by"  # controller: the tool whose signal began the episode
 ANN_LAST_SWEEP = PREFIX + "last-sweep"  # controller: when this node was last swept, and how
+ANN_REPLACED = PREFIX + "replaced"  # controller: handed to the cloud for a new instance
 
 ALL_ANNOTATIONS = (
     ANN_SSH_HOST,
@@ -46,4 +47,5 @@ ALL_ANNOTATIONS = (
     ANN_FOREIGN_HANDLED,
     ANN_ENTERED_BY,
     ANN_LAST_SWEEP,
+    ANN_REPLACED,
 )

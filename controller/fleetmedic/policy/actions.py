@@ -33,7 +33,8 @@ class Kind(StrEnum):
     RUN = "run"  # run ``playbook`` for ``phase``
     PROBE = "probe"  # read the node's boot_id
     DRAIN = "drain"  # cordon and evict (PDB-aware)
-    ESCALATE = "escalate"  # send the escalation email
+    ESCALATE = "escalate"  # send the escalation email (or the replace rung's notice)
+    REPLACE = "replace"  # hand the node to its cloud for a new instance (ends its life)
 
 
 HEALTHY = "healthy"
@@ -141,8 +142,9 @@ class Outcome:
 
     ``status``: ok | failed | unreachable | timeout (runner), lost (the run's Receptor
     execution node was lost: what it did is unknown), blocked (drain held back by a PDB),
-    forbidden (the drain had to force but RBAC does not allow deleting pods), skipped
-    (nothing was done, e.g. no SMTP configured).
+    forbidden (the drain had to force, or the replace rung to delete the Node, but RBAC does
+    not allow it), skipped (nothing was done, e.g. no SMTP configured), held (the replace
+    rung's day is spent: try again at ``retry_at``).
     """
 
     status: str
@@ -150,6 +152,7 @@ class Outcome:
     message: str = ""
     task: str | None = None
     boot_id: str | None = None
+    retry_at: str | None = None  # held: when to try again (RFC 3339)
 
     @property
     def ok(self) -> bool:

@@ -23,6 +23,7 @@ MESSAGE_LIMIT = 240  # characters kept per message: the annotation must stay sma
 PASS, FAIL, UNREACHABLE, TIMEOUT = "pass", "fail", "unreachable", "timeout"
 ESCALATED, FLAP_DAMPED, SUPERSEDED, RELEASED = "escalated", "flap-damped", "superseded", "released"
 DRAIN_BLOCKED, ABANDONED = "drain-blocked", "abandoned"
+REPLACED = "replaced"  # a terminal step handed the node to its cloud: its life ended
 
 
 def stamp(when: datetime) -> str:

@@ -14,7 +14,11 @@ The controller loop, for each node it has no run in progress for (in this proces
   ``action.hostvars``, within ``action.timeout``. ``PROBE``: read the boot_id
   (``Outcome.boot_id``). ``DRAIN``: cordon and evict (``force`` deletes what a PDB
   still protects); ``Outcome("blocked")`` when a PDB held it past the timeout.
-  ``ESCALATE``: send the email; ``Outcome("skipped")`` when no SMTP is configured.
+  ``ESCALATE``: send the email; ``Outcome("skipped")`` when no SMTP is configured (in
+  the replace rung's ``notify`` phase: the notice that the node is being replaced).
+  ``REPLACE``: hand the node to its cloud (delete the Node, or terminate its instance
+  through the Auto Scaling group); ``Outcome("held", retry_at=...)`` when the pool's day
+  of replacements is spent.
 - Writes go through ``Kube.update_node(name, upd.apply_for(vocab))``; a
   :class:`~fleetmedic.policy.actions.Stale` from it means "decide again".
 - Post ``upd.events`` on the Node after a successful write.
@@ -26,6 +30,11 @@ under way is never forgotten. Rungs and phases come from ``cfg.ladder``: by defa
 ``reset`` -> ``reboot`` -> ``reimage`` -> ``manual`` (``ladder.order``; rungs.py says where a
 state the order leaves out enters); unreachable and timeout count as failure. How
 outcomes move an attempt is in steps.py.
+
+A step ends in a verify (a pass returns the node to service) or, when it is terminal
+(``StepConfig.terminal``: the replace rung), in the hand-off to the cloud: its pass ends
+the node's life. The Node then keeps its taint and a ``replaced`` record until the cloud
+removes it, and is never decided on again.
 """
 
 from __future__ import annotations
@@ -59,7 +68,9 @@ from fleetmedic.policy.steps import (
     after_drain,
     after_email,
     after_lost,
+    after_notify,
     after_probe,
+    after_replace,
     fail_step,
     failure_text,
     next_phase,
@@ -85,6 +96,10 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
         return _unreadable(n, str(exc))
     if view.state == HEALTHY:
         return _healthy(n, fl)
+    if n.replaced is not None:
+        return n.action(
+            Kind.NONE, f"handed to the cloud ({n.replaced}): waiting for it to remove the Node"
+        )
     if fl is None:
         return _entered(n)
     if fl.step != view.state:
@@ -117,13 +132,17 @@ def _unreadable(n: NodeCtx, why: str) -> Action:
 
 def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
     view, cfg = n.view, n.cfg
-    if fl or n.escalated or view.annotations.get(keys.ANN_CORDONED) == "true":
+    if fl or n.escalated or n.replaced or view.annotations.get(keys.ANN_CORDONED) == "true":
         ended: tuple[Attempt, ...] = ()
         if fl:
             ended = (n.attempt(fl, RELEASED, "repair taint removed by someone else"),)
         return n.write(
             "our repair taint was removed: forget the repair, undo our cordon",
-            annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None},
+            annotations={
+                keys.ANN_IN_FLIGHT: None,
+                keys.ANN_ESCALATED: None,
+                keys.ANN_REPLACED: None,
+            },
             append=ended,
             uncordon=True,
         )
@@ -272,6 +291,24 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             disruptive=True,
             **ctx,
         )
+    if fl.phase == "notify":
+        return n.action(
+            Kind.ESCALATE,
+            f"{fl.step}: tell the team the node is being replaced{again}",
+            resumed=resumed,
+            **ctx,
+        )
+    if fl.phase == "replace":
+        return n.action(
+            Kind.REPLACE,
+            f"{fl.step} attempt {fl.attempt}: hand the node to the cloud{again}",
+            playbook=str(cfg.playbook_path(cfg.ladder.playbooks.replace)),
+            timeout=n.phase_timeout("replace"),
+            hostvars=_hostvars(view, fl, phases),
+            resumed=resumed,
+            disruptive=True,
+            **ctx,
+        )
     pb = cfg.ladder.playbooks.for_phase(fl.phase, view.vendor)
     if pb is None:
         msg = (
@@ -289,6 +326,11 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         disruptive=fl.phase in DISRUPTIVE_PHASES,
         **ctx,
     )
+
+
+def _notice(action: Action) -> bool:
+    """The replace rung's email (a phase of its own), not the manual escalation."""
+    return action.kind == Kind.ESCALATE and action.phase == "notify"
 
 
 def request_id(fl: InFlight) -> str:
@@ -315,7 +357,7 @@ def begin(
 ) -> Update | None:
     """What to write before executing ``action`` (None: nothing)."""
     n = NodeCtx(view, now, cfg)
-    if action.kind in (Kind.RUN, Kind.DRAIN):
+    if action.kind in (Kind.RUN, Kind.DRAIN, Kind.REPLACE) or _notice(action):
         fl = InFlight.decode(n.raw)
         if fl is None:
             return None
@@ -348,13 +390,17 @@ def complete(
 ) -> Update | None:
     """What to write after ``action`` ended with ``outcome``; None if the Node moved on."""
     n = NodeCtx(view, now, cfg)
-    if action.kind == Kind.ESCALATE:
+    if action.kind == Kind.ESCALATE and not _notice(action):
         return after_email(n, outcome)
     fl = InFlight.decode(n.raw)
     if fl is None or (fl.step, fl.phase) != (action.step, action.phase):
         return None
     if outcome.status == LOST:
         return after_lost(n, fl, outcome)
+    if action.kind == Kind.ESCALATE:
+        return after_notify(n, fl, outcome)
+    if action.kind == Kind.REPLACE:
+        return after_replace(n, fl, outcome)
     if action.kind == Kind.PROBE:
         return after_probe(n, fl, outcome)
     if action.kind == Kind.DRAIN:

@@ -3,6 +3,8 @@ climb, and what probe, drain and email outcomes mean. Used by ladder.py."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from datetime import datetime, timedelta
 
 from fleetmedic.model import keys
@@ -14,6 +16,7 @@ from fleetmedic.policy.history import (
     DRAIN_BLOCKED,
     FAIL,
     PASS,
+    REPLACED,
     TIMEOUT,
     UNREACHABLE,
     Attempt,
@@ -40,6 +43,7 @@ class NodeCtx:
         self.raw = view.annotations.get(keys.ANN_IN_FLIGHT)
         self.history = decode(view.annotations.get(keys.ANN_HISTORY))
         self.escalated = Escalated.decode(view.annotations.get(keys.ANN_ESCALATED))
+        self.replaced = view.annotations.get(keys.ANN_REPLACED)
 
     def update(self, **kw) -> Update:
         return Update(
@@ -214,9 +218,53 @@ def after_drain(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
     )
 
 
+def after_notify(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
+    """The replace rung's notice went out (or no SMTP is configured): on to the hand-off.
+    Held: the pool's day of replacements is spent (checked before the email, so no notice
+    says "being replaced" of a node that then waits a day). A failed send is tried again
+    later, never skipped: after the hand-off the Node and its evidence are gone."""
+    if outcome.status == "held":
+        return _held(n, fl, outcome)
+    if outcome.ok or outcome.status == "skipped":
+        note = () if outcome.ok else (f"notice not emailed: {outcome.message}",)
+        upd = next_phase(n, fl.with_(notes=fl.notes + note))
+        told = Event("RepairReplacing", f"{fl.step}: handing the node to the cloud", "Warning")
+        return dataclasses.replace(upd, events=(*upd.events, told))
+    retry = n.now + timedelta(seconds=n.cfg.smtp.retry_interval if n.cfg.smtp else 300)
+    wait = fl.with_(status=PENDING, since=stamp(n.now), retry_at=stamp(retry))
+    return n.update(
+        annotations={keys.ANN_IN_FLIGHT: wait.encode()},
+        events=(Event("EscalationEmailFailed", short(outcome.message), "Warning"),),
+    )
+
+
+def after_replace(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
+    """The hand-off: done (the node's life ends), held by the day's limit (wait), or failed
+    (climb: a human looks at a node the cloud would not take)."""
+    if outcome.ok:
+        said = (outcome.message,) if outcome.message else ()
+        return next_phase(n, fl.with_(notes=(*fl.notes, *said)))
+    if outcome.status == "held":
+        return _held(n, fl, outcome)
+    result = RESULT_OF.get(outcome.status, FAIL)
+    return fail_step(n, fl, result, failure_text(fl.phase, outcome), outcome.run_id)
+
+
+def _held(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
+    """Wait until the day's record frees a slot (``outcome.retry_at``), the node fenced."""
+    retry = outcome.retry_at or stamp(n.now + timedelta(hours=1))
+    wait = fl.with_(status=PENDING, since=stamp(n.now), retry_at=retry)
+    return n.update(
+        annotations={keys.ANN_IN_FLIGHT: wait.encode()},
+        events=(Event("ReplaceHeld", short(outcome.message), "Warning"),),
+    )
+
+
 def next_phase(n: NodeCtx, fl: InFlight) -> Update:
     phases = n.step_cfg(fl.step).phases
     i = phases.index(fl.phase)
+    if i + 1 == len(phases) and n.step_cfg(fl.step).terminal:
+        return _ended(n, fl)
     if i + 1 == len(phases):
         theirs = foreign.after_repair(n.view)
         done = n.attempt(fl.with_(notes=fl.notes + theirs.notes), PASS, "")
@@ -240,6 +288,19 @@ def next_phase(n: NodeCtx, fl: InFlight) -> Update:
         retry_at=None,
     )
     return n.update(annotations={keys.ANN_IN_FLIGHT: nxt.encode()})
+
+
+def _ended(n: NodeCtx, fl: InFlight) -> Update:
+    """The last phase of a terminal step passed: the node was handed to its cloud. Its
+    state stays (fenced, cordoned: nothing may land on it until the cloud removes the
+    Node), its work ends, and the record says it is not to be repaired again."""
+    done = n.attempt(fl, REPLACED, "")
+    record = json.dumps({"ep": fl.ep, "at": stamp(n.now)}, separators=(",", ":"))
+    return n.update(
+        append=(done,),
+        annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_REPLACED: record},
+        events=(Event("Replaced", short(f"{fl.step} attempt {fl.attempt}: {done.message}")),),
+    )
 
 
 def _cleared_events(theirs: foreign.AfterRepair) -> tuple[Event, ...]:

@@ -183,9 +183,19 @@ def test_relative_paths_are_relative_to_the_file(tmp_path):
             "reimage, replace, manual, ending in manual, got ['reboot', 'reset', 'manual']",
         ),
         (
-            "ladder: {order: [reset, reboot, replace, manual]}",
-            "ladder.order: the replace rung is not available yet (issue 20 part 6)",
+            "ladder: {replace: {phases: [diagnose, drain, replace]}}",
+            "ladder.replace.phases: must be distinct phases ending in verify (or in notify, "
+            "replace)",
         ),
+        (
+            "ladder: {reboot: {phases: [diagnose, drain, notify, replace]}}",
+            "ladder: reboot: its phases must end in verify",
+        ),
+        (
+            "ladder: {replace: {phases: [drain, reboot, verify]}}",
+            "ladder: replace: its phases must end in notify, replace",
+        ),
+        ("cloud: {replace_via: karpenter}", "cloud.replace_via: input should be"),
         ("ladder: {order: [reset, reboot]}", "ending in manual, got ['reset', 'reboot']"),
         ("ladder: {order: [reboot, rebooot, manual]}", "ladder.order.1: input should be"),
         ("taints: {preset: nope}", "taints.preset: must be one of default, ossci, got 'nope'"),

@@ -19,9 +19,9 @@ from typing import Any
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, parse
 from fleetmedic.model.nodestate import ForeignSignal, view
-from fleetmedic.policy import budget, ladder, plan
+from fleetmedic.policy import budget, ladder, plan, replacements
 from fleetmedic.policy.actions import Action, Kind, Outcome, Stale, Update
-from fleetmedic.policy.history import decode
+from fleetmedic.policy.history import decode, stamp
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 FOREIGN_TAINT = {"key": "example.com/other-team", "value": "x", "effect": "NoSchedule"}
@@ -83,6 +83,7 @@ class Truth:
     requests: set = dataclasses.field(default_factory=set)  # node-side once-per-request marker
     refuses_reset: bool = False  # nvidia-smi --gpu-reset says "In use by another client"
     resets: int = 0
+    terminated: bool = False  # the replace rung handed its instance to the cloud
 
     @property
     def healthy(self) -> bool:
@@ -119,6 +120,14 @@ class World:
         self.email_fail_rate = 0.0
         self.unreachable_rate = 0.0
         self.lost_rate = 0.0  # the run's execution node is lost after it did the work
+        # the replace rung's cloud: the day's record (as on the pause ConfigMap), the
+        # instances terminated (node -> times), and the order things happened in
+        self.ledger: tuple[replacements.Entry, ...] = ()
+        self.terminations: Counter = Counter()
+        self.replaced_at: dict[str, datetime] = {}
+        self.reserved: dict[tuple[str, int], datetime] = {}  # when each hand-off was admitted
+        self.log: list[tuple[str, str]] = []  # (what, node): email, notice, terminate
+        self.handoff_fail_rate = 0.0
 
     # -- building -----------------------------------------------------------
     def add(self, name: str, fault: str = "none", state: str | None = None, **kw: Any) -> None:
@@ -182,10 +191,15 @@ class World:
     def act(self, action: Action) -> Outcome:
         t = self.truth[action.node]
         if action.kind == Kind.ESCALATE:
+            if action.phase == "notify" and (held := self.reserve(action)):
+                return held
             if self.rng.random() < self.email_fail_rate:
                 return Outcome("failed", message="relay down")
             self.emails[(action.node, action.ep)] += 1
+            self.log.append(("notice" if action.phase == "notify" else "email", action.node))
             return Outcome("ok")
+        if action.kind == Kind.REPLACE:
+            return self.hand_off(action, t)
         if action.kind == Kind.DRAIN:
             node = self.nodes[action.node]
             if not node["spec"].get("unschedulable"):
@@ -223,6 +237,33 @@ class World:
             return Outcome("failed", run_id="run-x", task="gpu checks", message="Xid 79")
         return Outcome("ok", run_id="run-x")
 
+    def reserve(self, action: Action) -> Outcome | None:
+        """As the executor: a slot in the day's record (None), or held."""
+        limit = self.cfg.safety.max_replacements_per_day
+        got = replacements.reserve(self.ledger, action.node, action.ep, limit, self.now)
+        if not got.ok:
+            retry = stamp(got.retry_at) if got.retry_at else None
+            return Outcome("held", message=got.why, retry_at=retry)
+        if got.changed:
+            self.reserved[(action.node, action.ep)] = self.now
+        self.ledger = got.entries
+        return None
+
+    def hand_off(self, action: Action, t: Truth) -> Outcome:
+        """As the executor: the day's slot, then terminate the instance (once: replace.yml
+        finds an instance terminated already and does nothing)."""
+        if held := self.reserve(action):
+            return held
+        if t.terminated:
+            return Outcome("ok", run_id="run-x", message="instance terminated already")
+        if self.rng.random() < self.handoff_fail_rate:
+            return Outcome("failed", run_id="run-x", task="terminate", message="AccessDenied")
+        t.terminated = True
+        self.terminations[action.node] += 1
+        self.replaced_at[action.node] = self.now
+        self.log.append(("terminate", action.node))
+        return Outcome("ok", run_id="run-x", message="instance terminated")
+
     def run(self, cycles: int, **kw: Any) -> None:
         for _ in range(cycles):
             self.cycle(**kw)
@@ -235,6 +276,8 @@ class World:
                 esc = v.annotation_json(keys.ANN_ESCALATED) or {}
                 if not esc.get("sent"):
                     return False
+            elif v.state == "replace" and keys.ANN_REPLACED in v.annotations:
+                continue  # handed to the cloud: its life ended
             elif v.state != "healthy" or keys.ANN_IN_FLIGHT in v.annotations or v.foreign_signals:
                 return False
         return True

@@ -27,6 +27,7 @@ from pydantic import PrivateAttr, ValidationError, model_validator
 
 from fleetmedic.errors import ConfigError, one_line
 from fleetmedic.model.config.bmc import BmcConfig
+from fleetmedic.model.config.cloud import CloudConfig
 from fleetmedic.model.config.clusters import ClusterConfig
 from fleetmedic.model.config.executor import LOCAL, ExecutorConfig, ReceptorConfig
 from fleetmedic.model.config.ladder import (
@@ -69,6 +70,7 @@ __all__ = [
     "AnsibleConfig",
     "BmcConfig",
     "BreakerConfig",
+    "CloudConfig",
     "ClusterConfig",
     "Config",
     "DrainConfig",
@@ -120,6 +122,8 @@ class Config(Section):
     bmc: BmcConfig | None = None
     """How the power_cycle rung reaches each node's BMC (see bmc.py). Unset: no power
     cycles, and a ladder that names power_cycle is refused."""
+    cloud: CloudConfig = CloudConfig()
+    """How the replace rung (if a ladder has it) hands a node to the cloud (see cloud.py)."""
     safety: SafetyConfig = SafetyConfig()
     sweep: SweepConfig | None = None
     """Diagnostic sweeps of idle nodes on a schedule (see sweep.py). Unset: none."""

@@ -12,20 +12,36 @@ from fleetmedic.model.config.types import ConfigPath, Duration, Section
 from fleetmedic.model.vocabulary import REPAIR_STATES
 
 Phase = Literal[
-    "diagnose", "drain", "drain_gpu", "reset", "reboot", "power_cycle", "reinstall", "verify"
+    "diagnose",
+    "drain",
+    "drain_gpu",
+    "reset",
+    "reboot",
+    "power_cycle",
+    "reinstall",
+    "verify",
+    "notify",
+    "replace",
 ]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 """``drain`` cordons and evicts every pod the drain rules allow; ``drain_gpu`` only the pods
 that use a GPU (a GPU reset does not disturb the rest). Every other phase runs the playbook
 of the same name (``reinstall``: the vendor's). ``reboot`` and ``power_cycle`` boot the node:
-its boot_id is read before, so a restart mid-way can tell whether the boot happened."""
+its boot_id is read before, so a restart mid-way can tell whether the boot happened.
+``notify`` sends the email (and chat) that the node is being replaced, with its evidence,
+while the Node and its annotations still exist; ``replace`` hands the node to its cloud
+(cloud.py) and ends its life: no verify follows."""
 BOOTING_PHASES = ("reboot", "power_cycle")
+ENDINGS: tuple[tuple[str, ...], ...] = (("verify",), ("notify", "replace"))
+"""How a step's phases may end: in a verify (the node returns to service when it passes),
+or in the hand-off to the cloud (the node's life ends; the email goes out before it)."""
 
 
 class StepConfig(Section):
     phases: tuple[Phase, ...]
     """What one attempt does, in order. It must end in `verify`: only a passing verify
-    clears a node, never "the reboot returned"."""
+    clears a node, never "the reboot returned". The replace rung's ends in `notify, replace`
+    instead (and only its may)."""
     retries: int = Field(0, ge=0, le=5)
     """Extra attempts of this step before climbing. 0: a second identical reboot rarely
     fixes what the first did not, and each attempt costs the node's jobs."""
@@ -33,9 +49,25 @@ class StepConfig(Section):
     @field_validator("phases")
     @classmethod
     def _ends_in_verify(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v or v[-1] != "verify" or len(set(v)) != len(v):
-            raise ValueError(f"must be distinct phases ending in verify, got {list(v)}")
+        end = ending(v)
+        if end is None or len(set(v)) != len(v) or any(p in v[: -len(end)] for p in ENDING_PHASES):
+            raise ValueError(
+                f"must be distinct phases ending in verify (or in notify, replace), got {list(v)}"
+            )
         return v
+
+    @property
+    def terminal(self) -> bool:
+        """True when an attempt ends the node's life (the hand-off) instead of a verify."""
+        return ending(self.phases) != ("verify",)
+
+
+ENDING_PHASES = frozenset(p for e in ENDINGS for p in e)
+
+
+def ending(phases: tuple[str, ...]) -> tuple[str, ...] | None:
+    """Which of :data:`ENDINGS` ``phases`` ends in (None: none of them)."""
+    return next((e for e in ENDINGS if len(phases) > len(e) and phases[-len(e) :] == e), None)
 
 
 class PlaybookConfig(Section):
@@ -67,11 +99,16 @@ class PlaybooksConfig(Section):
     """The same checks the agent runs (`fleetmedic check`), so pass means what fencing meant."""
     power_cycle: PlaybookConfig = PlaybookConfig(playbook="power_cycle.yml", timeout=1800)
     """Power off and on through the node's BMC; a cold boot takes longer than a warm one."""
+    replace: PlaybookConfig = PlaybookConfig(playbook="replace.yml", timeout=600)
+    """The Auto Scaling hand-off (cloud.replace_via: auto_scaling_group), run on the
+    controller's host: a few API calls, 10 min covers the AWS SDK's retries."""
 
     def for_phase(self, phase: str, vendor: str) -> PlaybookConfig | None:
         """The playbook a phase runs (None: a drain, or a reinstall with no known vendor)."""
         if phase == "reinstall":
             return {"nvidia": self.reinstall_nvidia, "amd": self.reinstall_amd}.get(vendor)
+        if phase == "notify":
+            return None
         return getattr(self, phase, None)
 
     def for_phases(self, phases: tuple[str, ...]) -> dict[str, PlaybookConfig]:
@@ -108,6 +145,11 @@ class LadderConfig(Section):
     reimage: StepConfig = StepConfig(phases=("diagnose", "drain", "reinstall", "verify"))
     """The driver or ROCm (by the node's gpu-vendor label) is reinstalled and the node booted
     into it by the reinstall playbook; add a `reboot` phase if yours does not reboot."""
+    replace: StepConfig = StepConfig(phases=("diagnose", "drain", "notify", "replace"))
+    """Replace, don't repair (cloud pools; put it in `order` in place of reimage): evidence,
+    cordon and drain, the email that says the node is being replaced (while its evidence is
+    still on the Node), then the hand-off of cloud.replace_via. Held by
+    safety.max_replacements_per_day; a failed hand-off climbs to manual."""
     playbooks: PlaybooksConfig = PlaybooksConfig()
     probe_timeout: Duration = 60
     """Reading a node's boot_id over SSH; a minute covers a slow SSH login."""
@@ -131,12 +173,16 @@ class LadderConfig(Section):
                 f"must be distinct rungs in the order {', '.join(REPAIR_STATES)}, ending in "
                 f"manual, got {list(v)}"
             )
-        if "replace" in v:
-            # The vocabulary knows the state (an agent or another controller may fence at it),
-            # but this controller's cloud hand-off (delete the Node, or terminate through the
-            # Auto Scaling group) is not built yet: refuse it here rather than at the rung.
-            raise ValueError("the replace rung is not available yet (issue 20 part 6)")
         return v
+
+    @model_validator(mode="after")
+    def _terminal_only_last(self) -> LadderConfig:
+        """Only the replace rung may end a node's life, and only it must."""
+        for rung in ("reset", "reboot", "power_cycle", "reimage", "replace"):
+            if self.step(rung).terminal != (rung == "replace"):
+                want = "notify, replace" if rung == "replace" else "verify"
+                raise ValueError(f"{rung}: its phases must end in {want}")
+        return self
 
     def rungs(self) -> tuple[str, ...]:
         """The rungs that run playbooks (all but `manual`)."""

@@ -26,7 +26,7 @@ from fleetmedic.model import selector
 from fleetmedic.model.config.types import Section
 
 DEFAULT_PROFILE = "default"
-OVERRIDABLE = ("ladder", "safety", "smtp", "notify", "executor", "bmc", "sweep")
+OVERRIDABLE = ("ladder", "safety", "smtp", "notify", "executor", "bmc", "sweep", "cloud")
 """Top-level sections a profile may override."""
 
 
@@ -51,6 +51,8 @@ class ProfileConfig(Section):
     """Merged over the top-level `bmc` (e.g. another vendor's BMCs and credentials)."""
     sweep: dict[str, Any] | None = None
     """Merged over the top-level `sweep` (this pool's schedule; `enabled: false` opts out)."""
+    cloud: dict[str, Any] | None = None
+    """Merged over the top-level `cloud` (this pool's replace hand-off: Karpenter or ASG)."""
 
     @field_validator("name")
     @classmethod

@@ -88,6 +88,12 @@ class SafetyConfig(Section):
     """Stop all action (the pause annotation on the pause ConfigMap does the same at runtime)."""
     pause_configmap: str = "fleetmedic/fleetmedic"
     """namespace/name of the ConfigMap whose fleetmedic.io/pause annotation pauses all action."""
+    max_replacements_per_day: int = Field(2, ge=0)
+    """The replace rung hands at most this many nodes of the pool to the cloud in any 24
+    hours, counted from when a hand-off is admitted (before its notice email); more wait,
+    fenced (the record is on the pause ConfigMap, so a restart does not reset it). 2: a bad
+    instance or two a day is normal churn, more says something systemic (an image, a
+    driver, a fabric) that new instances will not cure. 0: none (the rung waits)."""
     maintenance_windows: tuple[Window, ...] = ()
     """When drains, reinstalls and reboots may start. Empty: any time."""
     drain: DrainConfig = DrainConfig()
