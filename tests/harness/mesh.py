@@ -1,7 +1,10 @@
 """A real Receptor mesh for tests: the controller's node and N execution nodes.
 
 The ``receptor`` binary is built from Go modules by ``scripts/setup.d/34-receptor.sh``
-(pins in ``tests/receptor``); ``receptorctl`` and ``ansible-runner`` come from the venv.
+(pins in ``tests/receptor``) twice: stock, the default (what operators run), and with the
+fixes in ``tests/receptor/patches`` applied (``find_binaries(patched=True)``, or
+``FLEETMEDIC_RECEPTOR_PATCHED=1``): v1.4.4 as released wedges a mesh link when many work
+units are in flight. ``receptorctl`` and ``ansible-runner`` come from the venv.
 
     mesh = start_mesh({"exec-1": [fleet.node(1)], "exec-2": [fleet.node(2), fleet.node(3)]})
     mesh.receptorctl("work", "submit", mesh.work_type, "--node", "exec-1",
@@ -67,6 +70,7 @@ __all__ = ["MESH_ROOT", "Binaries", "ExecNode", "Link", "Mesh", "MeshError", "Tl
 RECEPTOR_SRC = procs.ROOT / "tests" / "receptor"
 # Keep in sync with scripts/setup.d/34-receptor.sh: the files that define the build.
 KEY_FILES = ("go.mod", "go.sum")
+PATCHES = "patches"  # *.patch in name order, applied to the pinned module
 CONTROLLER_ID = "controller"
 WORK_TYPE = "ansible-runner"
 TLS_CLIENT = "mesh-client"
@@ -84,19 +88,23 @@ class Binaries:
     versions: dict[str, str]
 
 
-def build_key() -> str:
-    return procs.cache_key(RECEPTOR_SRC, KEY_FILES)
+def build_key(patched: bool = False) -> str:
+    patches = sorted(p.name for p in (RECEPTOR_SRC / PATCHES).glob("*.patch")) if patched else []
+    return procs.cache_key(RECEPTOR_SRC, [*KEY_FILES, *(f"{PATCHES}/{p}" for p in patches)])
 
 
-def find_binaries() -> Binaries:
-    """The built receptor for the current pins plus the venv's receptorctl and
-    ansible-runner, or MeshError saying how to get them. ``FLEETMEDIC_RECEPTOR_BIN``
-    overrides the receptor directory."""
+def find_binaries(patched: bool | None = None) -> Binaries:
+    """The built receptor for the current pins (stock, or with tests/receptor/patches
+    when ``patched``; None: ``FLEETMEDIC_RECEPTOR_PATCHED=1`` says) plus the venv's
+    receptorctl and ansible-runner, or MeshError saying how to get them.
+    ``FLEETMEDIC_RECEPTOR_BIN`` overrides the receptor directory."""
+    if patched is None:
+        patched = os.environ.get("FLEETMEDIC_RECEPTOR_PATCHED") == "1"
     if os.environ.get("FLEETMEDIC_RECEPTOR_BIN"):
         d = Path(os.environ["FLEETMEDIC_RECEPTOR_BIN"])
     else:
         version = procs.pinned(RECEPTOR_SRC / "go.mod", "github.com/ansible/receptor")
-        d = procs.CACHE_DIR / f"receptor-bin-{version}-{build_key()}"
+        d = procs.CACHE_DIR / f"receptor-bin-{version}-{build_key(patched)}"
     if not (d / "receptor").exists():
         raise MeshError(
             f"receptor not built (no {d / 'receptor'}); run: bash scripts/setup.d/34-receptor.sh"

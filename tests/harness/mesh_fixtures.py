@@ -12,7 +12,8 @@
   mesh.node("exec-1").kill()/start()/cut_mesh()/heal_mesh()/pause()/resume()
   mesh.work_units(), mesh.unit_dirs()      what is left on each node
 ``mesh_factory(shares, **kwargs) -> Mesh``: any shares (``{"exec-a": [nodes]}``, nodes
-  of one or more fleets); every mesh it starts is stopped when the test ends.
+  of one or more fleets); every mesh it starts is stopped when the test ends. Stock
+  Receptor; ``binaries=patched_mesh_binaries`` for the build with tests/receptor/patches.
 Tests that use them are marked ``receptor`` (and ``fleet``). When receptor is not built
 the test fails with the command that builds it (FLEETMEDIC_RECEPTOR_SKIP=1 skips).
 """
@@ -36,13 +37,21 @@ def mesh_binaries() -> Binaries:
         pytest.fail(str(exc), pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def patched_mesh_binaries(mesh_binaries: Binaries) -> Binaries:
+    try:
+        return find_binaries(patched=True)
+    except MeshError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture
 def mesh_factory(mesh_binaries: Binaries):
     started: list[Mesh] = []
 
     def start(shares, **kwargs) -> Mesh:
         try:
-            m = start_mesh(shares, binaries=mesh_binaries, **kwargs)
+            m = start_mesh(shares, **{"binaries": mesh_binaries, **kwargs})
         except MeshError as exc:
             pytest.fail(f"test mesh: {exc}", pytrace=False)
         started.append(m)

@@ -2,19 +2,34 @@
 
 ``ansible-runner transmit`` packs the job (private data dir, inventory, playbook, env),
 the controller's own Receptor node submits it as a signed work unit to the execution
-node (``ansible-runner worker`` runs it there), and once the unit has ended its results
-stream back through ``ansible-runner process`` into the same artifacts a local run
-writes. The unit is then released, on the execution node too.
+node (``ansible-runner worker`` runs it there), and its results stream back while it
+runs, through ``ansible-runner process``, into the same artifacts a local run writes.
+The run ends when the stream does (the worker's ``eof`` line), not when the unit's state
+next says so. The unit is then released, on the execution node too, in the background
+(the outcome does not wait on it; :func:`drain` waits for releases still under way).
+What stays slower than a local run is Receptor's: the controller's node reads a remote
+unit's state and output on a 1 s poll and follows files on a 0.25 s one, so a short
+run's output reaches us about 1 s after the worker wrote it.
 
-The unit's state is polled on the local control socket (cheap) rather than its results
-streamed live: Receptor keeps a stream open while the remote node is silent, so a live
-stream cannot tell a long task from a dead node. Given up (:class:`Lost`, the outcome is
-unknown) when the execution node has had no route for ``lost_after`` or the unit has not
-ended ``grace`` after the job's timeout; a given-up unit is cancelled and force-released
-in the background: our record of it goes, its directory on the execution node stays (a
-known gap: Receptor releases a remote unit only through a node that answers). A unit
-that ended ``Failed`` is not lost: the worker exits non-zero when the playbook fails,
-and its stream still holds every event.
+While the results stream, one control-socket connection per run watches the execution
+node's route: a live stream alone cannot tell a long task from a dead node (Receptor
+keeps it open while the remote node is silent). Given up (:class:`Lost`, the outcome is
+unknown) when the execution node has had no route for ``lost_after`` or the stream has
+not ended ``grace`` after the job's timeout; a given-up unit is cancelled and
+force-released in the background: our record of it goes, its directory on the execution
+node stays (a known gap: Receptor releases a remote unit only through a node that
+answers). A unit that ended ``Failed`` is not lost: the worker exits non-zero when the
+playbook fails, and its stream still holds every event.
+
+Stock Receptor v1.4.4 (the only release the Go module proxy serves, and what AWX ships)
+wedges a whole mesh link for good when a packet reaches a dialed connection it has
+closed, and each remote unit makes the controller's node dial its execution node 3-4
+times: with many units in flight that becomes likely (the fix, not released:
+tests/receptor/patches). So a run adds no dial of its own beyond submit (results come
+through our node, the release is one ``force-release``) and never cuts a stream with
+data in flight (the release waits for our node to see the unit end). A wedged link
+still ends runs :class:`Lost` with no route, and the warning says how to tell and clear
+it.
 """
 
 from __future__ import annotations
@@ -22,6 +37,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,15 +53,24 @@ from fleetmedic.model.config import ReceptorConfig
 
 log = logging.getLogger(__name__)
 
-DONE = ("Succeeded", "Failed")
+_SETTLE = 10.0
+"""Seconds a release waits for our node to see the unit end (it reads a remote unit's
+state once a second)."""
+_WEDGE_HINT = (
+    "; if {node} is up, the controller's Receptor may have wedged the link (stock 1.4.4"
+    " does when a packet reaches a closed connection; its log then says 'Timing out"
+    " connection {node}, idle for the past 21s'): only restarting it restores the route"
+)
+_pending: set[threading.Thread] = set()
+_pending_lock = threading.Lock()
 
 
 class Lost(Exception):
     """The unit's outcome is unknown: its execution node died, its link was cut, or it
     never reported back. ``str()`` names the execution node and the unit."""
 
-    def __init__(self, node: str, unit: str | None, why: str) -> None:
-        self.node, self.unit = node, unit
+    def __init__(self, node: str, unit: str | None, why: str, unrouted: bool = False) -> None:
+        self.node, self.unit, self.unrouted = node, unit, unrouted
         super().__init__(f"execution node {node}: {why}" + (f" (unit {unit})" if unit else ""))
 
 
@@ -67,6 +92,82 @@ class Processed:
         return io.StringIO(f.read_text(errors="replace") if f.exists() else "")
 
 
+class _Session:
+    """One connection to the control socket for all of a run's questions: the control
+    service answers any number of commands on one connection (a broken one is opened
+    again once per question)."""
+
+    def __init__(self, settings: ReceptorConfig) -> None:
+        self._address = f"unix:{settings.socket}"
+        self._rc: ReceptorControl | None = None
+
+    def ask(self, command: str) -> dict | None:
+        for _ in range(2):
+            if self._rc is None:
+                self._rc = ReceptorControl(self._address)
+            try:
+                return self._rc.simple_command(command)
+            except RuntimeError as exc:  # an ERROR answer: the connection is still good
+                log.debug("receptor %r: %s", command, exc)
+                return None
+            except (OSError, ValueError) as exc:  # broken, or not there (yet)
+                log.debug("receptor %r: %s", command, exc)
+                self.close()
+        return None
+
+    def close(self) -> None:
+        if self._rc is not None:
+            self._rc.close()
+            self._rc = None
+
+
+class _Results:
+    """The unit's results stream fed to ``ansible-runner process`` in a thread of its
+    own; :meth:`abort` ends it from outside (a lost node, a cancel)."""
+
+    def __init__(self, settings: ReceptorConfig, unit: str, pdd: Path, ident: str) -> None:
+        sock, self._file = ReceptorControl(f"unix:{settings.socket}").get_work_results(
+            unit, return_socket=True, return_sockfile=True
+        )
+        self._sock: socket.socket = sock
+        self.final: dict = {}
+        self.ended = threading.Event()
+        self._thread = threading.Thread(
+            target=self._process, args=(pdd, ident), name=f"receptor-results-{unit}", daemon=True
+        )
+        self._thread.start()
+
+    def _process(self, pdd: Path, ident: str) -> None:
+        try:
+            ansible_runner.interface.run(
+                streamer="process",
+                private_data_dir=str(pdd),
+                ident=ident,
+                _input=self._file,
+                quiet=True,
+                status_handler=lambda data, runner_config: self.final.update(data),
+            )
+        except Exception as exc:  # any failure here leaves the outcome unknown
+            self.final.update(status="error", job_explanation=one_line(exc))
+        finally:
+            self.ended.set()
+
+    def abort(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._thread.join(10)
+        self.close()
+
+    def close(self) -> None:
+        for f in (self._file, self._sock):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
 def run(
     run_kwargs: Mapping[str, Any],
     node: str,
@@ -81,109 +182,128 @@ def run(
     pdd = Path(run_kwargs["private_data_dir"])
     ident = str(run_kwargs["ident"])
     job = pdd / "job.stream"
+    t0 = time.monotonic()
     with job.open("wb") as out:
         ansible_runner.run(**{**run_kwargs, "streamer": "transmit", "_output": out})
+    t1 = time.monotonic()
     try:
         with job.open("rb") as payload:
-            unit = _control(settings).submit_work(
+            unit = ReceptorControl(f"unix:{settings.socket}").submit_work(
                 settings.work_type,
                 payload,
                 node=node,
                 tlsclient=settings.tls_client,
                 signwork=settings.sign_work,
             )["unitid"]
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, ValueError) as exc:
         raise TemporaryError(
             f"run {ident}: execution node {node}: submit failed: {one_line(exc)}", 30
         ) from None
     finally:
         job.unlink(missing_ok=True)
+    t2 = time.monotonic()
     log.info("run %s: unit %s on execution node %s", ident, unit, node)
+    session = _Session(settings)
+    results: _Results | None = None
     try:
-        state = _wait(unit, node, settings, timeout + settings.grace, cancel)
-        if state is None:
-            _release(unit, settings)
+        try:
+            results = _Results(settings, unit, pdd, ident)
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise Lost(node, unit, f"results unreadable: {one_line(exc)}") from None
+        if not _watch(results, unit, node, settings, session, timeout + settings.grace, cancel):
+            results.abort()
+            session.ask(f"work cancel {unit}")
+            _background(_release, unit, settings)
             return Processed("canceled", None, [], pdd / "artifacts" / ident, unit, node)
-        done = _process(unit, node, settings, pdd, ident)
+        results.close()
+        t3 = time.monotonic()
+        done = _processed(results.final, unit, node, session, pdd, ident)
+        log.debug(
+            "run %s: transmit %.3f s, submit %.3f s, run and stream %.3f s, read %.3f s",
+            *(ident, t1 - t0, t2 - t1, t3 - t2, time.monotonic() - t3),
+        )
     except Lost as exc:
-        log.warning("run %s: %s", ident, exc)
+        log.warning(
+            "run %s: %s%s", ident, exc, _WEDGE_HINT.format(node=node) if exc.unrouted else ""
+        )
+        if results is not None:
+            results.abort()
         # Receptor answers a remote cancel/release only after trying the lost node
         # (~30 s): not on the caller's time
-        threading.Thread(target=_abandon, args=(unit, settings), daemon=True).start()
+        _background(_abandon, unit, settings)
         raise
-    _release(unit, settings)
+    finally:
+        session.close()
+    _background(_release, unit, settings)
     return done
 
 
-def _control(settings: ReceptorConfig) -> ReceptorControl:
-    return ReceptorControl(f"unix:{settings.socket}")
+def drain(timeout: float = 30) -> int:
+    """Wait up to ``timeout`` for background releases and cancels; how many are left."""
+    deadline = time.monotonic() + timeout
+    with _pending_lock:
+        threads = list(_pending)
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    with _pending_lock:
+        return len(_pending)
 
 
-def _command(settings: ReceptorConfig, command: str) -> dict | None:
-    rc = _control(settings)
-    try:
-        return rc.simple_command(command)
-    except Exception as exc:  # receptorctl raises bare RuntimeError / OSError / ValueError
-        log.debug("receptor %r: %s", command, exc)
-        return None
-    finally:
-        rc.close()
+def _background(fn: Callable[[str, ReceptorConfig], None], unit: str, s: ReceptorConfig) -> None:
+    def work() -> None:
+        try:
+            fn(unit, s)
+        finally:
+            with _pending_lock:
+                _pending.discard(threading.current_thread())
+
+    t = threading.Thread(target=work, name=f"receptor-{fn.__name__.strip('_')}-{unit}")
+    t.daemon = True
+    with _pending_lock:
+        _pending.add(t)
+    t.start()
 
 
-def _wait(
+def _watch(
+    results: _Results,
     unit: str,
     node: str,
     settings: ReceptorConfig,
+    session: _Session,
     limit: float,
     cancel: Callable[[], bool] | None,
-) -> str | None:
-    """The unit's final state; None when cancelled; Lost when given up."""
+) -> bool:
+    """Wait for the results stream to end: True; False when cancelled; Lost when the
+    execution node has had no route for ``lost_after`` or the stream outlives ``limit``."""
     t0 = time.monotonic()
     unrouted_since: float | None = None
-    while True:
+    while not results.ended.wait(settings.poll_interval):
         if cancel and cancel():
-            _command(settings, f"work cancel {unit}")
-            return None
-        st = _command(settings, f"work status {unit}") or {}
-        if st.get("StateName") in DONE:
-            return str(st["StateName"])
+            return False
         now = time.monotonic()
-        routes = (_command(settings, "status") or {}).get("RoutingTable") or {}
+        routes = (session.ask("status") or {}).get("RoutingTable") or {}
         if node in routes:
             unrouted_since = None
         elif unrouted_since is None:
             unrouted_since = now
         elif now - unrouted_since >= settings.lost_after:
-            raise Lost(node, unit, f"no route for {settings.lost_after:.0f} s mid-run")
+            raise Lost(
+                node, unit, f"no route for {settings.lost_after:.0f} s mid-run", unrouted=True
+            )
         if now - t0 >= limit:
             raise Lost(node, unit, f"no report after {limit:.0f} s")
-        time.sleep(settings.poll_interval)
+    return True
 
 
-def _process(unit: str, node: str, settings: ReceptorConfig, pdd: Path, ident: str) -> Processed:
-    rc = _control(settings)
-    try:
-        stream = rc.get_work_results(unit, return_sockfile=True)
-        try:
-            final: dict = {}
-            ansible_runner.interface.run(
-                streamer="process",
-                private_data_dir=str(pdd),
-                ident=ident,
-                _input=stream,
-                quiet=True,
-                status_handler=lambda data, runner_config: final.update(data),
-            )
-        finally:
-            stream.close()
-    except (RuntimeError, OSError) as exc:
-        raise Lost(node, unit, f"results unreadable: {one_line(exc)}") from None
-    finally:
-        rc.close()
+def _processed(
+    final: Mapping[str, Any], unit: str, node: str, session: _Session, pdd: Path, ident: str
+) -> Processed:
     artifacts = pdd / "artifacts" / ident
     status = str(final.get("status") or "error")
     if status == "error":
-        raise Lost(node, unit, f"results incomplete: {final.get('job_explanation', '')}")
+        st = session.ask(f"work status {unit}") or {}
+        why = final.get("job_explanation", "") or st.get("Detail", "")
+        raise Lost(node, unit, f"results incomplete: {one_line(why)}")
     rc_file = artifacts / "rc"
     code = int(rc_file.read_text()) if rc_file.exists() else None
     files = (artifacts / "job_events").glob("*.json")
@@ -194,12 +314,29 @@ def _process(unit: str, node: str, settings: ReceptorConfig, pdd: Path, ident: s
 def _abandon(unit: str, settings: ReceptorConfig) -> None:
     """Cancel a lost unit (stops its worker if the node comes back in time) and drop our
     record of it."""
-    _command(settings, f"work cancel {unit}")
-    _command(settings, f"work force-release {unit}")
+    session = _Session(settings)
+    try:
+        session.ask(f"work cancel {unit}")
+        session.ask(f"work force-release {unit}")
+    finally:
+        session.close()
 
 
 def _release(unit: str, settings: ReceptorConfig) -> None:
-    """Release the unit on its execution node (completes once the node confirms); when
-    the request itself fails, drop our own record of it."""
-    if _command(settings, f"work release {unit}") is None:
-        _command(settings, f"work force-release {unit}")
+    """Release the unit, on its execution node and ours, once our node has seen it end
+    (up to ``_SETTLE``): its copy of the output has then been streamed whole, so no
+    stream is cut while data is in flight, which with stock Receptor 1.4.4 can wedge the
+    link (see the module's docstring). One request: ``force-release`` asks the execution
+    node to release the unit and waits for its answer, then drops our record (a plain
+    ``release`` dials the node a second time to watch the unit go)."""
+    session = _Session(settings)
+    try:
+        deadline = time.monotonic() + _SETTLE
+        while time.monotonic() < deadline:
+            state = (session.ask(f"work status {unit}") or {"StateName": "gone"})["StateName"]
+            if state not in ("Pending", "Running"):
+                break
+            time.sleep(0.25)
+        session.ask(f"work force-release {unit}")
+    finally:
+        session.close()

@@ -9,9 +9,9 @@
       default: local                           # unlabelled or unmapped nodes
 
 The controller prepares each job with ``ansible-runner transmit``, submits it as a work
-unit of ``work_type`` to the chosen execution node, waits for it, reads its results back
-through ``ansible-runner process`` and releases the unit: the per-host outcomes are those
-of a local run. A profile may carry its own ``executor:`` (one pool in a site of its own).
+unit of ``work_type`` to the chosen execution node, streams its results back through
+``ansible-runner process`` while it runs and releases the unit: the per-host outcomes
+are those of a local run. A profile may carry its own ``executor:`` (one pool in a site of its own).
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class ReceptorConfig(Section):
     """Sign work (``work-signing``): execution nodes that verify signatures run only work
     this controller's key signed."""
     poll_interval: Duration = Field(0.25, gt=0, le=10)
-    """How often a running unit's state is read (a local socket call; 0.25 s adds at most
-    that to a run)."""
+    """How often the execution node's route is checked while a unit's results stream (a
+    question on the run's one control-socket connection). It adds nothing to a run: the
+    run ends when its stream does."""
     lost_after: Duration = Field(30, gt=0)
     """A unit whose execution node has had no route for this long is given up: its outcome
     is unknown (as for an unreachable node; the boot_id probe decides what happened).
