@@ -122,17 +122,20 @@ def test_same_outcomes_as_local_and_units_released(mesh, fleet, settings):
 def test_many_units_in_flight_keep_the_mesh_up(
     build, mesh_factory, fleet, settings, patched_mesh_binaries
 ):
-    """16 runs, 8 in flight, over both execution nodes: each ends as a local run does,
+    """16 runs, 8 at a time, over both execution nodes: each ends as a local run does,
     and no mesh link goes idle. Stock Receptor 1.4.4 with the old adapter wedged the
-    controller's links within seconds here; the patched build must never."""
+    controller's links within seconds here; stock runs under the default per-node cap
+    (max_in_flight), the patched build without one and must never wedge."""
     shares = {"exec-1": [fleet.node(1)], "exec-2": [fleet.node(2), fleet.node(3)]}
     extra = {"binaries": patched_mesh_binaries} if build == "patched" else {}
     mesh = mesh_factory(shares, **extra)
     want = runner.run_playbook(PLAY, _targets(fleet, 1, 2, 3), settings, timeout=120).hosts
 
+    cap = {"max_in_flight": 8} if build == "patched" else {}  # stock: the default cap
+
     def one(i: int) -> runner.RunResult:
         n = 1 + i % 3
-        via = _via(mesh, mesh.executor_for(fleet.node(n).name).id, lost_after=10)
+        via = _via(mesh, mesh.executor_for(fleet.node(n).name).id, lost_after=10, **cap)
         return runner.run_playbook(PLAY, _targets(fleet, n), settings, timeout=60, via=via)
 
     with ThreadPoolExecutor(8) as pool:

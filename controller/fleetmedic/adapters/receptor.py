@@ -62,6 +62,7 @@ _WEDGE_HINT = (
     " connection {node}, idle for the past 21s'): only restarting it restores the route"
 )
 _pending: set[threading.Thread] = set()
+_slots: dict[tuple[str, str, int], threading.BoundedSemaphore] = {}
 _pending_lock = threading.Lock()
 
 
@@ -181,6 +182,39 @@ def run(
     be submitted (nothing ran)."""
     pdd = Path(run_kwargs["private_data_dir"])
     ident = str(run_kwargs["ident"])
+    slot = _slot(settings, node)
+    if not _take(slot, settings, timeout, cancel):
+        if cancel and cancel():
+            return Processed("canceled", None, [], pdd / "artifacts" / ident, "", node)
+        raise TemporaryError(
+            f"run {ident}: execution node {node}: {settings.max_in_flight} units in flight "
+            f"for {timeout:.0f} s, none ended",
+            30,
+        )
+    handed_over = False  # the slot goes with the unit's release
+    try:
+        done = _run(run_kwargs, node, settings, slot, timeout=timeout, cancel=cancel)
+        handed_over = True
+        return done
+    except Lost:
+        handed_over = True
+        raise
+    finally:
+        if not handed_over:
+            slot.release()
+
+
+def _run(
+    run_kwargs: Mapping[str, Any],
+    node: str,
+    settings: ReceptorConfig,
+    slot: threading.BoundedSemaphore,
+    *,
+    timeout: float,
+    cancel: Callable[[], bool] | None,
+) -> Processed:
+    pdd = Path(run_kwargs["private_data_dir"])
+    ident = str(run_kwargs["ident"])
     job = pdd / "job.stream"
     t0 = time.monotonic()
     with job.open("wb") as out:
@@ -213,7 +247,7 @@ def run(
         if not _watch(results, unit, node, settings, session, timeout + settings.grace, cancel):
             results.abort()
             session.ask(f"work cancel {unit}")
-            _background(_release, unit, settings)
+            _background(_release, unit, settings, slot)
             return Processed("canceled", None, [], pdd / "artifacts" / ident, unit, node)
         results.close()
         t3 = time.monotonic()
@@ -230,11 +264,11 @@ def run(
             results.abort()
         # Receptor answers a remote cancel/release only after trying the lost node
         # (~30 s): not on the caller's time
-        _background(_abandon, unit, settings)
+        _background(_abandon, unit, settings, slot)
         raise
     finally:
         session.close()
-    _background(_release, unit, settings)
+    _background(_release, unit, settings, slot)
     return done
 
 
@@ -249,11 +283,37 @@ def drain(timeout: float = 30) -> int:
         return len(_pending)
 
 
-def _background(fn: Callable[[str, ReceptorConfig], None], unit: str, s: ReceptorConfig) -> None:
+def _slot(settings: ReceptorConfig, node: str) -> threading.BoundedSemaphore:
+    key = (str(settings.socket), node, settings.max_in_flight)
+    with _pending_lock:
+        return _slots.setdefault(key, threading.BoundedSemaphore(settings.max_in_flight))
+
+
+def _take(
+    slot: threading.BoundedSemaphore,
+    settings: ReceptorConfig,
+    limit: float,
+    cancel: Callable[[], bool] | None,
+) -> bool:
+    """A slot for one more unit on the node: False when cancelled or none for ``limit``."""
+    deadline = time.monotonic() + limit
+    while not slot.acquire(timeout=settings.poll_interval):
+        if (cancel and cancel()) or time.monotonic() >= deadline:
+            return False
+    return True
+
+
+def _background(
+    fn: Callable[[str, ReceptorConfig], None],
+    unit: str,
+    s: ReceptorConfig,
+    slot: threading.BoundedSemaphore,
+) -> None:
     def work() -> None:
         try:
             fn(unit, s)
         finally:
+            slot.release()
             with _pending_lock:
                 _pending.discard(threading.current_thread())
 

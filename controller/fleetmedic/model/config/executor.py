@@ -43,6 +43,15 @@ class ReceptorConfig(Section):
     """How often the execution node's route is checked while a unit's results stream (a
     question on the run's one control-socket connection). It adds nothing to a run: the
     run ends when its stream does."""
+    max_in_flight: int = Field(2, ge=1, le=64)
+    """Work units this controller keeps in flight on one execution node; more runs wait
+    for one to end (and be released). Stock Receptor 1.4.4 can wedge the controller's
+    link to a node for good when many units come and go at once (each dials the node 3-4
+    times; adapters/receptor.py). On the test mesh (2 CPUs, two execution nodes, one
+    40-run batch each) 8 in flight, about 3 on the node whose link wedged, lost it within
+    25 s; 4 and 2 in flight (up to about 3 and 1 per node) kept both links. 2 stays below
+    what failed; it is fewer chances, not a guarantee. Raise it with a Receptor that has
+    the fix (tests/receptor/patches)."""
     lost_after: Duration = Field(30, gt=0)
     """A unit whose execution node has had no route for this long is given up: its outcome
     is unknown (as for an unreachable node; the boot_id probe decides what happened).
