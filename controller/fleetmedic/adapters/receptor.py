@@ -118,8 +118,11 @@ class _Session:
 
     def close(self) -> None:
         if self._rc is not None:
-            self._rc.close()
-            self._rc = None
+            rc, self._rc = self._rc, None
+            try:
+                rc.close()
+            except OSError:  # its buffered writer's flush to a peer that went away
+                rc.close()  # the file is dropped already; this closes the socket
 
 
 class _Results:
