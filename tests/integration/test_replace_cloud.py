@@ -22,6 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from fleetmedic.model import keys
 from tests.harness import ctlenv, ctlwait
@@ -176,6 +177,10 @@ def test_karpenter_pool_deletes_one_node_and_holds_the_next_for_the_day(
         ), "held fenced and cordoned"
         log = proc.log.read_text(errors="replace")
         assert "HTTP 403" not in log, log[-3000:]
+        port = yaml.safe_load(cfg.read_text())["metrics"]["port"]
+        series = 'fleetmedic_replacements_total{{outcome="{}",profile="{}",via="delete_node"}}'
+        assert ctlenv.scrape(port, series.format("ok", pool)) == 1.0
+        assert (ctlenv.scrape(port, series.format("held", pool)) or 0) >= 1.0
     finally:
         proc.stop()
     # a restart: the day's record is on the ConfigMap, so the held node stays held

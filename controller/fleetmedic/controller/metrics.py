@@ -82,6 +82,13 @@ class Metrics:
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )
+        self.replacements = Counter(
+            "fleetmedic_replacements",
+            "Replace rung hand-offs to the cloud, by profile, way (delete_node, "
+            "auto_scaling_group) and outcome (ok, held: the day's limit, failed, forbidden)",
+            ["profile", "via", "outcome"],
+            registry=r,
+        )
         self.unhealthy_seconds = Gauge(
             "fleetmedic_unhealthy_node_duration_seconds",
             "Seconds the longest-unhealthy node has been in repair",

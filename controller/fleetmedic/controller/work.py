@@ -109,8 +109,11 @@ class NodeWork:
         # the probe reads a boot id: logged, but no Event each time
         events = self.executor.kube if action.kind != Kind.PROBE else None
         audit.of_action(who, action, outcome, run_id, events)
-        if action.kind == Kind.ESCALATE:
+        if action.kind == Kind.ESCALATE and action.phase != "notify":
             self.metrics.escalations.labels(outcome=outcome.status).inc()
+        if action.kind == Kind.REPLACE or (action.phase == "notify" and outcome.status == "held"):
+            via = cfg.cloud.replace_via
+            self.metrics.replacements.labels(action.profile, via, outcome.status).inc()
         upd = ladder.complete(view, action, outcome, self.clock(), cfg)
         if upd is None:
             return

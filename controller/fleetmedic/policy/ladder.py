@@ -186,6 +186,9 @@ def _entered(n: NodeCtx) -> Action:
     state, now = n.view.state, n.now
     if state == MANUAL:
         esc = n.escalated
+        if esc is None and n.cfg.ladder.replace_manual:
+            why = "fenced for manual repair: this pool replaces instead (ladder.replace_manual)"
+            return n.write(why, state="replace", events=(Event("RepairEntered", why),))
         if esc is None:
             return n.action(
                 Kind.ESCALATE,

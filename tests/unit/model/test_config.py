@@ -196,6 +196,7 @@ def test_relative_paths_are_relative_to_the_file(tmp_path):
             "ladder: replace: its phases must end in notify, replace",
         ),
         ("cloud: {replace_via: karpenter}", "cloud.replace_via: input should be"),
+        ("ladder: {replace_manual: true}", "ladder: replace_manual needs the replace rung"),
         ("ladder: {order: [reset, reboot]}", "ending in manual, got ['reset', 'reboot']"),
         ("ladder: {order: [reboot, rebooot, manual]}", "ladder.order.1: input should be"),
         ("taints: {preset: nope}", "taints.preset: must be one of default, ossci, got 'nope'"),

@@ -43,14 +43,15 @@ def build(spec, order, seed, **kw) -> World:
 
 
 @FAST
-@given(fleets, orders, st.integers(0, 2**32), st.floats(0, 0.3), st.floats(0, 0.5))
+@given(fleets, orders, st.integers(0, 2**32), st.floats(0, 0.3), st.floats(0, 0.5), st.booleans())
 def test_each_instance_is_replaced_at_most_once_after_its_notice(
-    spec, order, seed, crash, email_fail
+    spec, order, seed, crash, email_fail, replace_manual
 ):
     w = build(
         spec,
         order,
         seed,
+        ladder__replace_manual=replace_manual,
         safety__max_concurrent=2,
         safety__max_concurrent_percent=100,
         safety__max_replacements_per_day=8,  # (the limit has a test of its own)
@@ -76,6 +77,8 @@ def test_each_instance_is_replaced_at_most_once_after_its_notice(
         v = w.view(name)
         if name not in w.terminations:
             assert keys.ANN_REPLACED not in v.annotations
+        if state == "manual" and not replace_manual:
+            assert name not in w.terminations, "manual stays a human's unless configured"
         cured = "reboot" in order and state in (None, "reboot")
         if fault in ("none", "reboot") and cured and crash == 0:
             assert v.state == "healthy", "a node a reboot cures is never replaced"

@@ -170,3 +170,29 @@ def test_the_record_round_trips_and_refuses_garbage():
         raise AssertionError(f"{bad!r} decoded")
     assert replacements.record_key() == "replacements"
     assert replacements.record_key("cloud") == "replacements.cloud"
+
+
+def test_replace_manual_sends_a_needs_hands_fence_to_the_cloud_not_to_a_human():
+    w = world(ladder__replace_manual=True)
+    w.add("n1", state="manual")
+    kinds_until_settled(w)
+    assert w.view("n1").state == "replace" and w.terminations == {"n1": 1}
+    assert [(a.step, a.result) for a in w.history("n1")] == [("replace", "replaced")]
+    assert w.log == [("notice", "n1"), ("terminate", "n1")], "no manual escalation"
+    # off (the default): manual stays a human's
+    w = world()
+    w.add("n1", state="manual")
+    kinds_until_settled(w)
+    assert w.view("n1").state == "manual" and not w.terminations
+
+
+def test_a_failed_hand_off_under_replace_manual_still_ends_with_a_human():
+    w = world(ladder__replace_manual=True)
+    w.add("n1", state="manual")
+    w.handoff_fail_rate = 1.0
+    kinds_until_settled(w, 40)
+    assert w.view("n1").state == "manual"
+    assert [(a.step, a.result) for a in w.history("n1")] == [
+        ("replace", "fail"),
+        ("manual", "escalated"),
+    ]

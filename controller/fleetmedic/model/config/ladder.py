@@ -150,6 +150,11 @@ class LadderConfig(Section):
     cordon and drain, the email that says the node is being replaced (while its evidence is
     still on the Node), then the hand-off of cloud.replace_via. Held by
     safety.max_replacements_per_day; a failed hand-off climbs to manual."""
+    replace_manual: bool = False
+    """With `replace` in `order`: a node fenced at `manual` (a finding that needs hands, such
+    as a row-remap failure) is replaced instead of escalated, as the AWS suite's "replace,
+    don't repair" does. Off by default: a person who taints a node `manual` means a person.
+    A failed hand-off still ends in `manual` and its email."""
     playbooks: PlaybooksConfig = PlaybooksConfig()
     probe_timeout: Duration = 60
     """Reading a node's boot_id over SSH; a minute covers a slow SSH login."""
@@ -178,6 +183,8 @@ class LadderConfig(Section):
     @model_validator(mode="after")
     def _terminal_only_last(self) -> LadderConfig:
         """Only the replace rung may end a node's life, and only it must."""
+        if self.replace_manual and "replace" not in self.order:
+            raise ValueError("replace_manual needs the replace rung in `order`")
         for rung in ("reset", "reboot", "power_cycle", "reimage", "replace"):
             if self.step(rung).terminal != (rung == "replace"):
                 want = "notify, replace" if rung == "replace" else "verify"
