@@ -136,14 +136,19 @@ class Kube:
         one 20 MB response parsed at once, which would set the controller's
         memory high-water mark. A continue token that expired is 410: Expired.
         """
+        selectors = {"label_selector": label_selector} if label_selector else {}
+        return self._pages("list nodes", self.core.list_node, page_size, selectors)
+
+    def _pages(
+        self, what: str, list_fn: Callable[..., Any], page_size: int, selectors: dict[str, str]
+    ) -> Iterator[tuple[list[dict], str]]:
+        """One list call's pages, following ``continue`` until the last."""
         token = None
         while True:
-            kwargs: dict[str, Any] = {"limit": page_size}
-            if label_selector:
-                kwargs["label_selector"] = label_selector
+            kwargs: dict[str, Any] = {"limit": page_size, **selectors}
             if token:
                 kwargs["_continue"] = token
-            body = self._call("list nodes", self.core.list_node, **kwargs)
+            body = self._call(what, list_fn, **kwargs)
             meta = body.get("metadata") or {}
             yield body.get("items") or [], meta.get("resourceVersion", "")
             token = meta.get("continue")
@@ -304,17 +309,8 @@ class Kube:
     ) -> Iterator[tuple[list[dict], str]]:
         """Pods (all namespaces) matching ``field_selector``, a page at a time, each with
         the list's resourceVersion (as :meth:`list_node_pages`)."""
-        token = None
-        while True:
-            kwargs: dict[str, Any] = {"limit": page_size, "field_selector": field_selector}
-            if token:
-                kwargs["_continue"] = token
-            body = self._call("list pods", self.core.list_pod_for_all_namespaces, **kwargs)
-            meta = body.get("metadata") or {}
-            yield body.get("items") or [], meta.get("resourceVersion", "")
-            token = meta.get("continue")
-            if not token:
-                return
+        selectors = {"field_selector": field_selector}
+        return self._pages("list pods", self.core.list_pod_for_all_namespaces, page_size, selectors)
 
     def watch_pods(
         self, field_selector: str, resource_version: str, timeout: int = 300

@@ -108,9 +108,14 @@ def load_catalog(tool: str = "dcgm") -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in (data.get(tool) or {}).items()}
 
 
-def rung_for(failed: list[TestResult], catalog: Mapping[str, str]) -> str | None:
-    """The most severe rung the failed tests map to; None (strikes) for unmapped ones."""
-    rungs = [catalog[t.name.lower()] for t in failed if t.name.lower() in catalog]
+def rung_for(
+    failed: list[TestResult],
+    catalog: Mapping[str, str],
+    key: Callable[[TestResult], str] = lambda t: t.name,
+) -> str | None:
+    """The most severe rung the failed tests map to (by ``key``: the test's name unless
+    said otherwise); None (strikes) for unmapped ones."""
+    rungs = [catalog[key(t).lower()] for t in failed if key(t).lower() in catalog]
     return max(rungs, key=lambda r: _RANK.get(r, 0)) if rungs else None
 
 

@@ -148,8 +148,8 @@ def evaluate(level: int, text: str, catalog: Mapping[str, str] | None = None) ->
         return f"{r.name} ({r.category}" + (f", GPU {','.join(named)})" if named else ")")
 
     # the catalog maps modules: an action's name is the operator's own
-    by_module = [TestResult(r.category, r.category, r.gpus, r.status) for r in failed]
-    action = rung_for(by_module, catalog if catalog is not None else load_catalog("rvs"))
+    catalog = catalog if catalog is not None else load_catalog("rvs")
+    action = rung_for(failed, catalog, key=lambda t: t.category)
     evidence["failed"] = [r.to_dict() for r in failed]
     summary = f"rvs -r {level} failed: {'; '.join(sorted(map(where, failed)))}"
     return problem(NAME, summary, action=action, **evidence)
