@@ -12,7 +12,7 @@ description:
     groups by its fleetmedic state, read from its taints on the client side
     (V(repair_reset), V(repair_reboot), V(repair_power_cycle), V(repair_reimage), V(repair_replace),
     V(repair_manual),
-    V(slow_network), V(healthy)),
+    V(slow_network), V(maintenance), V(healthy)),
     and by GPU vendor (V(vendor_nvidia), V(vendor_amd), V(vendor_unknown)).
     V(in_repair) is the parent of the C(repair_*) groups.
   - A node carrying another tool's signal (see O(foreign_signals)) is in V(foreign) and in
@@ -21,11 +21,12 @@ description:
   - A node's state is computed by C(fleetmedic.model.nodestate.view), the same function the
     controller and C(fleetmedic status) use, so the three can never disagree.
   - V(healthy) holds nodes with no fleetmedic taint at all. A node with only the slow-network
-    taint is in V(slow_network) but not in V(healthy).
+    taint is in V(slow_network) but not in V(healthy). A node that a diagnostic sweep holds
+    (fleetmedic's maintenance taint) is in V(maintenance), not in V(healthy).
   - Uses a YAML configuration file whose name ends in C(.k8s_nodes.yml) or C(.k8s_nodes.yaml).
   - Host variables are C(ansible_host) (the node's InternalIP, or the override below),
     C(fleetmedic_state) (V(healthy), or the repair state V(reset), V(reboot), V(power_cycle), V(reimage),
-    V(replace) or V(manual)), C(fleetmedic_slow_network),
+    V(replace) or V(manual)), C(fleetmedic_slow_network), C(fleetmedic_maintenance),
     C(fleetmedic_vendor) (V(nvidia), V(amd) or V(unknown)), C(fleetmedic_unschedulable),
     C(fleetmedic_foreign_signals), C(k8s_labels), C(k8s_taints) and C(fleetmedic_annotations)
     (only the C(fleetmedic.io/) annotations, raw strings). Values read from the cluster are
@@ -77,13 +78,13 @@ options:
     description:
       - Include a node when one of its states is in this list. A node's states are its repair
         state (V(reset), V(reboot), V(power_cycle), V(reimage), V(replace) or V(manual)) when it has one,
-        V(foreign) when another tool's signal stands on it, V(slow_network) when it
-        carries that taint, and V(healthy) when it has neither.
+        V(foreign) when another tool's signal stands on it, V(slow_network) or V(maintenance)
+        when it carries that taint, and V(healthy) when it has none of these.
       - Leave out V(healthy) for an inventory of only the broken nodes.
     type: list
     elements: str
-    choices: [healthy, reset, reboot, power_cycle, reimage, replace, manual, slow_network, foreign]
-    default: [healthy, reset, reboot, power_cycle, reimage, replace, manual, slow_network, foreign]
+    choices: [healthy, reset, reboot, power_cycle, reimage, replace, manual, slow_network, maintenance, foreign]
+    default: [healthy, reset, reboot, power_cycle, reimage, replace, manual, slow_network, maintenance, foreign]
   vendors:
     description: Only nodes of these GPU vendors (from the C(fleetmedic.io/gpu-vendor) label). Empty means all.
     type: list
@@ -103,8 +104,8 @@ options:
     description:
       - Custom taint names, each overriding one entry of O(taint_preset). Must match the
         controller's config.
-      - Keys V(reset), V(reboot), V(power_cycle), V(reimage), V(replace), V(manual) and V(slow_network), each a
-        dict with C(key) and C(value).
+      - Keys V(reset), V(reboot), V(power_cycle), V(reimage), V(replace), V(manual), V(slow_network)
+        and V(maintenance), each a dict with C(key) and C(value).
     type: dict
   foreign_signals:
     description:
@@ -134,7 +135,7 @@ options:
 EXAMPLES = r"""
 # inventory/tainted.k8s_nodes.yml: only nodes fleetmedic has fenced, from $KUBECONFIG
 plugin: fleetmedic.fleet.k8s_nodes
-states: [reset, reboot, power_cycle, reimage, replace, manual, slow_network, foreign]
+states: [reset, reboot, power_cycle, reimage, replace, manual, slow_network, maintenance, foreign]
 ---
 # Every GPU node of one pool, with an explicit kubeconfig and context, the OSSCI taint names,
 # and the SSH address from a label set by the provisioning system.

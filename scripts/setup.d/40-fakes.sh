@@ -5,6 +5,7 @@
 #   bin/{amd-smi,rocm-smi,rocminfo}  fake AMD tools (tests/fakes/amd/amdfake.py)
 #   bin/nvidia-smi                   fake nvidia-smi (tests/fakes/nvidia/nvidiasmi.py)
 #   bin/dcgmi                        fake dcgmi diag (tests/fakes/dcgm/dcgmi.py)
+#   bin/rvs                          fake ROCm Validation Suite (tests/fakes/rvs/rvs.py)
 # Rebuilt only when a source, this script or the compiler changes (key in
 # build/.stamp). Files are replaced atomically in place, never the directory,
 # so nodes that already mount it see the new build.
@@ -15,14 +16,14 @@ OUT="$SRC/build"
 log() { printf '[fakes] %s\n' "$*" >&2; }
 
 CC="${CC:-gcc}"
-KEY="$( { cat "${BASH_SOURCE[0]}" "$SRC/nvml/fake_nvml.c" "$SRC/amd/amdfake.py" "$SRC/nvidia/nvidiasmi.py" "$SRC/dcgm/dcgmi.py"; "$CC" --version | head -1; } \
+KEY="$( { cat "${BASH_SOURCE[0]}" "$SRC/nvml/fake_nvml.c" "$SRC/amd/amdfake.py" "$SRC/nvidia/nvidiasmi.py" "$SRC/dcgm/dcgmi.py" "$SRC/rvs/rvs.py"; "$CC" --version | head -1; } \
         | sha256sum | cut -c1-16)"
 if [[ -f $OUT/.stamp && "$(cat "$OUT/.stamp")" == "$KEY" && -x $OUT/bin/rocminfo \
-      && -x $OUT/bin/nvidia-smi && -x $OUT/bin/dcgmi && -f $OUT/lib/libnvidia-ml.so.1 ]]; then
+      && -x $OUT/bin/nvidia-smi && -x $OUT/bin/dcgmi && -x $OUT/bin/rvs && -f $OUT/lib/libnvidia-ml.so.1 ]]; then
   exit 0
 fi
 
-log "building fake libnvidia-ml.so.1, nvidia-smi, dcgmi and AMD tools ($KEY)"
+log "building fake libnvidia-ml.so.1, nvidia-smi, dcgmi, rvs and AMD tools ($KEY)"
 mkdir -p "$OUT/lib" "$OUT/bin"
 "$CC" -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
   -Wl,-soname,libnvidia-ml.so.1 -o "$OUT/lib/.libnvidia-ml.so.1.tmp" "$SRC/nvml/fake_nvml.c"
@@ -35,4 +36,6 @@ install -m 0755 "$SRC/nvidia/nvidiasmi.py" "$OUT/bin/.nvidia-smi.tmp"
 mv -f "$OUT/bin/.nvidia-smi.tmp" "$OUT/bin/nvidia-smi"
 install -m 0755 "$SRC/dcgm/dcgmi.py" "$OUT/bin/.dcgmi.tmp"
 mv -f "$OUT/bin/.dcgmi.tmp" "$OUT/bin/dcgmi"
+install -m 0755 "$SRC/rvs/rvs.py" "$OUT/bin/.rvs.tmp"
+mv -f "$OUT/bin/.rvs.tmp" "$OUT/bin/rvs"
 echo "$KEY" > "$OUT/.stamp"

@@ -55,7 +55,9 @@ def inventory(source: Path | str, *args: str, env: dict | None = None, check: bo
 
 def taint(state: str, vocab: str = "default") -> dict:
     names = preset(vocab)
-    return (names.slow_network if state == "slow_network" else names.repair(state)).as_taint()
+    if state in ("slow_network", "maintenance"):
+        return getattr(names, state).as_taint()
+    return names.repair(state).as_taint()
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +71,7 @@ def fleet_nodes(kube):
         "reimage": ([taint("reimage")], "amd"),
         "manual": ([taint("manual")], "amd"),
         "slow": ([taint("slow_network")], "nvidia"),
+        "swept": ([taint("maintenance")], "nvidia"),
         "both": (
             [
                 taint("reboot"),
@@ -169,6 +172,19 @@ def test_graph_shows_tainted_nodes_in_their_groups(kube, fleet_nodes, tmp_path):
     assert hostvars[n["both"]]["fleetmedic_foreign_signals"] == ["taint trainy.konduktor.ai/faulty"]
 
 
+def test_a_node_under_a_sweep_is_in_maintenance_not_healthy(kube, fleet_nodes, tmp_path):
+    """Every state (the default): a node a diagnostic sweep holds is not offered as healthy
+    to an ad-hoc play."""
+    n = fleet_nodes["names"]
+    src = write_config(tmp_path, kubeconfig=kube.kubeconfig, label_selector=fleet_nodes["selector"])
+    listing = listing_of(src)
+    assert listing["maintenance"]["hosts"] == [n["swept"]]
+    assert groups_of(listing, n["swept"]) == {"maintenance", "vendor_nvidia"}
+    assert listing["healthy"]["hosts"] == [n["healthy"]]
+    swept = listing["_meta"]["hostvars"][n["swept"]]
+    assert swept["fleetmedic_state"] == "healthy" and swept["fleetmedic_maintenance"] is True
+
+
 def test_shipped_inventory_file_with_kubeconfig_from_environment(kube, fleet_nodes):
     """inventory/tainted.k8s_nodes.yml as shipped: every fenced node, no healthy one."""
     env = ansible_env(FLEETMEDIC_KUBECONFIG=str(kube.kubeconfig))
@@ -210,7 +226,8 @@ def test_constructed_keyed_groups_on_real_nodes(kube, fleet_nodes, tmp_path):
     )
     listing = listing_of(src)
     n = fleet_nodes["names"]
-    assert set(listing["state_healthy"]["hosts"]) == {n["healthy"], n["slow"]}
+    # the repair state only: a slow or swept node has none
+    assert set(listing["state_healthy"]["hosts"]) == {n["healthy"], n["slow"], n["swept"]}
     assert listing["_meta"]["hostvars"][n["manual"]]["ansible_user"] == "ops"
 
 

@@ -1,16 +1,17 @@
 """Diagnostic sweeps of idle nodes end to end (issue 20 part 4): a real API server with kwok
 Nodes and kwok pods, nspawn nodes behind real sshd, playbooks/sweep.yml through
 ansible-runner running the real `fleetmedic diag --level 2` on each node. The GPU side
-is the only stand-in: the fake `dcgmi` (tests/fakes/dcgm) replays a published capture
-from each node's scenario file.
+is the only stand-in: the fake `dcgmi` (tests/fakes/dcgm) and, on the AMD node, the fake
+`rvs` (tests/fakes/rvs) replay a published capture from each node's scenario file.
 
 One 6-node fleet serves the module:
 
 - six Nodes, kwok pods asking for a GPU on two: only the four idle ones are swept, never
   more than ``max_concurrent`` (2) at once; the controller is SIGKILLed while two sweeps
   run, and its successor takes both maintenance taints off and sweeps those nodes again;
-  the node whose level-2 run fails enters the ladder (manual: SM Stress is hardware) with
-  the diagnostics as its last finding; `fleetmedic status` shows each node's last sweep;
+  the NVIDIA node whose level-2 run fails enters the ladder (manual: SM Stress is
+  hardware) with the diagnostics as its last finding, and so does the AMD node whose
+  `rvs -r 2` fails GST; `fleetmedic status` shows each node's last sweep;
 - a pod bound to a node after the sweep decided it was idle (a pod cache one event
   behind, as an informer can be): the node is released untouched, never diagnosed.
 """
@@ -33,7 +34,8 @@ from tests.harness.fleet import FleetError, start_fleet
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
-DCGM = Path(__file__).parents[1] / "unit" / "checks" / "data" / "dcgm"
+DATA = Path(__file__).parents[1] / "unit" / "checks" / "data"
+DCGM = DATA / "dcgm"
 MAINTENANCE = "fleetmedic.io/maintenance"
 LAST_SWEEP = "fleetmedic.io/last-sweep"
 GPU_POD = {"containers": [{"name": "main", "image": "registry.invalid/fleetmedic/pause:1",
@@ -45,6 +47,12 @@ def dcgmi(node, capture: str, exit_code: int = 0, hang: float = 0) -> None:
     text = (DCGM / capture).read_text()
     scenario = {"output": text, "exit": exit_code, "hang": hang}
     (node.state_dir / "dcgmi.json").write_text(json.dumps(scenario))
+
+
+def rvs(node, capture: str, exit_code: int = 0) -> None:
+    """What the node's fake rvs prints next."""
+    scenario = {"output": (DATA / "rvs" / capture).read_text(), "exit": exit_code}
+    (node.state_dir / "rvs.json").write_text(json.dumps(scenario))
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +128,15 @@ def test_only_idle_nodes_n_at_a_time_a_kill_leaves_no_taint_a_failure_enters_the
     busy, idle = names[:2], names[2:]
     for name in busy:
         kube.make_pods(name, spec=GPU_POD)
-    failing = names[5]
+    failing, amd = names[5], names[4]
     dcgmi(fleet.nodes[5], "fail-sm-stress.json", exit_code=226)
+    kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{amd}",
+        {"metadata": {"labels": {"fleetmedic.io/gpu-vendor": "amd"}}},
+        content_type="application/merge-patch+json",
+    )
+    rvs(fleet.nodes[4], "gst-fail-assembled.txt", exit_code=1)
     cfg = sweep_config(kube, fleet, pool, tmp_path / "a")
     with Watch(kube, pool) as watch:
         first = ControllerProcess(cfg, tmp_path / "first.log").start()
@@ -151,7 +166,7 @@ def test_only_idle_nodes_n_at_a_time_a_kill_leaves_no_taint_a_failure_enters_the
     for name in idle:
         swept = annotation(kube, name, LAST_SWEEP)
         assert (swept["result"], swept["level"]) == (
-            "fail" if name == failing else "pass",
+            "fail" if name in (failing, amd) else "pass",
             2,
         ), swept
     for name in busy:
@@ -162,6 +177,14 @@ def test_only_idle_nodes_n_at_a_time_a_kill_leaves_no_taint_a_failure_enters_the
     assert finding["kind"] == "diag" and "SM Stress" in finding["summary"]
     assert finding["tests"][0]["name"] == "SM Stress" and finding["tests"][0]["gpus"] == [0]
     assert annotation(kube, failing, "fleetmedic.io/last-results")["diag"]["status"] == "problem"
+    # the AMD node ran `rvs -r 2` (its label picks the vendor), and GST's miss is hardware
+    assert state_of(kube, amd) == "manual"
+    finding = annotation(kube, amd, "fleetmedic.io/last-finding")
+    assert finding["kind"] == "diag" and finding["summary"].startswith("sweep level 2: diag.rvs")
+    assert (
+        "rvs -r 2 failed: gst-1215Tflops-4K4K8K-rand-fp8 (gst, GPU 0000:15:00.0)"
+        in (finding["summary"])
+    )
     rows = {r["name"]: r for r in status}
     assert rows[idle[0]]["last_sweep"]["result"] == "pass" and rows[busy[0]]["last_sweep"] is None
     assert "LAST SWEEP" in table.splitlines()[0]

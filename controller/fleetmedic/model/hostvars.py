@@ -22,20 +22,30 @@ from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
 
 STATE_GROUPS = {state: f"repair_{state}" for state in REPAIR_STATES}
-ALL_GROUPS = ("in_repair", *STATE_GROUPS.values(), "slow_network", "foreign", "healthy")
+ALL_GROUPS = (
+    "in_repair",
+    *STATE_GROUPS.values(),
+    "slow_network",
+    "maintenance",
+    "foreign",
+    "healthy",
+)
 WITHHELD = "(withheld: looks like a template)"
 _TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.:_-]{0,252})?|\[[0-9A-Fa-f:.]+\]")
 
 
 def node_tags(view: NodeView) -> list[str]:
-    """The states a node counts as: its repair state, ``slow_network``, ``foreign`` (another
-    tool's signal stands on it), or ``healthy`` when none of these."""
+    """The states a node counts as: its repair state, ``slow_network``, ``maintenance`` (a
+    diagnostic sweep holds it), ``foreign`` (another tool's signal stands on it), or
+    ``healthy`` when none of these: a node being swept is not free for an ad-hoc play."""
     tags = []
     if view.state != "healthy":
         tags.append(view.state)
     if view.slow_network:
         tags.append("slow_network")
+    if view.maintenance:
+        tags.append("maintenance")
     if view.foreign:
         tags.append("foreign")
     return tags or ["healthy"]
@@ -71,6 +81,7 @@ def host_vars(view: NodeView, address: str | None) -> dict[str, Any]:
     hostvars: dict[str, Any] = {
         "fleetmedic_state": view.state,
         "fleetmedic_slow_network": view.slow_network,
+        "fleetmedic_maintenance": view.maintenance,
         "fleetmedic_vendor": view.vendor,
         "fleetmedic_unschedulable": view.unschedulable,
         "fleetmedic_foreign_signals": list(view.foreign_signals),

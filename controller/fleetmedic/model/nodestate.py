@@ -128,6 +128,7 @@ class NodeView:
     taints: tuple[Mapping[str, Any], ...]
     resource_version: str | None
     condition: tuple[str, str] | None = None  # our NodeCondition as it stands: status, reason
+    maintenance: bool = False  # a diagnostic sweep's taint is on it (policy/sweep.py)
 
     @property
     def in_repair(self) -> bool:
@@ -182,6 +183,7 @@ def view(
         taints=tuple(taints),
         resource_version=meta.get("resourceVersion"),
         condition=own_condition(node),
+        maintenance=any(vocab.maintenance.matches(t) for t in taints),
     )
 
 

@@ -156,6 +156,25 @@ def test_last_finding_falls_back_to_foreign_signals():
     assert last_finding(v, []) == "taint trainy.konduktor.ai/faulty"
 
 
+def test_a_node_held_by_a_sweep_is_in_maintenance_not_healthy():
+    swept = node("a")
+    swept["spec"]["taints"] = [CFG.vocabulary().maintenance.as_taint()]
+    fenced_too = node("b", "reboot")
+    fenced_too["spec"]["taints"].append(CFG.vocabulary().maintenance.as_taint())
+    a, b, c = views(swept, fenced_too, node("c"))
+    assert (
+        a.maintenance
+        and a.state == "healthy"
+        and host_groups(a)
+        == [
+            "maintenance",
+            "vendor_nvidia",
+        ]
+    )
+    assert host_groups(b) == ["repair_reboot", "maintenance", "vendor_nvidia"]
+    assert not c.maintenance and host_groups(c) == ["healthy", "vendor_nvidia"]
+
+
 def test_controller_host_vars_keep_templates_and_odd_addresses_out():
     [v] = views(
         node(

@@ -60,8 +60,9 @@ def node(name, taints=(), labels=None, annotations=None, ip="10.0.0.1", conditio
 
 def taint(state, vocab="default"):
     names = preset(vocab)
-    t = (names.slow_network if state == "slow_network" else names.repair(state)).as_taint()
-    return t
+    if state in ("slow_network", "maintenance"):
+        return getattr(names, state).as_taint()
+    return names.repair(state).as_taint()
 
 
 NVIDIA = {"fleetmedic.io/gpu-vendor": "nvidia"}
@@ -138,6 +139,7 @@ def test_wrong_plugin_name_is_rejected(plugin, tmp_path):
         (["slow_network"], ["slow_network"], "healthy"),
         (["reboot", "slow_network"], ["in_repair", "repair_reboot", "slow_network"], "reboot"),
         (["reboot", "manual"], ["in_repair", "repair_manual"], "manual"),  # furthest step wins
+        (["maintenance"], ["maintenance"], "healthy"),  # a sweep holds it: not free
     ],
 )
 def test_groups_by_state(plugin, tmp_path, preset_name, taints, groups, state):
@@ -149,6 +151,7 @@ def test_groups_by_state(plugin, tmp_path, preset_name, taints, groups, state):
     # the one place that computes state agrees
     assert state == nodestate.view(n, preset(preset_name)).state
     assert host.vars["fleetmedic_slow_network"] is ("slow_network" in taints)
+    assert host.vars["fleetmedic_maintenance"] is ("maintenance" in taints)
 
 
 def test_other_preset_taints_are_not_ours(plugin, tmp_path):
