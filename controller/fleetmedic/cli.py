@@ -34,6 +34,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Show what the next cycle would do, changing nothing.",
     ),
     "release": ("fleetmedic.controller.cli:release", "Return a node in manual repair to service."),
+    "quarantine": (
+        "fleetmedic.controller.cli:quarantine",
+        "Deep diagnostics and a recommendation before a node returns to service.",
+    ),
     "history": (
         "fleetmedic.controller.cli:history",
         "Show a node's whole history: repair attempts and Events, newest first.",

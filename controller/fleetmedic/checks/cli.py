@@ -30,7 +30,7 @@ from fleetmedic.errors import ConfigError
 DEFAULT_CONFIG = Path("/etc/fleetmedic/check.yaml")
 
 
-def _load_config(path: Path | None) -> dict[str, Any]:
+def load_config_file(path: Path | None) -> dict[str, Any]:
     if path is None or (path == DEFAULT_CONFIG and not path.exists()):
         return {}
     try:
@@ -159,7 +159,7 @@ def check(
     config_path: Path | None,
 ) -> None:
     """Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown)."""
-    data = _load_config(config_path)
+    data = load_config_file(config_path)
     overrides: tuple[tuple[str, Any], ...] = (
         ("vendor", vendor),
         ("expected_gpus", expected_gpus),

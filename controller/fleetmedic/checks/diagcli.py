@@ -6,6 +6,11 @@ NVIDIA: ``dcgmi diag -r N`` (levels 1-4); AMD: the ROCm Validation Suite's ``rvs
 Exit status as ``fleetmedic check``: 0 passed, 1 a test failed, 2 unknown (the tool is
 missing, timed out, or printed no diagnostic). ``--json`` prints the result with every
 test's per-GPU outcome, for the diagnostics playbook to keep as evidence.
+
+``--fabric`` also reads the RDMA ports (``fabric.ports``; with the check config's hardware
+profile, its RDMA figures too), as the quarantine rung's run does: the JSON gains a
+``fabric`` list of those results and the exit status is the worse of both. One reading
+only, so counter growth is not judged here (the agent's rounds do that).
 """
 
 from __future__ import annotations
@@ -13,13 +18,19 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import threading
+from pathlib import Path
 
 import click
 
 from fleetmedic.checks import rvs as rvs_tool
-from fleetmedic.checks.base import EXIT_CODES, unknown
+from fleetmedic.checks.base import EXIT_CODES, CheckResult, unknown, worst
+from fleetmedic.checks.cli import DEFAULT_CONFIG, load_config_file
+from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.diag import DEFAULT_TIMEOUTS as DCGM_LEVELS
 from fleetmedic.checks.diag import run_dcgm
+from fleetmedic.checks.runner import fabric_checks, resolve_profile
+from fleetmedic.errors import ConfigError
 
 
 def pick_vendor(dcgmi: str, rvs: str) -> str | None:
@@ -51,10 +62,38 @@ def pick_vendor(dcgmi: str, rvs: str) -> str | None:
 @click.option("--dcgmi", default="dcgmi", show_default=True, help="dcgmi program to run.")
 @click.option("--rvs", default="rvs", show_default=True, help="rvs program to run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--fabric",
+    is_flag=True,
+    help="Also check the RDMA ports (state; rate and count against the check config's "
+    "hardware profile): the quarantine rung's run.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="FLEETMEDIC_CHECK_CONFIG",
+    default=DEFAULT_CONFIG,
+    show_default=True,
+    help="The node's check settings (as `fleetmedic check`): read for --fabric only.",
+)
 def diag(
-    level: int, vendor: str, timeout: float | None, dcgmi: str, rvs: str, as_json: bool
+    level: int,
+    vendor: str,
+    timeout: float | None,
+    dcgmi: str,
+    rvs: str,
+    as_json: bool,
+    fabric: bool,
+    config_path: Path | None,
 ) -> None:
     """Run the vendor's diagnostics at LEVEL with a timeout and judge them (exit 0/1/2)."""
+    cfg = None
+    if fabric:
+        try:
+            cfg = CheckConfig.from_mapping(load_config_file(config_path))
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
     chosen = pick_vendor(dcgmi, rvs) if vendor == "auto" else vendor
     if chosen == "nvidia" and level not in DCGM_LEVELS:
         raise click.UsageError(f"DCGM has levels 1-4, not {level}")
@@ -64,9 +103,31 @@ def diag(
         result = rvs_tool.run_rvs(level, timeout=timeout, rvs=rvs)
     else:
         result = unknown("diag", f"neither {dcgmi} nor {rvs} is installed", level=level)
+    ports = fabric_results(cfg) if cfg is not None else None
+    status = worst([result.status, *(r.status for r in ports or ())])
     if as_json:
-        click.echo(json.dumps(result.to_dict(), sort_keys=True))
+        doc = result.to_dict()
+        if ports is not None:
+            doc["fabric"] = [r.to_dict() for r in ports]
+        click.echo(json.dumps(doc, sort_keys=True))
     else:
         rung = f" (rung: {result.action})" if result.action else ""
         click.echo(f"{result.name}: {result.status}: {result.summary}{rung}")
-    sys.exit(EXIT_CODES[result.status])
+        for r in ports or ():
+            click.echo(f"{r.name}: {r.status}: {r.summary}")
+    sys.exit(EXIT_CODES[status])
+
+
+def fabric_results(cfg: CheckConfig) -> list[CheckResult]:
+    """The fabric checks once, within the check timeout (a sysfs read of a wedged driver
+    can block: then unknown, never healthy)."""
+    profile, why = resolve_profile(cfg)
+    out: list[CheckResult] = []
+    thread = threading.Thread(
+        target=lambda: out.extend(fabric_checks(cfg, profile)), name="fabric", daemon=True
+    )
+    thread.start()
+    thread.join(cfg.timeout)
+    if thread.is_alive():
+        return [unknown("fabric.probe", f"RDMA ports not read within {cfg.timeout:g}s", "network")]
+    return ([why] if why else []) + out

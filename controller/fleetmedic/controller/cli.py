@@ -13,6 +13,8 @@ command with one line, ``fleetmedic: error: ...``, and exit status 1.
   Reads only.
 - ``release NODE``: a human returns a ``manual`` node to service (``--force`` for a node
   the controller is still working on).
+- ``quarantine NODE [--dry-run]``: deep diagnostics and a recommendation before the node
+  returns to service (a node in service is fenced at its ladder's first rung for it).
 - ``reset [--yes]``: remove every fleetmedic taint (exact key, value and effect: only
   ours), our records and our own cordons, from every node.
 - ``breaker status [--json]`` / ``breaker reset [--yes]``: the circuit breaker as recorded
@@ -532,6 +534,48 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
     back = chat.repaired(node, f"released by {operator()} ({v.state} -> healthy)")
     for line in deliver_now(cfg, v, back):
         click.echo(f"fleetmedic: warning: {line}", err=True)
+
+
+@click.command("quarantine")
+@_common
+@click.argument("node")
+@click.option("--dry-run", is_flag=True, help="Say what it would do; change nothing.")
+def quarantine(cfg: Config, kubeconfig: str | None, node: str, dry_run: bool) -> None:
+    """Run deep diagnostics on a node before it returns to service (the quarantine rung).
+
+    The controller runs `ladder.quarantine.playbook` (level `ladder.quarantine.level`
+    diagnostics and the fabric checks) when the node's repair passes, and records its
+    recommendation (return-to-service or replace) in the fleetmedic.io/quarantine
+    annotation. A node in service is fenced at its ladder's first rung first.
+    """
+    from fleetmedic.policy import quarantine as qmod
+    from fleetmedic.policy.history import stamp
+    from fleetmedic.policy.profiles import assign
+
+    kube = connect(cfg, kubeconfig)
+    try:
+        v = view_of(kube.get_node(node), cfg.vocabulary(), cfg.foreign())
+    except NotFoundError:
+        raise NotFoundError(f"node {node} not found") from None
+    profile = assign([v], cfg).profile_of.get(v.name)
+    if profile is None:
+        raise FleetmedicError(f"node {node} matches no single profile: see `fleetmedic status`")
+    by = operator()
+    try:
+        upd, what = qmod.ask(v, cfg.profile(profile), by, stamp(now()))
+    except ValueError as exc:
+        raise FleetmedicError(f"node {node} cannot be quarantined: {exc}") from None
+    if dry_run:
+        click.echo(f"{node}: would ask for a quarantine ({what}); nothing changed")
+        return
+    from fleetmedic.controller import audit, conditions
+
+    written = kube.update_node(node, upd.apply_for(cfg.vocabulary()))
+    for ev in upd.events:
+        kube.post_event(written, ev.reason, ev.message, ev.type)
+    conditions.publish(kube, view_of(written, cfg.vocabulary(), cfg.foreign()))
+    audit.record(by, node, "quarantine", what, "written")
+    click.echo(f"{node}: quarantine requested by {by} ({what})")
 
 
 @click.command("reset")

@@ -208,7 +208,7 @@ class Executor:
         )
         if result.status == LOST:  # (the host's own status then only says "no answer")
             return Outcome(LOST, result.run_id, host.message, host.task)
-        return Outcome(host.status, result.run_id, host.message, host.task)
+        return Outcome(host.status, result.run_id, host.message, host.task, stdout=host.stdout)
 
     # -- drain --------------------------------------------------------------
     def _drain(self, action: Action, *_: object) -> Outcome:

@@ -79,6 +79,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.quarantines = Counter(
+            "fleetmedic_quarantines",
+            "Quarantine rung runs judged, by recommendation "
+            "(return-to-service, replace, unknown: the node stays fenced for a human)",
+            ["recommendation"],
+            registry=r,
+        )
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )

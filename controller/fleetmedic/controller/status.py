@@ -1,7 +1,8 @@
 """``fleetmedic status``: one row per node, from its Node alone (no controller needed).
 
 The row says the node's state, since when, what is under way, this episode's attempts,
-the last finding and, on fleets that sweep, when the node was last swept and the result;
+the last finding, on fleets that sweep when the node was last swept and the result, and
+for a node that went through the quarantine rung its last recommendation;
 ``render_status`` lays rows out as the table an on-call engineer reads, ``--json`` prints
 the rows themselves.
 """
@@ -14,6 +15,7 @@ from typing import Any
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES, Vocabulary
+from fleetmedic.policy import quarantine
 from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
 from fleetmedic.policy.inflight import Escalated, InFlight
 from fleetmedic.policy.sweep import LastSweep
@@ -49,6 +51,10 @@ def node_status(
         doing = "sweep under way (maintenance taint)"
     else:
         doing = ""
+    asked = quarantine.requested(v)
+    if asked and not (fl and fl.phase == quarantine.PHASE):
+        doing = "; ".join(d for d in (doing, f"quarantine requested by {asked}") if d)
+    q = quarantine.read(v)
     entered_by = v.annotations.get(keys.ANN_ENTERED_BY)
     if entered_by:
         fenced_by = entered_by
@@ -78,6 +84,12 @@ def node_status(
             if swept
             else None
         ),
+        "quarantine": (
+            {k: q.get(k) for k in ("recommendation", "at", "level", "why", "summary", "run")}
+            if q
+            else None
+        ),
+        "quarantine_requested": asked,
         "last_sweep_age": _age(swept.at, at) if swept else "",
     }
 
@@ -110,6 +122,15 @@ def _sweep_cell(row: dict, as_time: bool) -> str:
     return f"{swept['result']} {when}"
 
 
+def _quarantine_cell(row: dict, at_time: bool) -> str:
+    """``replace (L3 14:02:11)``: the last recommendation, its level and when."""
+    q = row.get("quarantine")
+    if not q:
+        return ""
+    when = f" {str(q.get('at') or '')[11:19]}" if at_time else ""
+    return f"{q['recommendation']} (L{q.get('level', '?')}{when})"
+
+
 def _age(stamp: str | None, at: datetime) -> str:
     """``42s``, ``5m12s``, ``3h05m``, ``2d04h``."""
     t = parse_time(stamp)
@@ -137,6 +158,9 @@ def render_status(
     sweeps = any(r.get("last_sweep") for r in rows)
     if sweeps:  # LAST SWEEP only on fleets that sweep idle nodes
         head = (*head[:-1], "LAST SWEEP", head[-1])
+    quarantined = any(r.get("quarantine") for r in rows)
+    if quarantined:  # QUARANTINE only once some node went through the rung
+        head = (*head[:-1], "QUARANTINE", head[-1])
     if profiles:  # a PROFILE column only where there are profiles to tell apart
         head = ("NODE", "PROFILE", *head[1:])
     table = [head]
@@ -155,6 +179,8 @@ def render_status(
         )
         if sweeps:
             cells = (*cells[:-1], _sweep_cell(r, since_as_time), cells[-1])
+        if quarantined:
+            cells = (*cells[:-1], _quarantine_cell(r, at_time=since_as_time), cells[-1])
         if others:
             cells = (state, r.get("fenced_by") or "", *cells[1:])
         table.append((r["name"], r.get("profile", ""), *cells) if profiles else (r["name"], *cells))

@@ -22,9 +22,10 @@ from fleetmedic.controller.leadership import Leadership
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.recorder import Recorder
 from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
+from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import ladder
+from fleetmedic.policy import ladder, quarantine
 from fleetmedic.policy.actions import Action, Kind, Stale
 
 log = logging.getLogger(__name__)
@@ -124,3 +125,7 @@ class NodeWork:
                 raise
             # the hand-off deleted the Node: the audit line above and the email are its record
             log.info("%s: replaced; the Node is gone with its record", action.node)
+            return
+        said = quarantine.recommendation_of(upd.annotations.get(keys.ANN_QUARANTINE))
+        if said is not None and action.phase == quarantine.PHASE:
+            self.metrics.quarantines.labels(recommendation=said).inc()

@@ -32,6 +32,8 @@ ANN_FOREIGN_HANDLED = PREFIX + "foreign-handled"  # controller: signals already 
 ANN_ENTERED_BY = PREFIX + "entered-by"  # controller: the tool whose signal began the episode
 ANN_LAST_SWEEP = PREFIX + "last-sweep"  # controller: when this node was last swept, and how
 ANN_REPLACED = PREFIX + "replaced"  # controller: handed to the cloud for a new instance
+ANN_QUARANTINE = PREFIX + "quarantine"  # controller: deep diagnostics' recommendation
+ANN_QUARANTINE_REQUEST = PREFIX + "quarantine-request"  # a human: `fleetmedic quarantine`
 
 ALL_ANNOTATIONS = (
     ANN_SSH_HOST,
@@ -48,4 +50,6 @@ ALL_ANNOTATIONS = (
     ANN_ENTERED_BY,
     ANN_LAST_SWEEP,
     ANN_REPLACED,
+    ANN_QUARANTINE,
+    ANN_QUARANTINE_REQUEST,
 )

@@ -153,6 +153,7 @@ class Outcome:
     task: str | None = None
     boot_id: str | None = None
     retry_at: str | None = None  # held: when to try again (RFC 3339)
+    stdout: str = ""  # a run's last task's stdout (the quarantine's diagnostics)
 
     @property
     def ok(self) -> bool:

@@ -26,10 +26,10 @@ def damped(attempts: Iterable[Attempt], now: datetime, count: int, window: float
 
 
 def reason(count: int, window: float) -> str:
-    return f"entered repair {count} times within {_human(window)}: the ladder is not fixing it"
+    return f"entered repair {count} times within {human(window)}: the ladder is not fixing it"
 
 
-def _human(seconds: float) -> str:
+def human(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"

@@ -59,6 +59,7 @@ class Attempt:
     phase: str | None = None  # the phase it ended in (where it failed)
     run_id: str | None = None  # the ansible-runner run of that phase
     message: str = ""
+    fault: str | None = None  # on a pass: the fault it cured (policy/quarantine.py fault_of)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -79,6 +80,7 @@ class Attempt:
                 phase=data.get("phase"),
                 run_id=data.get("run_id"),
                 message=str(data.get("message", "")),
+                fault=str(data["fault"]) if data.get("fault") else None,
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -35,6 +35,10 @@ A step ends in a verify (a pass returns the node to service) or, when it is term
 (``StepConfig.terminal``: the replace rung), in the hand-off to the cloud: its pass ends
 the node's life. The Node then keeps its taint and a ``replaced`` record until the cloud
 removes it, and is never decided on again.
+
+A verify that passes may be held for quarantine (policy/quarantine.py): deep diagnostics
+with a recommendation, in a ``quarantine`` phase after the step's own; return to service
+passes the attempt, replace climbs to the pool's terminal step.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import flap, foreign
+from fleetmedic.policy import flap, foreign, quarantine
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
@@ -70,6 +74,7 @@ from fleetmedic.policy.steps import (
     after_lost,
     after_notify,
     after_probe,
+    after_quarantine,
     after_replace,
     fail_step,
     failure_text,
@@ -256,7 +261,7 @@ def _entered(n: NodeCtx) -> Action:
 def _continue(n: NodeCtx, fl: InFlight) -> Action:
     view, cfg, now = n.view, n.cfg, n.now
     phases = n.step_cfg(fl.step).phases
-    if fl.phase not in phases:
+    if fl.phase not in phases and fl.phase != quarantine.PHASE:
         new = n.first(fl.ep, fl.step, fl.attempt)
         return n.write(
             f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
@@ -310,6 +315,18 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             hostvars=_hostvars(view, fl, phases),
             resumed=resumed,
             disruptive=True,
+            **ctx,
+        )
+    if fl.phase == quarantine.PHASE:
+        q = cfg.ladder.quarantine
+        return n.action(
+            Kind.RUN,
+            f"{fl.step} passed verify: quarantine, level {q.level} diagnostics and the "
+            f"fabric checks{again}",
+            playbook=str(cfg.ansible.playbook_dir / q.playbook),
+            timeout=q.timeout,
+            hostvars={**_hostvars(view, fl, phases), "quarantine_level": q.level},
+            resumed=resumed,
             **ctx,
         )
     pb = cfg.ladder.playbooks.for_phase(fl.phase, view.vendor)
@@ -408,6 +425,8 @@ def complete(
         return after_probe(n, fl, outcome)
     if action.kind == Kind.DRAIN:
         return after_drain(n, fl, outcome)
+    if fl.phase == quarantine.PHASE:
+        return after_quarantine(n, fl, outcome)
     # Evidence capture is best effort: a failed diagnose must not block the repair. A node
     # that does not answer fails the rungs that need SSH at once (the ladder climbs), but
     # not power_cycle's: its BMC reaches a hung node, and keeps the event log as evidence.

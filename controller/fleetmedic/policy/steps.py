@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, StepConfig
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import foreign
+from fleetmedic.policy import foreign, quarantine
 from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     DRAIN_BLOCKED,
@@ -66,6 +66,8 @@ class NodeCtx:
 
     def phase_timeout(self, phase: str) -> float:
         """How long ``phase`` may take (its playbook's timeout, else the job timeout)."""
+        if phase == quarantine.PHASE:
+            return self.cfg.ladder.quarantine.timeout
         book = self.cfg.ladder.playbooks.for_phase(phase, self.view.vendor)
         return (book.timeout if book else None) or self.cfg.ansible.job_timeout
 
@@ -266,19 +268,22 @@ def next_phase(n: NodeCtx, fl: InFlight) -> Update:
     if i + 1 == len(phases) and n.step_cfg(fl.step).terminal:
         return _ended(n, fl)
     if i + 1 == len(phases):
-        theirs = foreign.after_repair(n.view)
-        done = n.attempt(fl.with_(notes=fl.notes + theirs.notes), PASS, "")
-        return n.update(
-            state=HEALTHY,
-            append=(done,),
-            uncordon=True,
-            annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None, **theirs.annotations},
-            remove_taints=theirs.remove_taints,
-            events=(
-                Event("Repaired", f"{fl.step} attempt {fl.attempt} passed verify"),
-                *_cleared_events(theirs),
-            ),
-        )
+        held = _quarantine_due(n)
+        if held:
+            into = fl.with_(
+                phase=quarantine.PHASE,
+                status=PENDING,
+                since=stamp(n.now),
+                run_id=None,
+                boot_id=None,
+                retry_at=None,
+                notes=(*fl.notes, f"quarantine: {held}"),
+            )
+            return n.update(
+                annotations={keys.ANN_IN_FLIGHT: into.encode()},
+                events=(Event("Quarantined", short(f"{fl.step} passed verify; {held}")),),
+            )
+        return returned(n, fl, f"{fl.step} attempt {fl.attempt} passed verify")
     nxt = fl.with_(
         phase=phases[i + 1],
         status=PENDING,
@@ -288,6 +293,64 @@ def next_phase(n: NodeCtx, fl: InFlight) -> Update:
         retry_at=None,
     )
     return n.update(annotations={keys.ANN_IN_FLIGHT: nxt.encode()})
+
+
+def returned(n: NodeCtx, fl: InFlight, said: str, extra: dict | None = None) -> Update:
+    """The attempt passed: back to service. The pass names the fault it cured, so the next
+    repair of the same fault can be counted (policy/quarantine.py)."""
+    theirs = foreign.after_repair(n.view)
+    done = n.attempt(fl.with_(notes=fl.notes + theirs.notes), PASS, "")
+    done = dataclasses.replace(done, fault=quarantine.fault_of(n.view))
+    return n.update(
+        state=HEALTHY,
+        append=(done,),
+        uncordon=True,
+        annotations={
+            keys.ANN_IN_FLIGHT: None,
+            keys.ANN_ESCALATED: None,
+            **theirs.annotations,
+            **(extra or {}),
+        },
+        remove_taints=theirs.remove_taints,
+        events=(Event("Repaired", said), *_cleared_events(theirs)),
+    )
+
+
+def _quarantine_due(n: NodeCtx) -> str | None:
+    """Why this return to service is held for quarantine (None: it is not)."""
+    who = quarantine.requested(n.view)
+    if who is not None:
+        return f"requested by {who}"
+    q = n.cfg.ladder.quarantine
+    fault = quarantine.fault_of(n.view)
+    if q.enabled and quarantine.due(n.history, fault, n.now, q.count, q.window):
+        return quarantine.reason(fault, q.count, q.window)
+    return None
+
+
+def after_quarantine(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
+    """The quarantine's recommendation, kept in its annotation (the request is answered):
+    return to service passes the repair; replace climbs to the pool's terminal step
+    (``replace`` where the ladder has it, else ``manual``, whose email carries the
+    diagnostics); unknown stays fenced for a human."""
+    q = n.cfg.ladder.quarantine
+    result = quarantine.judge(outcome.status, outcome.stdout, outcome.message)
+    why = next((x[len("quarantine: ") :] for x in fl.notes if x.startswith("quarantine: ")), "")
+    note = quarantine.record(result, q.level, stamp(n.now), outcome.run_id or "", why)
+    ann: dict[str, str | None] = {keys.ANN_QUARANTINE: note, keys.ANN_QUARANTINE_REQUEST: None}
+    said = f"quarantine level {q.level}: {result.recommendation}: {result.summary}"
+    if result.recommendation == quarantine.RETURN:
+        return returned(n, fl, short(f"{fl.step} attempt {fl.attempt} passed; {said}"), ann)
+    nxt = "replace" if result.recommendation == quarantine.REPLACE else MANUAL
+    if nxt not in n.cfg.ladder.order:
+        nxt = MANUAL
+    mark = n.attempt(fl, FAIL, said, outcome.run_id)
+    return n.update(
+        state=nxt,
+        append=(mark,),
+        annotations={**ann, keys.ANN_IN_FLIGHT: n.first(fl.ep, nxt, 1).encode()},
+        events=(Event("QuarantineFailed", short(f"{said}; next: {nxt}"), "Warning"),),
+    )
 
 
 def _ended(n: NodeCtx, fl: InFlight) -> Update:

@@ -87,3 +87,33 @@ def test_cli_json_and_exit_code(fake: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert out.exit_code == 2 and "DCGM has levels 1-4, not 5" in out.output
     out = CliRunner().invoke(cli, ["diag", "-r", "6"])
     assert out.exit_code == 2 and "6 is not in the range" in out.output
+
+
+def test_cli_fabric_adds_the_rdma_ports_and_the_worse_exit(
+    fake: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+    from test_checks_fabric import write_port
+
+    from fleetmedic.cli import cli
+    from fleetmedic.policy import quarantine
+
+    sysfs = tmp_path / "sys"
+    write_port(sysfs, "mlx5_0", "1")
+    config = tmp_path / "check.yaml"
+    config.write_text(f"fabric:\n  sysfs_root: {sysfs}\n")
+    monkeypatch.setenv("FAKE_DCGMI_OUTPUT", str(DATA / "pass-3.1.0.txt"))
+    argv = ["diag", "-r", "3", "--fabric", "--json", "--config", str(config)]
+    out = CliRunner().invoke(cli, argv)
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert [(r["name"], r["status"]) for r in doc["fabric"]] == [("fabric.ports", "ok")]
+    assert quarantine.judge("ok", out.output).recommendation == quarantine.RETURN
+    write_port(sysfs, "mlx5_0", "1", {"state": "1: DOWN\n", "phys_state": "3: Disabled\n"})
+    out = CliRunner().invoke(cli, argv)
+    assert out.exit_code == 1, "the diagnostics passed; the fabric did not"
+    res = quarantine.judge("ok", out.output)
+    assert res.recommendation == quarantine.REPLACE and "mlx5_0/1 DOWN/Disabled" in res.summary
+    assert len(res.tests) == len(json.loads(out.output)["evidence"]["tests"])

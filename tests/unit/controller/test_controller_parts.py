@@ -306,3 +306,23 @@ def test_status_shows_the_last_sweep_and_a_sweep_under_way():
     assert "pass 09:00:00" in render_status(rows, since_as_time=True)
     # fleets that do not sweep keep the old table
     assert "LAST SWEEP" not in render_status([node_status(running, NOW)])
+
+
+def test_status_shows_a_quarantine_request_and_the_last_recommendation():
+    from fleetmedic.policy import quarantine
+
+    res = quarantine.Result(quarantine.REPLACE, "diag.dcgm: SM Stress (GPU 1)")
+    record = quarantine.record(res, 3, "2026-11-21T11:00:00Z", "run-q", "requested by bob")
+    asked = quarantine.request_record("alice@bastion", "2026-11-21T11:30:00Z")
+    [done, waiting] = views(
+        node("q1", "manual", annotations={keys.ANN_QUARANTINE: record}),
+        node("q2", "reboot", annotations={keys.ANN_QUARANTINE_REQUEST: asked}),
+    )
+    rows = [node_status(done, NOW), node_status(waiting, NOW)]
+    assert rows[0]["quarantine"]["recommendation"] == "replace"
+    assert rows[0]["quarantine"]["why"] == "requested by bob"
+    assert rows[1]["quarantine_requested"] == "alice@bastion"
+    assert "quarantine requested by alice@bastion" in rows[1]["doing"]
+    table = render_status(rows, since_as_time=True).splitlines()
+    assert "QUARANTINE" in table[0] and "replace (L3 11:00:00)" in table[1]
+    assert "QUARANTINE" not in render_status([rows[1]])

@@ -227,6 +227,11 @@ class Config(Section):
             if c.sweep and c.sweep.enabled
         ]
         wanted += [
+            ("ladder.quarantine.playbook", self.ansible.playbook_dir / c.ladder.quarantine.playbook)
+            for c in every
+            if c.ladder.quarantine.enabled
+        ]
+        wanted += [
             ("ansible.config_file", self.ansible.config_file),
             (
                 "ansible.ssh_key",

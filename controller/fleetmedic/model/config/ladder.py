@@ -129,6 +129,32 @@ LADDER_ORDER_WITH_BMC: tuple[Rung, ...] = ("reset", "reboot", "power_cycle", "re
 assert Rung.__args__ == REPAIR_STATES, "the rungs are the vocabulary's repair states"  # type: ignore[attr-defined]
 
 
+class QuarantineConfig(Section):
+    """The quarantine rung (issue 20 part 5): deep diagnostics and the fabric checks before
+    a node that keeps failing the same way returns to service, with a recommendation
+    (return to service, or replace) kept in its ``fleetmedic.io/quarantine`` annotation."""
+
+    enabled: bool = False
+    """Quarantine automatically (by `count` and `window`). Off by default: it needs dcgmi
+    or rvs on the nodes, and a level-3 run holds a repaired node out of service for half
+    an hour or more; without the tools every such node would end in `manual`. A
+    `fleetmedic quarantine NODE` request is honoured either way."""
+    count: int = Field(2, ge=1, le=20)
+    """A repair that is the `count`-th return to service for the same fault (the same
+    catalog rule, e.g. Xid 79) within `window` is held for quarantine. 2, as the issue
+    asks: the second time is the first sign the repair does not cure the cause."""
+    window: Duration = Field(7 * 86400, ge=60)
+    """7 days: a fault that recurs within a week is the same fault."""
+    level: int = Field(3, ge=1, le=5)
+    """``dcgmi diag -r`` (1-4) or ``rvs -r`` (1-5) level. 3 (about 30 min): DCGM's
+    hardware stress tests; 4 adds hours of burn-in (the AWS suite's quarantine job)."""
+    playbook: str = "quarantine.yml"
+    """Path relative to ansible.playbook_dir (or absolute)."""
+    timeout: Duration = Field(3600, ge=10)
+    """The whole run: DCGM's level 3 takes about 30 minutes (its own limit is 46); raise it
+    to 2.5 h for level 4."""
+
+
 class LadderConfig(Section):
     order: tuple[Rung, ...] = LADDER_ORDER
     """The rungs, mildest first, ending in `manual`. A failed rung climbs to the next. A node
@@ -156,6 +182,9 @@ class LadderConfig(Section):
     don't repair" does. Off by default: a person who taints a node `manual` means a person.
     A failed hand-off still ends in `manual` and its email."""
     playbooks: PlaybooksConfig = PlaybooksConfig()
+    quarantine: QuarantineConfig = QuarantineConfig()
+    """Deep diagnostics before a node repaired again for the same fault returns to service
+    (policy/quarantine.py)."""
     probe_timeout: Duration = 60
     """Reading a node's boot_id over SSH; a minute covers a slow SSH login."""
     probe_interval: Duration = 15
