@@ -13,13 +13,16 @@ One 6-node fleet serves the module:
   hardware) with the diagnostics as its last finding, and so does the AMD node whose
   `rvs -r 2` fails GST; `fleetmedic status` shows each node's last sweep;
 - a pod bound to a node after the sweep decided it was idle (a pod cache one event
-  behind, as an informer can be): the node is released untouched, never diagnosed.
+  behind, as an informer can be): the node is released untouched, never diagnosed;
+- `fleetmedic plan` shows the sweeps the next cycle would start, those under way, and a
+  pool whose sweeps are held.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -106,7 +109,7 @@ class Watch:
             self.most = max(self.most, len(self.now))
 
 
-def sweep_config(kube, fleet, pool: str, workdir: Path) -> Path:
+def sweep_config(kube, fleet, pool: str, workdir: Path, max_concurrent: int = 2) -> Path:
     return ctlenv.write_config(
         workdir,
         kube,
@@ -114,7 +117,7 @@ def sweep_config(kube, fleet, pool: str, workdir: Path) -> Path:
         pool,
         None,
         {
-            "sweep": {"every": "1h", "max_concurrent": 2, "timeout": 120},
+            "sweep": {"every": "1h", "max_concurrent": max_concurrent, "timeout": 120},
             "safety": {"max_concurrent": 4},
         },
     )
@@ -225,3 +228,44 @@ def test_a_pod_bound_after_the_decision_releases_the_node_untouched(fleet, kube,
     assert annotation(kube, name, LAST_SWEEP) is None
     runs = tmp_path / "b" / "runs"
     assert not any("sweep" in p.name for p in runs.iterdir()) if runs.exists() else True
+
+
+def test_plan_shows_the_sweeps_the_next_cycle_would_start(fleet, kube, tmp_path):
+    """No controller runs: `plan` reads the Nodes and the GPU pods itself."""
+    pool = pool_name("swp")
+    busy, idle, recent, running = ctlenv.register(kube, fleet, pool, nodes=fleet.nodes[:4])
+    kube.make_pods(busy, spec=GPU_POD)
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    merge = "application/merge-patch+json"
+    swept = json.dumps({"at": at, "result": "pass", "level": 2})
+    kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{recent}",
+        {"metadata": {"annotations": {LAST_SWEEP: swept}}},
+        content_type=merge,
+    )
+    taint = {"key": MAINTENANCE, "value": "sweep", "effect": "NoSchedule"}
+    kube.request(
+        "PATCH", f"/api/v1/nodes/{running}", {"spec": {"taints": [taint]}}, content_type=merge
+    )
+
+    cfg = sweep_config(kube, fleet, pool, tmp_path / "p")
+    items = json.loads(ctlenv.cli(cfg, "plan", "--json").stdout)
+    sweeps = {i["node"]: i for i in items if i["action"] == "sweep"}
+    # the busy node and the one swept a moment ago are not due; one sweep runs, one starts
+    assert set(sweeps) == {idle, running}, items
+    assert sweeps[idle]["verdict"] == "do" and sweeps[idle]["reason"] == "idle, never swept"
+    assert sweeps[idle]["phase"] == "level 2" and sweeps[idle]["playbook"] == "sweep.yml"
+    assert sweeps[running]["verdict"] == "running"
+    text = ctlenv.cli(cfg, "plan").stdout
+    assert f"{idle}: sweep level 2 (-): idle, never swept" in text
+    assert "1 sweep(s) would start" in text.splitlines()[-1]
+
+    # one sweep at a time: the running one leaves no room, and the pool says so
+    cfg = sweep_config(kube, fleet, pool, tmp_path / "q", max_concurrent=1)
+    items = json.loads(ctlenv.cli(cfg, "plan", "--json").stdout)
+    held = [i for i in items if i["action"] == "sweep" and i["node"] is None]
+    assert [(h["verdict"], h["held_because"]) for h in held] == [
+        ("held", "no room in the sweep or repair budget")
+    ]
+    assert "sweeps of profile default: held: no room" in ctlenv.cli(cfg, "plan").stdout

@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # (the commands import the client and the loop only when they
     from fleetmedic.adapters.kube import Kube
     from fleetmedic.controller.loop import Controller, Sidecar
     from fleetmedic.controller.metrics import Metrics
+    from fleetmedic.policy.profiles import Assignment
 
 DEFAULT_CONFIG = Path("/etc/fleetmedic/controller.yaml")
 
@@ -408,7 +409,9 @@ def _terminal_width() -> int:
 @_common
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
-    """Show what the next cycle would do, changing nothing."""
+    """Show what the next cycle would do, changing nothing: each fenced node's next repair
+    action (or why it is held), and with `sweep:` the idle nodes a diagnostic sweep would
+    start on, the sweeps under way, and why a pool's sweeps are held."""
     from fleetmedic.controller.switches import Switches, read_switches
     from fleetmedic.policy import breaker as breakermod
     from fleetmedic.policy.actions import Kind
@@ -423,17 +426,19 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     if conflict:
         raise ConfigError(f"profiles: {conflict}")
     decisions = decide_all(vs, at, cfg, assignment=assignment)
-    switches = read_switches(kube, cfg) if actionable(decisions) else Switches()
+    wanted = actionable(decisions) or bool(cfg.sweeps())
+    switches = read_switches(kube, cfg) if wanted else Switches()
+    breaker_reason = {
+        name: breakermod.reason(breakermod.resume(switches.breaker_of(name)))
+        for name in cfg.profile_names()
+    }
     p = make_plan(
         vs,
         decisions,
         at,
         cfg,
         paused=switches.paused,
-        breaker_reason={
-            name: breakermod.reason(breakermod.resume(switches.breaker_of(name)))
-            for name in cfg.profile_names()
-        },
+        breaker_reason=breaker_reason,
         assignment=assignment,
     )
     held = {a.node: why for a, why in p.admission.held}
@@ -457,6 +462,10 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
                 "playbook": a.playbook,
             }
         )
+    if cfg.sweeps():
+        items += _sweep_items(
+            kube, cfg, vs, at, assignment, admitted, switches.paused, breaker_reason
+        )
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
@@ -465,12 +474,77 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         tail = {"do": "", "held": f"  [held: {i['held_because']}]"}.get(i["verdict"], "")
         if i["verdict"] == "wait" and i["not_before"]:
             tail = f"  [not before {i['not_before']}]"
+        if i["node"] is None:  # a pool's sweeps, held as a whole
+            click.echo(f"sweeps of profile {i['profile']}: held: {i['held_because']}")
+            continue
         click.echo(f"{i['node']}: {what} ({i['step'] or '-'}): {i['reason']}{tail}")
     slots = len(p.fleet.active)
+    sweeps = sum(1 for i in items if i["action"] == "sweep" and i["verdict"] == "do")
     click.echo(
         f"{len(admitted)} action(s) would run now, {len(held)} held; "
-        f"{slots} node(s) hold repair slots; {len(vs)} nodes in the pool"
+        + (f"{sweeps} sweep(s) would start; " if cfg.sweeps() else "")
+        + f"{slots} node(s) hold repair slots; {len(vs)} nodes in the pool"
     )
+
+
+def _sweep_items(
+    kube: Kube,
+    cfg: Config,
+    vs: list[NodeView],
+    at: datetime,
+    assignment: Assignment,
+    admitted: set[str],
+    paused: str | None,
+    breakers: dict[str, str | None],
+) -> list[dict[str, Any]]:
+    """The sweeps the controller's next cycle would start, those under way (a node under
+    the maintenance taint: a controller's sweep, which this command cannot tell from an
+    orphan), and each pool whose sweeps are held, in `plan`'s item shape."""
+    from fleetmedic.controller.podwatch import gpu_nodes_now
+    from fleetmedic.policy import sweep
+
+    running = sorted(v.name for v in vs if v.maintenance)
+    sp = sweep.plan(
+        vs,
+        at,
+        cfg,
+        assignment,
+        gpu_busy=gpu_nodes_now(kube),
+        sweeping=running,
+        skip=admitted,
+        paused=paused,
+        breakers=breakers,
+    )
+    by_name = {v.name: v for v in vs}
+
+    def item(
+        node: str | None, profile: str, verdict: str, reason: str, held: str | None = None
+    ) -> dict[str, Any]:
+        sw = cfg.profile(profile).sweep
+        return {
+            "node": node,
+            "profile": profile,
+            "action": "sweep",
+            "step": None,
+            "phase": f"level {sw.level}" if sw else None,
+            "reason": reason,
+            "verdict": verdict,
+            "held_because": held,
+            "not_before": None,
+            "playbook": "sweep.yml",
+        }
+
+    def last(name: str) -> str:
+        swept = sweep.LastSweep.of(by_name[name])
+        return f"last swept {swept.at} ({swept.result})" if swept else "never swept"
+
+    out = [item(n, prof, "do", f"idle, {last(n)}") for n, prof in sp.start]
+    for name in running:
+        prof = assignment.profile_of.get(name)
+        if prof is not None:
+            out.append(item(name, prof, "running", "under the maintenance taint"))
+    out += [item(None, prof, "held", "", why) for prof, why in sorted(sp.held.items())]
+    return out
 
 
 # -- history --------------------------------------------------------------------------

@@ -44,3 +44,9 @@ class GpuPodWatcher(NodeWatcher[tuple[str, bool]]):
     def gpu_nodes(self) -> set[str]:
         """Nodes that run a pod asking for a GPU (as far as the cache knows)."""
         return {node for node, gpu in self.snapshot().values() if gpu and node}
+
+
+def gpu_nodes_now(kube: Kube) -> set[str]:
+    """The same set from one paged LIST and no cache (for `fleetmedic plan`)."""
+    kept = (_kept(pod) for page, _rv in kube.list_pod_pages(ACTIVE_BOUND) for pod in page)
+    return {node for node, gpu in kept if gpu and node}
