@@ -83,6 +83,7 @@ from fleetmedic.policy.steps import (
 )
 
 DISRUPTIVE_PHASES = ("reset", "reboot", "power_cycle", "reinstall")
+OUT_OF_BAND = ("power_cycle", "replace")  # rungs whose action does not need the node's SSH
 
 
 def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
@@ -429,8 +430,9 @@ def complete(
         return after_quarantine(n, fl, outcome)
     # Evidence capture is best effort: a failed diagnose must not block the repair. A node
     # that does not answer fails the rungs that need SSH at once (the ladder climbs), but
-    # not power_cycle's: its BMC reaches a hung node, and keeps the event log as evidence.
-    hung_ok = fl.step == "power_cycle" and outcome.status in ("unreachable", "timeout")
+    # not those that act around the node: power_cycle's BMC reaches a hung node (and keeps
+    # the event log as evidence), and replace's cloud takes a dead instance as it is.
+    hung_ok = fl.step in OUT_OF_BAND and outcome.status in ("unreachable", "timeout")
     if outcome.ok or (fl.phase == "diagnose" and (outcome.status == "failed" or hung_ok)):
         note = () if outcome.ok else (f"diagnose {outcome.status}: {outcome.message}",)
         return next_phase(n, fl.with_(notes=fl.notes + note, run_id=outcome.run_id or fl.run_id))

@@ -57,6 +57,26 @@ def test_a_node_the_reboot_does_not_cure_is_noticed_then_handed_to_the_cloud_onc
         assert d.kind == Kind.NONE and "handed to the cloud" in d.reason
 
 
+def test_a_node_that_does_not_answer_is_still_handed_to_the_cloud():
+    """A hung instance is what replace is for: the diagnose phase cannot reach it, the
+    drain, the notice and the hand-off do not need it."""
+    w = world()
+    w.add("n1", fault="never", state="reboot")
+    w.truth["n1"].reachable = False
+    seen = kinds_until_settled(w)
+    assert seen[-3:] == [
+        (Kind.DRAIN, "drain"),
+        (Kind.ESCALATE, "notify"),
+        (Kind.REPLACE, "replace"),
+    ]
+    assert w.log == [("notice", "n1"), ("terminate", "n1")]
+    reboot, replaced = w.history("n1")
+    assert (reboot.step, reboot.result, reboot.phase) == ("reboot", "unreachable", "diagnose")
+    assert (replaced.step, replaced.result) == ("replace", "replaced")
+    assert "diagnose unreachable" in replaced.message
+    assert w.emails[("n1", 1)] == 1, "the notice, and no manual escalation"
+
+
 def test_the_replace_rung_takes_a_repair_slot_and_is_window_gated():
     w = world()
     w.add("n1", state="replace")
