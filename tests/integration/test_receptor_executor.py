@@ -1,10 +1,12 @@
 """The receptor executor (fleetmedic.adapters.receptor through runner.run_playbook) on the
 real test mesh: the same per-host outcomes as a local run, units released after their
 results are read, and a lost execution node as an unknown (unreachable) outcome that
-names it."""
+names it; with ``direct_results`` too (results read straight from the execution node,
+the request signed with the work-signing key)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -12,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from fleetmedic.adapters import runner
 from fleetmedic.model.config import AnsibleConfig, ReceptorConfig
@@ -67,6 +71,10 @@ def _via(mesh, node: str, **kw) -> runner.Via:
     return runner.Via(node, ReceptorConfig(socket=s["socket"], tls_client=s["tls_client"], **kw))
 
 
+def _direct(mesh, node: str, key=None, **kw) -> runner.Via:
+    return _via(mesh, node, direct_results=True, signing_key=key or mesh.tls.work_signing_key, **kw)
+
+
 def _targets(fleet, *indexes):
     return [runner.Target(fleet.node(i).name, fleet.node(i).address) for i in indexes]
 
@@ -103,6 +111,47 @@ def test_same_outcomes_as_local_and_units_released(mesh, fleet, settings):
     )
     assert away.hosts["node-2"].status == "unreachable"
     _released(mesh)
+
+
+def test_direct_results_same_outcomes_signed_and_released(mesh, fleet, settings, caplog):
+    """Straight from exec-2 with the mesh's signing key; with a key exec-2 does not trust
+    it refuses the request and the run reads through our node: the same outcomes either
+    way, no unit left, and neither the key nor a signature in the log or run dirs."""
+    rx = "fleetmedic.adapters.receptor"
+    caplog.set_level(logging.DEBUG, logger=rx)
+    want = runner.run_playbook(PLAY, _targets(fleet, 2, 3), settings, timeout=120).hosts
+    direct = runner.run_playbook(
+        PLAY, _targets(fleet, 2, 3), settings, timeout=120, via=_direct(mesh, "exec-2")
+    )
+    assert direct.hosts == want
+    assert "results straight from exec-2" in caplog.text
+    assert "refused" not in caplog.text
+    _released(mesh)
+
+    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key = settings.run_dir.parent / "stranger.pem"
+    key.write_bytes(
+        stranger.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    key.chmod(0o600)
+    caplog.clear()
+    fallback = runner.run_playbook(
+        PLAY, _targets(fleet, 2), settings, timeout=60, via=_direct(mesh, "exec-2", key)
+    )
+    assert fallback.hosts == {"node-2": want["node-2"]}
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1 and "could not verify signature" in refused[0], refused
+    assert "results straight" not in caplog.text
+    _released(mesh)
+    secrets = [b"PRIVATE KEY", b"eyJhbGciOiJSUzUxMi"]  # a PEM key, a JWT's RS512 header
+    secrets += [k.read_bytes().splitlines()[1] for k in (key, mesh.tls.work_signing_key)]
+    assert not [s for s in secrets if s.decode() in caplog.text]
+    files = [f for f in settings.run_dir.rglob("*") if f.is_file()]
+    assert files and not [(f, s) for f in files for s in secrets if s in f.read_bytes()]
 
 
 @pytest.mark.parametrize(
@@ -162,9 +211,13 @@ def _wait_running(mesh, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("fault", ["killed", "cut", "silent"])
-def test_lost_execution_node_is_an_unknown_outcome_naming_it(mesh, fleet, settings, fault):
-    via = _via(mesh, "exec-1", lost_after=2, grace=3, poll_interval=0.1)
+@pytest.mark.parametrize(
+    ("fault", "direct"),
+    [("killed", False), ("cut", False), ("silent", False), ("killed", True), ("cut", True)],
+)
+def test_lost_execution_node_is_an_unknown_outcome_naming_it(mesh, fleet, settings, fault, direct):
+    how = _direct if direct else _via
+    via = how(mesh, "exec-1", lost_after=2, grace=3, poll_interval=0.1)
     t0 = time.monotonic()
     t, out = _start(
         lambda: runner.run_playbook(SLOW, _targets(fleet, 1), settings, timeout=15, via=via)

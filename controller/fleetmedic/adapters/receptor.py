@@ -21,6 +21,14 @@ node stays (a known gap: Receptor releases a remote unit only through a node tha
 answers). A unit that ended ``Failed`` is not lost: the worker exits non-zero when the
 playbook fails, and its stream still holds every event.
 
+With ``direct_results`` (opt-in) the stream comes straight from the execution node
+(adapters/receptor_direct.py: a ``connect`` session to its control service, the request
+signed with the work-signing key), which spares the ~1 s our node's copy lags behind;
+everything else (route watch, limits, cancel, release) is the same, and any failure to
+open it falls back to our node's copy. The release then also waits for the direct stream
+to end from the execution node's side and for our node's own copy to be whole (read to
+the worker's ``eof``), so neither stream is cut with data in flight.
+
 Stock Receptor v1.4.4 (the only release the Go module proxy serves, and what AWX ships)
 wedges a whole mesh link for good when a packet reaches a dialed connection it has
 closed, and each remote unit makes the controller's node dial its execution node 3-4
@@ -43,11 +51,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import ansible_runner
 from receptorctl.socket_interface import ReceptorControl
 
+from fleetmedic.adapters import receptor_direct
 from fleetmedic.errors import TemporaryError, one_line
 from fleetmedic.model.config import ReceptorConfig
 
@@ -56,6 +65,8 @@ log = logging.getLogger(__name__)
 _SETTLE = 10.0
 """Seconds a release waits for our node to see the unit end (it reads a remote unit's
 state once a second)."""
+_EOF = b'{"eof": true}'
+"""The last line of ``ansible-runner worker``'s stream."""
 _WEDGE_HINT = (
     "; if {node} is up, the controller's Receptor may have wedged the link (stock 1.4.4"
     " does when a packet reaches a closed connection; its log then says 'Timing out"
@@ -129,13 +140,18 @@ class _Results:
     """The unit's results stream fed to ``ansible-runner process`` in a thread of its
     own; :meth:`abort` ends it from outside (a lost node, a cancel)."""
 
-    def __init__(self, settings: ReceptorConfig, unit: str, pdd: Path, ident: str) -> None:
-        sock, self._file = ReceptorControl(f"unix:{settings.socket}").get_work_results(
-            unit, return_socket=True, return_sockfile=True
-        )
-        self._sock: socket.socket = sock
+    def __init__(
+        self,
+        stream: tuple[socket.socket, BinaryIO],
+        pdd: Path,
+        ident: str,
+        unit: str,
+    ) -> None:
+        self._sock, self._file = stream
         self.final: dict = {}
         self.ended = threading.Event()
+        self.seen: list[float] = []
+        """When the stream's first and (so far) last status lines were read (monotonic)."""
         self._thread = threading.Thread(
             target=self._process, args=(pdd, ident), name=f"receptor-results-{unit}", daemon=True
         )
@@ -149,12 +165,17 @@ class _Results:
                 ident=ident,
                 _input=self._file,
                 quiet=True,
-                status_handler=lambda data, runner_config: self.final.update(data),
+                status_handler=lambda data, runner_config: self._status(data),
             )
         except Exception as exc:  # any failure here leaves the outcome unknown
             self.final.update(status="error", job_explanation=one_line(exc))
         finally:
             self.ended.set()
+
+    def _status(self, data: dict) -> None:
+        self.final.update(data)
+        now = time.monotonic()
+        self.seen = [self.seen[0] if self.seen else now, now]
 
     def abort(self) -> None:
         try:
@@ -170,6 +191,37 @@ class _Results:
                 f.close()
             except OSError:
                 pass
+
+    def finish(self, limit: float) -> None:
+        """Read what is left to the end the sending node makes (up to ``limit``), then
+        close: the execution node ends a direct stream once its unit is complete."""
+        try:
+            self._sock.settimeout(limit)
+            while self._file.read(65536):
+                pass
+        except OSError:
+            pass
+        self.close()
+
+
+def _open_results(
+    settings: ReceptorConfig, unit: str, node: str, session: _Session
+) -> tuple[tuple[socket.socket, BinaryIO], bool]:
+    """The stream to read the unit's results from, and whether it is direct."""
+    if settings.direct_results:
+        st = session.ask(f"work status {unit}") or {}
+        remote = (st.get("ExtraData") or {}).get("RemoteUnitID")
+        try:
+            if not remote:
+                raise receptor_direct.Refused("the execution node's unit ID is not known yet")
+            stream = receptor_direct.open_results(settings, node, remote)
+            log.debug("unit %s: results straight from %s (its unit %s)", unit, node, remote)
+            return stream, True
+        except receptor_direct.Refused as exc:
+            log.warning("unit %s: results through our node: direct stream refused: %s", unit, exc)
+    rc = ReceptorControl(f"unix:{settings.socket}")
+    sock, reader = rc.get_work_results(unit, return_socket=True, return_sockfile=True)
+    return (sock, reader), False
 
 
 def run(
@@ -242,9 +294,11 @@ def _run(
     log.info("run %s: unit %s on execution node %s", ident, unit, node)
     session = _Session(settings)
     results: _Results | None = None
+    direct = False
     try:
         try:
-            results = _Results(settings, unit, pdd, ident)
+            stream, direct = _open_results(settings, unit, node, session)
+            results = _Results(stream, pdd, ident, unit)
         except (RuntimeError, OSError, ValueError) as exc:
             raise Lost(node, unit, f"results unreadable: {one_line(exc)}") from None
         if not _watch(results, unit, node, settings, session, timeout + settings.grace, cancel):
@@ -252,13 +306,19 @@ def _run(
             session.ask(f"work cancel {unit}")
             _background(_release, unit, settings, slot)
             return Processed("canceled", None, [], pdd / "artifacts" / ident, unit, node)
-        results.close()
+        if not direct:
+            results.close()
         t3 = time.monotonic()
         done = _processed(results.final, unit, node, session, pdd, ident)
         log.debug(
             "run %s: transmit %.3f s, submit %.3f s, run and stream %.3f s, read %.3f s",
             *(ident, t1 - t0, t2 - t1, t3 - t2, time.monotonic() - t3),
         )
+        if results.seen:
+            log.debug(
+                "run %s: after submit, first status %.3f s, last status %.3f s, end %.3f s",
+                *(ident, results.seen[0] - t2, results.seen[-1] - t2, t3 - t2),
+            )
     except Lost as exc:
         log.warning(
             "run %s: %s%s", ident, exc, _WEDGE_HINT.format(node=node) if exc.unrouted else ""
@@ -271,7 +331,7 @@ def _run(
         raise
     finally:
         session.close()
-    _background(_release, unit, settings, slot)
+    _background(_release, unit, settings, slot, results if direct else None)
     return done
 
 
@@ -307,14 +367,15 @@ def _take(
 
 
 def _background(
-    fn: Callable[[str, ReceptorConfig], None],
+    fn: Callable[..., None],
     unit: str,
     s: ReceptorConfig,
     slot: threading.BoundedSemaphore,
+    *args: Any,
 ) -> None:
     def work() -> None:
         try:
-            fn(unit, s)
+            fn(unit, s, *args)
         finally:
             slot.release()
             with _pending_lock:
@@ -385,13 +446,18 @@ def _abandon(unit: str, settings: ReceptorConfig) -> None:
         session.close()
 
 
-def _release(unit: str, settings: ReceptorConfig) -> None:
+def _release(unit: str, settings: ReceptorConfig, direct: _Results | None = None) -> None:
     """Release the unit, on its execution node and ours, once our node has seen it end
     (up to ``_SETTLE``): its copy of the output has then been streamed whole, so no
     stream is cut while data is in flight, which with stock Receptor 1.4.4 can wedge the
     link (see the module's docstring). One request: ``force-release`` asks the execution
     node to release the unit and waits for its answer, then drops our record (a plain
-    ``release`` dials the node a second time to watch the unit go)."""
+    ``release`` dials the node a second time to watch the unit go). After a ``direct``
+    read, first that stream is read to its end and our node's copy to the worker's
+    ``eof``: our node starts copying later than the direct stream started."""
+    if direct is not None:
+        direct.finish(_SETTLE)
+        _read_to_eof(unit, settings, _SETTLE)
     session = _Session(settings)
     try:
         deadline = time.monotonic() + _SETTLE
@@ -403,3 +469,26 @@ def _release(unit: str, settings: ReceptorConfig) -> None:
         session.ask(f"work force-release {unit}")
     finally:
         session.close()
+
+
+def _read_to_eof(unit: str, settings: ReceptorConfig, limit: float) -> None:
+    """Read our node's copy of the unit's output up to the worker's ``eof`` line (or its
+    end, or ``limit``) and drop it."""
+    try:
+        sock, reader = ReceptorControl(f"unix:{settings.socket}").get_work_results(
+            unit, return_socket=True, return_sockfile=True
+        )
+    except (RuntimeError, OSError, ValueError) as exc:
+        log.debug("unit %s: our node's copy unreadable: %s", unit, exc)
+        return
+    deadline = time.monotonic() + limit
+    try:
+        sock.settimeout(limit)
+        for line in reader:
+            if line.rstrip() == _EOF or time.monotonic() >= deadline:
+                break
+    except OSError:
+        pass
+    finally:
+        reader.close()
+        sock.close()

@@ -316,7 +316,7 @@ def _run_cluster(
 
 def _preflight(cfg: Config) -> None:
     """What must be readable before the first repair: files, secrets, run directories."""
-    from fleetmedic.adapters import chat, notify
+    from fleetmedic.adapters import chat, notify, receptor_direct
 
     missing = cfg.missing_files()
     if missing:
@@ -326,6 +326,9 @@ def _preflight(cfg: Config) -> None:
     for name in cfg.profile_names():
         for target in cfg.profile(name).notify.targets:
             chat.read_url(target)  # so do chat URLs
+        mesh = cfg.profile(name).executor.receptor
+        if mesh and mesh.signing_key:
+            receptor_direct.check_key(mesh.signing_key)  # and a world-readable key
     for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
         try:
             d.mkdir(parents=True, exist_ok=True)

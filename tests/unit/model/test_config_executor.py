@@ -51,6 +51,8 @@ def test_relative_socket_is_relative_to_the_config(tmp_path):
         ({"receptor": MESH, "routes": {"a": "exec-1"}}, "needs the `label`"),
         ({"receptor": {**MESH, "poll_interval": 0}}, "poll_interval"),
         ({"receptor": MESH, "lable": "site"}, "lable"),
+        ({"receptor": {**MESH, "direct_results": True}}, "needs `signing_key`"),
+        ({"receptor": {**MESH, "signing_key": "/k.pem"}}, "only used with `direct_results: true`"),
     ],
 )
 def test_bad_sections_are_one_line(section, says):
@@ -72,3 +74,14 @@ def test_a_profile_has_its_own_executor():
     far = cfg.profile("far").executor
     assert far.route({}) == "exec-2"
     assert far.route({"site": "a"}) == "exec-1"  # the top level's routes still apply
+
+
+def test_direct_results_is_opt_in_and_needs_a_key_only_when_signing(tmp_path):
+    mesh = config.parse({"executor": {"receptor": MESH}}).executor.receptor
+    assert mesh is not None and not mesh.direct_results and mesh.signing_key is None
+    on = {**MESH, "direct_results": True, "signing_key": "work-private.pem"}
+    mesh = config.parse({"executor": {"receptor": on}}, base=tmp_path).executor.receptor
+    assert mesh is not None and mesh.signing_key == tmp_path / "work-private.pem"
+    unsigned = {**MESH, "direct_results": True, "sign_work": False}
+    mesh = config.parse({"executor": {"receptor": unsigned}}).executor.receptor
+    assert mesh is not None and mesh.direct_results and mesh.signing_key is None
