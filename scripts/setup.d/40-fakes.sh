@@ -4,8 +4,8 @@
 #   lib/libnvidia-ml.so.1            fake NVML (tests/fakes/nvml/fake_nvml.c)
 #   bin/{amd-smi,rocm-smi,rocminfo}  fake AMD tools (tests/fakes/amd/amdfake.py)
 #   bin/nvidia-smi                   fake nvidia-smi (tests/fakes/nvidia/nvidiasmi.py)
-#   bin/dcgmi                        fake dcgmi diag (tests/fakes/dcgm/dcgmi.py)
-#   bin/rvs                          fake ROCm Validation Suite (tests/fakes/rvs/rvs.py)
+#   bin/{dcgmi,rvs}                  fake dcgmi diag and ROCm Validation Suite
+#                                    (tests/fakes/diag/replay.py)
 # Rebuilt only when a source, this script or the compiler changes (key in
 # build/.stamp). Files are replaced atomically in place, never the directory,
 # so nodes that already mount it see the new build.
@@ -16,7 +16,7 @@ OUT="$SRC/build"
 log() { printf '[fakes] %s\n' "$*" >&2; }
 
 CC="${CC:-gcc}"
-KEY="$( { cat "${BASH_SOURCE[0]}" "$SRC/nvml/fake_nvml.c" "$SRC/amd/amdfake.py" "$SRC/nvidia/nvidiasmi.py" "$SRC/dcgm/dcgmi.py" "$SRC/rvs/rvs.py"; "$CC" --version | head -1; } \
+KEY="$( { cat "${BASH_SOURCE[0]}" "$SRC/nvml/fake_nvml.c" "$SRC/amd/amdfake.py" "$SRC/nvidia/nvidiasmi.py" "$SRC/diag/replay.py"; "$CC" --version | head -1; } \
         | sha256sum | cut -c1-16)"
 if [[ -f $OUT/.stamp && "$(cat "$OUT/.stamp")" == "$KEY" && -x $OUT/bin/rocminfo \
       && -x $OUT/bin/nvidia-smi && -x $OUT/bin/dcgmi && -x $OUT/bin/rvs && -f $OUT/lib/libnvidia-ml.so.1 ]]; then
@@ -34,8 +34,8 @@ for tool in amd-smi rocm-smi rocminfo; do
 done
 install -m 0755 "$SRC/nvidia/nvidiasmi.py" "$OUT/bin/.nvidia-smi.tmp"
 mv -f "$OUT/bin/.nvidia-smi.tmp" "$OUT/bin/nvidia-smi"
-install -m 0755 "$SRC/dcgm/dcgmi.py" "$OUT/bin/.dcgmi.tmp"
-mv -f "$OUT/bin/.dcgmi.tmp" "$OUT/bin/dcgmi"
-install -m 0755 "$SRC/rvs/rvs.py" "$OUT/bin/.rvs.tmp"
-mv -f "$OUT/bin/.rvs.tmp" "$OUT/bin/rvs"
+for tool in dcgmi rvs; do
+  install -m 0755 "$SRC/diag/replay.py" "$OUT/bin/.$tool.tmp"
+  mv -f "$OUT/bin/.$tool.tmp" "$OUT/bin/$tool"
+done
 echo "$KEY" > "$OUT/.stamp"

@@ -1,8 +1,8 @@
 """Diagnostic sweeps of idle nodes end to end (issue 20 part 4): a real API server with kwok
 Nodes and kwok pods, nspawn nodes behind real sshd, playbooks/sweep.yml through
 ansible-runner running the real `fleetmedic diag --level 2` on each node. The GPU side
-is the only stand-in: the fake `dcgmi` (tests/fakes/dcgm) and, on the AMD node, the fake
-`rvs` (tests/fakes/rvs) replay a published capture from each node's scenario file.
+is the only stand-in: the fake `dcgmi` and, on the AMD node, the fake `rvs`
+(tests/fakes/diag) replay a published capture from each node's scenario file.
 
 One 6-node fleet serves the module:
 

@@ -12,7 +12,7 @@ import pytest
 from fleetmedic.checks import diag
 
 DATA = Path(__file__).parent / "data" / "dcgm"
-FAKE = Path(__file__).parents[2] / "fakes" / "dcgm" / "dcgmi.py"
+FAKE = Path(__file__).parents[2] / "fakes" / "diag" / "replay.py"
 
 
 def test_parse_real_dcgm_310_output() -> None:
@@ -47,7 +47,7 @@ def test_not_a_diagnostic_is_unknown() -> None:
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     exe = tmp_path / "dcgmi"
-    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
+    exe.write_text(f'#!/bin/sh\nFAKE_DIAG_TOOL=dcgmi exec {sys.executable} {FAKE} "$@"\n')
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     return exe

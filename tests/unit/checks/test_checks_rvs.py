@@ -15,7 +15,7 @@ from fleetmedic.checks import diag, rvs
 from fleetmedic.cli import cli
 
 DATA = Path(__file__).parent / "data" / "rvs"
-FAKE = Path(__file__).parents[2] / "fakes" / "rvs" / "rvs.py"
+FAKE = Path(__file__).parents[2] / "fakes" / "diag" / "replay.py"
 
 
 def test_summary_table_and_overview_of_rvs_1_6() -> None:
@@ -76,7 +76,7 @@ def test_catalog_rungs_are_fencing_actions() -> None:
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     exe = tmp_path / "rvs"
-    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
+    exe.write_text(f'#!/bin/sh\nFAKE_DIAG_TOOL=rvs exec {sys.executable} {FAKE} "$@"\n')
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     return exe
