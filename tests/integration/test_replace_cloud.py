@@ -282,6 +282,9 @@ def test_asg_pool_terminates_through_the_group_once_across_a_sigkill(
     assert keys.ANN_IN_FLIGHT not in node["metadata"]["annotations"]
     announced(smtp_sink, webhook, name, "auto_scaling_group")
     assert len(smtp_sink.messages) == 1, [m["Subject"] for m in smtp_sink.messages]
+    # the Node stays until a cloud-controller-manager removes it; status says why
+    [row] = [r for r in json.loads(ctlenv.cli(cfg, "status", "--json").stdout) if r["name"] == name]
+    assert row["state"] == "replace" and row["doing"].startswith("handed to the cloud at ")
     kube.delete_nodes([name])
     print(
         f"asg: fenced -> replaced in {elapsed:.1f}s across a SIGKILL "

@@ -395,8 +395,7 @@ def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:
     at = now()
     vs = views(connect(cfg, kubeconfig), cfg)
     profile_of = assign(vs, cfg).profile_of
-    vocab = cfg.vocabulary()
-    rows = [node_status(v, at, profile_of.get(v.name, "(conflict)"), vocab) for v in vs]
+    rows = [node_status(v, at, profile_of.get(v.name, "(conflict)")) for v in vs]
     rows.sort(
         key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"], r["since"] or "", r["name"])
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.model.vocabulary import REPAIR_STATES, Vocabulary
+from fleetmedic.model.vocabulary import REPAIR_STATES
 from fleetmedic.policy import quarantine
 from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
 from fleetmedic.policy.inflight import Escalated, InFlight
@@ -24,11 +24,8 @@ from fleetmedic.policy.sweep import LastSweep
 STATE_ORDER = {s: i for i, s in enumerate((*reversed(REPAIR_STATES), "healthy"))}
 
 
-def node_status(
-    v: NodeView, at: datetime, profile: str = "default", vocab: Vocabulary | None = None
-) -> dict[str, Any]:
-    """One node's row for ``fleetmedic status`` (also its ``--json`` entry); with ``vocab``,
-    a node under a sweep's maintenance taint says so in DOING."""
+def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str, Any]:
+    """One node's row for ``fleetmedic status`` (also its ``--json`` entry)."""
     history = decode(v.annotations.get(keys.ANN_HISTORY))
     ep = last_episode(history)
     fl = InFlight.read(v.annotations)
@@ -47,8 +44,10 @@ def node_status(
         doing = f"{fl.step}#{fl.attempt} {fl.phase} {fl.status}"
     elif esc is not None and v.state == "manual":
         doing = f"escalated, email {'sent ' + esc.sent if esc.sent else 'pending'}"
-    elif vocab is not None and any(vocab.maintenance.matches(t) for t in v.taints):
+    elif v.maintenance:
         doing = "sweep under way (maintenance taint)"
+    elif isinstance(replaced := v.annotation_json(keys.ANN_REPLACED), dict):
+        doing = f"handed to the cloud at {replaced.get('at', '?')}; waiting for it to go"
     else:
         doing = ""
     asked = quarantine.requested(v)

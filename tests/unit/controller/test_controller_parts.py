@@ -292,7 +292,7 @@ def test_status_shows_the_last_sweep_and_a_sweep_under_way():
     busy = node("s2")
     busy["spec"]["taints"] = [vocab.maintenance.as_taint()]
     [running] = views(busy)
-    rows = [node_status(done, NOW, vocab=vocab), node_status(running, NOW, vocab=vocab)]
+    rows = [node_status(done, NOW), node_status(running, NOW)]
     assert rows[0]["last_sweep"] == {
         "at": "2026-11-21T09:00:00Z",
         "result": "pass",
@@ -305,7 +305,14 @@ def test_status_shows_the_last_sweep_and_a_sweep_under_way():
     assert "14:00:00" not in render_status(rows, since_as_time=True)
     assert "pass 09:00:00" in render_status(rows, since_as_time=True)
     # fleets that do not sweep keep the old table
-    assert "LAST SWEEP" not in render_status([node_status(running, NOW)])
+    assert "LAST SWEEP" not in render_status([node_status(views(node("s3"))[0], NOW)])
+
+
+def test_status_says_a_replaced_node_waits_for_its_cloud():
+    record = '{"ep":1,"at":"2026-11-21T11:58:00Z"}'
+    [v] = views(node("r1", "replace", {keys.ANN_REPLACED: record}))
+    row = node_status(v, NOW)
+    assert row["doing"] == "handed to the cloud at 2026-11-21T11:58:00Z; waiting for it to go"
 
 
 def test_status_shows_a_quarantine_request_and_the_last_recommendation():
