@@ -66,10 +66,14 @@ class ReceptorConfig(Section):
     polls a remote unit's state and output size once a second (fixed in its code, no
     setting) and copies the output only after it has seen it grow, so a short play's
     first byte reaches us ~2.3 s after submit where the play itself ends at ~1.5 s.
-    Costs one more dial of the execution node per run (see ``max_in_flight`` for why
-    dials matter with stock 1.4.4) and, with ``sign_work``, the work-signing private key
-    (`signing_key`). Any failure to open the direct stream falls back to the usual one.
-    Off by default: the trade-off is the operator's."""
+    Costs one more dial of the execution node per run and, with ``sign_work``, the
+    work-signing private key (`signing_key`). Any failure to open the direct stream falls
+    back to the usual one. Off by default: the trade-off is the operator's. Stock 1.4.4
+    wedges a link when a packet reaches a dial it closed (``max_in_flight``), and the
+    extra dial shows: on the test mesh a 100-run batch at 8 in flight (2 per node) lost
+    the link to one execution node within 30 s with this on, none without (one batch
+    each). With stock 1.4.4 keep it for sequential use, or run a Receptor with the fix
+    (tests/receptor/patches)."""
     signing_key: ConfigPath | None = None
     """The work-signing private key (the controller's node's ``work-signing``
     ``privatekey``, RSA PEM) that signs the direct `work results` request (a JWT, RS512,
