@@ -46,7 +46,7 @@ from fleetmedic.controller.work import NodeWork
 from fleetmedic.controller.workers import Workers
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import Config
-from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.nodestate import NodeView, own_annotations
 from fleetmedic.model.nodestate import view as view_of
 from fleetmedic.policy import budget
 from fleetmedic.policy.actions import Action, Kind
@@ -70,6 +70,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def view_transform(cfg: Config) -> Callable[[dict], NodeView]:
+    """What the informer keeps of each Node: its view, holding only the annotations the
+    controller reads (its own and the configured BMC address one), not other tools'."""
+    vocab, foreign = cfg.vocabulary(), cfg.foreign()
+    keep = own_annotations(cfg.read_annotations())
+    return lambda node: view_of(node, vocab, foreign, keep=keep)
+
+
 class Controller:
     """``Controller(cfg, kube).run(stop)`` until ``stop`` is set (or, with ``once``, until
     a cycle admits nothing and no work is under way)."""
@@ -91,12 +99,12 @@ class Controller:
         self.metrics = metrics or Metrics()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        vocab, foreign = cfg.vocabulary(), cfg.foreign()
+        vocab = cfg.vocabulary()
         self.watcher: NodeWatcher[NodeView] = NodeWatcher(
             kube,
             cfg.kube.label_selector,
             watch_timeout=watch_timeout,
-            transform=lambda node: view_of(node, vocab, foreign),
+            transform=view_transform(cfg),
         )
         self.leadership = Leadership(
             kube,

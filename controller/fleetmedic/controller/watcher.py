@@ -15,6 +15,7 @@ change instead of once per cycle.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,9 @@ from fleetmedic.errors import FleetmedicError, PermanentError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+RELIST_WAIT = 20.0  # seconds a relist waits for another cluster's to end before going ahead
+_relists = threading.Semaphore(1)
 
 
 def _keep(node: dict) -> Any:
@@ -70,17 +74,31 @@ class NodeWatcher(Generic[T]):
         return thread
 
     def _relist(self) -> str:
-        items: dict[str, tuple[int, T]] = {}
-        rv = ""
-        for page, rv in self._list_pages():  # noqa: B007 (last page's)
-            self.requests += 1
-            for node in page:
-                items[self._key(node)] = (_rv(node), self.transform(node))
+        # One relist at a time in this process (every cluster's watchers): the pages being
+        # decoded are what sets the resident high-water mark, and four clusters starting
+        # together would stack theirs. A slow API server holds the others up for at most
+        # RELIST_WAIT; then they list anyway.
+        turn = _relists.acquire(timeout=RELIST_WAIT)
+        try:
+            items, rv = self._list_all()
+        finally:
+            if turn:
+                _relists.release()
         with self._lock:
             self._items = items
         self.synced.set()
         self._changed.set()
         return rv
+
+    def _list_all(self) -> tuple[dict[str, tuple[int, T]], str]:
+        items: dict[str, tuple[int, T]] = {}
+        rv = ""
+        for page, rv in self._list_pages():  # noqa: B007 (last page's)
+            self.requests += 1
+            for node in page:
+                items[sys.intern(self._key(node))] = (_rv(node), self.transform(node))
+            del page  # (before the next page is fetched: one page alive at a time)
+        return items, rv
 
     def run(self, stop: threading.Event) -> None:
         rv: str | None = None
@@ -122,7 +140,7 @@ class NodeWatcher(Generic[T]):
         return obj["metadata"]["name"]
 
     def _apply(self, kind: str, node: dict) -> None:
-        name = self._key(node)
+        name = sys.intern(self._key(node))
         if kind == "DELETED":
             with self._lock:
                 self._items.pop(name, None)

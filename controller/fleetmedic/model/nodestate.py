@@ -3,13 +3,20 @@
 Input is the Node as plain JSON (the API's own shape, a ``dict``); output is a
 :class:`NodeView`. The inventory plugin, ``fleetmedic status`` and the
 controller all call :func:`view`, so they can never disagree.
+
+The controller keeps one view per Node of every cluster it serves, so a view holds
+little: label keys and values and the name are interned (``sys.intern``: a fleet's
+labels repeat the same few strings thousands of times, and the hostname label is the
+name), and the controller's views keep only the annotations it reads (``keep``, see
+:func:`own_annotations`), not every other tool's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fleetmedic.model import keys
@@ -161,16 +168,38 @@ def address_of(node: Mapping[str, Any]) -> str | None:
     return None
 
 
+def own_annotations(extra: Iterable[str] = ()) -> Callable[[str], bool]:
+    """A ``keep`` for :func:`view`: fleetmedic's own annotations (``fleetmedic.io/``, the
+    only ones the ladder, status and evidence read) and the ``extra`` keys (those config
+    names, e.g. a BMC address annotation). A foreign signal's evidence annotation is read
+    when the view is made (:attr:`Seen.evidence`), so it need not be kept."""
+    wanted = frozenset(extra)
+    return lambda key: key.startswith(keys.PREFIX) or key in wanted
+
+
+def _interned(pairs: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        (sys.intern(k) if type(k) is str else k): (sys.intern(v) if type(v) is str else v)
+        for k, v in pairs.items()
+    }
+
+
 def view(
-    node: Mapping[str, Any], vocab: Vocabulary, foreign: Iterable[ForeignSignal] = ()
+    node: Mapping[str, Any],
+    vocab: Vocabulary,
+    foreign: Iterable[ForeignSignal] = (),
+    *,
+    keep: Callable[[str], bool] | None = None,
 ) -> NodeView:
+    """The Node's view. ``keep``: which annotations the view holds (None: all of them)."""
     meta = node.get("metadata") or {}
-    labels = dict(meta.get("labels") or {})
+    labels = _interned(meta.get("labels") or {})
+    annotations = meta.get("annotations") or {}
     taints = taints_of(node)
     vendor = labels.get(keys.LABEL_VENDOR, "unknown")
     seen = tuple(s for s in (sig.seen(node) for sig in foreign) if s is not None)
     return NodeView(
-        name=meta["name"],
+        name=sys.intern(meta["name"]),
         state=vocab.repair_state_of(taints) or "healthy",
         slow_network=vocab.has_slow_network(taints),
         vendor=vendor if vendor in ("nvidia", "amd") else "unknown",
@@ -179,7 +208,9 @@ def view(
         foreign_signals=tuple(s.describe for s in seen),
         foreign=seen,
         labels=labels,
-        annotations=dict(meta.get("annotations") or {}),
+        annotations=(
+            dict(annotations) if keep is None else {k: v for k, v in annotations.items() if keep(k)}
+        ),
         taints=tuple(taints),
         resource_version=meta.get("resourceVersion"),
         condition=own_condition(node),

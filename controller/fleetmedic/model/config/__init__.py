@@ -210,6 +210,16 @@ class Config(Section):
     def foreign(self) -> tuple[ForeignSignal, ...]:
         return tuple(f.signal() for f in self.foreign_signals)
 
+    def read_annotations(self) -> frozenset[str]:
+        """Node annotations outside ``fleetmedic.io/`` that the controller reads from its
+        views: every profile's BMC address annotation (``bmc.address_from: annotation``).
+        Its views keep these and its own, and drop the rest (nodestate.own_annotations)."""
+        return frozenset(
+            c.bmc.address_key
+            for c in (self.profile(n) for n in self.profile_names())
+            if c.bmc is not None and c.bmc.address_from == "annotation"
+        )
+
     def playbook_path(self, phase_playbook: PlaybookConfig) -> Path:
         return self.ansible.playbook_dir / phase_playbook.playbook
 
