@@ -131,9 +131,10 @@ def per_minute(kube: KubeCluster, window: float) -> float:
     return (b - a - 1) * 60 / window  # minus the /metrics read itself
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident set in MB (``field="VmHWM"``: its high-water mark since the start)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
