@@ -663,7 +663,7 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
 
     kube = connect(cfg, kubeconfig)
     vocab = cfg.vocabulary()
-    ours = (keys.ANN_IN_FLIGHT, keys.ANN_ESCALATED, keys.ANN_CORDONED)
+    ours = (keys.ANN_IN_FLIGHT, keys.ANN_ESCALATED, keys.ANN_CORDONED, keys.ANN_QUARANTINE_REQUEST)
     todo = [
         v
         for v in views(kube, cfg)

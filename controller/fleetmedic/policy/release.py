@@ -76,7 +76,13 @@ def _returned(
         at=stamp(now),
         state=HEALTHY,
         uncordon=True,
-        annotations={keys.ANN_IN_FLIGHT: None, keys.ANN_ESCALATED: None, **theirs.annotations},
+        annotations={
+            keys.ANN_IN_FLIGHT: None,
+            keys.ANN_ESCALATED: None,
+            # a human decided: an open request for a quarantine is answered by that too
+            keys.ANN_QUARANTINE_REQUEST: None,
+            **theirs.annotations,
+        },
         remove_taints=theirs.remove_taints,
         append=ended,
         history_limit=cfg.ladder.history_limit,

@@ -295,3 +295,15 @@ def test_asking_about_a_node_under_repair_only_marks_it_and_some_nodes_refuse():
     for name, why in (("m", "manual"), ("x", "does not return it to service")):
         with pytest.raises(ValueError, match=why):
             quarantine.ask(w.view(name), w.cfg, "bob", stamp(w.now))
+
+
+def test_a_release_by_hand_answers_an_open_request():
+    from fleetmedic.policy import release
+
+    w = world()
+    w.add("n1")
+    upd, _ = quarantine.ask(w.view("n1"), w.cfg, "alice", stamp(w.now))
+    w.write(upd)
+    w.write(release.release(w.view("n1"), w.now, w.cfg, by="bob"))
+    v = w.view("n1")
+    assert v.state == "healthy" and quarantine.requested(v) is None
