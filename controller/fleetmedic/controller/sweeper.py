@@ -174,7 +174,7 @@ class Sweeper:
         assert cfg.sweep is not None
         node = self.kube.update_node(name, lambda n: sweep.begin_edit(n, self.vocab))
         view = self.put(node)
-        if view.in_repair or not sweep.under_maintenance(view, self.vocab):
+        if view.in_repair or not view.maintenance:
             log.info("%s: not swept: fenced or cordoned meanwhile", name)
             return None
         pods, _ = self.kube.list_pods_on_node(name)

@@ -38,6 +38,7 @@ from typing import Any
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy import sweep
 from fleetmedic.policy.actions import HEALTHY, Event, Update
 from fleetmedic.policy.flap import human
 from fleetmedic.policy.history import PASS, Attempt, parse_time
@@ -173,7 +174,7 @@ class Result:
 def judge(status: str, stdout: str, message: str = "") -> Result:
     """The recommendation from a quarantine run: the host's outcome and ``fleetmedic diag
     --fabric --json``'s line (the last JSON line of the last task's stdout)."""
-    doc = _last_json(stdout)
+    doc = sweep.diag_json(stdout)
     if doc is None:
         why = message or "no diagnostic result"
         return Result(UNKNOWN, _clip(f"{status}: {why}" if status != "ok" else why))
@@ -218,18 +219,6 @@ def _fabric_row(r: Mapping[str, Any]) -> dict[str, Any]:
         "status": str(r.get("status", "unknown")),
         "summary": _clip(str(r.get("summary", "")), MAX_MESSAGE),
     }
-
-
-def _last_json(stdout: str) -> Mapping[str, Any] | None:
-    for line in reversed(stdout.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                return None
-            return data if isinstance(data, Mapping) and "status" in data else None
-    return None
 
 
 def _clip(text: str, limit: int = 400) -> str:

@@ -104,10 +104,6 @@ class SweepPlan:
         return bool(self.start or self.release)
 
 
-def under_maintenance(view: NodeView, vocab: Vocabulary) -> bool:
-    return any(vocab.maintenance.matches(t) for t in view.taints)
-
-
 def plan(
     views: Sequence[NodeView],
     now: datetime,
@@ -124,10 +120,9 @@ def plan(
     ``sweeping``: nodes this process is sweeping; ``skip``: nodes it is otherwise working
     on or leaving alone; ``paused``: why automation is stopped (or None); ``breakers``:
     per profile, why its circuit breaker stops it (or None)."""
-    vocab = cfg.vocabulary()
     mine = set(sweeping)
     not_now = mine | set(skip)
-    release = tuple(v.name for v in views if under_maintenance(v, vocab) and v.name not in not_now)
+    release = tuple(v.name for v in views if v.maintenance and v.name not in not_now)
     not_now |= set(gpu_busy)
     start: list[tuple[str, str]] = []
     held: dict[str, str] = {}
@@ -152,25 +147,23 @@ def plan(
         if sw.windows and not any(w.contains(now) for w in sw.windows):
             held[name] = "outside the sweep windows"
             continue
-        room = _room(members, mine, vocab, pcfg)
+        room = _room(members, mine, pcfg)
         if room <= 0:
             held[name] = "no room in the sweep or repair budget"
             continue
         candidates = [
-            v
-            for v in members
-            if v.name not in not_now and _sweepable(v, vocab) and due(v, now, sw.every)
+            v for v in members if v.name not in not_now and _sweepable(v) and due(v, now, sw.every)
         ]
         candidates.sort(key=lambda v: (_last_at(v), v.name))
         start += [(v.name, name) for v in candidates[:room]]
     return SweepPlan(tuple(start), release, held)
 
 
-def _room(members: list[NodeView], mine: set[str], vocab: Vocabulary, cfg: Config) -> int:
+def _room(members: list[NodeView], mine: set[str], cfg: Config) -> int:
     """Sweeps this pool may start now: the sweep limit, the repair budget's free slots
     (a node under a sweep holds one) and min_healthy, the strictest."""
     assert cfg.sweep is not None
-    swept = {v.name for v in members if v.name in mine or under_maintenance(v, vocab)}
+    swept = {v.name for v in members if v.name in mine or v.maintenance}
     repairing = {v.name for v in members if budget.holds_slot(v)}
     by_sweep = cfg.sweep.max_concurrent - len(swept)
     by_budget = budget.slots(len(members), cfg.safety) - len(repairing | swept)
@@ -179,14 +172,14 @@ def _room(members: list[NodeView], mine: set[str], vocab: Vocabulary, cfg: Confi
     return min(by_sweep, by_budget, by_health)
 
 
-def _sweepable(v: NodeView, vocab: Vocabulary) -> bool:
+def _sweepable(v: NodeView) -> bool:
     """Healthy, schedulable, no one's signal on it, not already under maintenance."""
     return (
         v.state == "healthy"
         and not v.slow_network
         and not v.unschedulable
         and not v.foreign
-        and not under_maintenance(v, vocab)
+        and not v.maintenance
     )
 
 
@@ -209,7 +202,7 @@ def judge(status: str, stdout: str, message: str = "") -> Verdict:
     (the last line of the diag task's stdout). Only a diagnostic that says ``problem``
     fails a node: a run that did not finish, or a tool that is missing or timed out, is
     unknown and the node goes back to service (the agent's checks still watch it)."""
-    result = _diag_json(stdout)
+    result = diag_json(stdout)
     if result is None:
         why = message or "no diagnostic result"
         return Verdict(UNKNOWN, _clip(f"{status}: {why}" if status != "ok" else why))
@@ -226,7 +219,8 @@ def judge(status: str, stdout: str, message: str = "") -> Verdict:
     return Verdict(UNKNOWN, summary)
 
 
-def _diag_json(stdout: str) -> Mapping[str, Any] | None:
+def diag_json(stdout: str) -> Mapping[str, Any] | None:
+    """The last JSON line of `fleetmedic diag --json`'s output (a result has a status)."""
     for line in reversed(stdout.strip().splitlines()):
         line = line.strip()
         if line.startswith("{"):

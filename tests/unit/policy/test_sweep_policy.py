@@ -230,7 +230,7 @@ def test_record_edit_pass_busy_and_fail():
     verdict = sweep.judge("failed", json.dumps(FAIL))
     sweep.record_edit(node, V, verdict, "2026-11-21T12:00:00Z", 2, "run-2")
     v = view(node, V)
-    assert v.state == "reimage" and not sweep.under_maintenance(v, V)
+    assert v.state == "reimage" and not v.maintenance
     finding = v.annotation_json(keys.ANN_LAST_FINDING)
     assert finding["kind"] == "diag" and finding["tests"][0]["gpus"] == [1]
     assert "SM Stress" in finding["summary"] and finding["run"] == "run-2"
