@@ -105,7 +105,14 @@ def main() -> int:
         "--max-in-flight",
         type=int,
         default=None,
-        help="the executor's per-execution-node cap (default: the config's default)",
+        help="the executor's per-execution-node cap (default: the config's default; with"
+        " direct_results on stock Receptor, 1, the only cap the config accepts there)",
+    )
+    ap.add_argument(
+        "--unguarded",
+        action="store_true",
+        help="stock Receptor with direct_results at --max-in-flight above 1, as if patched"
+        " (patched_receptor): reproduces the link wedge the config refuses",
     )
     ap.add_argument(
         "--in-flight",
@@ -137,13 +144,15 @@ def main() -> int:
         try:
             s = mesh.settings()
             cap = {"max_in_flight": args.max_in_flight} if args.max_in_flight else {}
+            patched = args.receptor == "patched" or args.unguarded
             mesh_cfg = ReceptorConfig(socket=s["socket"], tls_client=s["tls_client"], **cap)
             direct_cfg = ReceptorConfig(
                 socket=s["socket"],
                 tls_client=s["tls_client"],
                 direct_results=True,
                 signing_key=mesh.tls.work_signing_key,
-                **cap,
+                patched_receptor=patched,
+                **(cap if patched or args.max_in_flight else {"max_in_flight": 1}),
             )
             routes = {"both": ("mesh", "direct"), "off": ("mesh",), "only": ("direct",)}
             cfgs = {"mesh": mesh_cfg, "direct": direct_cfg}
@@ -225,8 +234,9 @@ def main() -> int:
             mesh.stop()
     lm = statistics.median(local)
     print(
-        f"receptor_overhead ({args.receptor} receptor, at most {mesh_cfg.max_in_flight} "
-        f"units per execution node): {args.pairs} interleaved round(s) "
+        f"receptor_overhead ({args.receptor} receptor{', unguarded' if args.unguarded else ''},"
+        f" at most {batch_cfg.max_in_flight} units per execution node in the batch):"
+        f" {args.pairs} interleaved round(s) "
         f"on node-1, then a batch of {args.batch}"
         + (f" (direct_results {'on' if batch_cfg.direct_results else 'off'})" if args.batch else "")
     )

@@ -27,7 +27,9 @@ signed with the work-signing key), which spares the ~1 s our node's copy lags be
 everything else (route watch, limits, cancel, release) is the same, and any failure to
 open it falls back to our node's copy. The release then also waits for the direct stream
 to end from the execution node's side and for our node's own copy to be whole (read to
-the worker's ``eof``), so neither stream is cut with data in flight.
+the worker's ``eof``), so neither stream is cut with data in flight. With stock 1.4.4 the
+config accepts it only at ``max_in_flight: 1`` (ReceptorConfig.direct_results: direct
+reads beside other units in flight to the node wedged its link within seconds).
 
 Stock Receptor v1.4.4 (the only release the Go module proxy serves, and what AWX ships)
 wedges a whole mesh link for good when a packet reaches a dialed connection it has

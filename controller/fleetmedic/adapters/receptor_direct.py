@@ -11,6 +11,14 @@ audience the execution node's ID) when the execution node verifies signatures.
 
 The key is read at each open, from a file that must not be world-readable, and used
 only to sign; neither it nor a signature is logged or written anywhere.
+
+The session is one more dial of the execution node per run, and the control service
+answers one ``work results`` per connection (it closes its side after the stream), so
+it cannot be shared between runs; and our node still dials for its own copy of the
+output (Receptor starts that copier for every remote unit, with no setting). With stock
+Receptor 1.4.4 that extra dial beside other units in flight wedges the link, so the
+config allows this only one unit at a time per node, or on a patched Receptor
+(ReceptorConfig.direct_results, tests/receptor/patches/UPSTREAM.md).
 """
 
 from __future__ import annotations

@@ -88,7 +88,9 @@ def test_a_refused_key_refuses_the_direct_stream_and_says_nothing_of_the_key(
     tmp_path, rsa_key, caplog
 ):
     key = _write(tmp_path / "k.pem", rsa_key, 0o644)
-    s = ReceptorConfig(socket=tmp_path / "absent.sock", direct_results=True, signing_key=key)
+    s = ReceptorConfig(
+        socket=tmp_path / "absent.sock", direct_results=True, signing_key=key, max_in_flight=1
+    )
     caplog.set_level(logging.DEBUG)
     with pytest.raises(receptor_direct.Refused, match="refused"):
         receptor_direct.open_results(s, "exec-1", "abc")

@@ -21,7 +21,12 @@ def test_a_world_readable_signing_key_stops_the_start(tmp_path, monkeypatch):
     )
     key.write_bytes(pem)
     key.chmod(0o644)
-    mesh = {"socket": "rx.sock", "direct_results": True, "signing_key": str(key)}
+    mesh = {
+        "socket": "rx.sock",
+        "direct_results": True,
+        "signing_key": str(key),
+        "max_in_flight": 1,
+    }
     cfg = config.parse(
         {
             "ansible": {"run_dir": str(tmp_path / "runs"), "evidence_dir": str(tmp_path / "ev")},

@@ -51,7 +51,11 @@ def test_relative_socket_is_relative_to_the_config(tmp_path):
         ({"receptor": MESH, "routes": {"a": "exec-1"}}, "needs the `label`"),
         ({"receptor": {**MESH, "poll_interval": 0}}, "poll_interval"),
         ({"receptor": MESH, "lable": "site"}, "lable"),
-        ({"receptor": {**MESH, "direct_results": True}}, "needs `signing_key`"),
+        ({"receptor": {**MESH, "direct_results": True, "max_in_flight": 1}}, "needs `signing_key`"),
+        (
+            {"receptor": {**MESH, "direct_results": True, "signing_key": "/k.pem"}},
+            "`direct_results` with `max_in_flight: 2` wedges stock Receptor 1.4.4's links",
+        ),
         ({"receptor": {**MESH, "signing_key": "/k.pem"}}, "only used with `direct_results: true`"),
     ],
 )
@@ -79,9 +83,20 @@ def test_a_profile_has_its_own_executor():
 def test_direct_results_is_opt_in_and_needs_a_key_only_when_signing(tmp_path):
     mesh = config.parse({"executor": {"receptor": MESH}}).executor.receptor
     assert mesh is not None and not mesh.direct_results and mesh.signing_key is None
-    on = {**MESH, "direct_results": True, "signing_key": "work-private.pem"}
+    on = {**MESH, "direct_results": True, "signing_key": "work-private.pem", "max_in_flight": 1}
     mesh = config.parse({"executor": {"receptor": on}}, base=tmp_path).executor.receptor
     assert mesh is not None and mesh.signing_key == tmp_path / "work-private.pem"
-    unsigned = {**MESH, "direct_results": True, "sign_work": False}
+    unsigned = {**MESH, "direct_results": True, "sign_work": False, "max_in_flight": 1}
     mesh = config.parse({"executor": {"receptor": unsigned}}).executor.receptor
     assert mesh is not None and mesh.direct_results and mesh.signing_key is None
+
+
+def test_direct_results_in_parallel_only_on_the_operators_word_that_receptor_is_fixed():
+    """Stock Receptor 1.4.4 wedges links with direct reads and several units in flight
+    per node: refused (above) unless one at a time, or the operator says it is patched."""
+    direct = {**MESH, "direct_results": True, "sign_work": False}
+    for extra, cap in (({"max_in_flight": 1}, 1), ({"patched_receptor": True}, 2)):
+        mesh = config.parse({"executor": {"receptor": {**direct, **extra}}}).executor.receptor
+        assert mesh is not None and mesh.direct_results and mesh.max_in_flight == cap
+    plain = config.parse({"executor": {"receptor": {**MESH, "max_in_flight": 8}}})
+    assert plain.executor.receptor is not None and not plain.executor.receptor.patched_receptor

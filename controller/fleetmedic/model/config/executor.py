@@ -68,12 +68,26 @@ class ReceptorConfig(Section):
     first byte reaches us ~2.3 s after submit where the play itself ends at ~1.5 s.
     Costs one more dial of the execution node per run and, with ``sign_work``, the
     work-signing private key (`signing_key`). Any failure to open the direct stream falls
-    back to the usual one. Off by default: the trade-off is the operator's. Stock 1.4.4
-    wedges a link when a packet reaches a dial it closed (``max_in_flight``), and the
-    extra dial shows: on the test mesh a 100-run batch at 8 in flight (2 per node) lost
-    the link to one execution node within 30 s with this on, none without (one batch
-    each). With stock 1.4.4 keep it for sequential use, or run a Receptor with the fix
-    (tests/receptor/patches)."""
+    back to the usual one. Off by default: the trade-off is the operator's.
+
+    With stock Receptor 1.4.4 it needs ``max_in_flight: 1`` (refused otherwise, unless
+    `patched_receptor`): that release wedges the controller's link to a node for good when
+    a packet reaches a dial it has closed, and direct reads beside other units in flight
+    to the same node set that off. On the test mesh (bench/receptor_overhead.py, 100 runs
+    8 at a time over two execution nodes) 2 per node wedged a link in one batch of two;
+    1 per node lost none (its batch took 1.44x the local one's wall time, against 1.06x
+    at 2). A loopback stress of short units on one node: at 8 in flight every run wedged
+    within 16 s (4 of 4, also with at most one direct read at a time, or each opened
+    only once its unit had started); the usual route at 8 did not in 120 s (382 units),
+    nor did a patched build with direct reads at 8. So reading one unit per node direct
+    and the rest the usual way would not help; the cap is the guard. A throughput price:
+    the operator chooses between it and the ~1 s per run."""
+    patched_receptor: bool = False
+    """The controller's Receptor node carries the fix for 1.4.4's dialed-connection wedge
+    (tests/receptor/patches/0001-close-dialed-packetconn.patch; no release has it yet,
+    tests/receptor/patches/UPSTREAM.md is the report). It only lifts the refusal of
+    `direct_results` with `max_in_flight` above 1: fleetmedic cannot tell a patched
+    1.4.4 from a stock one (both say 1.4.4), so this is the operator's word."""
     signing_key: ConfigPath | None = None
     """The work-signing private key (the controller's node's ``work-signing``
     ``privatekey``, RSA PEM) that signs the direct `work results` request (a JWT, RS512,
@@ -84,13 +98,20 @@ class ReceptorConfig(Section):
     and never written into a run directory."""
 
     @model_validator(mode="after")
-    def _signing_key_when_direct(self) -> ReceptorConfig:
+    def _direct_results_settings(self) -> ReceptorConfig:
         if self.signing_key is not None and not self.direct_results:
             raise ValueError("`signing_key` is only used with `direct_results: true`")
         if self.direct_results and self.sign_work and self.signing_key is None:
             raise ValueError(
                 "`direct_results` with `sign_work` needs `signing_key` (the work-signing"
                 " private key)"
+            )
+        if self.direct_results and self.max_in_flight > 1 and not self.patched_receptor:
+            raise ValueError(
+                f"`direct_results` with `max_in_flight: {self.max_in_flight}` wedges stock"
+                " Receptor 1.4.4's links (ReceptorConfig.direct_results): set"
+                " `max_in_flight: 1`, or `patched_receptor: true` if the controller's Receptor"
+                " carries the fix (tests/receptor/patches)"
             )
         return self
 
