@@ -21,7 +21,9 @@ every 40 s). RSS is against a bare interpreter importing the same modules (its p
 VmHWM, is printed too: the initial relists set it). Taint ->
 playbook: a healthy Node in each cluster in turn gets ``repair=reboot``; the clock runs
 until that cluster's run directory (``<run_dir>/<cluster>``) gets the run; the baseline
-is one node PATCH round trip.
+is one node PATCH round trip. Each trial starts once the controller runs no playbook (as
+in scale_idle.py: earlier trials' ansible-playbook processes, which fail against their
+unreachable Nodes within seconds, would otherwise share the two CPUs with the trial).
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ def main() -> int:
         lat = []
         for trial in range(args.trials):
             for n, kube in kubes.items():
+                si.quiet_playbooks(proc.pid)
                 node = healthy[n][trial]
                 run_dir = run_root / n
                 before = set(os.listdir(run_dir)) if run_dir.exists() else set()
@@ -144,7 +147,6 @@ def main() -> int:
                     started, 30, f"a playbook run for {node} in cluster {n}", interval=0.005
                 )
                 lat.append(time.monotonic() - t)
-                time.sleep(0.5)
         p50 = statistics.median(lat)
         worst = max(idle[n] - base[n] for n in names)
         print(

@@ -38,6 +38,7 @@ from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.execute import Executor
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
+from fleetmedic.controller.paperwork import Paperwork
 from fleetmedic.controller.recorder import Recorder
 from fleetmedic.controller.sweeper import Sweeper
 from fleetmedic.controller.switches import SwitchReader
@@ -116,6 +117,7 @@ class Controller:
         )
         cluster = cfg.cluster_name or ""  # (named in emails and chat with `clusters:`)
         self.chatter = Chatter(cfg, lambda: self._stop, cluster=cluster)
+        self.paperwork = Paperwork(cfg.cluster_name)
         recorder = Recorder(
             kube,
             vocab,
@@ -123,6 +125,7 @@ class Controller:
             self.metrics,
             lambda: self._stop,
             on_written=self.chatter.written,
+            later=self.paperwork.post,
         )
         executor = Executor(
             cfg, kube, cluster=cluster, on_run=lambda d: self.metrics.in_flight.inc(d)
@@ -255,11 +258,13 @@ class Controller:
 
     def shutdown(self, grace: float = 10.0) -> None:
         """Stop: cancel running playbooks (their phases resume on the next start), wait a
-        little for workers to record what they finished, give the Leases up."""
+        little for workers to record what they finished and for their Events to be
+        posted, give the Leases up."""
         self._stop.set()
         if self.sweeper:
             self.sweeper.shutdown(grace)
         self.workers.shutdown(grace)
+        self.paperwork.close(grace)
         if not self.dry_run:
             self.leadership.resign()
         self.metrics.leader.set(0)

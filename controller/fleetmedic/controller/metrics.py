@@ -121,7 +121,7 @@ class Metrics:
             ["node", "state"],
             registry=r,
         )
-        self._seen: dict[str, str] = {}  # node -> state at the last observation
+        self._seen: dict[str, NodeView] = {}  # node -> its view at the last observation
         self._since: dict[str, str] = {}  # node -> state its state_since series has
         self.build = Info("fleetmedic_build", "Build information", registry=r)
         self.build.info({"version": __version__})
@@ -154,8 +154,11 @@ class Metrics:
         present = set()
         for v in views:
             present.add(v.name)
-            before = self._seen.get(v.name)
-            self._seen[v.name] = v.state
+            last = self._seen.get(v.name)
+            if last is v:  # unchanged since the last cycle (the informer replaces views)
+                continue
+            self._seen[v.name] = v
+            before = last.state if last is not None else None
             if before is not None and before != v.state:
                 if v.state == "healthy":
                     done = last_repair(decode(v.annotations.get(keys.ANN_HISTORY)))

@@ -2,7 +2,8 @@
 
 One read-modify-write guarded by resourceVersion (``Kube.update_node``); then the
 informer's cache gets the Node as written (so the next cycle decides from it, not from
-an older copy), the update's Events are posted and the step metrics counted.
+an older copy) and the step metrics are counted; the update's Events and the Node's
+condition follow on the paperwork thread (``later``), off the step's critical path.
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ class Recorder:
         metrics: Metrics,
         stopping: Callable[[], threading.Event],
         on_written: Callable[[Update, NodeView], None] = lambda upd, view: None,
+        later: Callable[[Callable[[], object]], object] = lambda fn: fn(),
     ) -> None:
         """``keep``: puts the written Node into the informer's cache, returns its view;
-        ``on_written``: told of each change written (the chat notifications)."""
+        ``on_written``: told of each change written (the chat notifications);
+        ``later``: runs the best-effort writes that follow (Events, the condition),
+        in order (:class:`~fleetmedic.controller.paperwork.Paperwork`)."""
         self.kube, self.vocab, self.keep, self.metrics = kube, vocab, keep, metrics
-        self.stopping, self.on_written = stopping, on_written
+        self.stopping, self.on_written, self.later = stopping, on_written, later
 
     def write(self, upd: Update, retry_for: float = 0.0) -> NodeView:
         """Apply ``upd`` (RV-guarded) and return the Node's view as written. Stale
@@ -73,7 +77,6 @@ class Recorder:
             log.info("%s: %s -> %s", upd.node, before or "healthy", after.state)
         for ev in upd.events:
             log.info("%s: %s: %s", upd.node, ev.reason, ev.message)
-            self.kube.post_event(node, ev.reason, ev.message, ev.type)
         for attempt in upd.append:
             self.metrics.remediations.labels(step=attempt.step, result=attempt.result).inc()
             start, end = parse_time(attempt.start), parse_time(attempt.end)
@@ -81,6 +84,11 @@ class Recorder:
                 self.metrics.duration.labels(step=attempt.step).observe(
                     max(0.0, (end - start).total_seconds())
                 )
-        conditions.publish(self.kube, after)
+        self.later(lambda: self._paperwork(upd, node, after))
         self.on_written(upd, after)
         return after
+
+    def _paperwork(self, upd: Update, node: dict, after: NodeView) -> None:
+        for ev in upd.events:
+            self.kube.post_event(node, ev.reason, ev.message, ev.type)
+        conditions.publish(self.kube, after)

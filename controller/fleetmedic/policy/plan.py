@@ -150,9 +150,14 @@ def make_plan(
         busy_here = frozenset(
             n for n in busy if assignment.profile_of.get(n, DEFAULT_PROFILE) == name
         )
+        pool = (
+            fleet  # one pool: its fleet is the whole fleet (computed once: 5,000 views)
+            if len(members) == fleet.size and busy_here == busy
+            else _fleet([v for v in views if v.name in members], busy_here)
+        )
         part = budget.admit(
             theirs,
-            _fleet([v for v in views if v.name in members], busy_here),
+            pool,
             cfg.profile(name).safety,
             now,
             paused=paused,
