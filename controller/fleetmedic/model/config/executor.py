@@ -62,7 +62,8 @@ class ReceptorConfig(Section):
     direct_results: bool = False
     """Read a unit's results straight from its execution node (a ``connect`` session to
     that node's control service through the controller's node) instead of from the
-    controller's node's copy. Saves about 1 s per run: Receptor 1.4.4's controller node
+    controller's node's copy. Saves up to about 1 s per run (0.2-0.5 s on the test mesh
+    on 2026-11-26, with other load on its 2 CPUs): Receptor 1.4.4's controller node
     polls a remote unit's state and output size once a second (fixed in its code, no
     setting) and copies the output only after it has seen it grow, so a short play's
     first byte reaches us ~2.3 s after submit where the play itself ends at ~1.5 s.
@@ -75,13 +76,14 @@ class ReceptorConfig(Section):
     a packet reaches a dial it has closed, and direct reads beside other units in flight
     to the same node set that off. On the test mesh (bench/receptor_overhead.py, 100 runs
     8 at a time over two execution nodes) 2 per node wedged a link in one batch of two;
-    1 per node lost none (its batch took 1.44x the local one's wall time, against 1.06x
-    at 2). A loopback stress of short units on one node: at 8 in flight every run wedged
-    within 16 s (4 of 4, also with at most one direct read at a time, or each opened
-    only once its unit had started); the usual route at 8 did not in 120 s (382 units),
-    nor did a patched build with direct reads at 8. So reading one unit per node direct
-    and the rest the usual way would not help; the cap is the guard. A throughput price:
-    the operator chooses between it and the ~1 s per run."""
+    1 per node lost none in two batches (1.44x and 1.72x the local batch's wall time,
+    against 1.06x at 2). With tests/receptor/wedge_repro.py (short units, one node, no
+    Ansible) at 8 in flight every run wedged within 16 s (5 of 5, also with at most one
+    direct read at a time, or each opened only once its unit had started); the usual
+    route at 8 did not in 150 s (478 units), nor did a patched build with direct reads
+    at 8. So reading one unit per node direct and the rest the usual way would not help;
+    the cap is the guard, and its throughput is the price the operator weighs against
+    the time saved per run."""
     patched_receptor: bool = False
     """The controller's Receptor node carries the fix for 1.4.4's dialed-connection wedge
     (tests/receptor/patches/0001-close-dialed-packetconn.patch; no release has it yet,
