@@ -95,6 +95,31 @@ class Rule:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class NetRule:
+    """The safety net for one driver (``unclassified`` in the catalog): a line that
+    contains ``requires``, that no rule matched and that is not a known-benign shape
+    becomes an ``id`` finding (action ``action``) when it was logged at kernel level
+    ``err`` or worse (only if ``level_counts``) or when it says a failure word."""
+
+    id: str
+    vendor: str
+    kind: str
+    requires: str
+    level_counts: bool
+    action: str
+    description: str
+    sources: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Benign:
+    """A known-benign line shape of a GPU driver: the net stays silent on it."""
+
+    match: re.Pattern[str]
+    sources: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Threshold:
     """When findings that only monitor add up: ``count`` lines of one rule on one GPU
     within ``window`` seconds fence at ``action``. Lines closer than ``burst`` seconds
@@ -135,6 +160,9 @@ class Catalog:
     rules: tuple[Rule, ...]
     thresholds: Mapping[str, Threshold] = dataclasses.field(default_factory=dict)
     sxid_parts: Mapping[str, re.Pattern[str]] = dataclasses.field(default_factory=dict)
+    net: tuple[NetRule, ...] = ()
+    failure_words: re.Pattern[str] | None = None
+    benign: tuple[Benign, ...] = ()
 
     def threshold_for(self, rule: str) -> Threshold | None:
         """The threshold of rule id ``rule`` (an exact key first, then fnmatch patterns)."""
@@ -148,10 +176,21 @@ class Catalog:
     def triggers(self) -> tuple[str, ...]:
         """Literal substrings of which every classifiable line contains one."""
         found = [TRIGGER_NVRM, TRIGGER_SXID]
-        for rule in self.rules:
-            if not any(t in rule.requires for t in found):
-                found.append(rule.requires)
+        for literal in [rule.requires for rule in self.rules] + [n.requires for n in self.net]:
+            if not any(t in literal for t in found):
+                found.append(literal)
         return tuple(found)
+
+    def net_for(self, message: str) -> NetRule | None:
+        """The safety-net entry whose driver literal ``message`` contains, if any."""
+        for rule in self.net:
+            if rule.requires in message:
+                return rule
+        return None
+
+    def is_benign(self, message: str) -> bool:
+        """True if ``message`` has a known-benign shape (``benign`` in the catalog)."""
+        return any(shape.match.search(message) for shape in self.benign)
 
 
 def threshold_for(table: Mapping[str, Threshold], rule: str) -> Threshold | None:
@@ -343,6 +382,39 @@ def _load_sxids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _load_net(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``unclassified``, ``failure_words`` and ``benign`` sections of one file."""
+    sources = data["sources"]
+    net = tuple(
+        NetRule(
+            id=str(entry["id"]),
+            vendor=str(entry["vendor"]),
+            kind=str(entry["kind"]),
+            requires=str(entry["requires"]),
+            level_counts=bool(entry.get("level_counts", True)),
+            action=_action(name, entry, entry.get("action", "monitor")),
+            description=" ".join(str(entry.get("description", "")).split()),
+            sources=_sources(name, entry, sources),
+        )
+        for entry in data.get("unclassified") or ()
+    )
+    for rule in net:
+        if rule.action not in ("none", "monitor"):
+            raise _fail(
+                name, f"unclassified {rule.id} must not fence on its own (action {rule.action!r})"
+            )
+    benign = tuple(
+        Benign(_regex(name, entry, entry["match"]), _sources(name, entry, sources))
+        for entry in data.get("benign") or ()
+    )
+    words = data.get("failure_words")
+    return {
+        "net": net,
+        "benign": benign,
+        "failure_words": _regex(name, {"id": "failure_words"}, words) if words else None,
+    }
+
+
 def _load_rules(
     name: str,
     entries: Any,
@@ -413,10 +485,25 @@ def load(directory: str | None = None) -> Catalog:
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"fault catalog: malformed entry ({type(exc).__name__}: {exc})") from None
+    net: list[NetRule] = []
+    benign: list[Benign] = []
+    words: list[str] = []
+    try:
+        for name in FILES:
+            extra = _load_net(name, files[name])
+            net += extra["net"]
+            benign += extra["benign"]
+            if extra["failure_words"] is not None:
+                words.append(extra["failure_words"].pattern)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"fault catalog: malformed entry ({type(exc).__name__}: {exc})") from None
+    parts["net"] = tuple(net)
+    parts["benign"] = tuple(benign)
+    parts["failure_words"] = re.compile("|".join(f"(?:{w})" for w in words)) if words else None
     parts["thresholds"] = {}
     for name in FILES:
         parts["thresholds"].update(_thresholds(name, files[name]))
-    ids = [rule.id for rule in parts["rules"]]
+    ids = [rule.id for rule in parts["rules"]] + [rule.id for rule in parts["net"]]
     if len(ids) != len(set(ids)):
         raise ConfigError("fault catalog: duplicate rule id")
     return Catalog(sources=sources, **parts)

@@ -1,7 +1,16 @@
 """``fleetmedic scan``: classify GPU faults in kernel logs (files or stdin).
 
-Exit status: 0 when every input was read (findings or not), 2 when an input
-cannot be read (one line on stderr: ``fleetmedic scan: error: ...``).
+Exit status (the command line's one idiom, issue 33):
+
+- 0: every input was read, and no finding reached ``--fail-on``;
+- 1: a finding at or above ``--fail-on`` (default: any action that fences a node);
+- 2: usage or input error (a file that cannot be read, a binary file): one line
+  on stderr, ``fleetmedic scan: error: ...``;
+- 3: a dependency could not be reached (``--follow journal`` without journalctl).
+
+The idiom's pieces used here (exit codes, the help epilog, the terminal hint) are
+kept together at the top of this module so that they move into the shared CLI
+kit in one step once it exists.
 """
 
 from __future__ import annotations
@@ -16,37 +25,89 @@ from typing import BinaryIO, TextIO
 
 import click
 
-from fleetmedic.errors import FleetmedicError
-from fleetmedic.scan import render, stream
+from fleetmedic.errors import FleetmedicError, PermanentError
+from fleetmedic.model.actions import ACTION_RANK, ACTIONS, FENCING_ACTIONS
+from fleetmedic.scan import render, stream, unknown
 from fleetmedic.scan.dedup import DEFAULT_WINDOW, Dedup
 from fleetmedic.scan.finding import Finding
 from fleetmedic.scan.scanner import Scanner
 
-EXIT_UNREADABLE = 2
+# ---- the CLI idiom (issue 33), local until the shared CLI kit takes it over ----------
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_UNREADABLE = EXIT_USAGE  # an input that cannot be read is an input error
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error, "
+    "3 could not reach a dependency."
+)
+
+NEVER = "never"
+DEFAULT_FAIL_ON = FENCING_ACTIONS[0]
+"""The mildest action that fences a node (``reset`` now; ``diagnose`` once it exists)."""
+
+BINARY_SNIFF = 8192
+"""Bytes looked at to tell a binary file from a log: a NUL there is never in a kernel log."""
 
 
-def _die(message: str) -> None:
+def _die(message: str, code: int = EXIT_USAGE) -> None:
     click.echo(f"fleetmedic scan: error: {' '.join(message.split())}", err=True)
-    sys.exit(EXIT_UNREADABLE)
+    sys.exit(code)
+
+
+def _hint_if_terminal() -> None:
+    """A person who typed ``fleetmedic scan`` alone gets told what it waits for."""
+    if sys.stdin.isatty():
+        click.echo(
+            "fleetmedic scan: reading a kernel log from the terminal (end with Ctrl-D); "
+            "give a FILE or pipe one in: dmesg | fleetmedic scan",
+            err=True,
+        )
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def _is_binary(head: bytes) -> bool:
+    return b"\0" in head
 
 
 def _open(name: str) -> BinaryIO:
     if name == "-":
-        return sys.stdin.buffer
-    try:
-        handle = open(name, "rb")
-        if os.path.isdir(name):
-            handle.close()
-            raise IsADirectoryError(21, "Is a directory")
-        return handle
-    except OSError as exc:
-        _die(f"cannot read {name}: {exc.strerror or exc}")
-        raise  # unreachable
+        _hint_if_terminal()
+        handle: BinaryIO = sys.stdin.buffer
+        peek = getattr(handle, "peek", None)
+        head = (
+            peek(BINARY_SNIFF)[:BINARY_SNIFF] if peek is not None and not handle.isatty() else b""
+        )
+    else:
+        try:
+            handle = open(name, "rb")
+            if os.path.isdir(name):
+                handle.close()
+                raise IsADirectoryError(21, "Is a directory")
+            head = handle.read(BINARY_SNIFF) if os.path.isfile(name) else b""
+            if head:
+                handle.seek(0)
+        except OSError as exc:
+            _die(f"cannot read {name}: {exc.strerror or exc}")
+            raise  # unreachable
+    if _is_binary(head):
+        _die(f"{'stdin' if name == '-' else name} is a binary file, not a kernel log")
+    return handle
 
 
 def _scanner(no_dedup: bool, window: float, boot_id: str | None) -> Scanner:
     dedup: Dedup | bool = False if no_dedup else Dedup(window, replay_guard=boot_id is not None)
     return Scanner(boot_id=boot_id, dedup=dedup)
+
+
+def _fails(findings: list[Finding], fail_on: str) -> bool:
+    if fail_on == NEVER:
+        return False
+    return any(ACTION_RANK[f.action] >= ACTION_RANK[fail_on] for f in findings)
 
 
 def _scan_inputs(
@@ -85,19 +146,49 @@ def _follow(
         lines = stream.follow(name, stop=stop)
         for finding in scanner.scan(lines):
             yield name, finding
+    except PermanentError as exc:
+        _die(str(exc), EXIT_UNREACHABLE if "cannot run" in str(exc) else EXIT_USAGE)
     except FleetmedicError as exc:
         _die(str(exc))
 
 
-@click.command("scan", short_help="Classify GPU faults in kernel logs (files or stdin).")
+EPILOG = f"""\b
+{EXIT_CODES_HELP}
+
+\b
+Examples:
+  dmesg | fleetmedic scan --fail-on reboot     # a check for scripts: exit 1 if a reboot is due
+  fleetmedic scan --unknown /var/log/kern.log  # driver errors the catalog does not know yet
+"""
+
+
+@click.command(
+    "scan", short_help="Classify GPU faults in kernel logs (files or stdin).", epilog=EPILOG
+)
 @click.argument("files", nargs=-1, metavar="[FILE]...")
+@click.option(
+    "--json", "as_json", is_flag=True, help="JSON Lines for machines: one object per finding."
+)
 @click.option(
     "--format",
     "fmt",
     type=click.Choice(["table", "json"]),
-    default="table",
+    default=None,
+    hidden=True,
+    help="Replaced by --json (kept one release).",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice([*ACTIONS[1:], NEVER]),
+    default=DEFAULT_FAIL_ON,
     show_default=True,
-    help="table for people, json for JSON Lines (one object per finding).",
+    help="Exit 1 when a finding's action is this or stronger ('never': always 0).",
+)
+@click.option(
+    "--unknown",
+    "unknown_only",
+    is_flag=True,
+    help="List the driver lines no catalog rule knows (the safety net's), grouped by shape.",
 )
 @click.option(
     "--no-dedup", is_flag=True, help="Report every matching line, not one per (boot, PCI id, code)."
@@ -129,7 +220,10 @@ def _follow(
 )
 def scan(
     files: tuple[str, ...],
-    fmt: str,
+    as_json: bool,
+    fmt: str | None,
+    fail_on: str,
+    unknown_only: bool,
     no_dedup: bool,
     window: float,
     boot_id: str | None,
@@ -139,16 +233,22 @@ def scan(
     """Classify GPU faults in kernel logs: NVIDIA Xid/SXid, amdgpu, NCCL/CUDA.
 
     Reads each FILE (stdin when none or '-') in any common format: dmesg
-    (plain, -T, iso), journalctl (short, short-iso), syslog, /dev/kmsg
+    (plain, -T, -x, iso), journalctl (short, short-iso), syslog, /dev/kmsg
     records. Prints one finding per fault with the action fleetmedic takes
-    (none, monitor, reboot, reimage, manual) and NVIDIA's resolution bucket.
+    (none, monitor, reset, reboot, reimage, manual) and NVIDIA's resolution
+    bucket. A GPU driver line that no rule knows but that was logged as an
+    error or says it failed is an 'unclassified' finding (monitor).
     Lines that are not GPU faults print nothing.
-
-    Exit status: 0 when the input was read, 2 when it could not be.
     """
+    as_json = as_json or fmt == "json"
     names = list(files) or ["-"]
     if follow and len(names) != 1:
         _die("--follow takes exactly one FILE")
+    if unknown_only:
+        if follow:
+            _die("--unknown reads whole files; it does not take --follow")
+        _list_unknown(names, as_json)
+        return
     totals: list[int] = []
     jobs = jobs or min(4, os.cpu_count() or 1)
     rows = (
@@ -158,36 +258,63 @@ def scan(
     )
     out = sys.stdout
     try:
-        if fmt == "json" or follow:
-            _stream_out(rows, fmt, out, flush=follow)
-            return
-        collected = list(rows)
-        width = shutil.get_terminal_size().columns if out.isatty() else None
-        show_source = len(names) > 1
-        render.write_table(
-            [(name if show_source else None, f) for name, f in collected], out, width
-        )
-        click.echo(
-            render.summary([f for _, f in collected], sum(totals), len(names)), err=not collected
-        )
+        if as_json or follow:
+            seen = _stream_out(rows, as_json, out, flush=follow)
+        else:
+            collected = list(rows)
+            seen = [f for _, f in collected]
+            width = shutil.get_terminal_size().columns if out.isatty() else None
+            show_source = len(names) > 1
+            render.write_table(
+                [(name if show_source else None, f) for name, f in collected], out, width
+            )
+            click.echo(render.summary(seen, sum(totals), len(names)), err=not collected)
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
         _quiet_broken_pipe()
+    sys.exit(EXIT_FINDINGS if _fails(seen, fail_on) else EXIT_OK)
 
 
-def _stream_out(rows: Iterator[tuple[str, Finding]], fmt: str, out: TextIO, flush: bool) -> None:
+def _stream_out(
+    rows: Iterator[tuple[str, Finding]], as_json: bool, out: TextIO, flush: bool
+) -> list[Finding]:
     """Write findings as they come; flush each one only when following a live log."""
+    seen: list[Finding] = []
     try:
         for _name, finding in rows:
-            if fmt == "json":
+            seen.append(finding)
+            if as_json:
                 out.write(render.json_line(finding) + "\n")
             else:
                 render.write_table([(None, finding)], out)
             if flush:
                 out.flush()
     except KeyboardInterrupt:
-        return
+        pass
+    return seen
+
+
+def _list_unknown(names: list[str], as_json: bool) -> None:
+    """``--unknown``: the safety net's lines, grouped by shape, most frequent first."""
+    handles = [(name, _open(name)) for name in names]
+    groups = unknown.Groups()
+    try:
+        for name, handle in handles:
+            scanner = Scanner(dedup=False)
+            try:
+                groups.add_all(name, scanner.scan_binary(handle))
+            except OSError as exc:
+                _die(f"cannot read {name}: {exc.strerror or exc}")
+            finally:
+                if handle is not sys.stdin.buffer:
+                    handle.close()
+        if as_json:
+            unknown.write_json(groups, sys.stdout)
+        else:
+            unknown.write_table(groups, sys.stdout, multi=len(names) > 1)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
 
 
 def _quiet_broken_pipe() -> None:

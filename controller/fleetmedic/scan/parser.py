@@ -41,8 +41,19 @@ _CTIME = re.compile(
 )
 _DECODED = re.compile(
     r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\d)\s*:"
-    r"\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?"
+    r"\s*(emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?"
 )
+LEVELS = {
+    "emerg": 0,
+    "alert": 1,
+    "crit": 2,
+    "err": 3,
+    "warn": 4,
+    "notice": 5,
+    "info": 6,
+    "debug": 7,
+}
+"""syslog severities (``<pri> & 7``), as ``dmesg -x`` names them."""
 _ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+")
 _SYSLOG = re.compile(
     r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+"
@@ -67,6 +78,9 @@ class Record:
     - ``kmsg``: the line was a ``/dev/kmsg`` record (its continuation lines,
       which start with a space, carry ``KEY=value`` pairs).
     - ``seq``: the ``/dev/kmsg`` sequence number.
+    - ``level``: the kernel log level (0 emerg .. 3 err .. 7 debug) when the line
+      carries one (``/dev/kmsg``'s ``pri,``, a ``<pri>`` prefix, ``dmesg -x``'s
+      ``kern  :err   :``), else ``None`` (plain dmesg, syslog and journal text).
 
     :attr:`time` and :attr:`clock` are computed on demand (most candidate
     lines never need them).
@@ -77,6 +91,7 @@ class Record:
     kind: str | None = None
     kmsg: bool = False
     seq: int | None = None
+    level: int | None = None
 
     @property
     def time(self) -> float | None:
@@ -103,13 +118,21 @@ def parse(line: str) -> Record:
     if match is not None:
         return _parse_kmsg(text, match)
     text = text.strip()
+    level: int | None = None
     if text.startswith("<"):
         prio = _PRIORITY.match(text)
         if prio is not None:
+            level = int(text[1 : prio.end() - 1]) & 7
             text = text[prio.end() :]
     decoded = _DECODED.match(text)
     if decoded is not None:
+        level = LEVELS[decoded.group(1)]
         text = text[decoded.end() :]
+    record = _parse_text(text)
+    return record if level is None else dataclasses.replace(record, level=level)
+
+
+def _parse_text(text: str) -> Record:
     if text.startswith("["):
         return _parse_bracketed(text)
     if text[:1].isdigit():
@@ -134,7 +157,7 @@ def _parse_kmsg(text: str, match: re.Match[str]) -> Record:
         body = _ESCAPE.sub(_unescape, body)
     usec = match.group(3)
     stamp = f"{usec[:-6] or '0'}.{usec[-6:].rjust(6, '0')}"
-    return Record(body.strip(), stamp, "kmsg", True, int(match.group(2)))
+    return Record(body.strip(), stamp, "kmsg", True, int(match.group(2)), int(match.group(1)) & 7)
 
 
 def _unescape(match: re.Match[str]) -> str:

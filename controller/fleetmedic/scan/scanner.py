@@ -40,6 +40,9 @@ What the scanner adds on top of :func:`~fleetmedic.scan.classify.classify`:
   within :data:`REPORT_LINES` lines, name the same device and code, and ask for
   nothing stronger (a stronger one is its own finding: an escalation is never
   lost). A part seen twice starts the next report;
+- the safety net (:mod:`fleetmedic.scan.net`, on by default): a GPU driver line
+  that no rule matches but that was logged at ``err`` or says a failure word
+  becomes an ``<driver>.unclassified`` finding (action ``monitor``);
 - dedup (:class:`~fleetmedic.scan.dedup.Dedup`), on by default.
 """
 
@@ -52,6 +55,7 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from fleetmedic.scan import catalog as catalog_mod
+from fleetmedic.scan import net as netmod
 from fleetmedic.scan import parser, prefilter
 from fleetmedic.scan import pci as pcimod
 from fleetmedic.scan.classify import Classified, classify
@@ -92,6 +96,7 @@ class Scanner:
     - ``dedup``: ``True`` (default) for a fresh :class:`Dedup` (replay guard
       on when ``boot_id`` is given), ``False`` for none, or a :class:`Dedup`
       to share or restore state.
+    - ``net``: the safety net for driver lines no rule knows (default on).
     """
 
     def __init__(
@@ -100,8 +105,10 @@ class Scanner:
         *,
         boot_id: str | None = None,
         dedup: Dedup | bool = True,
+        net: bool = True,
     ) -> None:
         self.catalog = catalog or catalog_mod.load()
+        self.net = net
         self.boot_id = boot_id or None
         if dedup is True:
             self.dedup: Dedup | None = Dedup(replay_guard=self.boot_id is not None)
@@ -112,6 +119,7 @@ class Scanner:
         self._hint: tuple[int, str] | None = None
         self._cache: dict[str, Classified | None] = {}
         self._report: _Report | None = None
+        self._net_cache: dict[tuple[str, int | None], Classified | None] = {}
         self.triggers: tuple[str, ...] = self.catalog.triggers
         self._rules = {rule.id: rule for rule in self.catalog.rules}
 
@@ -153,7 +161,10 @@ class Scanner:
             if header is not None:
                 pci = pcimod.normalize(header.group(1))
                 self._hint = (lineno, pci) if pci else None
-            return []
+                return []
+            found = self._unclassified(message, record.level) if self.net else None
+            if found is None:
+                return []
         finding = self._finding(found, record, lineno, text)
         if self._joins(finding, message, lineno):
             return []
@@ -210,6 +221,19 @@ class Scanner:
         if len(self._cache) >= _CACHE_SIZE:
             self._cache.clear()
         self._cache[message] = found
+        return found
+
+    def _unclassified(self, message: str, level: int | None) -> Classified | None:
+        """:func:`net.unclassified`, memoised like :meth:`_classify`."""
+        key = (message, level)
+        try:
+            return self._net_cache[key]
+        except KeyError:
+            pass
+        found = netmod.unclassified(message, level, self.catalog)
+        if len(self._net_cache) >= _CACHE_SIZE:
+            self._net_cache.clear()
+        self._net_cache[key] = found
         return found
 
     def _finding(self, found: Classified, record: parser.Record, lineno: int, text: str) -> Finding:

@@ -30,8 +30,8 @@ def scan(*args, stdin=None):
 def test_json_lines_have_exactly_the_contract_fields(tmp_path: Path):
     log = tmp_path / "kern.log"
     log.write_text("noise\n" + XID79 + XID13 + XID79)
-    result = scan("--format", "json", str(log))
-    assert result.returncode == 0, result.stderr
+    result = scan("--json", str(log))
+    assert result.returncode == 1, result.stderr  # Xid 79 fences (reboot): exit 1
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [tuple(row) for row in rows] == [JSON_FIELDS] * 2
     assert rows[0] == {
@@ -52,22 +52,21 @@ def test_json_lines_have_exactly_the_contract_fields(tmp_path: Path):
 def test_no_dedup_reports_every_line(tmp_path: Path):
     log = tmp_path / "kern.log"
     log.write_text(XID79 * 3)
-    assert len(scan("--format", "json", str(log)).stdout.splitlines()) == 1
+    assert len(scan("--json", str(log)).stdout.splitlines()) == 1
     assert [
-        json.loads(x)["line"]
-        for x in scan("--format", "json", "--no-dedup", str(log)).stdout.splitlines()
+        json.loads(x)["line"] for x in scan("--json", "--no-dedup", str(log)).stdout.splitlines()
     ] == [1, 2, 3]
 
 
 def test_stdin_when_no_file_or_dash():
     for args in ((), ("-",)):
-        result = scan("--format", "json", *args, stdin=XID79)
-        assert result.returncode == 0
+        result = scan("--json", *args, stdin=XID79)
+        assert result.returncode == 1  # read, and Xid 79 fences
         assert json.loads(result.stdout)["code"] == 79
 
 
 def test_non_gpu_lines_print_nothing():
-    result = scan("--format", "json", stdin="kernel: usb 1-1: new device\nhello\n")
+    result = scan("--json", stdin="kernel: usb 1-1: new device\nhello\n")
     assert (result.returncode, result.stdout) == (0, "")
     table = scan(stdin="hello\n")
     assert table.returncode == 0 and table.stdout == ""
@@ -86,13 +85,13 @@ def test_unreadable_input_exits_2_with_one_line(tmp_path: Path):
 def test_unreadable_second_file_fails_before_any_output(tmp_path: Path):
     good = tmp_path / "good.log"
     good.write_text(XID79)
-    result = scan("--format", "json", str(good), str(tmp_path / "missing.log"))
+    result = scan("--json", str(good), str(tmp_path / "missing.log"))
     assert result.returncode == 2 and result.stdout == ""
 
 
 def test_table_is_readable(tmp_path: Path):
     result = scan(str(DATA / "nvsentinel-155.dmesg"), str(DATA / "rocm-6273.dmesg"))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # a reboot finding fences: exit 1
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["LINE", "ACTION", "KIND", "CODE", "PCI", "BUCKET", "MESSAGE"]
     assert (
@@ -104,15 +103,16 @@ def test_table_is_readable(tmp_path: Path):
 
 def test_every_fixture_scans_cleanly():
     for path in sorted(DATA.iterdir()):
-        result = scan("--format", "json", str(path))
+        result = scan("--json", "--fail-on", "never", str(path))
         assert result.returncode == 0, (path, result.stderr)
+        assert result.stderr == ""
 
 
 def test_follow_a_growing_file(tmp_path: Path):
     log = tmp_path / "kern.log"
     log.write_text("")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetmedic", "scan", "--follow", "--format", "json", str(log)],
+        [sys.executable, "-m", "fleetmedic", "scan", "--follow", "--json", str(log)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -125,3 +125,82 @@ def test_follow_a_growing_file(tmp_path: Path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_exit_1_only_at_or_above_fail_on(tmp_path: Path):
+    log = tmp_path / "kern.log"
+    log.write_text(XID13)  # monitor
+    assert scan(str(log)).returncode == 0  # default: only a fencing action fails
+    assert scan("--fail-on", "monitor", str(log)).returncode == 1
+    log.write_text(XID79)  # reboot
+    assert scan("--json", str(log)).returncode == 1
+    assert scan("--fail-on", "reimage", str(log)).returncode == 0
+    assert scan("--fail-on", "never", str(log)).returncode == 0
+
+
+def test_binary_file_is_refused_with_one_line(tmp_path: Path):
+    result = scan("/bin/ls")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "fleetmedic scan: error: /bin/ls is a binary file, not a kernel log\n"
+    piped = scan(stdin="\x00\x01ELF" + XID79)
+    assert piped.returncode == 2 and "stdin is a binary file" in piped.stderr
+
+
+def test_a_terminal_on_stdin_gets_a_hint_instead_of_silence():
+    import os
+    import pty
+
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetmedic", "scan"],
+        stdin=child,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(child)
+    try:
+        hint = proc.stderr.readline()
+        assert "reading a kernel log from the terminal" in hint and "Ctrl-D" in hint
+        os.write(main, b"\x04")  # Ctrl-D: end of input
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        os.close(main)
+
+
+def test_format_json_still_works_but_is_hidden(tmp_path: Path):
+    log = tmp_path / "kern.log"
+    log.write_text(XID79)
+    assert json.loads(scan("--format", "json", str(log)).stdout)["code"] == 79
+    assert "--format" not in scan("--help").stdout
+
+
+def test_help_documents_exit_codes_and_examples():
+    text = scan("--help").stdout
+    assert "Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error" in text
+    assert "Examples:" in text and "fleetmedic scan --unknown" in text
+
+
+def test_unknown_lists_unmatched_driver_errors_by_shape(tmp_path: Path):
+    log = tmp_path / "kern.log"
+    log.write_text(
+        "[   84.300476] NVRM: GPU6 kbusSendSysmembarSingle_GH100: - timeout error waiting for"
+        " startToken = 0x3 cnt=24105122\n"
+        "[   84.300477] NVRM: GPU6 kbusSendSysmembarSingle_GH100: - timeout error waiting for"
+        " startToken = 0x5 cnt=24105199\n"
+        "[Wed Jun  8 16:34:52 2022] [drm:dc_dmub_srv_wait_idle [amdgpu]] *ERROR* Error waiting"
+        " for DMUB idle: status=3\n" + XID79
+    )
+    result = scan("--unknown", "--json", str(log))
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["count"], r["rule"], r["line"]) for r in rows] == [
+        (2, "nvrm.unclassified", 1),
+        (1, "amdgpu.unclassified", 3),
+    ]
+    assert "startToken = <hex> cnt=<n>" in rows[0]["shape"]
+    table = scan("--unknown", str(log)).stdout.splitlines()
+    assert table[0].split() == ["COUNT", "RULE", "GPUS", "FIRST", "SHAPE"]
+    assert table[1].split()[:2] == ["2", "nvrm.unclassified"]
+    assert scan("--unknown", stdin=XID79).stdout == "No unknown driver errors found.\n"

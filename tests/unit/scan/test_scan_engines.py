@@ -85,7 +85,8 @@ def test_engines_agree_on_the_corpus(counter, chunk, dedup):
     # and both are what the line-by-line path finds
     by_line = list(Scanner(dedup=dedup).scan(blob.decode().split("\n")[:-1]))
     assert hyperscan_result[0] == by_line
-    assert len(by_line) >= len(corpus_lines()) // 2  # the corpus is mostly faults
+    faults = [case for case in corpus_lines() if case["expect"] is not None]
+    assert len(by_line) >= len(faults) // 2  # dedup folds repeats, not half the faults
 
 
 # Pieces of real lines and of the catalog's triggers, so that lines hold whole
