@@ -17,7 +17,7 @@ read once to warm the page cache, then, alternating, ``--repeat`` times:
 - the baseline: ``grep -c`` for the catalog's trigger literals, the same set the
   pre-filter searches (``Scanner().triggers``), both as ``-E 'a|b|...'`` and as
   ``-F -e a -e b ...``; the faster of the two is the baseline;
-- ``fleetmedic scan --format json --jobs 1 FILE > /dev/null`` as a user runs
+- ``fleetmedic scan --json --jobs 1 FILE > /dev/null`` as a user runs
   it, in one process (Python start-up, catalog load, dedup, JSON output);
 - the same with the default ``--jobs`` (one pre-filter process per CPU, at
   most 4, for files of 256 MB or more);
@@ -268,7 +268,7 @@ def main() -> None:
     sys.path.insert(0, str(root / "controller"))
     from fleetmedic.scan import literals
 
-    fleetmedic = [sys.executable, "-m", "fleetmedic", "scan", "--format", "json"]
+    fleetmedic = [sys.executable, "-m", "fleetmedic", "scan", "--json"]
     workdir = Path(tempfile.mkdtemp(prefix="fleetmedic-bench-", dir=args.tmpdir))
     # As installed (pip compiles the bytecode): one untimed run below writes
     # fleetmedic's __pycache__ as any run does, also where PYTHONDONTWRITEBYTECODE is

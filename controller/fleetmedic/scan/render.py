@@ -18,6 +18,7 @@ COLUMNS = ("LINE", "ACTION", "KIND", "CODE", "PCI", "BUCKET", "MESSAGE")
 _WHAT_NEXT = {
     "none": "nothing to do",
     "monitor": "watch for repeats",
+    "diagnose": "GPU needs diagnostics (DCGM / rvs)",
     "reset": "GPU needs a reset",
     "reboot": "node needs a reboot",
     "reimage": "node needs a driver/ROCm reinstall",

@@ -197,6 +197,7 @@ def test_every_fencing_action_has_a_ladder_state():
 def test_thresholds_name_rules_that_exist_and_only_monitor():
     rule_ids = {rule.id for rule in CAT.rules} | {f"xid.{c}" for c in CAT.xids}
     rule_ids |= {f"sxid.{c}" for c in CAT.sxids} | {"sxid.unknown"}
+    rule_ids |= {rule.id for rule in CAT.net}  # the safety net's <driver>.unclassified
     for key, threshold in CAT.thresholds.items():
         matches = [r for r in rule_ids if CAT.threshold_for(r) is threshold]
         assert matches, f"threshold {key} matches no rule"

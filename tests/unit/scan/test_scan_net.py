@@ -161,3 +161,10 @@ def test_shape_folds_what_varies():
 def test_unclassified_direct_call_matches_the_scanner():
     assert unclassified(NEW_AMD, 3, CAT) is not None
     assert unclassified(NEW_AMD, 6, CAT) is None
+
+
+@pytest.mark.parametrize("rule", [rule.id for rule in CAT.net])
+def test_many_unknown_errors_on_one_gpu_call_for_diagnose(rule):
+    threshold = CAT.threshold_for(rule)
+    assert threshold is not None and threshold.action == "diagnose"
+    assert threshold.count >= 3 and threshold.window == 3600
