@@ -61,7 +61,7 @@ def test_api_mismatch_then_init_failure():
     assert [(f.line, f.rule, f.action, f.pci) for f in findings] == [
         (3, "nvrm.api-mismatch", "reimage", None),
         # The missing GSP firmware file is the cause: reinstall (the init failure follows).
-        (15, "nvrm.firmware-missing", "reimage", "0000:07:00"),
+        (16, "nvrm.firmware-missing", "reimage", None),
         (17, "nvrm.rminit-failed", "reboot", "0000:07:00"),
     ]
 
