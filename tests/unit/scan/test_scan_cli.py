@@ -204,3 +204,21 @@ def test_unknown_lists_unmatched_driver_errors_by_shape(tmp_path: Path):
     assert table[0].split() == ["COUNT", "RULE", "GPUS", "FIRST", "SHAPE"]
     assert table[1].split()[:2] == ["2", "nvrm.unclassified"]
     assert scan("--unknown", stdin=XID79).stdout == "No unknown driver errors found.\n"
+
+
+def test_journal_without_journalctl_exits_3_with_one_line(tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, "-m", "fleetmedic", "scan", "--follow", "journal"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(tmp_path), "PYTHONPATH": ":".join(sys.path)},
+    )
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("fleetmedic scan: error: cannot run journalctl")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_unknown_does_not_follow():
+    result = scan("--unknown", "--follow", "/dev/null")
+    assert result.returncode == 2 and "--unknown reads whole files" in result.stderr
