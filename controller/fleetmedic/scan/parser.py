@@ -15,6 +15,7 @@ journalctl -o short-iso(-precise) ``2024-02-14T05:03:41+0000 host kernel: ...``
 RFC 5424-ish syslog               ``2024-02-14T05:03:41.123456+00:00 host kernel: ...``
 syslog with kernel time           ``Dec  2 11:49:53 worker4 kernel: [  885.242168] NVRM: ...``
 raw syslog priority               ``<3>Feb 14 05:03:41 host kernel: ...``
+Talos (talosctl dmesg)            ``node: kern:    warning: [2026-04-22T21:27:51.29Z]: NVRM: ...``
 /dev/kmsg                         ``6,1234,5678901,-;NVRM: ...`` (``\\x0a`` escapes are unescaped)
 kubectl logs --timestamps         ``2024-02-14T05:03:41.123456789Z RuntimeError: CUDA error: ...``
 ================================  ===============================================================
@@ -43,17 +44,22 @@ _DECODED = re.compile(
     r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\d)\s*:"
     r"\s*(emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?"
 )
+_TALOS = re.compile(
+    r"(?:[^\s:]+: )?kern:\s*(emerg|alert|crit|err|warning|notice|info|debug):\s*"
+    r"\[(\d{4}-\d\d-\d\dT[^\]]+)\]:\s?"
+)
 LEVELS = {
     "emerg": 0,
     "alert": 1,
     "crit": 2,
     "err": 3,
     "warn": 4,
+    "warning": 4,
     "notice": 5,
     "info": 6,
     "debug": 7,
 }
-"""syslog severities (``<pri> & 7``), as ``dmesg -x`` names them."""
+"""syslog severities (``<pri> & 7``), as ``dmesg -x`` (and Talos: ``warning``) names them."""
 _ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+")
 _SYSLOG = re.compile(
     r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+"
@@ -124,6 +130,12 @@ def parse(line: str) -> Record:
         if prio is not None:
             level = int(text[1 : prio.end() - 1]) & 7
             text = text[prio.end() :]
+    if "kern:" in text[:48]:
+        talos = _TALOS.match(text)
+        if talos is not None:
+            return Record(
+                text[talos.end() :].strip(), talos.group(2), "iso", level=LEVELS[talos.group(1)]
+            )
     decoded = _DECODED.match(text)
     if decoded is not None:
         level = LEVELS[decoded.group(1)]

@@ -176,3 +176,22 @@ def test_parser_never_raises_on_damaged_lines(line, cut, junk):
         line.replace(" ", junk, 1),
     ):
         assert isinstance(parser.parse(damaged).message, str)
+
+
+def test_talos_dmesg_gives_time_and_level():
+    # talosctl dmesg, as published in NVIDIA/open-gpu-kernel-modules issue 446 and
+    # siderolabs/pkgs issue 792.
+    r = parser.parse(
+        "192.168.11.119: kern: warning: [2026-04-22T21:27:51.291660856Z]: NVRM: Xid (PCI:0000:0b:00): 154"
+    )
+    assert (r.message, r.timestamp, r.clock, r.level) == (
+        "NVRM: Xid (PCI:0000:0b:00): 154",
+        "2026-04-22T21:27:51.291660856Z",
+        "wall",
+        4,
+    )
+    r = parser.parse(
+        "k3s-node3.lab: kern:    info: [2023-08-22T01:37:23.894402442Z]: amdgpu 0000:04:00.0: x"
+    )
+    assert (r.message, r.level) == ("amdgpu 0000:04:00.0: x", 6)
+    assert parser.parse("kern:     err: [2023-08-22T01:37:23.8Z]: amdgpu x").level == 3
