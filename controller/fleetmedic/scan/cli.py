@@ -40,7 +40,7 @@ EXIT_UNREACHABLE = 3
 EXIT_UNREADABLE = EXIT_USAGE  # an input that cannot be read is an input error
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error, "
+    "Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error,\n"
     "3 could not reach a dependency."
 )
 
@@ -235,7 +235,8 @@ def scan(
     Reads each FILE (stdin when none or '-') in any common format: dmesg
     (plain, -T, -x, iso), journalctl (short, short-iso), syslog, /dev/kmsg
     records. Prints one finding per fault with the action fleetmedic takes
-    (none, monitor, reset, reboot, reimage, manual) and NVIDIA's resolution
+    (none, monitor, diagnose, reset, reboot, reimage, manual) and NVIDIA's
+    resolution
     bucket. A GPU driver line that no rule knows but that was logged as an
     error or says it failed is an 'unclassified' finding (monitor).
     Lines that are not GPU faults print nothing.

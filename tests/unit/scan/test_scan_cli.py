@@ -179,6 +179,7 @@ def test_format_json_still_works_but_is_hidden(tmp_path: Path):
 def test_help_documents_exit_codes_and_examples():
     text = scan("--help").stdout
     assert "Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error" in text
+    assert "3 could not reach a dependency" in text
     assert "Examples:" in text and "fleetmedic scan --unknown" in text
 
 
