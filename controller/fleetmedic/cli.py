@@ -28,22 +28,25 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "agent": ("fleetmedic.agent.cli:agent", "Run the node agent: checks, strikes, fencing."),
     "run": ("fleetmedic.service:run", "Run the remediation controller."),
-    "status": ("fleetmedic.controller.cli:status", "Show nodes by repair state."),
+    "status": ("fleetmedic.controller.commands:status", "Show nodes by repair state."),
     "plan": (
-        "fleetmedic.controller.cli:plan",
+        "fleetmedic.controller.commands:plan",
         "Show what the next cycle would do, changing nothing.",
     ),
-    "release": ("fleetmedic.controller.cli:release", "Return a node in manual repair to service."),
+    "release": (
+        "fleetmedic.controller.manual:release",
+        "Return a node in manual repair to service.",
+    ),
     "quarantine": (
-        "fleetmedic.controller.cli:quarantine",
+        "fleetmedic.controller.manual:quarantine",
         "Deep diagnostics and a recommendation before a node returns to service.",
     ),
     "history": (
-        "fleetmedic.controller.cli:history",
+        "fleetmedic.controller.commands:history",
         "Show a node's whole history: repair attempts and Events, newest first.",
     ),
-    "reset": ("fleetmedic.controller.cli:reset", "Remove every fleetmedic taint (only ours)."),
-    "breaker": ("fleetmedic.controller.cli:breaker", "Show or reset the circuit breaker."),
+    "reset": ("fleetmedic.controller.manual:reset", "Remove every fleetmedic taint (only ours)."),
+    "breaker": ("fleetmedic.controller.manual:breaker", "Show or reset the circuit breaker."),
     "watch": (
         "fleetmedic.agent.lokicli:watch",
         "Detect GPU faults from Loki instead of an agent on every node.",

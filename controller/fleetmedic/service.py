@@ -13,13 +13,14 @@ from pathlib import Path
 
 import click
 
-from fleetmedic.controller.cli import _common, all_clusters, serve
+from fleetmedic.controller.cli import all_clusters, common
+from fleetmedic.controller.daemon import serve
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import Config
 
 
 @click.command("run")
-@_common
+@common
 @click.option("--once", is_flag=True, help="Act until nothing more can be done now, then exit.")
 @click.option("--dry-run", is_flag=True, help="Decide and log, change nothing.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")

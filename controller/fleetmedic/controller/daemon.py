@@ -1,0 +1,206 @@
+"""The controller's daemon runtime: ``serve`` (one loop, or one per cluster of
+``clusters:``, the metrics server, the signals), the per-cluster retry loop, and the
+start-up ``preflight``.
+
+The ``run`` command itself is fleetmedic/service.py: it adds the detectors the controller
+runs beside its loop, which live in the agent package. The commands an operator types
+(status, plan, release, ...) are controller/commands.py and controller/manual.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from fleetmedic import logcontext
+from fleetmedic.controller.cli import connect
+from fleetmedic.errors import ConfigError, FleetmedicError
+from fleetmedic.model.config import Config
+
+if TYPE_CHECKING:  # (imported when the daemon starts, not for --help)
+    from fleetmedic.adapters.kube import Kube
+    from fleetmedic.controller.loop import Controller, Sidecar
+    from fleetmedic.controller.metrics import Metrics
+
+
+def _setup_logging(verbose: bool) -> None:
+    journal = bool(os.environ.get("JOURNAL_STREAM"))  # journald adds its own timestamps
+    fmt = (
+        "%(levelname)s %(name)s: %(cluster_prefix)s%(message)s"
+        if journal
+        else "%(asctime)s %(levelname)s %(cluster_prefix)s%(message)s"
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(logcontext.ClusterPrefix())  # node names repeat across clusters
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format=fmt, handlers=[handler]
+    )
+    for noisy in ("kubernetes", "urllib3", "ansible_runner"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def serve(
+    cfg: Config,
+    kubeconfig: str | None,
+    once: bool,
+    dry_run: bool,
+    verbose: bool,
+    sidecars: Callable[[Config, Kube, Metrics], Sequence[Sidecar]] = lambda c, k, m: (),
+) -> None:
+    """Run the remediation controller until a signal (or, with ``once``, until done): one
+    loop, or one per cluster of ``clusters:`` (each in a thread of its own)."""
+    from fleetmedic.controller import metrics as metricsmod
+    from fleetmedic.controller.loop import Controller
+
+    _setup_logging(verbose)
+    dry_run = dry_run or cfg.dry_run
+    members = [cfg.cluster(n) for n in cfg.cluster_names()] or [cfg]
+    if kubeconfig and len(members) > 1:
+        raise ConfigError(
+            f"--kubeconfig names one cluster, but this config serves {len(members)} "
+            f"({', '.join(cfg.cluster_names())}): add --cluster NAME"
+        )
+    if not dry_run:
+        for member in members:
+            preflight(member)
+
+    stop = threading.Event()
+    # per cluster, made once: its metrics (what /metrics serves outlives a restarted
+    # loop) and its sidecars, which act while the cluster's current loop leads
+    metrics_of = {m.cluster_name: metricsmod.Metrics() for m in members}
+    current: dict[str | None, Controller] = {}
+
+    def make(member: Config) -> Controller:
+        c = Controller(
+            member,
+            connect(member, kubeconfig),
+            dry_run=dry_run,
+            metrics=metrics_of[member.cluster_name],
+        )
+        current[member.cluster_name] = c
+        return c
+
+    for member in members:
+        make(member)
+    for member in members if not once else ():
+        name = member.cluster_name
+        for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
+            logcontext.thread(
+                sidecar,
+                args=(stop, lambda n=name: current[n].acting()),
+                name=f"fleetmedic-sidecar-{name or 'main'}-{i}",
+                cluster=name,
+            ).start()
+    if not once:
+        try:
+            if cfg.clusters:
+                registries = {str(n): m.registry for n, m in metrics_of.items()}
+                metricsmod.serve_clusters(registries, cfg.metrics.address, cfg.metrics.port)
+            else:
+                metrics_of[None].serve(cfg.metrics.address, cfg.metrics.port)
+        except OSError as exc:
+            raise ConfigError(
+                f"metrics: cannot listen on {cfg.metrics.address}:"
+                f"{cfg.metrics.port}: {exc.strerror or exc}"
+            ) from None
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logging.getLogger(__name__).info("signal %d: stopping", signum)
+        stop.set()
+        for c in list(current.values()):
+            c.wake()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    code = 0
+    if not cfg.clusters:
+        try:
+            current[None].run(stop, once=once)
+        except FleetmedicError as exc:
+            click.echo(f"fleetmedic: error: {exc}", err=True)
+            code = 1
+    else:
+        failed: list[str] = []
+        threads = []
+        for member in members:
+            name = str(member.cluster_name)
+            again = functools.partial(make, member)
+            threads.append(
+                logcontext.thread(
+                    _run_cluster,
+                    args=(name, current[member.cluster_name], again, stop, once, failed),
+                    name=f"fleetmedic-cluster-{name}",
+                    cluster=name,
+                )
+            )
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(1.0)  # (a bare join would not let the signal handler run)
+        code = 1 if failed else 0
+    logging.shutdown()
+    # Worker threads still inside a drain cannot be interrupted; everything is recorded
+    # on the Nodes, so leaving now is safe (the next start resumes the phase).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+CLUSTER_RETRY = 30.0  # seconds before a cluster whose loop failed is started again
+
+
+def _run_cluster(
+    name: str,
+    controller: Controller,
+    make: Callable[[], Controller],
+    stop: threading.Event,
+    once: bool,
+    failed: list[str],
+) -> None:
+    """One cluster's loop. A failure (its API server down at start, a profile conflict) is
+    logged and retried, and never stops the other clusters' loops."""
+    log = logging.getLogger(__name__)
+    while not stop.is_set():
+        try:
+            controller.run(stop, once=once)
+            return
+        except FleetmedicError as exc:
+            log.error("cluster %s: %s", name, exc)
+            if once:
+                failed.append(name)
+                return
+            log.info("cluster %s: starting again in %.0fs", name, CLUSTER_RETRY)
+        if stop.wait(CLUSTER_RETRY):
+            return
+        controller = make()  # (a stopped loop's worker pool is gone: a fresh one)
+
+
+def preflight(cfg: Config) -> None:
+    """What must be readable before the first repair: files, secrets, run directories."""
+    from fleetmedic.adapters import chat, notify, receptor_direct
+
+    missing = cfg.missing_files()
+    if missing:
+        raise ConfigError(f"missing files: {'; '.join(missing)}")
+    if cfg.smtp:
+        notify.read_password(cfg.smtp)  # unreadable secrets fail now, not at 3 am
+    for name in cfg.profile_names():
+        for target in cfg.profile(name).notify.targets:
+            chat.read_url(target)  # so do chat URLs
+        mesh = cfg.profile(name).executor.receptor
+        if mesh and mesh.signing_key:
+            receptor_direct.check_key(mesh.signing_key)  # and a world-readable key
+    for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create {d}: {exc.strerror}") from None
