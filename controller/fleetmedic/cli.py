@@ -9,25 +9,28 @@ the Kubernetes client, and ``--help`` stays fast. Each entry maps a name to
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
 
-from fleetmedic.errors import FleetmedicError
+from fleetmedic import clikit
+from fleetmedic.errors import FleetmedicError, one_line
 
 # name -> (module:click-command, one-line help shown in `fleetmedic --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("fleetmedic.scan.cli:scan", "Classify GPU faults in kernel logs (files or stdin)."),
     "check": (
         "fleetmedic.checks.cli:check",
-        "Run every health check on this node once (exit 0/1/2).",
+        "Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown).",
     ),
     "diag": (
         "fleetmedic.checks.diagcli:diag",
-        "Run the vendor GPU diagnostics (dcgmi diag -r N) once (exit 0/1/2).",
+        "Run the vendor GPU diagnostics (dcgmi diag / rvs) once (exit 0 passed, 1 failed).",
     ),
     "agent": ("fleetmedic.agent.cli:agent", "Run the node agent: checks, strikes, fencing."),
     "run": ("fleetmedic.service:run", "Run the remediation controller."),
+    "config": ("fleetmedic.service:config", "Check a controller config (`config check`)."),
     "status": ("fleetmedic.controller.commands:status", "Show nodes by repair state."),
     "plan": (
         "fleetmedic.controller.commands:plan",
@@ -68,22 +71,43 @@ class LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    context_settings=clikit.CONTEXT,
+    epilog=clikit.epilog(
+        "fleetmedic config check --config /etc/fleetmedic/controller.yaml",
+        "fleetmedic status --all",
+        codes=(0, 1, 2, 3),
+    ),
+)
 @click.version_option(
     package_name="fleetmedic", prog_name="fleetmedic"
 )  # looked up only for --version
 def cli() -> None:
-    """fleetmedic keeps a GPU fleet healthy.
+    """fleetmedic keeps a GPU fleet healthy: it fences faulty GPU nodes and repairs them.
 
-    Nodes with GPU, driver or network faults are fenced with Kubernetes
-    NoSchedule taints; a controller repairs them with Ansible over SSH
-    (reboot, then driver/ROCm reinstall, then a human with the evidence).
+    An agent on every node (or `watch loki`) fences a node with GPU, driver or
+    network faults with a Kubernetes NoSchedule taint; the controller (`run`)
+    climbs each fenced node up its repair ladder with Ansible over SSH, one rung
+    per attempt: diagnose, reset (the GPU), reboot, power_cycle (through the
+    BMC), reimage (driver/ROCm reinstall) or replace (hand it to the cloud), and
+    at last manual: a human, with the evidence. Every rung ends in a verify.
     """
 
 
 def main() -> None:
     try:
         cli(standalone_mode=True)
-    except FleetmedicError as exc:  # pragma: no cover - commands map their own
-        click.echo(f"fleetmedic: error: {exc}", err=True)
-        sys.exit(2)
+    except FleetmedicError as exc:  # (commands map their own; a last resort)
+        clikit.fail(exc, clikit.exit_code_of(exc))
+    except Exception as exc:
+        # No traceback for an operator at 3 a.m.; FLEETMEDIC_DEBUG=1 shows it (the
+        # fuzz test runs with it, so a bug that ends here still fails a test).
+        if os.environ.get("FLEETMEDIC_DEBUG"):
+            raise
+        click.echo(
+            f"fleetmedic: internal error: {type(exc).__name__}: {one_line(exc)} "
+            "(FLEETMEDIC_DEBUG=1 shows the traceback)",
+            err=True,
+        )
+        sys.exit(clikit.EXIT_USAGE)

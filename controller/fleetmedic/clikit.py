@@ -24,6 +24,8 @@ import logging
 import os
 import re
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -98,7 +100,7 @@ class Duration(click.ParamType):
     def __init__(self, minimum: float = 0.0) -> None:
         self.minimum = minimum
 
-    def get_metavar(self, param: click.Parameter, *args: Any) -> str:
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
         return "DURATION"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
@@ -139,7 +141,7 @@ def check_node_name(name: str) -> str | None:
 class NodeName(click.ParamType):
     name = "node"
 
-    def get_metavar(self, param: click.Parameter, *args: Any) -> str:
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
         return "NODE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
@@ -196,3 +198,45 @@ def audit_on_stderr() -> None:
         audit.addHandler(handler)
     audit.setLevel(logging.INFO)
     audit.propagate = False
+
+
+def wait_reachable(
+    probe: Callable[[], object],
+    timeout: float | None,
+    *,
+    log: logging.Logger,
+    stop: threading.Event | None = None,
+    cap: float = 30.0,
+) -> None:
+    """Call ``probe`` until it answers (returns). A TemporaryError (server unreachable,
+    5xx) is retried with exponential back-off capped at ``cap`` seconds; any other error
+    propagates at once.
+
+    - ``timeout`` seconds (``--once``): then a TemporaryError naming the server, whose
+      exit code is 3; no log line per retry.
+    - ``timeout`` None (the daemons): retried until it answers or ``stop`` is set, with
+      one log line when it is found down and one when it answers again (not one per
+      retry: the state changes, not the attempts, are news).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay, down_since = 0.5, None
+    stop = stop or threading.Event()
+    while True:
+        try:
+            probe()
+        except TemporaryError as exc:
+            wait = delay
+            if deadline is not None:
+                if time.monotonic() >= deadline:
+                    raise TemporaryError(f"gave up after {timeout:g}s: {exc}") from None
+                wait = min(delay, deadline - time.monotonic())
+            elif down_since is None:
+                down_since = time.monotonic()
+                log.warning("%s; retrying with back-off up to every %gs", exc, cap)
+            if stop.wait(wait):
+                return
+            delay = min(cap, delay * 2)
+            continue
+        if down_since is not None:
+            log.info("API server answers again after %.0fs", time.monotonic() - down_since)
+        return

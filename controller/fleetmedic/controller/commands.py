@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from fleetmedic import clikit
 from fleetmedic.controller.cli import all_clusters, common, connect, now, views
 from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
 from fleetmedic.model.config import Config
@@ -27,9 +28,12 @@ if TYPE_CHECKING:
 
 
 # -- status ---------------------------------------------------------------------------
-@click.command("status")
+@click.command(
+    "status",
+    epilog=clikit.epilog("fleetmedic status", "fleetmedic status --all --json | jq '.[].state'"),
+)
 @common
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@clikit.json_option("Print JSON instead of a table.")
 @click.option("--all", "show_all", is_flag=True, help="Include healthy nodes.")
 @all_clusters
 def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -> None:
@@ -97,9 +101,11 @@ def _terminal_width() -> int:
 
 
 # -- plan -----------------------------------------------------------------------------
-@click.command("plan")
+@click.command(
+    "plan", epilog=clikit.epilog("fleetmedic plan", "fleetmedic plan --cluster gpu-east --json")
+)
 @common
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@clikit.json_option()
 def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     """Show what the next cycle would do, changing nothing: each fenced node's next repair
     action (or why it is held), and with `sweep:` the idle nodes a diagnostic sweep would
@@ -240,11 +246,18 @@ def _sweep_items(
 
 
 # -- history --------------------------------------------------------------------------
-@click.command("history")
+@click.command(
+    "history",
+    epilog=clikit.epilog(
+        "fleetmedic history gpu-node-7", "fleetmedic history gpu-node-7 --limit 5 --json"
+    ),
+)
 @common
-@click.argument("node")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.option("--limit", type=int, default=0, help="Only the newest N entries (0: all).")
+@click.argument("node", type=clikit.NODE)
+@clikit.json_option()
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=0, help="Only the newest N entries (0: all)."
+)
 def history(cfg: Config, kubeconfig: str | None, node: str, as_json: bool, limit: int) -> None:
     """A node's whole history, newest first: every repair attempt (its history annotation)
     and every Event about it (fleetmedic's actions, the agent's fences, others')."""

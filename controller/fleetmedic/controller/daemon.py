@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fleetmedic import logcontext
+from fleetmedic import clikit, logcontext
 from fleetmedic.controller.cli import connect
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model.config import Config
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # (imported when the daemon starts, not for --help)
     from fleetmedic.controller.metrics import Metrics
 
 
-def _setup_logging(verbose: bool) -> None:
+def _setup_logging(level: str) -> None:
     journal = bool(os.environ.get("JOURNAL_STREAM"))  # journald adds its own timestamps
     fmt = (
         "%(levelname)s %(name)s: %(cluster_prefix)s%(message)s"
@@ -40,9 +40,7 @@ def _setup_logging(verbose: bool) -> None:
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(logcontext.ClusterPrefix())  # node names repeat across clusters
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format=fmt, handlers=[handler]
-    )
+    logging.basicConfig(level=level.upper(), format=fmt, handlers=[handler])
     for noisy in ("kubernetes", "urllib3", "ansible_runner"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -52,15 +50,21 @@ def serve(
     kubeconfig: str | None,
     once: bool,
     dry_run: bool,
-    verbose: bool,
+    log_level: str = "info",
+    once_timeout: float = 30.0,
     sidecars: Callable[[Config, Kube, Metrics], Sequence[Sidecar]] = lambda c, k, m: (),
 ) -> None:
     """Run the remediation controller until a signal (or, with ``once``, until done): one
-    loop, or one per cluster of ``clusters:`` (each in a thread of its own)."""
+    loop, or one per cluster of ``clusters:`` (each in a thread of its own).
+
+    Before the first loop starts, each cluster's API server must answer: with ``once``
+    within ``once_timeout`` seconds (else TemporaryError: exit 3, naming the server);
+    without, it is waited for with capped back-off, one log line when it is found
+    down and one when it answers (a cluster of several is retried by its own thread)."""
     from fleetmedic.controller import metrics as metricsmod
     from fleetmedic.controller.loop import Controller
 
-    _setup_logging(verbose)
+    _setup_logging(log_level)
     dry_run = dry_run or cfg.dry_run
     members = [cfg.cluster(n) for n in cfg.cluster_names()] or [cfg]
     if kubeconfig and len(members) > 1:
@@ -68,9 +72,8 @@ def serve(
             f"--kubeconfig names one cluster, but this config serves {len(members)} "
             f"({', '.join(cfg.cluster_names())}): add --cluster NAME"
         )
-    if not dry_run:
-        for member in members:
-            preflight(member)
+    for member in members:
+        preflight(member, create=not dry_run)  # a dry run checks as much, creates nothing
 
     stop = threading.Event()
     # per cluster, made once: its metrics (what /metrics serves outlives a restarted
@@ -88,6 +91,9 @@ def serve(
         current[member.cluster_name] = c
         return c
 
+    if once or not cfg.clusters:  # (before any loop exists: nothing to stop on failure)
+        for member in members:
+            reach(connect(member, kubeconfig), member, once_timeout if once else None)
     for member in members:
         make(member)
     for member in members if not once else ():
@@ -123,10 +129,10 @@ def serve(
     code = 0
     if not cfg.clusters:
         try:
-            current[None].run(stop, once=once)
+            current[None].run(stop, once=once, sync_timeout=once_timeout if once else 60)
         except FleetmedicError as exc:
             click.echo(f"fleetmedic: error: {exc}", err=True)
-            code = 1
+            code = clikit.exit_code_of(exc)
     else:
         failed: list[str] = []
         threads = []
@@ -146,7 +152,7 @@ def serve(
         for t in threads:
             while t.is_alive():
                 t.join(1.0)  # (a bare join would not let the signal handler run)
-        code = 1 if failed else 0
+        code = clikit.EXIT_UNREACHABLE if failed else 0  # (a cluster's loop could not run)
     logging.shutdown()
     # Worker threads still inside a drain cannot be interrupted; everything is recorded
     # on the Nodes, so leaving now is safe (the next start resumes the phase).
@@ -184,23 +190,64 @@ def _run_cluster(
         controller = make()  # (a stopped loop's worker pool is gone: a fresh one)
 
 
-def preflight(cfg: Config) -> None:
-    """What must be readable before the first repair: files, secrets, run directories."""
+def reach(kube: Kube, cfg: Config, timeout: float | None) -> None:
+    """Wait until the cluster's API server answers one small list (which also checks
+    kube.label_selector there). ``timeout`` None: as long as it takes."""
+    clikit.wait_reachable(
+        lambda: next(iter(kube.list_node_pages(cfg.kube.label_selector, page_size=1))),
+        timeout,
+        log=logging.getLogger(__name__),
+    )
+
+
+def preflight(cfg: Config, create: bool = True) -> None:
+    """What must be readable before the first repair: files, secrets, run directories.
+    One ConfigError listing every problem."""
+    problems = preflight_problems(cfg, create)
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} start-up problems, the first: {problems[0]} "
+            "(`fleetmedic config check` lists every one)"
+        )
+
+
+def preflight_problems(cfg: Config, create: bool = True) -> list[str]:
+    """Every start-up problem, one line each (``fleetmedic config check`` prints them):
+    missing files (playbooks of every rung, the SSH key, the kubeconfig, BMC files,
+    secrets), unreadable secrets, a signing key others can read, run directories that
+    cannot be made. ``create`` False (a dry run, the config check): the directories
+    are only checked, not made."""
     from fleetmedic.adapters import chat, notify, receptor_direct
 
-    missing = cfg.missing_files()
-    if missing:
-        raise ConfigError(f"missing files: {'; '.join(missing)}")
+    problems = [f"missing file: {m}" for m in cfg.missing_files()]
+    checks: list[Callable[[], object]] = []
     if cfg.smtp:
-        notify.read_password(cfg.smtp)  # unreadable secrets fail now, not at 3 am
+        smtp = cfg.smtp
+        checks.append(lambda: notify.read_password(smtp))  # unreadable secrets: now, not at 3 am
     for name in cfg.profile_names():
         for target in cfg.profile(name).notify.targets:
-            chat.read_url(target)  # so do chat URLs
+            checks.append(functools.partial(chat.read_url, target))  # so do chat URLs
         mesh = cfg.profile(name).executor.receptor
         if mesh and mesh.signing_key:
-            receptor_direct.check_key(mesh.signing_key)  # and a world-readable key
-    for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
+            checks.append(functools.partial(receptor_direct.check_key, mesh.signing_key))
+    for check in checks:
         try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create {d}: {exc.strerror}") from None
+            check()
+        except ConfigError as exc:
+            if "No such file" not in str(exc):  # (missing_files said so already)
+                problems.append(str(exc))
+    for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
+        if create:
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                problems.append(f"cannot create {d}: {exc.strerror}")
+            continue
+        up = d
+        while not up.exists() and up != up.parent:
+            up = up.parent
+        if not (up.is_dir() and os.access(up, os.W_OK | os.X_OK)):
+            problems.append(f"cannot create {d}: {up} is not a writable directory")
+    return problems

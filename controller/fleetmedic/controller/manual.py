@@ -30,9 +30,12 @@ from fleetmedic.model.nodestate import view as view_of
 
 
 # -- release and reset ----------------------------------------------------------------
-@click.command("release")
+@click.command(
+    "release",
+    epilog=clikit.epilog("fleetmedic release gpu-node-7", "fleetmedic release gpu-node-7 --force"),
+)
 @common
-@click.argument("node")
+@click.argument("node", type=clikit.NODE)
 @click.option("--force", is_flag=True, help="Also release a node still in reboot or reimage.")
 def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None:
     """Return a node in manual repair to service."""
@@ -72,9 +75,14 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
         click.echo(f"fleetmedic: warning: {line}", err=True)
 
 
-@click.command("quarantine")
+@click.command(
+    "quarantine",
+    epilog=clikit.epilog(
+        "fleetmedic quarantine gpu-node-7 --dry-run", "fleetmedic quarantine gpu-node-7"
+    ),
+)
 @common
-@click.argument("node")
+@click.argument("node", type=clikit.NODE)
 @click.option("--dry-run", is_flag=True, help="Say what it would do; change nothing.")
 def quarantine(cfg: Config, kubeconfig: str | None, node: str, dry_run: bool) -> None:
     """Run deep diagnostics on a node before it returns to service (the quarantine rung).
@@ -111,7 +119,9 @@ def quarantine(cfg: Config, kubeconfig: str | None, node: str, dry_run: bool) ->
     click.echo(f"{node}: quarantine requested by {by} ({what})")
 
 
-@click.command("reset")
+@click.command(
+    "reset", epilog=clikit.epilog("fleetmedic reset", "fleetmedic reset --cluster gpu-east --yes")
+)
 @common
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
@@ -153,7 +163,10 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
 
 
 # -- breaker --------------------------------------------------------------------------
-@click.group("breaker")
+@click.group(
+    "breaker",
+    epilog=clikit.epilog("fleetmedic breaker status", "fleetmedic breaker reset --profile b200"),
+)
 def breaker() -> None:
     """Show or reset the circuit breaker.
 
@@ -198,19 +211,22 @@ _PROFILE_OPTION = click.option(
     "--profile",
     metavar="NAME",
     default=None,
-    help="The profile whose breaker to show or reset (each profile has its own; "
+    help="The pool profile (profiles[].name in the config) whose breaker to show or reset "
+    "(each has its own; "
     "default: every profile for status, `default` for reset).",
 )
 
 
-@breaker.command("status")
+@breaker.command(
+    "status",
+    epilog=clikit.epilog(
+        "fleetmedic breaker status", "fleetmedic breaker status --profile b200 --json"
+    ),
+)
 @common
 @_PROFILE_OPTION
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print JSON instead of text (a list, one object per profile, when several are shown).",
+@clikit.json_option(
+    "Print JSON instead of text (a list, one object per profile, when several are shown)."
 )
 def breaker_status(cfg: Config, kubeconfig: str | None, profile: str | None, as_json: bool) -> None:
     """Say whether the circuit breaker is open, since when and for which nodes."""
@@ -249,7 +265,12 @@ def breaker_status(cfg: Config, kubeconfig: str | None, profile: str | None, as_
         )
 
 
-@breaker.command("reset")
+@breaker.command(
+    "reset",
+    epilog=clikit.epilog(
+        "fleetmedic breaker reset", "fleetmedic breaker reset --profile b200 --yes"
+    ),
+)
 @common
 @_PROFILE_OPTION
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
