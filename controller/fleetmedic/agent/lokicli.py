@@ -77,7 +77,12 @@ def watch() -> None:
     help="Stream label naming the node (repeatable; default: node_name, host, k8s_node_name, "
     "nodename, hostname, node).",
 )
-@click.option("--kubeconfig", metavar="PATH", help="Kubeconfig (default: as kubectl finds it).")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Kubeconfig (default: the Pod's ServiceAccount in a cluster, else as kubectl finds it).",
+)
 @click.option(
     "--taints",
     default="default",

@@ -124,9 +124,10 @@ def render_table(results: list[CheckResult]) -> str:
 )
 @click.option(
     "--kernel-log",
-    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
     default=None,
-    help="Kernel log file to scan instead of the node's own log.",
+    help="Kernel log file to scan instead of the node's own log (as the agent's "
+    "--kernel-log, a file path only).",
 )
 @click.option(
     "--hardware-profile",
@@ -168,7 +169,7 @@ def check(
     peers: tuple[str, ...],
     min_mbps: float | None,
     duration: float | None,
-    kernel_log: Path | None,
+    kernel_log: str | None,
     profile: str | None,
     hardware_profiles: Path | None,
     sysfs_root: Path | None,
