@@ -142,7 +142,7 @@ def test_check_configs(files, name):
     one_error(r, USAGE)
 
 
-@pytest.mark.parametrize("name", CONFIG_CASES + ["checks_typo"])
+@pytest.mark.parametrize("name", [*CONFIG_CASES, "checks_typo"])
 def test_diag_fabric_configs(files, name):
     one_error(run(["diag", "--fabric", "--config", path_of(files, name)]), USAGE)
 
