@@ -1,8 +1,9 @@
 """The one command-line idiom every ``fleetmedic`` command uses (the kit, in one home).
 
 - Exit codes: 0 ok; 1 the checked thing is unhealthy or has findings (``check``, ``diag``,
-  ``scan``); 2 usage or config error (also click's own usage errors); 3 could not reach
-  a dependency (the API server, Loki) or it refused us. :func:`exit_code_of` maps the error
+  ``scan``); 2 usage or config error (also click's own usage errors, and a refusal:
+  401/403 is credentials or RBAC to set right); 3 could not reach a dependency (the
+  API server, Loki). :func:`exit_code_of` maps the error
   taxonomy (fleetmedic/errors.py) onto them, so no command picks its own.
 - Durations: :data:`DURATION` takes ``90s``, ``10m``, ``1h`` or plain seconds, through the
   parser the config files use (model/config/types.py), so a flag and a key read alike.
@@ -35,7 +36,6 @@ import click
 from fleetmedic.errors import (
     ConfigError,
     FleetmedicError,
-    ForbiddenError,
     TemporaryError,
     one_line,
 )
@@ -47,7 +47,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "ok",
     EXIT_FINDINGS: "the checked thing is unhealthy or has findings (check, diag, scan)",
     EXIT_USAGE: "usage or config error",
-    EXIT_UNREACHABLE: "could not reach a dependency (API server, Loki), or it refused",
+    EXIT_UNREACHABLE: "could not reach a dependency (the API server, Loki)",
 }
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "show_default": True}
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -55,9 +55,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def exit_code_of(exc: BaseException) -> int:
     """The documented exit code for an error that ends a command."""
-    if isinstance(exc, (TemporaryError, ForbiddenError)):
+    if isinstance(exc, TemporaryError):
         return EXIT_UNREACHABLE
-    return EXIT_USAGE
+    return EXIT_USAGE  # (a refusal too, 401/403: credentials or RBAC to set right)
 
 
 def fail(message: object, code: int = EXIT_USAGE, prog: str = "fleetmedic") -> NoReturn:

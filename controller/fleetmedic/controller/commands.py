@@ -40,7 +40,7 @@ def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -
     """Show nodes by repair state (with `clusters:`, grouped by cluster).
 
     A cluster whose API server does not answer is one line on stderr; the others are
-    still shown, and the exit status is then 1.
+    still shown, and the exit status is then 3.
     """
     from fleetmedic.controller.status import render_status
 
@@ -79,7 +79,7 @@ def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -
                 )
             )
     if failed:
-        sys.exit(1)
+        sys.exit(clikit.EXIT_UNREACHABLE)
 
 
 def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:

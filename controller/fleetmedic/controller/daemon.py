@@ -204,13 +204,11 @@ def preflight(cfg: Config, create: bool = True) -> None:
     """What must be readable before the first repair: files, secrets, run directories.
     One ConfigError listing every problem."""
     problems = preflight_problems(cfg, create)
-    if len(problems) == 1:
-        raise ConfigError(problems[0])
+    missing = [p.removeprefix("missing file: ") for p in problems if p.startswith("missing")]
+    rest = [p for p in problems if not p.startswith("missing")]
     if problems:
-        raise ConfigError(
-            f"{len(problems)} start-up problems, the first: {problems[0]} "
-            "(`fleetmedic config check` lists every one)"
-        )
+        said = [f"missing files: {'; '.join(missing)}"] if missing else []
+        raise ConfigError("; ".join(said + rest))
 
 
 def preflight_problems(cfg: Config, create: bool = True) -> list[str]:
