@@ -162,6 +162,7 @@ def serve(
 
 
 CLUSTER_RETRY = 30.0  # seconds before a cluster whose loop failed is started again
+CLUSTER_RETRY_CAP = 300.0  # doubling while it keeps failing, up to this
 
 
 def _run_cluster(
@@ -173,20 +174,32 @@ def _run_cluster(
     failed: list[str],
 ) -> None:
     """One cluster's loop. A failure (its API server down at start, a profile conflict) is
-    logged and retried, and never stops the other clusters' loops."""
+    logged and retried with capped exponential back-off, and never stops the other
+    clusters' loops. The same failure again is not logged again: one line per change."""
     log = logging.getLogger(__name__)
+    delay, said = CLUSTER_RETRY, ""
     while not stop.is_set():
         try:
             controller.run(stop, once=once)
             return
         except FleetmedicError as exc:
-            log.error("cluster %s: %s", name, exc)
             if once:
+                log.error("cluster %s: %s", name, exc)
                 failed.append(name)
                 return
-            log.info("cluster %s: starting again in %.0fs", name, CLUSTER_RETRY)
-        if stop.wait(CLUSTER_RETRY):
+            if str(exc) != said:
+                said = str(exc)
+                log.error(
+                    "cluster %s: %s; starting again in %.0fs (then backing off up to every "
+                    "%.0fs while it fails this way)",
+                    name,
+                    exc,
+                    delay,
+                    CLUSTER_RETRY_CAP,
+                )
+        if stop.wait(delay):
             return
+        delay = min(CLUSTER_RETRY_CAP, delay * 2)
         controller = make()  # (a stopped loop's worker pool is gone: a fresh one)
 
 
