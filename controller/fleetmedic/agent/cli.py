@@ -127,8 +127,8 @@ def _logging(level: str) -> None:
     "--kubeconfig",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Kubeconfig to use. Default: the Pod's own ServiceAccount token when running "
-    "in a cluster, else $KUBECONFIG or ~/.kube/config.",
+    show_default="the Pod's ServiceAccount in a cluster, else $KUBECONFIG or ~/.kube/config",
+    help="Kubeconfig to use (the one cluster whose Node it writes).",
 )
 @click.option(
     "--interval",

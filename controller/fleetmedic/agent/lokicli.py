@@ -59,35 +59,38 @@ def watch() -> None:
     "kernel_queries",
     multiple=True,
     metavar="LOGQL",
-    help="LogQL selector of node kernel-log streams (repeatable; default: the journal's "
-    'kernel lines {transport="kernel"}, Fluent Bit\'s {source="kmsg"}, a dmesg DaemonSet).',
+    show_default="the journal's kernel lines {transport=\"kernel\"}, Fluent Bit's "
+    '{source="kmsg"}, a dmesg DaemonSet',
+    help="LogQL selector of node kernel-log streams (repeatable).",
 )
 @click.option(
     "--pod-query",
     "pod_queries",
     multiple=True,
     metavar="LOGQL",
-    help="LogQL selector of pod-log streams (repeatable; default: every namespace).",
+    show_default="every namespace",
+    help="LogQL selector of pod-log streams (repeatable).",
 )
 @click.option(
     "--node-label",
     "node_labels",
     multiple=True,
     metavar="LABEL",
-    help="Stream label naming the node (repeatable; default: node_name, host, k8s_node_name, "
-    "nodename, hostname, node).",
+    show_default="node_name, host, k8s_node_name, nodename, hostname, node",
+    help="Stream label naming the node (repeatable).",
 )
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Kubeconfig (default: the Pod's ServiceAccount in a cluster, else as kubectl finds it).",
+    show_default="the Pod's ServiceAccount in a cluster, else $KUBECONFIG or ~/.kube/config",
+    help="Kubeconfig to use (the cluster whose Nodes it fences).",
 )
 @click.option(
     "--taints",
     default="default",
     show_default=True,
-    help="Taint preset: must match the controller's (default or ossci).",
+    help="Taint name preset, default or ossci: must match the controller's.",
 )
 @click.option(
     "--poll-interval",

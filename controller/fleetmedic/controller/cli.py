@@ -51,8 +51,8 @@ def common(fn: Callable[..., None]) -> Callable[..., None]:
         "config_path",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help=f"Controller config (default {DEFAULT_CONFIG}; when that is absent, the "
-        "built-in defaults).",
+        show_default=str(DEFAULT_CONFIG),
+        help="Controller config (when the default file is absent: the built-in defaults).",
     )
     @click.option(
         "--kubeconfig",

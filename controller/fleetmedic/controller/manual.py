@@ -211,9 +211,9 @@ _PROFILE_OPTION = click.option(
     "--profile",
     metavar="NAME",
     default=None,
+    show_default="every profile for status, `default` for reset",
     help="The pool profile (profiles[].name in the config) whose breaker to show or reset "
-    "(each has its own; "
-    "default: every profile for status, `default` for reset).",
+    "(each has its own).",
 )
 
 
