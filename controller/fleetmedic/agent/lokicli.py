@@ -6,6 +6,7 @@ import json
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -166,7 +167,8 @@ def loki(
         if cursor_configmap:
             store = ConfigMapCursor(kube, namespace, name)
         else:
-            store = FileCursor(cursor_file)
+            check_creatable(cursor_file.parent)
+            store = MadeOnSave(FileCursor(cursor_file))
         cfg = LokiSourceConfig(
             endpoint=endpoint,
             kernel_queries=kernel_queries,
@@ -176,8 +178,6 @@ def loki(
             poll_interval=poll_interval,
             lookback=lookback,
         )
-        if not cursor_configmap:  # (last: a run that fails creates no directory)
-            cursor_file.parent.mkdir(parents=True, exist_ok=True)
         registry = CollectorRegistry()
         source = LokiSource(
             cfg,
@@ -224,3 +224,33 @@ def check_endpoint(endpoint: str) -> None:
             f"--endpoint wants Loki's http(s):// address (e.g. http://localhost:3100), "
             f"got {endpoint!r}"
         )
+
+
+def check_creatable(directory: Path) -> None:
+    """``directory`` exists, or could be made: its nearest existing ancestor is a directory
+    we may write. Checked at start, made only at the first save (``MadeOnSave``), so a
+    run that fails first leaves no directory behind (as root, under /var/lib)."""
+    import os
+
+    up = directory
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not (up.is_dir() and os.access(up, os.W_OK | os.X_OK)):
+        raise ValueError(f"--cursor-file: cannot create {directory} ({up} is not writable)")
+
+
+class MadeOnSave:
+    """A FileCursor whose directory is made when it first saves."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def load(self) -> Any:
+        return self.inner.load()
+
+    def save(self, cursor: Any) -> None:
+        self.inner.path.parent.mkdir(parents=True, exist_ok=True)
+        self.inner.save(cursor)
+
+    def __str__(self) -> str:
+        return str(self.inner)

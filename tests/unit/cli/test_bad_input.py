@@ -229,3 +229,10 @@ def test_watch_loki_checks_the_endpoint_first_and_creates_no_directory(files, tm
     r = run(["watch", "loki", "--endpoint", "http://localhost:3100", "--cursor-file", str(cursor)])
     assert "not found" in one_error(r, USAGE)
     assert not cursor.parent.exists()
+    # Loki unreachable: exit 3, and still no directory (it is made at the first save)
+    port = closed_port()
+    args = ["--kubeconfig", files["kubeconfig"], "--cursor-file", str(cursor), "--once"]
+    r = run(["watch", "loki", "--endpoint", f"http://127.0.0.1:{port}", *args])
+    line = one_error(r, UNREACHABLE)
+    assert "loki" in line and "127.0.0.1" in line and str(port) in line
+    assert not cursor.parent.exists()
