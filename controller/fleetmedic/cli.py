@@ -91,7 +91,8 @@ def cli() -> None:
     climbs each fenced node up its repair ladder with Ansible over SSH, one rung
     per attempt: diagnose, reset (the GPU), reboot, power_cycle (through the
     BMC), reimage (driver/ROCm reinstall) or replace (hand it to the cloud), and
-    at last manual: a human, with the evidence. Every rung ends in a verify.
+    at last manual: a human, with the evidence. Only a passing verify returns a
+    node to service.
     """
 
 
