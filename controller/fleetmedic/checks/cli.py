@@ -37,9 +37,11 @@ def load_config_file(path: Path | None) -> dict[str, Any]:
     try:
         data = read_yaml(path, "check config") or {}
     except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+        clikit.fail(exc, clikit.EXIT_USAGE, "fleetmedic check")
     if not isinstance(data, dict):
-        raise click.BadParameter(f"{path}: expected a mapping", param_hint="--config")
+        clikit.fail(
+            f"check config {path}: expected a mapping", clikit.EXIT_USAGE, "fleetmedic check"
+        )
     section = data.get("checks", data)
     return dict(section) if isinstance(section, dict) else {}
 
@@ -214,7 +216,7 @@ def check(
         if hw.enabled and hw.profile:  # a typo is a usage error, not an unknown result
             hwprofile.choose(hwprofile.load(hw.profiles), {}, profile=hw.profile)
     except (ConfigError, hwprofile.ProfileError) as exc:
-        raise click.UsageError(str(exc)) from None
+        clikit.fail(exc, clikit.EXIT_USAGE, "fleetmedic check")  # one line, as every command
 
     results = run_checks(cfg, categories or None)
     code = exit_code(results)

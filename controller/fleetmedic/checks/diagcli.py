@@ -105,7 +105,7 @@ def diag(
         try:
             cfg = CheckConfig.from_mapping(load_config_file(config_path))
         except ConfigError as exc:
-            raise click.UsageError(str(exc)) from None
+            clikit.fail(exc, clikit.EXIT_USAGE, "fleetmedic diag")
     chosen = pick_vendor(dcgmi, rvs) if vendor == "auto" else vendor
     if chosen == "nvidia" and level not in DCGM_LEVELS:
         raise click.UsageError(f"DCGM has levels 1-4, not {level}")
