@@ -98,7 +98,21 @@ def cli() -> None:
 
 def main() -> None:
     try:
-        cli(standalone_mode=True)
+        cli.main(standalone_mode=False)  # (click's errors are printed below, in one line)
+    except click.ClickException as exc:
+        if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+            click.echo(exc.format_message(), err=True)  # (a bare group: its help)
+            sys.exit(exc.exit_code)
+        # click prints a usage error as three lines around "Error: ..."; here it is the one
+        # line every fleetmedic error is, with where to look for the usage
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "fleetmedic"
+        hint = f" (see `{where} --help`)" if isinstance(exc, click.UsageError) else ""
+        click.echo(f"{where}: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:  # Ctrl-C, or "no" at a confirmation: nothing was done
+        click.echo("fleetmedic: aborted, nothing changed", err=True)
+        sys.exit(clikit.EXIT_USAGE)
     except FleetmedicError as exc:  # (commands map their own; a last resort)
         clikit.fail(exc, clikit.exit_code_of(exc))
     except Exception as exc:
