@@ -9,41 +9,47 @@ the Kubernetes client, and ``--help`` stays fast. Each entry maps a name to
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
 
-from fleetmedic.errors import FleetmedicError
+from fleetmedic import clikit
+from fleetmedic.errors import FleetmedicError, one_line
 
 # name -> (module:click-command, one-line help shown in `fleetmedic --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("fleetmedic.scan.cli:scan", "Classify GPU faults in kernel logs (files or stdin)."),
     "check": (
         "fleetmedic.checks.cli:check",
-        "Run every health check on this node once (exit 0/1/2).",
+        "Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown).",
     ),
     "diag": (
         "fleetmedic.checks.diagcli:diag",
-        "Run the vendor GPU diagnostics (dcgmi diag -r N) once (exit 0/1/2).",
+        "Run the vendor GPU diagnostics (dcgmi diag / rvs) once (exit 0 passed, 1 failed).",
     ),
     "agent": ("fleetmedic.agent.cli:agent", "Run the node agent: checks, strikes, fencing."),
     "run": ("fleetmedic.service:run", "Run the remediation controller."),
-    "status": ("fleetmedic.controller.cli:status", "Show nodes by repair state."),
+    "config": ("fleetmedic.service:config", "Check a controller config (`config check`)."),
+    "status": ("fleetmedic.controller.commands:status", "Show nodes by repair state."),
     "plan": (
-        "fleetmedic.controller.cli:plan",
+        "fleetmedic.controller.commands:plan",
         "Show what the next cycle would do, changing nothing.",
     ),
-    "release": ("fleetmedic.controller.cli:release", "Return a node in manual repair to service."),
+    "release": (
+        "fleetmedic.controller.manual:release",
+        "Return a node in manual repair to service.",
+    ),
     "quarantine": (
-        "fleetmedic.controller.cli:quarantine",
+        "fleetmedic.controller.manual:quarantine",
         "Deep diagnostics and a recommendation before a node returns to service.",
     ),
     "history": (
-        "fleetmedic.controller.cli:history",
+        "fleetmedic.controller.commands:history",
         "Show a node's whole history: repair attempts and Events, newest first.",
     ),
-    "reset": ("fleetmedic.controller.cli:reset", "Remove every fleetmedic taint (only ours)."),
-    "breaker": ("fleetmedic.controller.cli:breaker", "Show or reset the circuit breaker."),
+    "reset": ("fleetmedic.controller.manual:reset", "Remove every fleetmedic taint (only ours)."),
+    "breaker": ("fleetmedic.controller.manual:breaker", "Show or reset the circuit breaker."),
     "watch": (
         "fleetmedic.agent.lokicli:watch",
         "Detect GPU faults from Loki instead of an agent on every node.",
@@ -65,22 +71,58 @@ class LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    context_settings=clikit.CONTEXT,
+    epilog=clikit.epilog(
+        "fleetmedic config check --config /etc/fleetmedic/controller.yaml",
+        "fleetmedic status --all",
+        codes=(0, 1, 2, 3),
+    ),
+)
 @click.version_option(
     package_name="fleetmedic", prog_name="fleetmedic"
 )  # looked up only for --version
 def cli() -> None:
-    """fleetmedic keeps a GPU fleet healthy.
+    """fleetmedic keeps a GPU fleet healthy: it fences faulty GPU nodes and repairs them.
 
-    Nodes with GPU, driver or network faults are fenced with Kubernetes
-    NoSchedule taints; a controller repairs them with Ansible over SSH
-    (reboot, then driver/ROCm reinstall, then a human with the evidence).
+    An agent on every node (or `watch loki`) fences a node with GPU, driver or
+    network faults with a Kubernetes NoSchedule taint; the controller (`run`)
+    climbs each fenced node up its repair ladder with Ansible over SSH, one rung
+    per attempt: diagnose, reset (the GPU), reboot, power_cycle (through the
+    BMC), reimage (driver/ROCm reinstall) or replace (hand it to the cloud), and
+    at last manual: a human, with the evidence. Only a passing verify returns a
+    node to service.
     """
 
 
 def main() -> None:
     try:
-        cli(standalone_mode=True)
-    except FleetmedicError as exc:  # pragma: no cover - commands map their own
-        click.echo(f"fleetmedic: error: {exc}", err=True)
-        sys.exit(2)
+        cli.main(standalone_mode=False)  # (click's errors are printed below, in one line)
+    except click.ClickException as exc:
+        if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+            click.echo(exc.format_message(), err=True)  # (a bare group: its help)
+            sys.exit(exc.exit_code)
+        # click prints a usage error as three lines around "Error: ..."; here it is the one
+        # line every fleetmedic error is, with where to look for the usage
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "fleetmedic"
+        hint = f" (see `{where} --help`)" if isinstance(exc, click.UsageError) else ""
+        click.echo(f"{where}: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:  # Ctrl-C, or "no" at a confirmation: nothing was done
+        click.echo("fleetmedic: aborted, nothing changed", err=True)
+        sys.exit(clikit.EXIT_USAGE)
+    except FleetmedicError as exc:  # (commands map their own; a last resort)
+        clikit.fail(exc, clikit.exit_code_of(exc))
+    except Exception as exc:
+        # No traceback for an operator at 3 a.m.; FLEETMEDIC_DEBUG=1 shows it (the
+        # fuzz test runs with it, so a bug that ends here still fails a test).
+        if os.environ.get("FLEETMEDIC_DEBUG"):
+            raise
+        click.echo(
+            f"fleetmedic: internal error: {type(exc).__name__}: {one_line(exc)} "
+            "(FLEETMEDIC_DEBUG=1 shows the traceback)",
+            err=True,
+        )
+        sys.exit(clikit.EXIT_USAGE)

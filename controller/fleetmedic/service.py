@@ -1,4 +1,5 @@
-"""``fleetmedic run``: the controller, with the detectors it runs beside its loop.
+"""``fleetmedic run``: the controller, with the detectors it runs beside its loop; and
+``fleetmedic config check``: everything ``run`` checks at start-up, and nothing more.
 
 The controller and the agent are sibling packages that never import each other, so the
 service that puts the Loki source (agent/lokisource.py) next to the controller's loop
@@ -13,18 +14,43 @@ from pathlib import Path
 
 import click
 
-from fleetmedic.controller.cli import _common, all_clusters, serve
-from fleetmedic.errors import ConfigError
+from fleetmedic import clikit
+from fleetmedic.controller.cli import all_clusters, common
+from fleetmedic.controller.daemon import preflight_problems, serve
+from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model.config import Config
 
 
-@click.command("run")
-@_common
+@click.command(
+    "run",
+    epilog=clikit.epilog(
+        "fleetmedic run --config /etc/fleetmedic/controller.yaml",
+        "fleetmedic run --once --dry-run --log-level debug",
+    ),
+)
+@common
 @click.option("--once", is_flag=True, help="Act until nothing more can be done now, then exit.")
-@click.option("--dry-run", is_flag=True, help="Decide and log, change nothing.")
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.option(
+    "--once-timeout",
+    type=clikit.DURATION,
+    default="30s",
+    help="With --once: how long to wait for the API server before giving up (exit 3).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Decide and log, change nothing (the start-up checks still run).",
+)
+@clikit.log_level_option
 @all_clusters
-def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose: bool) -> None:
+def run(
+    cfg: Config,
+    kubeconfig: str | None,
+    once: bool,
+    once_timeout: float,
+    dry_run: bool,
+    log_level: str,
+) -> None:
     """Run the remediation controller.
 
     With `sources.loki` configured it also follows the cluster's Loki for GPU faults (as
@@ -40,7 +66,8 @@ def run(cfg: Config, kubeconfig: str | None, once: bool, dry_run: bool, verbose:
         kubeconfig,
         once,
         dry_run,
-        verbose,
+        log_level,
+        once_timeout,
         sidecars=lambda member, kube, metrics: loki_sidecars(
             member, endpoints.get(member.cluster_name), kube, metrics
         ),
@@ -93,3 +120,56 @@ def loki_sidecars(cfg: Config, endpoint: str | None, kube, metrics) -> Sequence:
         metrics=ls.LokiMetrics(metrics.registry),
     )
     return (source.run,)
+
+
+@click.group(
+    "config",
+    epilog=clikit.epilog(
+        "fleetmedic config check", "fleetmedic config check --config ./controller.yaml"
+    ),
+)
+def config() -> None:
+    """Check a controller config before it is used."""
+
+
+@config.command(
+    "check",
+    epilog=clikit.epilog(
+        "fleetmedic config check",
+        "fleetmedic config check --config ./controller.yaml --cluster gpu-east",
+        codes=(0, 2),
+    ),
+)
+@common
+@all_clusters
+def config_check(cfg: Config, kubeconfig: str | None) -> None:
+    """Validate everything `run` checks at start-up, touching neither the cluster nor
+    the nodes: the config itself (keys, types, selectors, profiles, clusters), then for
+    every cluster the files it names (the playbook of every rung, the SSH key, the
+    kubeconfig, BMC files, systemd credentials), secrets that must be readable, a
+    signing key others can read, the run directories, and the Loki endpoint.
+
+    Prints "ok", or every problem on a line of its own (exit 2).
+    """
+    members = [cfg.cluster(n) for n in cfg.cluster_names()] or [cfg]
+    problems: list[str] = []
+    if kubeconfig is not None:
+        try:
+            clikit.require_kubeconfig(kubeconfig, "--kubeconfig")
+        except ConfigError as exc:
+            problems.append(str(exc))
+    for member in members:
+        where = f"cluster {member.cluster_name}: " if member.cluster_name else ""
+        found = preflight_problems(member, create=False)
+        if member.sources.loki:
+            try:
+                loki_endpoint(member)
+            except FleetmedicError as exc:
+                found.append(str(exc))
+        problems += [where + p for p in found]
+    if not problems:
+        click.echo("ok")
+        return
+    for p in dict.fromkeys(problems):
+        click.echo(f"fleetmedic: error: {p}", err=True)
+    raise SystemExit(clikit.EXIT_USAGE)

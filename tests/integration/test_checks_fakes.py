@@ -491,7 +491,7 @@ def test_cli_exit_codes_end_to_end(hw, iperf3_server):
         iperf3_server,
         "--min-mbps",
         "10",
-        "--duration",
+        "--network-duration",
         "1",
         "--timeout",
         "3",
@@ -575,7 +575,10 @@ def test_throughput_probe_from_a_fleet_node_sees_throttling(fleet, fleet_node):
     )
     try:
         wait_listening(port)
-        args = f"--category network --peer {fleet.host_address}:{port} --min-mbps 50 --duration 1"
+        args = (
+            f"--category network --peer {fleet.host_address}:{port} --min-mbps 50 "
+            "--network-duration 1"
+        )
         rc, res = node_check(fleet_node, args)
         assert rc == 0 and res["network.throughput"]["evidence"]["mbps"] > 50, res
         fleet_node.throttle("10mbit")

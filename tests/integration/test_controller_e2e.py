@@ -444,7 +444,7 @@ def test_cli_errors_are_one_line(kube, tmp_path):
     assert r.returncode == 0 and "no nodes" in r.stdout
     for args in (["breaker", "status"], ["breaker", "reset", "--yes"]):  # no pause ConfigMap
         r = cli(cfg, *args)
-        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "not found" in r.stderr and "deploy/controller/configmap.yaml" in r.stderr, r.stderr
 
 

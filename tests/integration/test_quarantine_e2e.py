@@ -107,7 +107,7 @@ def test_a_node_repaired_twice_for_the_same_xid_is_quarantined_and_on_demand_too
         # on demand, while SM Stress fails on GPU 0
         dcgmi(node, "fail-sm-stress.json", exit_code=226)
         missing = cli(cfg, "quarantine", "no-such-node")
-        assert missing.returncode == 1
+        assert missing.returncode == 2  # (a usage error: clikit's exit codes)
         assert missing.stderr.strip() == "fleetmedic: error: node no-such-node not found"
         dry = cli(cfg, "quarantine", name, "--dry-run")
         assert (

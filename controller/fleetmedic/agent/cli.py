@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from fleetmedic import clikit
 from fleetmedic.errors import ConfigError, FleetmedicError
 
 DEFAULT_CONFIG = Path("/etc/fleetmedic/agent.yaml")
@@ -89,7 +90,7 @@ def in_pod(kubeconfig: str | None) -> bool:
 def _logging(level: str) -> None:
     logging.Formatter.converter = time.gmtime
     logging.basicConfig(
-        level=getattr(logging, level.upper()),
+        level=level.upper(),  # (a clikit.LOG_LEVELS choice: checked by click)
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(message)s",
         datefmt="%Y-%m-%dT%H:%M:%SZ",
@@ -98,11 +99,17 @@ def _logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-@click.command("agent")
+@click.command(
+    "agent",
+    epilog=clikit.epilog(
+        "fleetmedic agent --node-name gpu-node-7 --interval 1m",
+        "fleetmedic agent --node-name gpu-node-7 --once --once-timeout 10s",
+    ),
+)
 @click.option(
     "--node-name",
     envvar="NODE_NAME",
-    metavar="NAME",
+    type=clikit.NODE,
     help="This node's Kubernetes Node name; the only Node the agent reads or writes. "
     "Env NODE_NAME (the DaemonSet sets it from spec.nodeName).",
 )
@@ -120,26 +127,28 @@ def _logging(level: str) -> None:
     "--kubeconfig",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Kubeconfig to use. Default: the Pod's own ServiceAccount token when running "
-    "in a cluster, else $KUBECONFIG or ~/.kube/config.",
+    show_default="the Pod's ServiceAccount in a cluster, else $KUBECONFIG or ~/.kube/config",
+    help="Kubeconfig to use (the one cluster whose Node it writes).",
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=clikit.Duration(minimum=0.1),
     default=None,
-    help="Seconds between check rounds (default 60).",
+    show_default="60s",
+    help="Time between check rounds.",
 )
 @click.option(
     "--strike-limit",
     type=click.IntRange(min=1),
     default=None,
-    help="Consecutive failed rounds before fencing (default 3): GPU -> repair=reboot, "
-    "network -> slow-network.",
+    show_default="3",
+    help="Consecutive failed rounds before fencing: GPU -> repair=reboot, network -> slow-network.",
 )
 @click.option(
     "--taints",
     default=None,
     metavar="PRESET",
+    show_default="default",
     help="Taint name preset: default (fleetmedic.io/repair=<step>) or ossci "
     "(repair-reboot, ...). Must match the controller's.",
 )
@@ -147,27 +156,31 @@ def _logging(level: str) -> None:
     "--kernel-log",
     default=None,
     metavar="SOURCE",
-    help="Kernel log to follow: kmsg (default, /dev/kmsg), journal, a file path "
+    show_default="kmsg",
+    help="Kernel log to follow: kmsg (/dev/kmsg), journal, a file path "
     "(e.g. /var/log/kern.log), or none.",
 )
 @click.option(
     "--kernel-poll",
-    type=click.FloatRange(min=0.01),
+    type=clikit.Duration(minimum=0.01),
     default=None,
-    help="Longest wait on an idle kernel log *file* (default 0.1); it wakes on each "
+    show_default="0.1s",
+    help="Longest wait on an idle kernel log *file*; it wakes on each "
     "write through inotify, this bounds the wait where no event comes.",
 )
 @click.option(
     "--boot-id-file",
     default=None,
     metavar="PATH",
-    help="Where to read the kernel boot id (default /proc/sys/kernel/random/boot_id).",
+    show_default="/proc/sys/kernel/random/boot_id",
+    help="Where to read the kernel boot id.",
 )
 @click.option(
     "--vendor",
     type=click.Choice(["auto", "nvidia", "amd", "none"]),
     default=None,
-    help="GPU vendor when the Node has no fleetmedic.io/gpu-vendor label (default auto).",
+    show_default="auto",
+    help="GPU vendor when the Node has no fleetmedic.io/gpu-vendor label.",
 )
 @click.option(
     "--expected-gpus",
@@ -177,9 +190,10 @@ def _logging(level: str) -> None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=clikit.Duration(minimum=0.1),
     default=None,
-    help="Hard limit per probe in seconds (default 15); a hung probe is unknown, "
+    show_default="15s",
+    help="Hard limit per probe; a hung probe is unknown, "
     "which neither counts a strike nor clears one.",
 )
 @click.option(
@@ -194,19 +208,22 @@ def _logging(level: str) -> None:
     "--min-mbps",
     type=click.FloatRange(min=0),
     default=None,
-    help="Throughput below this many Mbit/s is a network failure (default 1000).",
+    show_default="1000",
+    help="Throughput below this many Mbit/s is a network failure.",
 )
 @click.option(
     "--network-duration",
-    type=click.FloatRange(min=0.5),
+    type=clikit.Duration(minimum=0.5),
     default=None,
-    help="Seconds of iperf3 traffic per probe (default 3).",
+    show_default="3s",
+    help="Time of iperf3 traffic per probe.",
 )
 @click.option(
     "--retry-cap",
-    type=click.FloatRange(min=0.1),
+    type=clikit.Duration(minimum=0.1),
     default=None,
-    help="Longest wait between retries while the API server is down (default 30).",
+    show_default="30s",
+    help="Longest wait between retries while the API server is down.",
 )
 @click.option(
     "--alive-file",
@@ -229,13 +246,13 @@ def _logging(level: str) -> None:
     "the result, print it as JSON and exit.",
 )
 @click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-    help="Log verbosity (one line per event, on stderr).",
+    "--once-timeout",
+    type=clikit.DURATION,
+    default="30s",
+    help="With --once: how long to wait for the API server before giving up (exit 3).",
 )
-def agent(config_path: Path, once: bool, log_level: str, **opts: Any) -> None:
+@clikit.log_level_option
+def agent(config_path: Path, once: bool, once_timeout: float, log_level: str, **opts: Any) -> None:
     """Run the node agent: health checks, strikes and fencing of this node.
 
     Every --interval seconds it runs the GPU and network checks (only the network
@@ -261,21 +278,34 @@ def agent(config_path: Path, once: bool, log_level: str, **opts: Any) -> None:
         cfg = _merge(base, opts)
         if not cfg.node_name:
             raise ConfigError("no node name: pass --node-name or set NODE_NAME")
+        why = clikit.check_node_name(cfg.node_name)
+        if why:
+            raise ConfigError(f"node name {why}")
         in_cluster = in_pod(cfg.kubeconfig)
+        if not in_cluster:
+            named_by = "--kubeconfig" if opts["kubeconfig"] else "kubeconfig in the config"
+            clikit.require_kubeconfig(cfg.kubeconfig, named_by)
         kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
         kernel_kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
         stop = threading.Event()
+        if once:  # a bounded wait, then one line naming the server (exit 3)
+            clikit.wait_reachable(
+                lambda: kube.get_node(cfg.node_name), once_timeout, log=logging.getLogger(__name__)
+            )
         worker = Agent(cfg, kube, kernel_kube=kernel_kube, stop=stop)
     except FleetmedicError as exc:
-        click.echo(f"fleetmedic agent: error: {exc}", err=True)
-        sys.exit(2)
+        clikit.fail(exc, clikit.exit_code_of(exc), "fleetmedic agent")
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if once:
         out = worker.run_once()
-        if out is None:
-            sys.exit(2)
+        if out is None:  # (the API server answered, then stopped answering for retry_cap)
+            clikit.fail(
+                f"API server {kube.server} stopped answering within {cfg.retry_cap:g}s",
+                clikit.EXIT_UNREACHABLE,
+                "fleetmedic agent",
+            )
         click.echo(
             json.dumps(
                 {

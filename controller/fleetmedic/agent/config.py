@@ -36,10 +36,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fleetmedic.checks.config import CheckConfig
-from fleetmedic.errors import ConfigError, one_line
+from fleetmedic.checks.config import FORBID, CheckConfig
+from fleetmedic.errors import ConfigError
+from fleetmedic.model.config import read_yaml, validate_dataclass
+from fleetmedic.model.config.types import Duration
 from fleetmedic.model.vocabulary import Vocabulary, preset
 from fleetmedic.scan.catalog import parse_threshold
 
@@ -48,11 +48,13 @@ BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 
 @dataclasses.dataclass(frozen=True)
 class KernelWatchConfig:
+    __pydantic_config__ = FORBID
+
     source: str = "kmsg"
     """Where the kernel log is followed: ``kmsg`` (``/dev/kmsg``: this boot only, wakes
     on every record), ``journal`` (``journalctl -k -b -f``), a file path such as
     ``/var/log/kern.log`` (followed like ``tail -F``, across rotation), or ``none``."""
-    poll: float = 0.1
+    poll: Duration = 0.1
     """Longest wait of an idle *file* follower. It wakes on the write itself (inotify on
     the file's directory), so this only matters where no inotify event comes (a file
     changed over NFS, no inotify watches left): there a Xid 79 must still become a
@@ -86,10 +88,12 @@ class KernelWatchConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
+    __pydantic_config__ = FORBID
+
     node_name: str = ""
     """This node's Kubernetes name (the DaemonSet passes ``spec.nodeName``). The agent
     reads and writes only this Node."""
-    interval: float = 60.0
+    interval: Duration = 60.0
     """Seconds from the start of one check round to the next. NVML reads are cheap, but
     each round also sends ``network.duration`` seconds of iperf3 traffic; a minute
     fences a bad GPU within about three minutes (3 strikes) at negligible cost."""
@@ -105,7 +109,7 @@ class AgentConfig:
     kubeconfig: str | None = None
     """Kubeconfig file. None: in-cluster credentials when running in a Pod (the bound,
     node-scoped ServiceAccount token), else ``$KUBECONFIG`` / ``~/.kube/config``."""
-    retry_cap: float = 30.0
+    retry_cap: Duration = 30.0
     """Longest wait between attempts while the API server is unreachable or refuses;
     the agent never gives up and never drops a pending fencing action."""
     alive_file: str | None = None
@@ -141,28 +145,11 @@ class AgentConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> AgentConfig:
-        if not isinstance(data, Mapping):
-            raise ConfigError("agent config: expected a mapping at the top level")
-        kwargs = dict(data)
-        try:
-            if "kernel" in kwargs:
-                kwargs["kernel"] = KernelWatchConfig(**dict(kwargs["kernel"] or {}))
-            if "checks" in kwargs:
-                kwargs["checks"] = CheckConfig.from_mapping(kwargs["checks"] or {})
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise ConfigError(f"agent config: {one_line(exc)}") from None
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "agent config") -> AgentConfig:
+        """Validated with pydantic, as the controller's config: a wrong type, an unknown
+        key (with "did you mean") or a bad value is one ConfigError line naming the key."""
+        return validate_dataclass(cls, data, source)
 
     @classmethod
     def from_file(cls, path: str | Path) -> AgentConfig:
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except OSError as exc:
-            raise ConfigError(f"{path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: {one_line(exc)}") from None
-        try:
-            return cls.from_mapping(data)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+        return cls.from_mapping(read_yaml(Path(path), "agent config"), f"agent config {path}")

@@ -4,22 +4,35 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
+from fleetmedic import clikit
 from fleetmedic.agent.cli import _logging, in_pod
 from fleetmedic.errors import FleetmedicError
 
 
-@click.group("watch")
+@click.group(
+    "watch",
+    epilog=clikit.epilog(
+        "fleetmedic watch loki --endpoint http://localhost:3100",
+        "fleetmedic watch loki --endpoint http://loki:3100 --once --lookback 1h",
+    ),
+)
 def watch() -> None:
     """Detect GPU faults from a log store instead of an agent on every node."""
 
 
-@watch.command("loki")
+@watch.command(
+    "loki",
+    epilog=clikit.epilog(
+        "fleetmedic watch loki --endpoint http://localhost:3100",
+        "fleetmedic watch loki --endpoint http://loki:3100 --once --lookback 1h",
+    ),
+)
 @click.option(
     "--endpoint",
     envvar="LOG_ENDPOINT",
@@ -47,38 +60,50 @@ def watch() -> None:
     "kernel_queries",
     multiple=True,
     metavar="LOGQL",
-    help="LogQL selector of node kernel-log streams (repeatable; default: the journal's "
-    'kernel lines {transport="kernel"}, Fluent Bit\'s {source="kmsg"}, a dmesg DaemonSet).',
+    show_default="the journal's kernel lines {transport=\"kernel\"}, Fluent Bit's "
+    '{source="kmsg"}, a dmesg DaemonSet',
+    help="LogQL selector of node kernel-log streams (repeatable).",
 )
 @click.option(
     "--pod-query",
     "pod_queries",
     multiple=True,
     metavar="LOGQL",
-    help="LogQL selector of pod-log streams (repeatable; default: every namespace).",
+    show_default="every namespace",
+    help="LogQL selector of pod-log streams (repeatable).",
 )
 @click.option(
     "--node-label",
     "node_labels",
     multiple=True,
     metavar="LABEL",
-    help="Stream label naming the node (repeatable; default: node_name, host, k8s_node_name, "
-    "nodename, hostname, node).",
+    show_default="node_name, host, k8s_node_name, nodename, hostname, node",
+    help="Stream label naming the node (repeatable).",
 )
-@click.option("--kubeconfig", metavar="PATH", help="Kubeconfig (default: as kubectl finds it).")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    show_default="the Pod's ServiceAccount in a cluster, else $KUBECONFIG or ~/.kube/config",
+    help="Kubeconfig to use (the cluster whose Nodes it fences).",
+)
 @click.option(
     "--taints",
     default="default",
     show_default=True,
-    help="Taint preset: must match the controller's (default or ossci).",
+    help="Taint name preset, default or ossci: must match the controller's.",
 )
-@click.option("--poll-interval", type=float, default=2.0, show_default=True, help="Seconds.")
+@click.option(
+    "--poll-interval",
+    type=clikit.DURATION,
+    default="2s",
+    help="Time between two reads of every query.",
+)
 @click.option(
     "--lookback",
-    type=float,
-    default=3600.0,
-    show_default=True,
-    help="Seconds to read back on the first start (no cursor yet).",
+    type=clikit.DURATION,
+    default="1h",
+    help="How far back to read on the first start (no cursor yet).",
 )
 @click.option(
     "--metrics-port",
@@ -89,7 +114,7 @@ def watch() -> None:
     help="Serve Prometheus metrics (fleetmedic_loki_up, lines, findings) here; 0: off.",
 )
 @click.option("--once", is_flag=True, help="One round over every query, then exit.")
-@click.option("--log-level", default="info", show_default=True)
+@clikit.log_level_option
 def loki(
     endpoint: str,
     tenant: str | None,
@@ -129,19 +154,21 @@ def loki(
     from fleetmedic.model.vocabulary import preset
 
     try:
+        # every check that needs no server first, so a typo never waits on one
+        check_endpoint(endpoint)
+        namespace, _, name = (cursor_configmap or "").partition("/")
+        if cursor_configmap and not (namespace and name):
+            raise ValueError(f"--cursor-configmap wants NAMESPACE/NAME, got {cursor_configmap!r}")
         vocab = preset(taints)
+        if not in_pod(kubeconfig):
+            clikit.require_kubeconfig(kubeconfig, "--kubeconfig")
         kube = connect(kubeconfig, in_cluster=in_pod(kubeconfig))
         store: CursorStore
         if cursor_configmap:
-            namespace, _, name = cursor_configmap.partition("/")
-            if not (namespace and name):
-                raise ValueError(
-                    f"--cursor-configmap wants NAMESPACE/NAME, got {cursor_configmap!r}"
-                )
             store = ConfigMapCursor(kube, namespace, name)
         else:
-            cursor_file.parent.mkdir(parents=True, exist_ok=True)
-            store = FileCursor(cursor_file)
+            check_creatable(cursor_file.parent)
+            store = MadeOnSave(FileCursor(cursor_file))
         cfg = LokiSourceConfig(
             endpoint=endpoint,
             kernel_queries=kernel_queries,
@@ -173,10 +200,57 @@ def loki(
                 )
             )
             return
-    except (FleetmedicError, OSError, ValueError) as exc:
-        click.echo(f"fleetmedic watch loki: error: {exc}", err=True)
-        sys.exit(2)
+    except FleetmedicError as exc:
+        clikit.fail(exc, clikit.exit_code_of(exc), "fleetmedic watch loki")
+    except (OSError, ValueError) as exc:
+        clikit.fail(exc, clikit.EXIT_USAGE, "fleetmedic watch loki")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     source.run(stop)
+
+
+def check_endpoint(endpoint: str) -> None:
+    """Loki's address must be an http(s) URL with a host (checked before any connection)."""
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(endpoint)
+        url.port  # noqa: B018 (raises ValueError on a port out of range or not a number)
+    except ValueError as exc:
+        raise ValueError(f"--endpoint {endpoint!r}: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(
+            f"--endpoint wants Loki's http(s):// address (e.g. http://localhost:3100), "
+            f"got {endpoint!r}"
+        )
+
+
+def check_creatable(directory: Path) -> None:
+    """``directory`` exists, or could be made: its nearest existing ancestor is a directory
+    we may write. Checked at start, made only at the first save (``MadeOnSave``), so a
+    run that fails first leaves no directory behind (as root, under /var/lib)."""
+    import os
+
+    up = directory
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not (up.is_dir() and os.access(up, os.W_OK | os.X_OK)):
+        raise ValueError(f"--cursor-file: cannot create {directory} ({up} is not writable)")
+
+
+class MadeOnSave:
+    """A FileCursor whose directory is made when it first saves."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def load(self) -> Any:
+        return self.inner.load()
+
+    def save(self, cursor: Any) -> None:
+        self.inner.path.parent.mkdir(parents=True, exist_ok=True)
+        self.inner.save(cursor)
+
+    def __str__(self) -> str:
+        return str(self.inner)

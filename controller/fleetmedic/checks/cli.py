@@ -4,7 +4,7 @@ Exit status follows node-problem-detector's custom plugins: 0 healthy,
 1 problem, 2 unknown (a probe timed out or could not tell). The repair
 playbooks' verify step runs ``fleetmedic check --json`` and reads the same.
 
-``--profile p5`` also compares the node with a hardware profile (the agent picks
+``--hardware-profile p5`` also compares the node with a hardware profile (the agent picks
 one from the Node's instance-type label; this command has no Node, so it is named).
 RDMA error counters need two readings: a single run judges port state only.
 """
@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
+from fleetmedic import clikit
 from fleetmedic.checks import hwprofile
 from fleetmedic.checks.base import CATEGORIES, CheckResult, exit_code, overall
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.runner import run_checks
 from fleetmedic.errors import ConfigError
+from fleetmedic.model.config import read_yaml
 
 DEFAULT_CONFIG = Path("/etc/fleetmedic/check.yaml")
 
@@ -34,13 +35,13 @@ def load_config_file(path: Path | None) -> dict[str, Any]:
     if path is None or (path == DEFAULT_CONFIG and not path.exists()):
         return {}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise click.BadParameter(
-            f"{path}: {str(exc).splitlines()[0]}", param_hint="--config"
-        ) from None
+        data = read_yaml(path, "check config") or {}
+    except ConfigError as exc:
+        clikit.fail(exc, clikit.EXIT_USAGE, "fleetmedic check")
     if not isinstance(data, dict):
-        raise click.BadParameter(f"{path}: expected a mapping", param_hint="--config")
+        clikit.fail(
+            f"check config {path}: expected a mapping", clikit.EXIT_USAGE, "fleetmedic check"
+        )
     section = data.get("checks", data)
     return dict(section) if isinstance(section, dict) else {}
 
@@ -64,13 +65,22 @@ def render_table(results: list[CheckResult]) -> str:
     return "\n".join(lines)
 
 
-@click.command("check")
-@click.option("--json", "as_json", is_flag=True, help="Print results as JSON instead of a table.")
+@click.command(
+    "check",
+    epilog=clikit.epilog(
+        "fleetmedic check",
+        "fleetmedic check --category gpu --hardware-profile p5 --json",
+        codes=(0, 1, 2),
+    )
+    + "\n  (2 is also node-problem-detector's 'unknown': a probe could not tell)",
+)
+@clikit.json_option("Print results as JSON instead of a table.")
 @click.option(
     "--vendor",
     type=click.Choice(["auto", "nvidia", "amd", "none"]),
     default=None,
-    help="GPU vendor (default auto; use the node's fleetmedic.io/gpu-vendor label).",
+    show_default="auto",
+    help="GPU vendor (use the node's fleetmedic.io/gpu-vendor label).",
 )
 @click.option(
     "--expected-gpus",
@@ -80,9 +90,10 @@ def render_table(results: list[CheckResult]) -> str:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=clikit.Duration(minimum=0.1),
     default=None,
-    help="Hard limit per probe in seconds; a probe still running is killed -> unknown.",
+    show_default="15s",
+    help="Hard limit per probe; a probe still running is killed -> unknown.",
 )
 @click.option(
     "--category",
@@ -102,19 +113,27 @@ def render_table(results: list[CheckResult]) -> str:
     "--min-mbps",
     type=click.FloatRange(min=0),
     default=None,
+    show_default="1000",
     help="Throughput below this (Mbit/s) is a problem.",
 )
 @click.option(
-    "--duration", type=click.FloatRange(min=0.5), default=None, help="Seconds of iperf3 traffic."
+    "--network-duration",
+    "duration",
+    type=clikit.Duration(minimum=0.5),
+    default=None,
+    show_default="3s",
+    help="Time of iperf3 traffic per probe.",
 )
 @click.option(
     "--kernel-log",
-    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
     default=None,
-    help="Kernel log file to scan instead of the node's own log.",
+    help="Kernel log file to scan instead of the node's own log (as the agent's "
+    "--kernel-log, a file path only).",
 )
 @click.option(
-    "--profile",
+    "--hardware-profile",
+    "profile",
     default=None,
     metavar="NAME",
     help="Compare this node with the hardware profile NAME (p5, mi300x-8, ... or one of "
@@ -152,13 +171,18 @@ def check(
     peers: tuple[str, ...],
     min_mbps: float | None,
     duration: float | None,
-    kernel_log: Path | None,
+    kernel_log: str | None,
     profile: str | None,
     hardware_profiles: Path | None,
     sysfs_root: Path | None,
     config_path: Path | None,
 ) -> None:
-    """Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown)."""
+    """Run every health check on this node once (exit 0 healthy, 1 problem, 2 unknown).
+
+    GPU (NVML / amd-smi), driver, kernel log, hardware profile, RDMA fabric and network
+    throughput checks, each ok, problem or unknown; the repair playbooks' verify step
+    runs `fleetmedic check --json` and reads the same exit status.
+    """
     data = load_config_file(config_path)
     overrides: tuple[tuple[str, Any], ...] = (
         ("vendor", vendor),
@@ -192,7 +216,7 @@ def check(
         if hw.enabled and hw.profile:  # a typo is a usage error, not an unknown result
             hwprofile.choose(hwprofile.load(hw.profiles), {}, profile=hw.profile)
     except (ConfigError, hwprofile.ProfileError) as exc:
-        raise click.UsageError(str(exc)) from None
+        clikit.fail(exc, clikit.EXIT_USAGE, "fleetmedic check")  # one line, as every command
 
     results = run_checks(cfg, categories or None)
     code = exit_code(results)

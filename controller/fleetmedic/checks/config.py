@@ -12,15 +12,21 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from pydantic import ConfigDict
+
 from fleetmedic.checks.fabric import DEFAULT_THRESHOLDS as DEFAULT_FABRIC_THRESHOLDS
 from fleetmedic.checks.hwprofile import DEFAULT_LABEL as DEFAULT_PROFILE_LABEL
 from fleetmedic.errors import ConfigError
+from fleetmedic.model.config.types import Duration
 
 Vendor = Literal["auto", "nvidia", "amd", "none"]
+FORBID = ConfigDict(extra="forbid")  # (unknown keys are errors: model/config validate_dataclass)
 
 
 @dataclasses.dataclass(frozen=True)
 class NvidiaConfig:
+    __pydantic_config__ = FORBID
+
     require_persistence_mode: bool = True
     """Persistence mode off means the driver tears down and re-initialises GPU state
     between jobs (slow starts, lost ECC/XID state); GPU fleets run it on."""
@@ -34,6 +40,8 @@ class NvidiaConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AmdConfig:
+    __pydantic_config__ = FORBID
+
     bad_pages_limit: int = 0
     """Retired (reserved) bad pages at which a GPU is a problem; 0 disables. Pending
     and unreservable pages are always a problem: they need a reset or hands."""
@@ -41,13 +49,15 @@ class AmdConfig:
 
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
+    __pydantic_config__ = FORBID
+
     peers: tuple[str, ...] = ()
     """iperf3 servers (host or host:port) to measure against, tried in order; the
     first that answers decides. Empty: no network check."""
     min_mbps: float = 1000.0
     """Below this many Mbit/s the link is a problem. Set it to a fraction (say 50%)
     of what a healthy node measures to the same peer, not to the NIC's line rate."""
-    duration: float = 3.0
+    duration: Duration = 3.0
     """Seconds of traffic per measurement; long enough for TCP to leave slow start."""
     reverse: bool = False
     """Measure peer -> node (iperf3 -R) instead of node -> peer."""
@@ -59,6 +69,8 @@ class NetworkConfig:
 
 @dataclasses.dataclass(frozen=True)
 class KernelConfig:
+    __pydantic_config__ = FORBID
+
     path: str | None = None
     """Kernel log to scan. None: the node's own log (/dev/kmsg through the scanner's
     default source)."""
@@ -66,6 +78,8 @@ class KernelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class HardwareConfig:
+    __pydantic_config__ = FORBID
+
     profiles: str | None = None
     """An operator's file of hardware profiles, the shape of the shipped
     ``fleetmedic/data/hardware_profiles.yaml``; a profile of the same name replaces the
@@ -87,6 +101,8 @@ class HardwareConfig:
 
 @dataclasses.dataclass(frozen=True)
 class FabricConfig:
+    __pydantic_config__ = FORBID
+
     enabled: bool = True
     """Read the RDMA ports (InfiniBand, RoCE, EFA) under ``sysfs_root``. A node without
     any reports nothing, so this is safe to leave on for CPU and Ethernet-only nodes."""
@@ -120,6 +136,8 @@ class FabricConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CheckConfig:
+    __pydantic_config__ = FORBID
+
     vendor: Vendor = "auto"
     """Which GPU checks to run. `auto` uses whatever vendor library or tool is present
     and reports `unknown` if none is (a broken driver install must not look like a
@@ -127,7 +145,7 @@ class CheckConfig:
     expected_gpus: int | None = None
     """GPUs this node should have (label `fleetmedic.io/expected-gpus`). None: at
     least one."""
-    timeout: float = 15.0
+    timeout: Duration = 15.0
     """Hard limit per probe in seconds; a probe still running then is killed and its
     checks are `unknown`. NVML answers in well under a second on a healthy 8-GPU node;
     amd-smi, a Python tool, needs a few seconds."""
@@ -147,25 +165,9 @@ class CheckConfig:
             raise ConfigError(f"timeout: must be > 0, got {self.timeout}")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> CheckConfig:
-        """Build from plain data (YAML/JSON), e.g. the agent config's `checks:` section."""
-        try:
-            kwargs = dict(data)
-            sections = {
-                "nvidia": NvidiaConfig,
-                "amd": AmdConfig,
-                "network": NetworkConfig,
-                "kernel": KernelConfig,
-                "hardware": HardwareConfig,
-                "fabric": FabricConfig,
-            }
-            for key, section in sections.items():
-                if key in kwargs:
-                    sub = dict(kwargs[key] or {})
-                    for listed in ("peers", "ignore"):
-                        if listed in sub:
-                            sub[listed] = tuple(sub[listed] or ())
-                    kwargs[key] = section(**sub)
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise ConfigError(f"checks: {exc}") from None
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "checks") -> CheckConfig:
+        """Build from plain data (YAML/JSON), e.g. the agent config's `checks:` section:
+        validated with pydantic, mistakes are one-line ConfigErrors naming the key."""
+        from fleetmedic.model.config import validate_dataclass
+
+        return validate_dataclass(cls, data, source)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import click
 
+from fleetmedic import clikit
 from fleetmedic.checks import rvs as rvs_tool
 from fleetmedic.checks.base import EXIT_CODES, CheckResult, unknown, worst
 from fleetmedic.checks.cli import DEFAULT_CONFIG, load_config_file
@@ -41,7 +42,13 @@ def pick_vendor(dcgmi: str, rvs: str) -> str | None:
     return None
 
 
-@click.command("diag")
+@click.command(
+    "diag",
+    epilog=clikit.epilog(
+        "fleetmedic diag --level 1", "fleetmedic diag --level 3 --fabric --json", codes=(0, 1, 2)
+    )
+    + "\n  (2 is also 'unknown': the tool is missing, timed out, or printed no diagnostic)",
+)
 @click.option(
     "--level",
     "-r",
@@ -58,10 +65,15 @@ def pick_vendor(dcgmi: str, rvs: str) -> str | None:
     show_default=True,
     help="nvidia: dcgmi diag; amd: rvs; auto: whichever is installed.",
 )
-@click.option("--timeout", type=click.FloatRange(min=1), help="Seconds (default per level).")
+@click.option(
+    "--timeout",
+    type=clikit.Duration(minimum=1),
+    show_default="per level: " + ", ".join(f"{n}: {t:g}s" for n, t in sorted(DCGM_LEVELS.items())),
+    help="Hard limit on the diagnostics run.",
+)
 @click.option("--dcgmi", default="dcgmi", show_default=True, help="dcgmi program to run.")
 @click.option("--rvs", default="rvs", show_default=True, help="rvs program to run.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@clikit.json_option("Print the result as JSON.")
 @click.option(
     "--fabric",
     is_flag=True,
@@ -93,7 +105,7 @@ def diag(
         try:
             cfg = CheckConfig.from_mapping(load_config_file(config_path))
         except ConfigError as exc:
-            raise click.UsageError(str(exc)) from None
+            clikit.fail(exc, clikit.EXIT_USAGE, "fleetmedic diag")
     chosen = pick_vendor(dcgmi, rvs) if vendor == "auto" else vendor
     if chosen == "nvidia" and level not in DCGM_LEVELS:
         raise click.UsageError(f"DCGM has levels 1-4, not {level}")

@@ -4,6 +4,10 @@ One read-modify-write guarded by resourceVersion (``Kube.update_node``); then th
 informer's cache gets the Node as written (so the next cycle decides from it, not from
 an older copy) and the step metrics are counted; the update's Events and the Node's
 condition follow on the paperwork thread (``later``), off the step's critical path.
+
+:func:`write_by_hand` is the same write for the changes a human makes from the command
+line (release, quarantine, reset), with the audit line that the controller's executor
+writes for its own actions.
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from fleetmedic.adapters.kube import Kube
-from fleetmedic.controller import conditions
+from fleetmedic.controller import audit, conditions
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.errors import TemporaryError
-from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.nodestate import ForeignSignal, NodeView
+from fleetmedic.model.nodestate import view as view_of
 from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import budget
 from fleetmedic.policy.actions import Stale, Update
@@ -92,3 +97,26 @@ class Recorder:
         for ev in upd.events:
             self.kube.post_event(node, ev.reason, ev.message, ev.type)
         conditions.publish(self.kube, after)
+
+
+def write_by_hand(
+    kube: Kube,
+    upd: Update,
+    vocab: Vocabulary,
+    foreign: Iterable[ForeignSignal],
+    *,
+    by: str,
+    what: str,
+    why: str,
+) -> NodeView:
+    """A change a human asked for (``release``, ``quarantine``, ``reset``), written the
+    one way: the Node (RV-guarded), its Events, the NodeCondition, then the audit line
+    (who, what, why). No informer and no paperwork thread here: the command waits for
+    each write, so its exit status says whether all of it landed."""
+    written = kube.update_node(upd.node, upd.apply_for(vocab))
+    for ev in upd.events:
+        kube.post_event(written, ev.reason, ev.message, ev.type)
+    after = view_of(written, vocab, foreign)
+    conditions.publish(kube, after)
+    audit.record(by, upd.node, what, why, "written")
+    return after

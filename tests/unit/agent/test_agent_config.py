@@ -48,7 +48,7 @@ def test_from_file_with_nested_sections(tmp_path):
     "text, fragment",
     [
         ("intervall: 5", "intervall"),
-        ("interval: 0", "interval: must be > 0"),
+        ("interval: 0", "interval: must be positive"),
         ("taints: nope", "unknown taint preset"),
         ("kernel: {poll: -1}", "kernel.poll"),
         ("checks: {vendor: intel}", "vendor"),

@@ -61,7 +61,7 @@ def test_profile_and_sysfs_root(tmp_path):
     efa_node(tmp_path / "efa")
     args = ["--vendor", "none", "--category", "network", "--json"]
     r = CliRunner().invoke(
-        cli.check, [*args, "--profile", "p5", "--sysfs-root", str(tmp_path / "efa")]
+        cli.check, [*args, "--hardware-profile", "p5", "--sysfs-root", str(tmp_path / "efa")]
     )
     assert r.exit_code == 0, r.output
     names = {x["name"] for x in json.loads(r.output)["results"]}
@@ -74,7 +74,7 @@ def test_profile_and_sysfs_root(tmp_path):
     write_port(tmp_path / "ib", "mlx5_3", rate=HDR)
     ib = ["--sysfs-root", str(tmp_path / "ib")]
     r = CliRunner().invoke(
-        cli.check, [*args, *ib, "--profile", "ib8", "--hardware-profiles", str(mine)]
+        cli.check, [*args, *ib, "--hardware-profile", "ib8", "--hardware-profiles", str(mine)]
     )
     assert r.exit_code == 1, r.output
     (rate,) = [x for x in json.loads(r.output)["results"] if x["status"] == "problem"]
@@ -82,5 +82,5 @@ def test_profile_and_sysfs_root(tmp_path):
 
 
 def test_unknown_profile_is_a_usage_error(tmp_path):
-    r = CliRunner().invoke(cli.check, ["--vendor", "none", "--profile", "p55"])
+    r = CliRunner().invoke(cli.check, ["--vendor", "none", "--hardware-profile", "p55"])
     assert r.exit_code == 2 and "no hardware profile named 'p55'" in r.output

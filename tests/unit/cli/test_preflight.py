@@ -1,4 +1,4 @@
-"""``fleetmedic run``'s start-up check (controller/cli.py ``_preflight``) refuses a
+"""``fleetmedic run``'s start-up check (controller/daemon.py ``preflight``) refuses a
 work-signing key for ``direct_results`` that other users can read, before any run."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from fleetmedic.controller import cli
+from fleetmedic.controller import daemon
 from fleetmedic.errors import ConfigError
 from fleetmedic.model import config
 
@@ -36,6 +36,6 @@ def test_a_world_readable_signing_key_stops_the_start(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(config.Config, "missing_files", lambda self: [])
     with pytest.raises(ConfigError, match=r"work-private\.pem: mode 0644 .* refused"):
-        cli._preflight(cfg)
+        daemon.preflight(cfg)
     key.chmod(0o640)
-    cli._preflight(cfg)
+    daemon.preflight(cfg)

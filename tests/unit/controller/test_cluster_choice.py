@@ -67,7 +67,7 @@ class FlakyLoop:
 def test_a_failed_cluster_loop_starts_again_fresh_and_once_reports_it(monkeypatch):
     import threading
 
-    from fleetmedic.controller import cli as ctlcli
+    from fleetmedic.controller import daemon as ctlcli
 
     monkeypatch.setattr(ctlcli, "CLUSTER_RETRY", 0.01)
     log: list[str] = []

@@ -227,7 +227,7 @@ def test_one_line_errors_name_the_file_and_the_field(tmp_path, text, expected):
 
 
 def test_missing_file():
-    with pytest.raises(ConfigError, match=r"^config /nonexistent.yaml: cannot read: No such file"):
+    with pytest.raises(ConfigError, match=r"^config /nonexistent.yaml: not found"):
         config.load("/nonexistent.yaml")
 
 

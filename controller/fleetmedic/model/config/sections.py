@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from fleetmedic.model import selector
 from fleetmedic.model.config.types import (
     ConfigPath,
     Duration,
@@ -32,6 +33,13 @@ class KubeConfig(Section):
     label_selector: str | None = None
     """Which Nodes form the pool fleetmedic manages (and the base of every percentage).
     Unset: all Nodes; set it (e.g. `nvidia.com/gpu.present=true`) to leave CPU nodes alone."""
+
+    @field_validator("label_selector")
+    @classmethod
+    def _selector(cls, v: str | None) -> str | None:
+        if v is not None and v.strip():
+            selector.parse(v)  # (a typo is a config error at start, as profiles[].selector)
+        return v
 
 
 class TaintNameConfig(Section):
