@@ -1,16 +1,10 @@
 """``fleetmedic scan``: classify GPU faults in kernel logs (files or stdin).
 
-Exit status (the command line's one idiom, issue 33):
-
-- 0: every input was read, and no finding reached ``--fail-on``;
-- 1: a finding at or above ``--fail-on`` (default: any action that fences a node);
-- 2: usage or input error (a file that cannot be read, a binary file): one line
-  on stderr, ``fleetmedic scan: error: ...``;
-- 3: a dependency could not be reached (``--follow journal`` without journalctl).
-
-The idiom's pieces used here (exit codes, the help epilog, the terminal hint) are
-kept together at the top of this module so that they move into the shared CLI
-kit in one step once it exists.
+Exit status, as every command's (fleetmedic/clikit.py): 0 every input was read and no
+finding reached ``--fail-on``; 1 a finding at or above ``--fail-on`` (default: any action
+that fences a node); 2 usage or input error (a file that cannot be read, a binary file),
+one line on stderr; 3 a dependency could not be reached (``--follow journal`` without
+journalctl).
 """
 
 from __future__ import annotations
@@ -21,10 +15,21 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, NoReturn, TextIO
 
 import click
 
+from fleetmedic.clikit import (
+    CONTEXT,
+    DURATION,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    epilog,
+    fail,
+    json_option,
+)
 from fleetmedic.errors import FleetmedicError, PermanentError
 from fleetmedic.model.actions import ACTION_RANK, ACTIONS, FENCING_ACTIONS
 from fleetmedic.scan import render, stream, unknown
@@ -32,29 +37,16 @@ from fleetmedic.scan.dedup import DEFAULT_WINDOW, Dedup
 from fleetmedic.scan.finding import Finding
 from fleetmedic.scan.scanner import Scanner
 
-# ---- the CLI idiom (issue 33), local until the shared CLI kit takes it over ----------
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-EXIT_UNREADABLE = EXIT_USAGE  # an input that cannot be read is an input error
-
-EXIT_CODES_HELP = (
-    "Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error,\n"
-    "3 could not reach a dependency."
-)
-
 NEVER = "never"
 DEFAULT_FAIL_ON = FENCING_ACTIONS[0]
-"""The mildest action that fences a node (``reset`` now; ``diagnose`` once it exists)."""
+"""The mildest action that fences a node (``diagnose``)."""
 
 BINARY_SNIFF = 8192
 """Bytes looked at to tell a binary file from a log: a NUL there is never in a kernel log."""
 
 
-def _die(message: str, code: int = EXIT_USAGE) -> None:
-    click.echo(f"fleetmedic scan: error: {' '.join(message.split())}", err=True)
-    sys.exit(code)
+def _die(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    fail(message, code, prog="fleetmedic scan")
 
 
 def _hint_if_terminal() -> None:
@@ -65,9 +57,6 @@ def _hint_if_terminal() -> None:
             "give a FILE or pipe one in: dmesg | fleetmedic scan",
             err=True,
         )
-
-
-# ---------------------------------------------------------------------------------------
 
 
 def _is_binary(head: bytes) -> bool:
@@ -93,7 +82,6 @@ def _open(name: str) -> BinaryIO:
                 handle.seek(0)
         except OSError as exc:
             _die(f"cannot read {name}: {exc.strerror or exc}")
-            raise  # unreachable
     if _is_binary(head):
         _die(f"{'stdin' if name == '-' else name} is a binary file, not a kernel log")
     return handle
@@ -152,31 +140,21 @@ def _follow(
         _die(str(exc))
 
 
-EPILOG = f"""\b
-{EXIT_CODES_HELP}
-
-\b
-Examples:
-  dmesg | fleetmedic scan --fail-on reboot     # a check for scripts: exit 1 if a reboot is due
-  fleetmedic scan --unknown /var/log/kern.log  # driver errors the catalog does not know yet
-"""
+EPILOG = epilog(
+    "fleetmedic scan --fail-on reboot /var/log/kern.log  # exit 1 if a reboot is due",
+    "fleetmedic scan --unknown /var/log/kern.log  # driver errors the catalog does not know",
+    codes=(EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREACHABLE),
+)
 
 
 @click.command(
-    "scan", short_help="Classify GPU faults in kernel logs (files or stdin).", epilog=EPILOG
+    "scan",
+    short_help="Classify GPU faults in kernel logs (files or stdin).",
+    epilog=EPILOG,
+    context_settings=CONTEXT,
 )
 @click.argument("files", nargs=-1, metavar="[FILE]...")
-@click.option(
-    "--json", "as_json", is_flag=True, help="JSON Lines for machines: one object per finding."
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default=None,
-    hidden=True,
-    help="Replaced by --json (kept one release).",
-)
+@json_option("JSON Lines for machines: one object per finding.")
 @click.option(
     "--fail-on",
     type=click.Choice([*ACTIONS[1:], NEVER]),
@@ -195,10 +173,10 @@ Examples:
 )
 @click.option(
     "--window",
-    type=click.FloatRange(min=0),
+    type=DURATION,
     default=DEFAULT_WINDOW,
     show_default=True,
-    help="Seconds within which a repeat of the same fault is the same finding.",
+    help="How long a repeat of the same fault stays the same finding.",
 )
 @click.option(
     "--boot-id", default=None, help="Kernel boot id of the input (enables the replay guard)."
@@ -221,7 +199,6 @@ Examples:
 def scan(
     files: tuple[str, ...],
     as_json: bool,
-    fmt: str | None,
     fail_on: str,
     unknown_only: bool,
     no_dedup: bool,
@@ -239,9 +216,9 @@ def scan(
     resolution
     bucket. A GPU driver line that no rule knows but that was logged as an
     error or says it failed is an 'unclassified' finding (monitor).
-    Lines that are not GPU faults print nothing.
+    Lines that are not GPU faults print nothing. Exits 1 when a finding's
+    action is --fail-on or stronger, so scripts can use it as a check.
     """
-    as_json = as_json or fmt == "json"
     names = list(files) or ["-"]
     if follow and len(names) != 1:
         _die("--follow takes exactly one FILE")

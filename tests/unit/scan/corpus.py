@@ -4,7 +4,7 @@ Run ``.venv/bin/python tests/unit/scan/corpus.py`` for the table (and the corpus
 by vendor and family); ``test_scan_corpus.py`` holds the figures to their targets.
 
 Each line of ``tests/data/corpus/lines.yaml`` is scanned alone, as
-``fleetmedic scan --format json --no-dedup`` would on a one-line file:
+``fleetmedic scan --json --no-dedup`` would on a one-line file:
 
 1. *Xid/SXid code and PCI id correct*: over Xid and SXid lines, one finding whose
    code and PCI id are the expected ones.

@@ -169,17 +169,21 @@ def test_a_terminal_on_stdin_gets_a_hint_instead_of_silence():
         os.close(main)
 
 
-def test_format_json_still_works_but_is_hidden(tmp_path: Path):
+def test_json_is_the_one_machine_output_flag(tmp_path: Path):
     log = tmp_path / "kern.log"
     log.write_text(XID79)
-    assert json.loads(scan("--format", "json", str(log)).stdout)["code"] == 79
+    assert json.loads(scan("--json", str(log)).stdout)["code"] == 79
+    refused = scan("--format", "json", str(log))
+    assert refused.returncode == 2 and "--format" in refused.stderr
     assert "--format" not in scan("--help").stdout
 
 
 def test_help_documents_exit_codes_and_examples():
     text = scan("--help").stdout
-    assert "Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage or input error" in text
-    assert "3 could not reach a dependency" in text
+    words = " ".join(text.split())
+    assert "Exits 1 when a finding's action is --fail-on or stronger" in words
+    assert "Exit status: 0 ok 1 the checked thing is unhealthy or has findings" in words
+    assert "2 usage or config error 3 could not reach a dependency" in words
     assert "Examples:" in text and "fleetmedic scan --unknown" in text
 
 
