@@ -41,6 +41,8 @@ table() {
 if [[ ${CI:-} == true ]]; then
   switches="$(env | sed -n 's/^\(FLEETMEDIC_[A-Z0-9_]*_SKIP\)=.\+$/\1/p' | tr '\n' ' ')"
   [[ -z $switches ]] || { log "refused under CI=true: ${switches% } (CI runs every test)"; exit 2; }
+  # nor a build that replaces the stock one (tests/harness/procs.py REPLACING_SWITCHES)
+  [[ ${FLEETMEDIC_RECEPTOR_PATCHED:-0} == 0 ]] || { log "refused under CI=true: FLEETMEDIC_RECEPTOR_PATCHED (CI builds and tests the stock Receptor too)"; exit 2; }
 fi
 
 # --- apt: each component lists what it needs in scripts/setup.d/*.apt

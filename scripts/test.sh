@@ -4,7 +4,8 @@
 # whether all passed, and the last lines list the stages that failed.
 # A run cannot pass by not testing: pytest skips must be on tests/allowed-skips.txt and
 # every test the suite holds must run (scripts/check_pytest_run.py); under CI=true the
-# FLEETMEDIC_*_SKIP switches and extra pytest arguments are refused.
+# FLEETMEDIC_*_SKIP switches, the switches that replace a real part (a developer's own
+# build of a test server, the patched Receptor) and extra pytest arguments are refused.
 # Extra arguments go to pytest (a subset: then the count check is left out).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +17,12 @@ if [[ ${CI:-} == true ]]; then
   mapfile -t switches < <(env | sed -n 's/^\(FLEETMEDIC_[A-Z0-9_]*_SKIP\)=.\+$/\1/p')
   if ((${#switches[@]})); then
     echo "refused under CI=true: ${switches[*]} (CI runs every test; unset them)" >&2
+    exit 2
+  fi
+  # the switches that replace a real part (tests/harness/procs.py REPLACING_SWITCHES)
+  replacing="$(python3 -c 'import sys; sys.path.insert(0, "."); from tests.harness import procs; print(" ".join(procs.replacing_switches()))')"
+  if [[ -n $replacing ]]; then
+    echo "refused under CI=true: $replacing (they replace a real part the suite tests against; unset them)" >&2
     exit 2
   fi
   if (($#)); then

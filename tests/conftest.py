@@ -3,12 +3,20 @@ live in
 tests/harness and are registered here as plugins so every test can use them.
 
 Under ``CI=true`` the run refuses every ``FLEETMEDIC_*_SKIP`` switch (they turn a missing
-build into skipped tests): CI must run every test (scripts/test.sh checks the same)."""
+build into skipped tests) and every switch that puts something else in place of a real part
+(``tests.harness.procs.REPLACING_SWITCHES``: a developer's own build, the patched Receptor):
+CI must run every test against what setup builds (scripts/test.sh checks the same).
+
+No test may be marked expected-to-fail: an xfail is a run that passes whether the code
+works or not. A case that fails by chance upstream is made deterministic, or lives in a
+reproducer script outside the suite (tests/receptor/wedge_repro.py)."""
 
 import os
 import re
 
 import pytest
+
+from tests.harness.procs import ReplacedUnderCI, refuse_under_ci
 
 pytest_plugins = [
     p
@@ -33,4 +41,17 @@ def pytest_configure(config: pytest.Config) -> None:
     if switches:
         raise pytest.UsageError(
             f"refused under CI=true: {', '.join(switches)} (CI runs every test; unset them)"
+        )
+    try:
+        refuse_under_ci()
+    except ReplacedUnderCI as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    xfails = [item.nodeid for item in items if item.get_closest_marker("xfail")]
+    if xfails:
+        raise pytest.UsageError(
+            f"marked xfail: {', '.join(xfails)}: make the test deterministic, or move the "
+            "case into a reproducer script outside the suite (see tests/conftest.py)"
         )

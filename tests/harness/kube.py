@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import hashlib
 import http.client
 import ipaddress
 import json
@@ -50,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.harness import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_SRC = ROOT / "tests" / "kube"
@@ -146,41 +147,29 @@ class Binaries:
 
 def build_key() -> str:
     """sha256 over KEY_FILES, the same as `sha256sum FILES | sha256sum` in setup."""
-    lines = "".join(
-        f"{hashlib.sha256((KUBE_SRC / f).read_bytes()).hexdigest()}  {f}\n" for f in KEY_FILES
-    )
-    return hashlib.sha256(lines.encode()).hexdigest()[:12]
+    return procs.cache_key(KUBE_SRC, KEY_FILES)
 
 
 def _pinned(gomod: Path, module: str) -> str:
-    for line in gomod.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0] == module and parts[1].startswith("v"):
-            return parts[1]
-    raise KubeError(f"{module} is not pinned in {gomod}")
+    version = procs.pinned(gomod, module)
+    if version is None:
+        raise KubeError(f"{module} is not pinned in {gomod}")
+    return version
 
 
 def find_binaries() -> Binaries:
-    """The built binaries for the current pins, or KubeError saying how to build them."""
-    if os.environ.get("FLEETMEDIC_KUBE_BIN"):
-        d = Path(os.environ["FLEETMEDIC_KUBE_BIN"])
-    else:
-        cache = Path(os.environ.get("FLEETMEDIC_CACHE_DIR", "/var/cache/fleetmedic"))
-        version = _pinned(KUBE_SRC / "go.mod", "k8s.io/kubernetes")
-        d = cache / f"kube-bin-{version}-{build_key()}"
-    b = Binaries(d, d / "kube-apiserver", d / "etcd", d / "kwok", d / "kwok-stages.yaml", {})
-    missing = [p.name for p in (b.apiserver, b.etcd, b.kwok, b.kwok_stages) if not p.exists()]
-    if missing:
-        raise KubeError(
-            f"kube test binaries not built ({', '.join(missing)} missing in {d}); "
-            "run: bash scripts/setup.d/30-kube.sh"
-        )
-    versions = {}
-    if (d / "VERSIONS").exists():
-        for line in (d / "VERSIONS").read_text().splitlines():
-            name, _, ver = line.partition(" ")
-            versions[name] = ver
-    return Binaries(b.dir, b.apiserver, b.etcd, b.kwok, b.kwok_stages, versions)
+    """The built binaries for the current pins, or KubeError saying how to build them.
+    ``FLEETMEDIC_KUBE_BIN`` overrides the directory (refused under ``CI=true``)."""
+    version = _pinned(KUBE_SRC / "go.mod", "k8s.io/kubernetes")
+    files = ("kube-apiserver", "etcd", "kwok", "kwok-stages.yaml")
+    d = procs.built_dir(
+        "FLEETMEDIC_KUBE_BIN",
+        f"kube-bin-{version}-{build_key()}",
+        files,
+        KubeError,
+        "bash scripts/setup.d/30-kube.sh",
+    )
+    return Binaries(d, *(d / f for f in files), procs.read_versions(d))
 
 
 # ---------------------------------------------------------------------------
