@@ -75,7 +75,7 @@ pytest_all() {
 }
 
 stage "import layering (import-linter)" lint-imports --no-cache
-stage "ruff lint (package)" ruff check controller
+stage "ruff lint (package, tests, bench, scripts, deploy)" ruff check controller tests bench scripts deploy
 stage "ruff format (whole tree)" ruff format --check --quiet .
 stage "mypy (package)" mypy
 if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
