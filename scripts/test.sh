@@ -67,8 +67,15 @@ pytest_all() {
     [[ -n $n ]] || { echo "pytest --collect-only found no tests"; return 1; }
     expect=(--expect "$n")
   fi
+  # In parallel (pytest-xdist): workers sized by CPUs and free memory, or
+  # FLEETMEDIC_PYTEST_WORKERS (1: serial); tests sharing a heavy fixture stay on one worker
+  # (tests/conftest.py). xdist writes one JUnit report for all workers.
+  local workers par=()
+  workers="$(python scripts/pytest_workers.py)" || return 1
+  ((workers > 1)) && par=(-n "$workers" --dist loadgroup)
+  echo "pytest: $workers worker(s)${FLEETMEDIC_PYTEST_WORKERS:+ (FLEETMEDIC_PYTEST_WORKERS)}"
   # --durations: the slowest tests (and fixtures' setup) in the log, to see where time goes
-  pytest --junitxml="$report" --durations=30 --durations-min=1 "$@" || rc=$?
+  pytest --junitxml="$report" --durations=30 --durations-min=1 "${par[@]}" "$@" || rc=$?
   [[ -f $report ]] || return 1
   python scripts/check_pytest_run.py "$report" "${expect[@]}" || rc=1
   return "$rc"

@@ -48,6 +48,32 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
 
 
+# Under pytest-xdist (scripts/test.sh runs ``-n N --dist loadgroup``) the tests that share a
+# heavy fixture run on one worker, so that worker brings it up once and the others never:
+# by the session fixture they use (the kubelet node, Loki, the Receptor mesh), else, for an
+# integration test, by its file (module-scoped fleets and controllers come up once). Unit
+# tests have no group and spread over every worker. Each worker brings up its own API
+# server and session fleet (free ports, free fleet subnets, names with its pid).
+GROUP_BY_FIXTURE = {
+    "kubelet_cluster": "kubelet",
+    "kubelet_fleet": "kubelet",
+    "loki": "loki",
+    "loki_factory": "loki",
+    "mesh_binaries": "receptor",
+}
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The worker group of ``item`` (None: any worker)."""
+    names = set(getattr(item, "fixturenames", ()))
+    for fixture, group in GROUP_BY_FIXTURE.items():
+        if fixture in names:
+            return group
+    path = item.nodeid.split("::", 1)[0]
+    return path if path.startswith("tests/integration/") else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     xfails = [item.nodeid for item in items if item.get_closest_marker("xfail")]
     if xfails:
@@ -55,3 +81,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"marked xfail: {', '.join(xfails)}: make the test deterministic, or move the "
             "case into a reproducer script outside the suite (see tests/conftest.py)"
         )
+    if config.getoption("dist", None) != "loadgroup":
+        return
+    for item in items:
+        group = xdist_group(item)
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
