@@ -368,22 +368,20 @@ class Proxy:
         self.dropped = 0  # connections the outage dropped
 
     def up(self) -> None:
-        self._close()
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", self.port))
-        self.listener.listen(16)
-        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+        self._listen(self._accept)
 
     def down(self) -> None:
         """The outage: every connection is accepted and dropped at once (an API server
         behind a load balancer that is gone), counted in :attr:`dropped`."""
+        self._listen(self._drop)
+
+    def _listen(self, serve) -> None:
         self._close()
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", self.port))
         self.listener.listen(16)
-        threading.Thread(target=self._drop, args=(self.listener,), daemon=True).start()
+        threading.Thread(target=serve, args=(self.listener,), daemon=True).start()
 
     def _drop(self, listener: socket.socket) -> None:
         while True:
