@@ -72,7 +72,7 @@ pytest_all() {
   # (tests/conftest.py). xdist writes one JUnit report for all workers.
   local workers par=()
   workers="$(python scripts/pytest_workers.py)" || return 1
-  ((workers > 1)) && par=(-n "$workers" --dist loadgroup)
+  ((workers > 1)) && par=(-n "$workers" --dist loadscope)
   echo "pytest: $workers worker(s)${FLEETMEDIC_PYTEST_WORKERS:+ (FLEETMEDIC_PYTEST_WORKERS)}"
   # --durations: the slowest tests (and fixtures' setup) in the log, to see where time goes
   pytest --junitxml="$report" --durations=30 --durations-min=1 "${par[@]}" "$@" || rc=$?

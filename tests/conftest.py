@@ -48,12 +48,25 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
 
 
-# Under pytest-xdist (scripts/test.sh runs ``-n N --dist loadgroup``) the tests that share a
-# heavy fixture run on one worker, so that worker brings it up once and the others never:
-# by the session fixture they use (the kubelet node, Loki, the Receptor mesh), else, for an
-# integration test, by its file (module-scoped fleets and controllers come up once). Unit
-# tests have no group and spread over every worker. Each worker brings up its own API
-# server and session fleet (free ports, free fleet subnets, names with its pid).
+# Under pytest-xdist (scripts/test.sh runs ``-n N --dist loadscope``) a worker takes a whole
+# scope at a time (xdist_scope): an integration file, so its module-scoped fleets and
+# controllers come up once, or a group of files that share a heavy session fixture (the
+# kubelet node, Loki, the Receptor mesh), so one worker brings it up and the others never;
+# a unit test file. Each worker brings up its own API server and session fleet (free
+# ports, free fleet subnets, names with its pid). Integration scopes go first (testpaths
+# order, no reordering by size): the long ones start early, unit files fill the tail.
+# (A scheduler of our own rather than xdist_group marks: pytest 9 ignores the node id
+# suffix that xdist 3.8's loadgroup sets.)
+WORKER_GROUPS = {
+    "tests/integration/test_agent_daemonset.py": "kubelet",
+    "tests/integration/test_kubelet_node.py": "kubelet",
+    "tests/integration/test_loki_smoke.py": "loki",
+    "tests/integration/test_loki_source.py": "loki",
+    "tests/integration/test_mesh_smoke.py": "receptor",
+    "tests/integration/test_receptor_executor.py": "receptor",
+}
+# The heavy session fixtures (tests/harness/*_fixtures.py) and their group: a file that uses
+# one must be in WORKER_GROUPS with it (checked at collection).
 GROUP_BY_FIXTURE = {
     "kubelet_cluster": "kubelet",
     "kubelet_fleet": "kubelet",
@@ -63,17 +76,37 @@ GROUP_BY_FIXTURE = {
 }
 
 
-def xdist_group(item: pytest.Item) -> str | None:
-    """The worker group of ``item`` (None: any worker)."""
-    names = set(getattr(item, "fixturenames", ()))
-    for fixture, group in GROUP_BY_FIXTURE.items():
-        if fixture in names:
-            return group
-    path = item.nodeid.split("::", 1)[0]
-    return path if path.startswith("tests/integration/") else None
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work a worker takes whole: a group of files, or the test's file."""
+    path = nodeid.split("::", 1)[0]
+    return f"group {WORKER_GROUPS[path]}" if path in WORKER_GROUPS else path
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: no error when xdist is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return Scheduling(config, log)
+
+
+def misgrouped(items: list[pytest.Item]) -> list[str]:
+    """Files that use a heavy session fixture but are not in its WORKER_GROUPS group."""
+    out = set()
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        for fixture, group in GROUP_BY_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()) and WORKER_GROUPS.get(path) != group:
+                out.add(f"{path} uses {fixture}: put it in group {group!r}")
+    return sorted(out)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     xfails = [item.nodeid for item in items if item.get_closest_marker("xfail")]
     if xfails:
@@ -81,9 +114,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"marked xfail: {', '.join(xfails)}: make the test deterministic, or move the "
             "case into a reproducer script outside the suite (see tests/conftest.py)"
         )
-    if config.getoption("dist", None) != "loadgroup":
-        return
-    for item in items:
-        group = xdist_group(item)
-        if group and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
+    wrong = misgrouped(items)
+    if wrong:
+        raise pytest.UsageError(f"tests/conftest.py WORKER_GROUPS: {'; '.join(wrong)}")
