@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import sys
 
-# The heaviest worker's peak (the kubelet group: its own control plane, a containerd
-# node and the API server of the session) measured at 1.3 GiB on 2026-11-26 (sum of the
-# worker's processes' RSS, tests/harness/procs.rss); with room for the fleets' nodes and
-# a controller or two it runs at.
+# Measured 2026-11-26 (MemAvailable sampled every 2 s, 2 CPUs shared with other work): two
+# workers running the kubelet group and the Receptor group at once took 1.4 GiB at peak;
+# two running test_sweeps_e2e and the agent files 1.1 GiB. 2 GiB a worker leaves room for
+# a file with more fleets or controllers up at once.
 PER_WORKER_GIB = 2.0
 ENV = "FLEETMEDIC_PYTEST_WORKERS"
 
