@@ -8,19 +8,20 @@
 #   setup.sh demo     only what `make demo` uses (the table NEEDED_BY below)
 #   setup.sh test     everything, as with no argument
 #
-# What each command builds, and about how long it takes cold on a 2-CPU Debian 12
-# machine (per-step figures: build/setup-times.tsv of a cold run, 2026-11-26):
+# What each command builds, and about how long it takes (cold figures: the per-step wall
+# times of a cold `make setup` on 2 CPUs shared with other work, 2026-11-26; a quiet
+# machine is faster, mostly in the Go builds):
 #   make demo   apt (base, nspawn), .venv with fleetmedic[demo], the node tree (debootstrap,
-#               ~3.5 min, in the background), kube-apiserver + etcd + kwok (Go), the fake
-#               GPU tools; then the demo itself (~45 s). Not Loki, Receptor, the kubelet
-#               node, the agent image nor ansible-test's virtualenvs.
-#   make test   all of it: the demo's parts plus the kubelet node's binaries, Loki and
-#               promtool, Receptor (stock and patched), the agent's OCI image and
-#               ansible-test's virtualenvs, with fleetmedic[test].
-# Both reuse the content-keyed caches in /var/cache/fleetmedic: a warm setup takes ~3 min.
-# Each part's wall time (and each setup.d step's CPU seconds, user + sys of all its
-# processes) goes to build/setup-times.tsv (scripts/test.sh prints it in its table) and
-# into a table on stderr at the end.
+#               3.5 min, in the background), kube-apiserver + etcd + kwok (Go: 23 min
+#               here under load, 1,115 CPU-s with the kubelet's below), the fake GPU
+#               tools; then the demo itself (70 s). Not Loki, Receptor, the kubelet node,
+#               the agent image nor ansible-test's virtualenvs. Warm: 35 s, then the demo.
+#   make test   all of it: the demo's parts plus the kubelet node's binaries (9 min),
+#               Loki and promtool (18 min, 725 CPU-s), Receptor stock and patched, the
+#               agent's OCI image and ansible-test's virtualenvs (3 min each, in the
+#               background), with fleetmedic[test]: 54 min cold here; then the stages.
+# Both reuse the content-keyed caches in /var/cache/fleetmedic: with them built, a fresh
+# checkout's setup is the pip install (about 3 min), a second run about a second.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
