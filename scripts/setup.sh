@@ -1,14 +1,35 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh Debian 12 machine (root): apt packages, the
-# virtualenv at .venv with fleetmedic installed, then every component step in
+# virtualenv at .venv with fleetmedic installed, then the component steps in
 # scripts/setup.d/*.sh (Go-built test servers, the nspawn node tree, fakes).
 # A second run installs and builds nothing.
-# Each part's wall time (and each setup.d step's CPU seconds, user + sys of all its
-# processes) goes to build/setup-times.tsv (scripts/test.sh prints it in its table) and
-# into a table on stderr at the end.
+#
+#   setup.sh          everything (what `make setup` and `make test` run)
+#   setup.sh demo     only what `make demo` uses (the table NEEDED_BY below)
+#   setup.sh test     everything, as with no argument
+#
+# What each command builds, and about how long it takes (cold figures: the per-step wall
+# times of a cold `make setup` on 2 CPUs shared with other work, 2026-11-26; a quiet
+# machine is faster, mostly in the Go builds):
+#   make demo   apt (base, nspawn), .venv with fleetmedic[demo], the node tree (debootstrap,
+#               3.5 min, in the background), kube-apiserver + etcd + kwok (Go: 23 min
+#               here under load, 1,115 CPU-s with the kubelet's below), the fake GPU
+#               tools; then the demo itself (70 s). Not Loki, Receptor, the kubelet node,
+#               the agent image nor ansible-test's virtualenvs. Warm: 35 s, then the demo.
+#   make test   all of it: the demo's parts plus the kubelet node's binaries (9 min),
+#               Loki and promtool (18 min, 725 CPU-s), Receptor stock and patched, the
+#               agent's OCI image and ansible-test's virtualenvs (3 min each, in the
+#               background), with fleetmedic[test]: 54 min cold here; then the stages.
+# Both reuse the content-keyed caches in /var/cache/fleetmedic: with them built, a fresh
+# checkout's setup is the pip install (about 3 min), a second run about a second.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+TARGET="${1:-test}"
+case $TARGET in
+  demo | test) ;;
+  *) echo "usage: setup.sh [demo|test] (no argument: test, everything)" >&2; exit 2 ;;
+esac
 log() { printf '[setup] %s\n' "$*" >&2; }
 TIMES="$ROOT/build/setup-times.tsv"   # part <TAB> wall s <TAB> ok|FAILED <TAB> CPU s
 LOGS="$ROOT/build/setup-logs"         # background steps' logs, CPU times of steps
@@ -36,15 +57,49 @@ table() {
   awk -F'\t' '{printf "[setup] %-28s %5d s wall  %6s  %s\n", $1, $2, ($4 == "" ? "" : $4 " CPU-s"), $3}' "$TIMES" >&2
 }
 
+# Which commands need each step (every file in scripts/setup.d must be listed: a new
+# step says who needs it). A table here, not a mark in the step: 20-nodetree.sh and
+# 40-fakes.sh hash their own text into their cache keys.
+declare -A NEEDED_BY=(
+  [00-base.apt]="demo test"
+  [20-nodetree.apt]="demo test"  [20-nodetree.sh]="demo test"  # the nspawn nodes
+  [30-kube.apt]="demo test"      [30-kube.sh]="demo test"      # demo: no kubelet node (below)
+  [32-loki.sh]="test"
+  [34-receptor.apt]="test"       [34-receptor.sh]="test"
+  [35-kubelet.apt]="test"
+  [40-fakes.apt]="test"          [40-fakes.sh]="demo test"     # .apt: iperf3, ipmitool
+  [50-image.apt]="test"          [50-image.sh]="test"
+  [60-sanity.apt]="test"         [60-sanity.sh]="test"
+)
+unlisted=()
+for f in scripts/setup.d/*; do
+  [[ -n ${NEEDED_BY[${f#scripts/setup.d/}]:-} ]] || unlisted+=("${f#scripts/setup.d/}")
+done
+if ((${#unlisted[@]})); then
+  log "not in setup.sh's NEEDED_BY table: ${unlisted[*]} (say which commands need it)"
+  exit 2
+fi
+needed() { [[ " ${NEEDED_BY[${1#scripts/setup.d/}]} " == *" $TARGET "* ]]; }
+
 # CI builds everything: the FLEETMEDIC_*_SKIP switches (skip a build, then its tests) are
 # refused there, as scripts/test.sh and tests/conftest.py refuse them.
 if [[ ${CI:-} == true ]]; then
   switches="$(env | sed -n 's/^\(FLEETMEDIC_[A-Z0-9_]*_SKIP\)=.\+$/\1/p' | tr '\n' ' ')"
   [[ -z $switches ]] || { log "refused under CI=true: ${switches% } (CI runs every test)"; exit 2; }
+  # nor a build that replaces the stock one (tests/harness/procs.py REPLACING_SWITCHES)
+  [[ ${FLEETMEDIC_RECEPTOR_PATCHED:-0} == 0 ]] || { log "refused under CI=true: FLEETMEDIC_RECEPTOR_PATCHED (CI builds and tests the stock Receptor too)"; exit 2; }
+fi
+# The demo runs the API server alone: 30-kube.sh leaves out the kubelet node's binaries.
+EXTRA="test"
+if [[ $TARGET == demo ]]; then
+  export FLEETMEDIC_KUBELET_SKIP=1
+  EXTRA="demo"
 fi
 
 # --- apt: each component lists what it needs in scripts/setup.d/*.apt
-mapfile -t want < <(cat scripts/setup.d/*.apt 2>/dev/null | sed 's/#.*//' | tr -s ' \t' '\n' | sed '/^$/d' | sort -u)
+apt_lists=()
+for f in scripts/setup.d/*.apt; do needed "$f" && apt_lists+=("$f"); done
+mapfile -t want < <(cat "${apt_lists[@]}" | sed 's/#.*//' | tr -s ' \t' '\n' | sed '/^$/d' | sort -u)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -63,15 +118,17 @@ if [[ ! -x .venv/bin/python ]]; then
   log "creating .venv"
   "$PY" -m venv .venv
 fi
+# The stamp says which extra was installed for which pyproject.toml; test includes demo.
 stamp=.venv/.fleetmedic-installed
-want_stamp="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+key="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 pip_install() {
-  log "pip: installing fleetmedic[test] into .venv"
+  log "pip: installing fleetmedic[$EXTRA] into .venv"
   .venv/bin/pip install -q --upgrade pip >/dev/null || return
-  .venv/bin/pip install -q -e '.[test]' || return
-  echo "$want_stamp" > "$stamp"
+  .venv/bin/pip install -q -e ".[$EXTRA]" || return
+  echo "$key $EXTRA" > "$stamp"
 }
-[[ -f $stamp && "$(cat "$stamp")" == "$want_stamp" ]] || timed pip pip_install
+have="$(cat "$stamp" 2>/dev/null || true)"
+[[ $have == "$key $EXTRA" || $have == "$key test" ]] || timed pip pip_install
 
 # --- component steps (each is idempotent and caches by version)
 export PATH="$ROOT/.venv/bin:$PATH"
@@ -96,7 +153,7 @@ bg_run() {  # the background wrapper: one line on stderr when done, the whole lo
   return "$rc"
 }
 for step in scripts/setup.d/*.sh; do
-  if [[ ! -e $step ]] || ! is_bg "$step"; then continue; fi
+  if [[ ! -e $step ]] || ! is_bg "$step" || ! needed "$step"; then continue; fi
   log "step: ${step#scripts/setup.d/} (background; log: $LOGS/${step#scripts/setup.d/}.log)"
   bg_run "$step" &
   bg_pids+=("$!") bg_steps+=("${step#scripts/setup.d/}")
@@ -105,6 +162,7 @@ fg_failed=""
 for step in scripts/setup.d/*.sh; do
   [[ -e $step ]] || continue
   is_bg "$step" && continue
+  needed "$step" || continue
   log "step: ${step#scripts/setup.d/}"
   timed "${step#scripts/setup.d/}" run_step "$step" || { fg_failed=${step#scripts/setup.d/}; break; }
 done
@@ -118,4 +176,4 @@ if [[ -n $fg_failed ]] || ((${#bg_failed[@]})); then
   log "FAILED: ${fg_failed:+$fg_failed }${bg_failed[*]}"
   exit 1
 fi
-log "ready"
+log "ready ($TARGET)"

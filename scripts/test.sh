@@ -4,7 +4,8 @@
 # whether all passed, and the last lines list the stages that failed.
 # A run cannot pass by not testing: pytest skips must be on tests/allowed-skips.txt and
 # every test the suite holds must run (scripts/check_pytest_run.py); under CI=true the
-# FLEETMEDIC_*_SKIP switches and extra pytest arguments are refused.
+# FLEETMEDIC_*_SKIP switches, the switches that replace a real part (a developer's own
+# build of a test server, the patched Receptor) and extra pytest arguments are refused.
 # Extra arguments go to pytest (a subset: then the count check is left out).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +17,12 @@ if [[ ${CI:-} == true ]]; then
   mapfile -t switches < <(env | sed -n 's/^\(FLEETMEDIC_[A-Z0-9_]*_SKIP\)=.\+$/\1/p')
   if ((${#switches[@]})); then
     echo "refused under CI=true: ${switches[*]} (CI runs every test; unset them)" >&2
+    exit 2
+  fi
+  # the switches that replace a real part (tests/harness/procs.py REPLACING_SWITCHES)
+  replacing="$(python3 -c 'import sys; sys.path.insert(0, "."); from tests.harness import procs; print(" ".join(procs.replacing_switches()))')"
+  if [[ -n $replacing ]]; then
+    echo "refused under CI=true: $replacing (they replace a real part the suite tests against; unset them)" >&2
     exit 2
   fi
   if (($#)); then
@@ -60,15 +67,22 @@ pytest_all() {
     [[ -n $n ]] || { echo "pytest --collect-only found no tests"; return 1; }
     expect=(--expect "$n")
   fi
+  # In parallel (pytest-xdist): workers sized by CPUs and free memory, or
+  # FLEETMEDIC_PYTEST_WORKERS (1: serial); tests sharing a heavy fixture stay on one worker
+  # (tests/conftest.py). xdist writes one JUnit report for all workers.
+  local workers par=()
+  workers="$(python scripts/pytest_workers.py)" || return 1
+  ((workers > 1)) && par=(-n "$workers" --dist loadscope)
+  echo "pytest: $workers worker(s)${FLEETMEDIC_PYTEST_WORKERS:+ (FLEETMEDIC_PYTEST_WORKERS)}"
   # --durations: the slowest tests (and fixtures' setup) in the log, to see where time goes
-  pytest --junitxml="$report" --durations=30 --durations-min=1 "$@" || rc=$?
+  pytest --junitxml="$report" --durations=30 --durations-min=1 "${par[@]}" "$@" || rc=$?
   [[ -f $report ]] || return 1
   python scripts/check_pytest_run.py "$report" "${expect[@]}" || rc=1
   return "$rc"
 }
 
 stage "import layering (import-linter)" lint-imports --no-cache
-stage "ruff lint (package)" ruff check controller
+stage "ruff lint (package, tests, bench, scripts, deploy)" ruff check controller tests bench scripts deploy
 stage "ruff format (whole tree)" ruff format --check --quiet .
 stage "mypy (package)" mypy
 if compgen -G "roles/*/tasks/main.yml" >/dev/null; then

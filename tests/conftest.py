@@ -3,12 +3,20 @@ live in
 tests/harness and are registered here as plugins so every test can use them.
 
 Under ``CI=true`` the run refuses every ``FLEETMEDIC_*_SKIP`` switch (they turn a missing
-build into skipped tests): CI must run every test (scripts/test.sh checks the same)."""
+build into skipped tests) and every switch that puts something else in place of a real part
+(``tests.harness.procs.REPLACING_SWITCHES``: a developer's own build, the patched Receptor):
+CI must run every test against what setup builds (scripts/test.sh checks the same).
+
+No test may be marked expected-to-fail: an xfail is a run that passes whether the code
+works or not. A case that fails by chance upstream is made deterministic, or lives in a
+reproducer script outside the suite (tests/receptor/wedge_repro.py)."""
 
 import os
 import re
 
 import pytest
+
+from tests.harness.procs import ReplacedUnderCI, refuse_under_ci
 
 pytest_plugins = [
     p
@@ -34,3 +42,78 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"refused under CI=true: {', '.join(switches)} (CI runs every test; unset them)"
         )
+    try:
+        refuse_under_ci()
+    except ReplacedUnderCI as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+# Under pytest-xdist (scripts/test.sh runs ``-n N --dist loadscope``) a worker takes a whole
+# scope at a time (xdist_scope): an integration file, so its module-scoped fleets and
+# controllers come up once, or a group of files that share a heavy session fixture (the
+# kubelet node, Loki, the Receptor mesh), so one worker brings it up and the others never;
+# a unit test file. Each worker brings up its own API server and session fleet (free
+# ports, free fleet subnets, names with its pid). Integration scopes go first (testpaths
+# order, no reordering by size): the long ones start early, unit files fill the tail.
+# (A scheduler of our own rather than xdist_group marks: pytest 9 ignores the node id
+# suffix that xdist 3.8's loadgroup sets.)
+WORKER_GROUPS = {
+    "tests/integration/test_agent_daemonset.py": "kubelet",
+    "tests/integration/test_kubelet_node.py": "kubelet",
+    "tests/integration/test_loki_smoke.py": "loki",
+    "tests/integration/test_loki_source.py": "loki",
+    "tests/integration/test_mesh_smoke.py": "receptor",
+    "tests/integration/test_receptor_executor.py": "receptor",
+}
+# The heavy session fixtures (tests/harness/*_fixtures.py) and their group: a file that uses
+# one must be in WORKER_GROUPS with it (checked at collection).
+GROUP_BY_FIXTURE = {
+    "kubelet_cluster": "kubelet",
+    "kubelet_fleet": "kubelet",
+    "loki": "loki",
+    "loki_factory": "loki",
+    "mesh_binaries": "receptor",
+}
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work a worker takes whole: a group of files, or the test's file."""
+    path = nodeid.split("::", 1)[0]
+    return f"group {WORKER_GROUPS[path]}" if path in WORKER_GROUPS else path
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: no error when xdist is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return Scheduling(config, log)
+
+
+def misgrouped(items: list[pytest.Item]) -> list[str]:
+    """Files that use a heavy session fixture but are not in its WORKER_GROUPS group."""
+    out = set()
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        for fixture, group in GROUP_BY_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()) and WORKER_GROUPS.get(path) != group:
+                out.add(f"{path} uses {fixture}: put it in group {group!r}")
+    return sorted(out)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    xfails = [item.nodeid for item in items if item.get_closest_marker("xfail")]
+    if xfails:
+        raise pytest.UsageError(
+            f"marked xfail: {', '.join(xfails)}: make the test deterministic, or move the "
+            "case into a reproducer script outside the suite (see tests/conftest.py)"
+        )
+    wrong = misgrouped(items)
+    if wrong:
+        raise pytest.UsageError(f"tests/conftest.py WORKER_GROUPS: {'; '.join(wrong)}")

@@ -18,6 +18,9 @@ log() { printf '[fakes] %s\n' "$*" >&2; }
 CC="${CC:-gcc}"
 KEY="$( { cat "${BASH_SOURCE[0]}" "$SRC/nvml/fake_nvml.c" "$SRC/amd/amdfake.py" "$SRC/nvidia/nvidiasmi.py" "$SRC/diag/replay.py"; "$CC" --version | head -1; } \
         | sha256sum | cut -c1-16)"
+# pytest workers run this at once (tests/integration/conftest.py's `fakes` fixture): one builds
+mkdir -p "$OUT"
+exec 9>"$OUT/.lock"; flock 9
 if [[ -f $OUT/.stamp && "$(cat "$OUT/.stamp")" == "$KEY" && -x $OUT/bin/rocminfo \
       && -x $OUT/bin/nvidia-smi && -x $OUT/bin/dcgmi && -x $OUT/bin/rvs && -f $OUT/lib/libnvidia-ml.so.1 ]]; then
   exit 0

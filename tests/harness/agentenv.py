@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from tests.harness import manifests as shipped
+from tests.harness import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "agent"
@@ -270,7 +271,7 @@ class AgentProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=procs.die_with_parent,
             )
         return self
 
@@ -308,13 +309,6 @@ class AgentProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _die_with_parent() -> None:
-    """SIGKILL the agent when the test process dies, so a killed run leaves no agent behind."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def nvml_env(state_dir: Path) -> dict[str, str]:

@@ -131,6 +131,13 @@ class Node:
     def kern_log(self) -> Path:
         return self.state_dir / "kern.log"
 
+    def diag_calls(self) -> list[dict]:
+        """What the node's fake dcgmi and rvs were asked for, oldest first: ``{"tool":
+        "dcgmi", "argv": [...], "level": 2}`` a run (tests/fakes/diag/replay.py logs them)."""
+        from tests.fakes.diag import replay
+
+        return replay.calls(self.state_dir / "diag-calls.jsonl")
+
     @property
     def console_log(self) -> Path:
         return self.dir / "console.log"

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import hashlib
 import http.client
 import ipaddress
 import json
@@ -50,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.harness import pki, procs
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_SRC = ROOT / "tests" / "kube"
@@ -146,121 +147,38 @@ class Binaries:
 
 def build_key() -> str:
     """sha256 over KEY_FILES, the same as `sha256sum FILES | sha256sum` in setup."""
-    lines = "".join(
-        f"{hashlib.sha256((KUBE_SRC / f).read_bytes()).hexdigest()}  {f}\n" for f in KEY_FILES
-    )
-    return hashlib.sha256(lines.encode()).hexdigest()[:12]
+    return procs.cache_key(KUBE_SRC, KEY_FILES)
 
 
 def _pinned(gomod: Path, module: str) -> str:
-    for line in gomod.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0] == module and parts[1].startswith("v"):
-            return parts[1]
-    raise KubeError(f"{module} is not pinned in {gomod}")
+    version = procs.pinned(gomod, module)
+    if version is None:
+        raise KubeError(f"{module} is not pinned in {gomod}")
+    return version
 
 
 def find_binaries() -> Binaries:
-    """The built binaries for the current pins, or KubeError saying how to build them."""
-    if os.environ.get("FLEETMEDIC_KUBE_BIN"):
-        d = Path(os.environ["FLEETMEDIC_KUBE_BIN"])
-    else:
-        cache = Path(os.environ.get("FLEETMEDIC_CACHE_DIR", "/var/cache/fleetmedic"))
-        version = _pinned(KUBE_SRC / "go.mod", "k8s.io/kubernetes")
-        d = cache / f"kube-bin-{version}-{build_key()}"
-    b = Binaries(d, d / "kube-apiserver", d / "etcd", d / "kwok", d / "kwok-stages.yaml", {})
-    missing = [p.name for p in (b.apiserver, b.etcd, b.kwok, b.kwok_stages) if not p.exists()]
-    if missing:
-        raise KubeError(
-            f"kube test binaries not built ({', '.join(missing)} missing in {d}); "
-            "run: bash scripts/setup.d/30-kube.sh"
-        )
-    versions = {}
-    if (d / "VERSIONS").exists():
-        for line in (d / "VERSIONS").read_text().splitlines():
-            name, _, ver = line.partition(" ")
-            versions[name] = ver
-    return Binaries(b.dir, b.apiserver, b.etcd, b.kwok, b.kwok_stages, versions)
+    """The built binaries for the current pins, or KubeError saying how to build them.
+    ``FLEETMEDIC_KUBE_BIN`` overrides the directory (refused under ``CI=true``)."""
+    version = _pinned(KUBE_SRC / "go.mod", "k8s.io/kubernetes")
+    files = ("kube-apiserver", "etcd", "kwok", "kwok-stages.yaml")
+    d = procs.built_dir(
+        "FLEETMEDIC_KUBE_BIN",
+        f"kube-bin-{version}-{build_key()}",
+        files,
+        KubeError,
+        "bash scripts/setup.d/30-kube.sh",
+    )
+    return Binaries(d, *(d / f for f in files), procs.read_versions(d))
 
 
 # ---------------------------------------------------------------------------
 # Certificates (python `cryptography`, an ansible-core dependency).
 def _write_pki(d: Path, extra_sans: Iterable[str] = ()) -> None:
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-    from cryptography.x509.oid import NameOID
 
     d.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    later = now + dt.timedelta(days=30)
-
-    def key_pem(key) -> bytes:
-        return key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-
-    def name(cn: str, org: str | None = None) -> x509.Name:
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        if org:
-            attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        return x509.Name(attrs)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name("fleetmedic-test-ca"))
-        .issuer_name(name("fleetmedic-test-ca"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(later)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def leaf(
-        cn: str, org: str | None, server: bool, sans: list[x509.GeneralName]
-    ) -> tuple[bytes, bytes]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        usage = (
-            x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
-            if server
-            else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
-        )
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(name(cn, org))
-            .issuer_name(ca.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(later)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        )
-        if sans:
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return b.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM), key_pem(
-            key
-        )
-
+    ca = pki.Ca("fleetmedic-test-ca")
     ips = [
         "127.0.0.1",
         "::1",
@@ -280,51 +198,21 @@ def _write_pki(d: Path, extra_sans: Iterable[str] = ()) -> None:
             sans.append(x509.IPAddress(ipaddress.ip_address(s)))
         except ValueError:
             sans.append(x509.DNSName(s))
-    crt, key = leaf("kube-apiserver", None, True, sans)
+    crt, key = ca.issue("kube-apiserver", server=True, sans=sans)
     (d / "apiserver.crt").write_bytes(crt)
-    (d / "apiserver.key").write_bytes(key)
-    crt, key = leaf("fleetmedic-test-admin", "system:masters", False, [])
+    pki.write_private(d / "apiserver.key", key)
+    crt, key = ca.issue("fleetmedic-test-admin", org="system:masters", client=True)
     (d / "admin.crt").write_bytes(crt)
-    (d / "admin.key").write_bytes(key)
-    (d / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (d / "ca.key").write_bytes(key_pem(ca_key))
-    sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    (d / "sa.key").write_bytes(key_pem(sa))
-    (d / "sa.pub").write_bytes(
-        sa.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    for f in d.glob("*.key"):
-        f.chmod(0o600)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the process that started it dies
-    (even by SIGKILL), so a killed test run leaves no etcd/apiserver behind.
-    (Linux ties this to the spawning thread; we always spawn from the caller's.)"""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    pki.write_private(d / "admin.key", key)
+    (d / "ca.crt").write_bytes(ca.cert_pem)
+    pki.write_private(d / "ca.key", ca.key_pem)
+    private, public = pki.rsa_pair()
+    pki.write_private(d / "sa.key", private)
+    (d / "sa.pub").write_bytes(public)
 
 
 def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
-
-
-def _last_line(log: Path) -> str:
-    try:
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:300] if lines else ""
 
 
 class ApiError(RuntimeError):
@@ -407,7 +295,7 @@ class KubeCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=self.workdir,
-                preexec_fn=_die_with_parent,
+                preexec_fn=procs.die_with_parent,
             )
         finally:
             out.close()
@@ -422,7 +310,11 @@ class KubeCluster:
             _write_pki(self.pki, self.extra_sans)
         try:
             for attempt in range(3):  # a port we picked may be taken meanwhile
-                self.port, etcd_client, etcd_peer = _free_port(), _free_port(), _free_port()
+                self.port, etcd_client, etcd_peer = (
+                    procs.free_port(),
+                    procs.free_port(),
+                    procs.free_port(),
+                )
                 self.etcd_url = f"http://127.0.0.1:{etcd_client}"
                 self._spawn(
                     "etcd",
@@ -471,7 +363,7 @@ class KubeCluster:
                 if rc is not None:
                     raise KubeError(
                         f"{name} exited with code {rc} during start: "
-                        f"{_last_line(self.log(name))} (log: {self.log(name)})"
+                        f"{procs.last_line(self.log(name))} (log: {self.log(name)})"
                     )
             try:
                 status, body = self._raw("GET", "/readyz", timeout=5)
@@ -512,7 +404,7 @@ class KubeCluster:
         if heartbeat:
             stages += "\n---\n" + (self.bin.dir / "kwok-stage-heartbeat.yaml").read_text()
         (self.workdir / "kwok.yaml").write_text(stages)
-        self.kwok_port = _free_port()
+        self.kwok_port = procs.free_port()
         proc = self._spawn("kwok", [str(self.bin.kwok), *kwok_flags(self)])
         # kwok has no readiness endpoint we can rely on; its server answers once the
         # controllers have started.
@@ -521,7 +413,7 @@ class KubeCluster:
             if proc.poll() is not None:
                 raise KubeError(
                     f"kwok exited with code {proc.returncode}: "
-                    f"{_last_line(self.log('kwok'))} (log: {self.log('kwok')})"
+                    f"{procs.last_line(self.log('kwok'))} (log: {self.log('kwok')})"
                 )
             try:
                 with socket.create_connection(("127.0.0.1", self.kwok_port), timeout=1):

@@ -50,7 +50,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -60,6 +59,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.harness import procs
 from tests.harness.fleet import Fleet, Node, NodeSetup
 from tests.harness.kube import (
     KUBE_SRC,
@@ -104,24 +104,23 @@ class KubeletBinaries:
 
 
 def find_kubelet_binaries() -> KubeletBinaries:
-    """The kubelet node's binaries for the current pins, or KubeError saying how to build."""
+    """The kubelet node's binaries for the current pins, or KubeError saying how to build.
+    ``FLEETMEDIC_KUBELET_BIN`` overrides the directory (refused under ``CI=true``)."""
     version = _pinned(KUBE_SRC / "go.mod", "k8s.io/kubernetes")
-    cache = Path(os.environ.get("FLEETMEDIC_CACHE_DIR", "/var/cache/fleetmedic"))
-    d = Path(
-        os.environ.get("FLEETMEDIC_KUBELET_BIN") or cache / f"kubelet-bin-{version}-{build_key()}"
+    files = ("kubelet", "kube-controller-manager", "kube-scheduler", "pause")
+    d = procs.built_dir(
+        "FLEETMEDIC_KUBELET_BIN",
+        f"kubelet-bin-{version}-{build_key()}",
+        files,
+        KubeError,
+        "bash scripts/setup.sh",
     )
-    b = KubeletBinaries(
-        d, d / "kubelet", d / "kube-controller-manager", d / "kube-scheduler", d / "pause", version
-    )
-    missing = [
-        p.name for p in (b.kubelet, b.controller_manager, b.scheduler, b.pause) if not p.exists()
-    ]
-    missing += [c for c in CONTAINERD_BINARIES if not Path(c).exists()]
+    missing = [c for c in CONTAINERD_BINARIES if not Path(c).exists()]
     if missing:
         raise KubeError(
             f"kubelet node binaries missing ({', '.join(missing)}); run: bash scripts/setup.sh"
         )
-    return b
+    return KubeletBinaries(d, *(d / f for f in files), version)
 
 
 # ---------------------------------------------------------------------------

@@ -30,7 +30,6 @@ Run ``python -m tests.harness.loki`` for a Loki in the foreground (prints its UR
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import tempfile
@@ -154,25 +153,16 @@ def build_key() -> str:
 
 def find_binaries() -> Binaries:
     """The built Loki and promtool for the current pins, or LokiError saying how to
-    build them. ``FLEETMEDIC_LOKI_BIN`` overrides the directory."""
-    if os.environ.get("FLEETMEDIC_LOKI_BIN"):
-        d = Path(os.environ["FLEETMEDIC_LOKI_BIN"])
-    else:
-        version = procs.pinned(LOKI_SRC / "go.mod", "github.com/grafana/loki/v3")
-        d = procs.CACHE_DIR / f"loki-bin-{version}-{build_key()}"
-    b = Binaries(d, d / "loki", d / "promtool", {})
-    missing = [p.name for p in (b.loki, b.promtool) if not p.exists()]
-    if missing:
-        raise LokiError(
-            f"Loki test binaries not built ({', '.join(missing)} missing in {d}); "
-            "run: bash scripts/setup.d/32-loki.sh"
-        )
-    versions = {}
-    if (d / "VERSIONS").exists():
-        for line in (d / "VERSIONS").read_text().splitlines():
-            name, _, ver = line.partition(" ")
-            versions[name] = ver
-    return Binaries(d, b.loki, b.promtool, versions)
+    build them. ``FLEETMEDIC_LOKI_BIN`` overrides the directory (refused under CI=true)."""
+    version = procs.pinned(LOKI_SRC / "go.mod", "github.com/grafana/loki/v3")
+    d = procs.built_dir(
+        "FLEETMEDIC_LOKI_BIN",
+        f"loki-bin-{version}-{build_key()}",
+        ("loki", "promtool"),
+        LokiError,
+        "bash scripts/setup.d/32-loki.sh",
+    )
+    return Binaries(d, d / "loki", d / "promtool", procs.read_versions(d))
 
 
 class Entry(NamedTuple):

@@ -97,18 +97,24 @@ def find_binaries(patched: bool | None = None) -> Binaries:
     """The built receptor for the current pins (stock, or with tests/receptor/patches
     when ``patched``; None: ``FLEETMEDIC_RECEPTOR_PATCHED=1`` says) plus the venv's
     receptorctl and ansible-runner, or MeshError saying how to get them.
-    ``FLEETMEDIC_RECEPTOR_BIN`` overrides the receptor directory."""
+    ``FLEETMEDIC_RECEPTOR_BIN`` overrides the receptor directory. Both switches are
+    refused under ``CI=true`` (a test that means the patched build asks for it)."""
     if patched is None:
+        try:
+            procs.refuse_under_ci(
+                {k: os.environ.get(k, "") for k in ("CI", "FLEETMEDIC_RECEPTOR_PATCHED")}
+            )
+        except procs.ReplacedUnderCI as e:
+            raise MeshError(str(e)) from None
         patched = os.environ.get("FLEETMEDIC_RECEPTOR_PATCHED") == "1"
-    if os.environ.get("FLEETMEDIC_RECEPTOR_BIN"):
-        d = Path(os.environ["FLEETMEDIC_RECEPTOR_BIN"])
-    else:
-        version = procs.pinned(RECEPTOR_SRC / "go.mod", "github.com/ansible/receptor")
-        d = procs.CACHE_DIR / f"receptor-bin-{version}-{build_key(patched)}"
-    if not (d / "receptor").exists():
-        raise MeshError(
-            f"receptor not built (no {d / 'receptor'}); run: bash scripts/setup.d/34-receptor.sh"
-        )
+    version = procs.pinned(RECEPTOR_SRC / "go.mod", "github.com/ansible/receptor")
+    d = procs.built_dir(
+        "FLEETMEDIC_RECEPTOR_BIN",
+        f"receptor-bin-{version}-{build_key(patched)}",
+        ("receptor",),
+        MeshError,
+        "bash scripts/setup.d/34-receptor.sh",
+    )
     venv_bin = Path(sys.executable).parent
     tools = {n: venv_bin / n for n in ("receptorctl", "ansible-runner", "ansible-playbook")}
     missing = [n for n, p in tools.items() if not p.exists()]
@@ -116,11 +122,7 @@ def find_binaries(patched: bool | None = None) -> Binaries:
         raise MeshError(
             f"{', '.join(missing)} not in {venv_bin}; run: .venv/bin/pip install -e '.[test]'"
         )
-    versions = {}
-    if (d / "VERSIONS").exists():
-        for line in (d / "VERSIONS").read_text().splitlines():
-            name, _, ver = line.partition(" ")
-            versions[name] = ver
+    versions = procs.read_versions(d)
     return Binaries(d, d / "receptor", tools["receptorctl"], tools["ansible-runner"], versions)
 
 

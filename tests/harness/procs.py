@@ -4,6 +4,8 @@
   arranges that the kernel SIGKILLs it when the process that started it dies (even by
   SIGKILL), so a killed test run leaves no server behind.
 - :func:`stop` ends one such process (SIGTERM to its group, SIGKILL after a timeout).
+- :func:`built_dir` finds what ``scripts/setup.d`` built (or a developer's own build
+  named in the environment, refused under ``CI=true``) and reads its ``VERSIONS``.
 - :func:`free_port`, :func:`last_line`, :func:`rss` and :func:`cache_key`.
 
 A cache key here is the one ``scripts/setup.d/NN-*.sh`` computes with
@@ -28,6 +30,67 @@ def cache_key(src: Path, files: Sequence[str]) -> str:
     """sha256 over ``files`` in ``src``, as ``sha256sum FILES | sha256sum`` in setup."""
     lines = "".join(f"{hashlib.sha256((src / f).read_bytes()).hexdigest()}  {f}\n" for f in files)
     return hashlib.sha256(lines.encode()).hexdigest()[:12]
+
+
+# Switches that put something else in place of a real part the suite tests against: a
+# developer's own build of a test server, or the Receptor with our fixes applied where the
+# stock one is what operators run. Fine on a desk; CI must test the parts setup builds.
+REPLACING_SWITCHES = (
+    "FLEETMEDIC_KUBE_BIN",
+    "FLEETMEDIC_KUBELET_BIN",
+    "FLEETMEDIC_LOKI_BIN",
+    "FLEETMEDIC_RECEPTOR_BIN",
+    "FLEETMEDIC_RECEPTOR_PATCHED",
+)
+
+
+class ReplacedUnderCI(RuntimeError):
+    """A switch of REPLACING_SWITCHES is set while ``CI=true``."""
+
+
+def replacing_switches(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The REPLACING_SWITCHES set (non-empty, and not "0" for the patched Receptor)."""
+    return [k for k in REPLACING_SWITCHES if environ.get(k, "") not in ("", "0")]
+
+
+def refuse_under_ci(environ: Mapping[str, str] = os.environ) -> None:
+    """ReplacedUnderCI naming the switches when ``CI=true`` and any is set."""
+    switches = replacing_switches(environ)
+    if environ.get("CI") == "true" and switches:
+        raise ReplacedUnderCI(
+            f"refused under CI=true: {', '.join(switches)} (they replace a real part the "
+            "suite tests against; CI tests what scripts/setup.sh builds: unset them)"
+        )
+
+
+def read_versions(d: Path) -> dict[str, str]:
+    """``d/VERSIONS`` (``NAME VERSION`` a line, as setup writes it) as a dict; {} if absent."""
+    versions = {}
+    if (d / "VERSIONS").exists():
+        for line in (d / "VERSIONS").read_text().splitlines():
+            name, _, ver = line.partition(" ")
+            versions[name] = ver
+    return versions
+
+
+def built_dir(
+    override: str, name: str, files: Sequence[str], error: type[Exception], hint: str
+) -> Path:
+    """The directory setup built into, ``CACHE_DIR/name`` (``$override`` instead when set:
+    a developer's own build, refused under ``CI=true``), holding every one of ``files``;
+    else ``error`` naming what is missing and ``hint``, the command that builds it."""
+    if os.environ.get(override):
+        try:
+            refuse_under_ci({"CI": os.environ.get("CI", ""), override: os.environ[override]})
+        except ReplacedUnderCI as e:
+            raise error(str(e)) from None
+        d = Path(os.environ[override])
+    else:
+        d = CACHE_DIR / name
+    missing = [f for f in files if not (d / f).exists()]
+    if missing:
+        raise error(f"{', '.join(missing)} not built (missing in {d}); run: {hint}")
+    return d
 
 
 def pinned(gomod: Path, module: str) -> str | None:

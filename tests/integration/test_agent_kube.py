@@ -346,7 +346,8 @@ def test_sigterm_changes_nothing(rbac, agent_env):
     before = get_node(kube, node)
     a = agent("--vendor", "none")
     following(a)
-    time.sleep(2.5)
+    # a whole round written first: the SIGTERM comes to an agent in its steady state
+    wait_until("a round of the agent", lambda: " round 1: " in a.output(), 60, 0.05, a.tail)
     assert a.stop() == 0
     after = get_node(kube, node)
     assert after["spec"]["taints"] == before["spec"]["taints"]
@@ -364,15 +365,37 @@ class Proxy:
             self.port = s.getsockname()[1]
         self.conns: list[socket.socket] = []
         self.listener: socket.socket | None = None
+        self.dropped = 0  # connections the outage dropped
 
     def up(self) -> None:
+        self._listen(self._accept)
+
+    def down(self) -> None:
+        """The outage: every connection is accepted and dropped at once (an API server
+        behind a load balancer that is gone), counted in :attr:`dropped`."""
+        self._listen(self._drop)
+
+    def _listen(self, serve) -> None:
+        self._close()
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", self.port))
         self.listener.listen(16)
-        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+        threading.Thread(target=serve, args=(self.listener,), daemon=True).start()
 
-    def down(self) -> None:
+    def _drop(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            self.dropped += 1
+            client.close()
+
+    def close(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
         if self.listener:
             try:
                 self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
@@ -444,7 +467,11 @@ def test_api_outage_keeps_the_agent_and_its_strikes(rbac, agent_env, tmp_path, f
     strikes = lambda: (annotation(kube, node, keys.ANN_STRIKES) or {}).get("gpu")  # noqa: E731
     wait_until("strike 1", lambda: strikes() == 1, 60, 0.05, a.tail)
     proxy.down()
-    time.sleep(5)
+    # the agent kept trying through the outage (a round is due every 2 s; its retries are
+    # at most 1 s apart): several connections dropped, not a fixed time slept
+    wait_until(
+        "the agent to retry through the outage", lambda: proxy.dropped >= 6, 60, 0.05, a.tail
+    )
     assert a.alive(), a.tail()
     assert strikes() == 1 and REBOOT not in taint_keys(kube, node), a.tail()
     assert a.output().count("API server unavailable") == 1, a.tail()  # one line per outage
@@ -460,4 +487,4 @@ def test_api_outage_keeps_the_agent_and_its_strikes(rbac, agent_env, tmp_path, f
         a.tail,
     )
     assert "API server reachable again" in a.output()
-    proxy.down()
+    proxy.close()

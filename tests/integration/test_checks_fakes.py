@@ -23,6 +23,7 @@ import pytest
 
 from fleetmedic.checks import amd, base, network, nvidia, runner
 from fleetmedic.checks.config import CheckConfig, NetworkConfig
+from tests.harness.agentenv import h100
 
 
 class Hardware:
@@ -54,21 +55,6 @@ def hw(tmp_path, fakes) -> Hardware:
 
 def by_name(results):
     return {r.name: r for r in results}
-
-
-def h100(n=8, **per_gpu):
-    """n healthy H100s with 18 NVLinks each; per_gpu={index: {key: value}}."""
-    gpus = [
-        {
-            "name": "NVIDIA H100 80GB HBM3",
-            "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
-            "nvlink": [1] * 18,
-        }
-        for i in range(n)
-    ]
-    for i, extra in per_gpu.items():
-        gpus[int(i)].update(extra)
-    return {"driver_version": "550.90.07", "gpus": gpus}
 
 
 def nv(hw, cfg=None):

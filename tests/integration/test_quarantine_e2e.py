@@ -103,6 +103,9 @@ def test_a_node_repaired_twice_for_the_same_xid_is_quarantined_and_on_demand_too
         assert rec["fabric"] == [
             {"check": "fabric.ports", "status": "ok", "summary": "2 RDMA ports up"}
         ]
+        # the node's dcgmi was asked for level 3 (the fake's own log), once: the repairs'
+        # reboots run no diagnostics
+        assert [(c["tool"], c["level"]) for c in node.diag_calls()] == [("dcgmi", 3)]
 
         # on demand, while SM Stress fails on GPU 0
         dcgmi(node, "fail-sm-stress.json", exit_code=226)
@@ -124,6 +127,8 @@ def test_a_node_repaired_twice_for_the_same_xid_is_quarantined_and_on_demand_too
         )
         rec = annotation(kube, name, QUARANTINE)
         assert rec["recommendation"] == "replace" and rec["why"].startswith("requested by ")
+        # once more at level 3 (the dry run asked nothing of the node)
+        assert [(c["tool"], c["level"]) for c in node.diag_calls()] == [("dcgmi", 3)] * 2
         assert rec["tests"][0] == {"test": "SM Stress", "gpus": [0], "result": "fail"} | (
             {"message": rec["tests"][0]["message"]} if "message" in rec["tests"][0] else {}
         )

@@ -158,26 +158,21 @@ def test_direct_results_same_outcomes_signed_and_released(mesh, fleet, settings,
 
 @pytest.mark.parametrize(
     "build",
-    [
-        pytest.param(
-            "stock",
-            marks=pytest.mark.xfail(
-                reason="Receptor 1.4.4 wedges a link when a packet reaches a closed dial "
-                "(tests/receptor/patches); the adapter makes it less likely, not impossible",
-                strict=False,
-            ),
-        ),
-        "patched",
-        "stock, direct_results",
-    ],
+    # Not here: stock Receptor, results read through the controller, 8 at a time. Receptor
+    # 1.4.4 wedges a link when a packet reaches a closed dial (tests/receptor/patches); the
+    # adapter makes that less likely, not impossible, so the case passed or failed by chance.
+    # The upstream bug has its reproducer outside the suite, tests/receptor/wedge_repro.py
+    # (``--mode direct --workers 8`` wedges stock within seconds; its docstring has the
+    # figures); the suite keeps the cases that must never wedge.
+    ["patched", "stock, direct_results"],
 )
 def test_many_units_in_flight_keep_the_mesh_up(
     build, mesh_factory, fleet, settings, patched_mesh_binaries, caplog
 ):
     """16 runs, 8 at a time, over both execution nodes: each ends as a local run does,
     and no mesh link goes idle. Stock Receptor 1.4.4 with the old adapter wedged the
-    controller's links within seconds here; stock runs under the default per-node cap
-    (max_in_flight), the patched build without one and must never wedge. With
+    controller's links within seconds here; the patched build runs without a per-node
+    cap (max_in_flight) and must never wedge. With
     direct_results on stock, the cap the config insists on (1 per node; 8 runs) holds
     it, every run read direct (at 2 per node a 100-run batch of bench/receptor_overhead.py
     wedged a link)."""

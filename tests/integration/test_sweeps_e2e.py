@@ -188,6 +188,17 @@ def test_only_idle_nodes_n_at_a_time_a_kill_leaves_no_taint_a_failure_enters_the
         "rvs -r 2 failed: gst-1215Tflops-4K4K8K-rand-fp8 (gst, GPU 0000:15:00.0)"
         in (finding["summary"])
     )
+    # what the fake tools were asked for, not only our own record of it: level 2 on every
+    # idle node (dcgmi; rvs on the AMD one), none on a busy one. A killed sweep may or may
+    # not have reached the tool before the kill.
+    for node, name in zip(fleet.nodes, names, strict=True):
+        asked = [(c["tool"], c["level"]) for c in node.diag_calls()]
+        if name in busy:
+            assert asked == [], (name, asked)
+            continue
+        tool = "rvs" if name == amd else "dcgmi"
+        assert asked and set(asked) == {(tool, 2)}, (name, asked)
+        assert len(asked) in ((1, 2) if name in interrupted else (1,)), (name, asked)
     rows = {r["name"]: r for r in status}
     assert rows[idle[0]]["last_sweep"]["result"] == "pass" and rows[busy[0]]["last_sweep"] is None
     assert "LAST SWEEP" in table.splitlines()[0]
@@ -196,6 +207,7 @@ def test_only_idle_nodes_n_at_a_time_a_kill_leaves_no_taint_a_failure_enters_the
 def test_a_pod_bound_after_the_decision_releases_the_node_untouched(fleet, kube, tmp_path):
     pool = pool_name("swb")
     [name] = ctlenv.register(kube, fleet, pool, nodes=[fleet.nodes[0]])
+    asked_before = fleet.nodes[0].diag_calls()
     kube.make_pods(name, spec=GPU_POD)
     cfg = config_model.load(sweep_config(kube, fleet, pool, tmp_path / "b"))
     ctl = Controller(cfg, kube_adapter.connect(kube.kubeconfig))
@@ -226,6 +238,7 @@ def test_a_pod_bound_after_the_decision_releases_the_node_untouched(fleet, kube,
     assert busy._value.get() == 1  # once: the cache knows the pod now, the node is skipped
     assert ctlenv.taints(kube, name) == []
     assert annotation(kube, name, LAST_SWEEP) is None
+    assert fleet.nodes[0].diag_calls() == asked_before, "the busy node's GPUs were diagnosed"
     runs = tmp_path / "b" / "runs"
     assert not any("sweep" in p.name for p in runs.iterdir()) if runs.exists() else True
 

@@ -1,6 +1,7 @@
 """deploy/monitoring/metrics.yaml is the one list of metric names the alert rules, the
 dashboard and the promtool unit tests may use, and what it calls `exported` is exactly
-what the controller exports (a metric renamed or added in code fails here first)."""
+what the controller, the node agent and the Loki source export (a metric renamed or added
+in code fails here first)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from fleetmedic.agent.lokisource import LokiMetrics
+from fleetmedic.agent.metrics import AgentMetrics
 from fleetmedic.controller.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,11 +90,17 @@ def test_the_list_is_well_formed():
     assert len(METRICS) == len(LIST["metrics"]), "a name is listed twice"
 
 
-@pytest.mark.parametrize("source", ["controller", "loki"])
-def test_exported_means_exported_by_the_controller(source):
+@pytest.mark.parametrize("source", ["controller", "loki", "agent"])
+def test_exported_means_exported_by_the_code(source):
     # the Loki source's metrics join the controller's registry when `sources.loki` is set
-    # (and are `fleetmedic watch loki --metrics-port`'s own)
-    exported = _exported(LokiMetrics(CollectorRegistry()) if source == "loki" else None)
+    # (and are `fleetmedic watch loki --metrics-port`'s own); the agent's are its own
+    # registry's (`fleetmedic agent --metrics-port`)
+    exported = _exported(
+        {"controller": None, "loki": LokiMetrics(CollectorRegistry()), "agent": AgentMetrics()}[
+            source
+        ]
+    )
+    assert exported, f"no {source} metric found: the check would pass by not checking"
     listed = {n: m for n, m in METRICS.items() if m["source"] == source}
     for name, (kind, labels) in exported.items():
         assert name in listed, f"{name} is exported but not in deploy/monitoring/metrics.yaml"
@@ -101,7 +109,7 @@ def test_exported_means_exported_by_the_controller(source):
         assert (m["type"], set(m["labels"])) == (kind, labels), name
     for name, m in listed.items():
         if m["status"] == "exported":
-            assert name in exported, f"{name} is listed as exported but the controller lacks it"
+            assert name in exported, f"{name} is listed as exported but the {source} lacks it"
 
 
 def test_rules_dashboard_and_tests_use_only_listed_names():

@@ -11,6 +11,14 @@ such environment, from the node's scenario file instead: `$FLEETMEDIC_FAKE_<TOOL
 `/var/lib/fleetmedic-test/<tool>.json`, `{"output": "<the capture's text>", "exit": N,
 "hang": S}`. Neither: dcgmi gives the real tool's answer when no host engine runs (exit
 255); rvs a line on stderr and exit 1, which carries no verdict (unknown).
+
+Every run is logged, so a test can assert what the tool was asked for, not only what
+fleetmedic recorded: one JSON line appended to ``$FAKE_DIAG_LOG``, else (on a test-fleet
+node, where that directory exists) ``/var/lib/fleetmedic-test/diag-calls.jsonl``, the host
+side being ``node.state_dir / "diag-calls.jsonl"``:
+``{"tool": "dcgmi", "argv": ["diag", "-r", "2", "-j"], "level": 2}`` (``level`` null
+when the arguments were refused). One log, both tools: :func:`calls` reads it.
+Arguments are checked as the real tools check them: dcgmi diag's level is 1-4, rvs's 1-5.
 Standard library only.
 """
 
@@ -23,11 +31,44 @@ NO_ENGINE = (
     "Error: unable to establish a connection to the specified host: localhost\n"
     "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n"
 )
-# tool: (the usage it emulates, does argv match it, (stderr, exit) with no scenario)
+# tool: (the usage it emulates, its level from argv or None, (stderr, exit) with no scenario)
+LOG = "/var/lib/fleetmedic-test/diag-calls.jsonl"
+
+
+def _level(a: list[str], i: int, top: int) -> int | None:
+    n = a[i] if len(a) > i else ""
+    return int(n) if n.isdigit() and 1 <= int(n) <= top else None
+
+
 TOOLS = {
-    "dcgmi": ("diag -r N -j", lambda a: a[:1] == ["diag"] and "-j" in a, (NO_ENGINE, 255)),
-    "rvs": ("-r N", lambda a: a[:1] == ["-r"] and len(a) == 2, ("fake rvs: no scenario\n", 1)),
+    "dcgmi": (
+        "diag -r N -j (N 1-4)",
+        lambda a: _level(a, 2, 4) if a[:2] == ["diag", "-r"] and a[3:] == ["-j"] else None,
+        (NO_ENGINE, 255),
+    ),
+    "rvs": (
+        "-r N (N 1-5)",
+        lambda a: _level(a, 1, 5) if a[:1] == ["-r"] and len(a) == 2 else None,
+        ("fake rvs: no scenario\n", 1),
+    ),
 }
+
+
+def log_call(tool: str, argv: list[str], level: int | None) -> None:
+    """Append this run to the invocation log (see the module's docstring)."""
+    path = os.environ.get("FAKE_DIAG_LOG") or (LOG if os.path.isdir(os.path.dirname(LOG)) else "")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": tool, "argv": argv, "level": level}) + "\n")
+
+
+def calls(path: str | os.PathLike[str]) -> list[dict]:
+    """The runs logged in ``path``, oldest first ([] when none was)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 def scenario(tool: str) -> tuple[str | None, int, float]:
@@ -56,9 +97,11 @@ if __name__ == "__main__":
     if tool not in TOOLS:
         print(f"fake diagnostics: run as dcgmi or rvs, not {tool!r}", file=sys.stderr)
         sys.exit(2)
-    usage, accepts, (missing, _code) = TOOLS[tool]
-    if not accepts(sys.argv[1:]):
-        print(f"fake {tool}: only '{usage}' is emulated", file=sys.stderr)
+    usage, level_of, (missing, _code) = TOOLS[tool]
+    level = level_of(sys.argv[1:])
+    log_call(tool, sys.argv[1:], level)
+    if level is None:
+        print(f"fake {tool}: only '{usage}' is emulated, not {sys.argv[1:]}", file=sys.stderr)
         sys.exit(2)
     text, code, hang = scenario(tool)
     time.sleep(hang)

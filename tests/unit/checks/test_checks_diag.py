@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fleetmedic.checks import diag
+from tests.fakes.diag import replay
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 FAKE = Path(__file__).parents[2] / "fakes" / "diag" / "replay.py"
@@ -50,7 +51,13 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     exe.write_text(f'#!/bin/sh\nFAKE_DIAG_TOOL=dcgmi exec {sys.executable} {FAKE} "$@"\n')
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DIAG_LOG", str(tmp_path / "diag-calls.jsonl"))
     return exe
+
+
+def asked(fake: Path) -> list[tuple[str, int | None]]:
+    """What the fake dcgmi was asked for (its own invocation log): (tool, level) a run."""
+    return [(c["tool"], c["level"]) for c in replay.calls(fake.parent / "diag-calls.jsonl")]
 
 
 def test_runner_pass_and_fail(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,6 +67,7 @@ def test_runner_pass_and_fail(fake: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("FAKE_DCGMI_EXIT", "226")  # dcgmi exits non-zero when a test fails
     r = diag.run_dcgm(2)
     assert r.status == "problem" and r.evidence["level"] == 2
+    assert asked(fake) == [("dcgmi", 1), ("dcgmi", 2)]
 
 
 def test_runner_timeout_and_missing_tool(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,10 +91,12 @@ def test_cli_json_and_exit_code(fake: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert out.exit_code == 1
     data = json.loads(out.output)
     assert data["action"] == "manual" and data["evidence"]["failed"][0]["name"] == "SM Stress"
+    assert asked(fake) == [("dcgmi", 2)]
     out = CliRunner().invoke(cli, ["diag", "-r", "5"])  # auto: dcgmi is installed
     assert out.exit_code == 2 and "DCGM has levels 1-4, not 5" in out.output
     out = CliRunner().invoke(cli, ["diag", "-r", "6"])
     assert out.exit_code == 2 and "6 is not in the range" in out.output
+    assert asked(fake) == [("dcgmi", 2)], "a refused level reached the tool"
 
 
 def test_cli_fabric_adds_the_rdma_ports_and_the_worse_exit(

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from fleetmedic.checks import diag, rvs
 from fleetmedic.cli import cli
+from tests.fakes.diag import replay
 
 DATA = Path(__file__).parent / "data" / "rvs"
 FAKE = Path(__file__).parents[2] / "fakes" / "diag" / "replay.py"
@@ -79,7 +80,13 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     exe.write_text(f'#!/bin/sh\nFAKE_DIAG_TOOL=rvs exec {sys.executable} {FAKE} "$@"\n')
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DIAG_LOG", str(tmp_path / "diag-calls.jsonl"))
     return exe
+
+
+def asked(fake: Path) -> list[tuple[str, int | None]]:
+    """What the fake rvs was asked for (its own invocation log): (tool, level) a run."""
+    return [(c["tool"], c["level"]) for c in replay.calls(fake.parent / "diag-calls.jsonl")]
 
 
 def test_runner_pass_fail_timeout_missing(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,6 +100,7 @@ def test_runner_pass_fail_timeout_missing(fake: Path, monkeypatch: pytest.Monkey
     assert r.status == "unknown" and r.summary == "rvs -r 2 timed out after 0.5 s"
     r = rvs.run_rvs(2, rvs="rvs-not-installed")
     assert r.status == "unknown" and "not found" in r.summary
+    assert asked(fake) == [("rvs", 3), ("rvs", 4), ("rvs", 2)]
 
 
 def test_cli_picks_rvs_for_amd(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,3 +111,4 @@ def test_cli_picks_rvs_for_amd(fake: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert data["name"] == "diag.rvs" and data["evidence"]["level"] == 5
     out = CliRunner().invoke(cli, ["diag", "--vendor", "nvidia", "--level", "5"])
     assert out.exit_code == 2 and "DCGM has levels 1-4" in out.output
+    assert asked(fake) == [("rvs", 5)]

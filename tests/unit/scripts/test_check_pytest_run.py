@@ -4,6 +4,7 @@ tests than the suite holds, fails make test."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,35 @@ def test_fewer_tests_than_the_suite_fails(tmp_path):
 def test_the_shipped_allow_list_is_short_and_every_entry_says_why():
     reasons = check_pytest_run.allowed_reasons()
     assert 0 < len(reasons) <= 5
+
+
+def test_under_ci_a_desk_only_skip_fails(tmp_path):
+    """The host-dependent skips are allowed on a desk; CI's machine must run those tests."""
+    allowed = tmp_path / "allowed.txt"
+    allowed.write_text("no GPU here  # desk only: a GPU box\nold kernel  # any machine\n")
+    assert check_pytest_run.allowed_reasons(allowed) == ["no GPU here", "old kernel"]
+    assert check_pytest_run.allowed_reasons(allowed, ci=True) == ["old kernel"]
+    assert check_pytest_run.allowed_reasons(ci=True) == [], "every shipped entry is desk only"
+    path = report(tmp_path, PASSED, skipped("a real libnvidia-ml is installed on this machine"))
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    desk = subprocess.run([sys.executable, str(SCRIPT), str(path)], env=env)
+    ci = subprocess.run(
+        [sys.executable, str(SCRIPT), str(path)],
+        env={**env, "CI": "true"},
+        capture_output=True,
+        text=True,
+    )
+    assert desk.returncode == 0
+    assert ci.returncode == 1 and "not on tests/allowed-skips.txt" in ci.stderr
+
+
+def test_an_xfail_fails_the_run(tmp_path):
+    xfail = (
+        '<testcase classname="tests.unit.test_a" name="test_flaky" time="0">'
+        '<skipped type="pytest.xfail" message="upstream bug" /></testcase>'
+    )
+    [problem] = check_pytest_run.check(report(tmp_path, PASSED, xfail), 2, ["upstream bug"])
+    assert problem.startswith("expected to fail") and "test_a::test_flaky" in problem
 
 
 def test_an_entry_without_a_reason_is_refused(tmp_path):

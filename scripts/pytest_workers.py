@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""How many pytest-xdist workers the suite runs with (scripts/test.sh): sized by the
+machine, not a fixed number.
+
+    pytest_workers.py            print the count (1: serial, no xdist)
+
+- CPU: the suite mostly waits (reboots, API servers, timeouts), so one worker more than
+  the CPUs keeps them busy; more would only queue on the CPUs;
+- memory: each worker brings up its own API server, fleets and, for its group, Loki,
+  the kubelet node or the Receptor mesh: PER_WORKER_GIB of MemAvailable each;
+- ``FLEETMEDIC_PYTEST_WORKERS=N`` sets it (1: serial, the quick way back if a parallel
+  run shows a problem). It changes only how the suite runs, not what: under CI=true the
+  whole suite still runs and scripts/check_pytest_run.py still compares the count.
+
+A bad value is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Measured 2026-11-26 (MemAvailable sampled every 2 s, 2 CPUs shared with other work): two
+# workers running the kubelet group and the Receptor group at once took 1.4 GiB at peak;
+# two running test_sweeps_e2e and the agent files 1.1 GiB. 2 GiB a worker leaves room for
+# a file with more fleets or controllers up at once.
+PER_WORKER_GIB = 2.0
+ENV = "FLEETMEDIC_PYTEST_WORKERS"
+
+
+def mem_available_gib(meminfo: str = "/proc/meminfo") -> float:
+    with open(meminfo) as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024 / 1024
+    return 0.0
+
+
+def cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def workers(cpu: int, free_gib: float, override: str | None = None) -> int:
+    """The worker count: ``override`` when given, else min(cpu + 1, free / per worker),
+    at least 1."""
+    if override not in (None, ""):
+        if not override.isdigit() or int(override) < 1:
+            raise ValueError(f"{ENV}={override!r}: a whole number of workers, 1 or more")
+        return int(override)
+    return max(1, min(cpu + 1, int(free_gib // PER_WORKER_GIB)))
+
+
+def main() -> int:
+    try:
+        n = workers(cpus(), mem_available_gib(), os.environ.get(ENV))
+    except ValueError as exc:
+        print(f"pytest_workers: {exc}", file=sys.stderr)
+        return 2
+    print(n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
