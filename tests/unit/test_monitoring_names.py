@@ -13,6 +13,7 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from fleetmedic.agent.lokisource import LokiMetrics
+from fleetmedic.agent.metrics import AgentMetrics
 from fleetmedic.controller.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,11 +89,12 @@ def test_the_list_is_well_formed():
     assert len(METRICS) == len(LIST["metrics"]), "a name is listed twice"
 
 
-@pytest.mark.parametrize("source", ["controller", "loki"])
+@pytest.mark.parametrize("source", ["controller", "loki", "agent"])
 def test_exported_means_exported_by_the_controller(source):
     # the Loki source's metrics join the controller's registry when `sources.loki` is set
-    # (and are `fleetmedic watch loki --metrics-port`'s own)
-    exported = _exported(LokiMetrics(CollectorRegistry()) if source == "loki" else None)
+    # (and are `fleetmedic watch loki --metrics-port`'s own); the agent has its own
+    made = {"loki": lambda: LokiMetrics(CollectorRegistry()), "agent": AgentMetrics}
+    exported = _exported(made[source]() if source in made else None)
     listed = {n: m for n, m in METRICS.items() if m["source"] == source}
     for name, (kind, labels) in exported.items():
         assert name in listed, f"{name} is exported but not in deploy/monitoring/metrics.yaml"
