@@ -56,7 +56,10 @@ def xid31(bus: int, pid: int = 48213, gpc: int = 2) -> str:
 
 
 def xid79(bus: int) -> str:
-    return f"NVRM: Xid (PCI:0000:{bus:02x}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    return (
+        f"NVRM: Xid (PCI:0000:{bus:02x}:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus."
+    )
 
 
 def storm() -> list[tuple[float, str]]:

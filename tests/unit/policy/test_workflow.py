@@ -52,7 +52,10 @@ def at(gpc, tpc, sm=0):
     return XidContext(gpc=gpc, tpc=tpc, sm=sm)
 
 
-def occ(rule, when, ctx=XidContext(), gpu="0000:cb:00", clock="uptime"):
+NOWHERE = XidContext()
+
+
+def occ(rule, when, ctx=NOWHERE, gpu="0000:cb:00", clock="uptime"):
     return Occurrence(rule, gpu, when, clock, ctx)
 
 
@@ -161,7 +164,7 @@ def _events(raw):
 @given(EVENTS, st.sampled_from([XID13, XID31]))
 def test_replaying_the_same_lines_changes_nothing(raw, spec):
     events = _events(raw)
-    state, first = feed(events, spec)
+    state, _ = feed(events, spec)
     again, second = feed(events, spec, state=state)
     assert again == state
     assert not any(v.fired for v in second)  # a replay never fences twice

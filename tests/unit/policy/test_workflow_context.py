@@ -35,7 +35,10 @@ XID31_NOGPC = (
 )
 XID31_OLD = "NVRM: Xid (PCI:0000:01:00): 31, Ch 00000003, engmask 00000101, intr 10000000"
 XID43 = "NVRM: Xid (PCI:0009:01:00): 43, pid=3188489, name=trigger_xid, channel 0x0b00000a"
-XID45 = "NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149"
+XID45 = (
+    "NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by "
+    "previous Xid 149"
+)
 
 PREFIXES = [
     "",
