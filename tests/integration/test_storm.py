@@ -51,7 +51,14 @@ def fence(kube, node: str, state: str) -> None:
     kube.request(
         "PATCH",
         f"/api/v1/nodes/{node}",
-        {"spec": {"taints": [FOREIGN, {"key": "fleetmedic.io/repair", "value": state, "effect": "NoSchedule"}]}},
+        {
+            "spec": {
+                "taints": [
+                    FOREIGN,
+                    {"key": "fleetmedic.io/repair", "value": state, "effect": "NoSchedule"},
+                ]
+            }
+        },
         content_type="application/merge-patch+json",
     )
 

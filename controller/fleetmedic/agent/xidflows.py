@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
-from fleetmedic.agent.writer import NodeWriter
+from fleetmedic.agent.writer import NodeWriter, Outcome
 from fleetmedic.policy import workflow
 from fleetmedic.scan import Finding
 from fleetmedic.scan.xidcontext import WorkflowSpec, context_of, load_workflows
@@ -62,7 +63,7 @@ class XidFlows:
         boot: str,
         when: float,
         clock: str,
-        call: Callable[[str, Callable], object] = lambda what, fn: fn(),
+        call: Callable[..., Any] = lambda what, fn: fn(),
     ) -> workflow.Verdict | None:
         """Judge ``f`` (seen at ``when`` on ``clock``; ``scope`` is the node or boot whose
         memory applies). ``call`` wraps the Node write (the agent's retrier)."""
@@ -89,10 +90,11 @@ class XidFlows:
         if len(self._sent) > MAX_RECENT:
             self._sent.clear()
         what = describe(f)
-        out, verdict = call(
+        done: tuple[Outcome, workflow.Verdict] = call(
             "record workflow finding",
             lambda: writer.record_workflow(boot=boot, occ=occ, spec=spec, what=what),
-        )  # type: ignore[misc]
+        )
+        out, verdict = done
         self._said(f, spec, verdict, out.fenced if verdict.fired else None)
         return verdict
 

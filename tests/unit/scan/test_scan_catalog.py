@@ -12,6 +12,7 @@ import yaml
 from fleetmedic.errors import ConfigError
 from fleetmedic.scan import catalog
 from fleetmedic.scan.finding import ACTIONS
+from fleetmedic.scan.xidcontext import load_workflows
 
 CAT = catalog.load()
 
@@ -150,6 +151,8 @@ def _catalog_actions() -> set[str]:
     found |= set(CAT.nvlink5_bucket_actions.values()) | set(CAT.nvlink5_severity_actions.values())
     found |= {e.action for e in CAT.sxids.values()} | set(CAT.sxid_severity_actions.values())
     found |= {CAT.unknown_sxid_action} | {rule.action for rule in CAT.rules}
+    found |= {t.action for t in CAT.thresholds.values()}  # counted monitor findings
+    found |= {a for w in load_workflows().values() for a in (w.action, w.otherwise)}  # Xid 13/31/45
     return found
 
 
