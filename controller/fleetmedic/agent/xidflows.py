@@ -27,6 +27,8 @@ from fleetmedic.scan.xidcontext import WorkflowSpec, context_of, load_workflows
 
 log = logging.getLogger("fleetmedic.agent")
 MAX_RECENT = 4096
+UNTIMED = "agent"
+"""The clock of a line that carries no timestamp (timed by the agent when read)."""
 
 
 class XidFlows:
@@ -73,6 +75,13 @@ class XidFlows:
         occ = workflow.Occurrence(f.rule, f.pci or "", when, clock, context_of(f.message))
         if spec.kind == "follows":
             verdict = workflow.follows(self.recent.get(scope, workflow.Recent()), occ, spec)
+            self._said(f, spec, verdict)
+            return verdict
+        if clock == UNTIMED:
+            # a line without its own time would be timed by our clock, and the same line
+            # read again after a restart would look like a repeat: never judged (every
+            # source the agent follows is timed; only a hand-made file is not)
+            verdict = workflow.Verdict({}, False, spec.otherwise, False, "no-time", "")
             self._said(f, spec, verdict)
             return verdict
         place = occ.context.location(spec.where) if spec.kind == "same-location" else ""

@@ -58,6 +58,7 @@ CONTEXTS = (
     "solo",
     "same-event",
     "no-place",
+    "no-time",
     "repeating",
     "follows",
 )

@@ -106,3 +106,11 @@ def test_workflow_decisions_are_counted(tmp_path):
     assert n("xid.13", "solo", "monitor") + n("xid.13", "different-places", "monitor") == 40
     assert n("xid.13", "no-place", "monitor") == 40  # the ESR line of each event
     assert n("xid.13", "same-event", "monitor") == 40  # the Global Exception line
+
+
+def test_lines_without_a_time_are_never_judged_so_a_restart_cannot_make_a_repeat(tmp_path):
+    node = Node(tmp_path)
+    write(node, [f"{line}\n" for line in xid13(0xCB, 7, 7)[:1]])  # no timestamp at all
+    node.run_once()
+    node.run_once()  # read again: by our clock it would be a second event
+    assert ours(node) == set()
