@@ -10,8 +10,8 @@ short_description: Kubernetes Nodes grouped by fleetmedic repair state
 description:
   - Lists the Nodes of a Kubernetes cluster (optionally by label selector) and puts each one in
     groups by its fleetmedic state, read from its taints on the client side
-    (V(repair_reset), V(repair_reboot), V(repair_power_cycle), V(repair_reimage), V(repair_replace),
-    V(repair_manual),
+    (V(repair_diagnose), V(repair_reset), V(repair_reboot), V(repair_power_cycle),
+    V(repair_reimage), V(repair_replace), V(repair_manual),
     V(slow_network), V(maintenance), V(healthy)),
     and by GPU vendor (V(vendor_nvidia), V(vendor_amd), V(vendor_unknown)).
     V(in_repair) is the parent of the C(repair_*) groups.
@@ -77,14 +77,17 @@ options:
   states:
     description:
       - Include a node when one of its states is in this list. A node's states are its repair
-        state (V(reset), V(reboot), V(power_cycle), V(reimage), V(replace) or V(manual)) when it has one,
+        state (V(diagnose), V(reset), V(reboot), V(power_cycle), V(reimage), V(replace) or
+        V(manual)) when it has one,
         V(foreign) when another tool's signal stands on it, V(slow_network) or V(maintenance)
         when it carries that taint, and V(healthy) when it has none of these.
       - Leave out V(healthy) for an inventory of only the broken nodes.
     type: list
     elements: str
-    choices: [healthy, reset, reboot, power_cycle, reimage, replace, manual, slow_network, maintenance, foreign]
-    default: [healthy, reset, reboot, power_cycle, reimage, replace, manual, slow_network, maintenance, foreign]
+    choices: [healthy, diagnose, reset, reboot, power_cycle, reimage, replace, manual, slow_network,
+              maintenance, foreign]
+    default: [healthy, diagnose, reset, reboot, power_cycle, reimage, replace, manual, slow_network,
+              maintenance, foreign]
   vendors:
     description: Only nodes of these GPU vendors (from the C(fleetmedic.io/gpu-vendor) label). Empty means all.
     type: list
@@ -135,7 +138,7 @@ options:
 EXAMPLES = r"""
 # inventory/tainted.k8s_nodes.yml: only nodes fleetmedic has fenced, from $KUBECONFIG
 plugin: fleetmedic.fleet.k8s_nodes
-states: [reset, reboot, power_cycle, reimage, replace, manual, slow_network, maintenance, foreign]
+states: [diagnose, reset, reboot, power_cycle, reimage, replace, manual, slow_network, maintenance, foreign]
 ---
 # Every GPU node of one pool, with an explicit kubeconfig and context, the OSSCI taint names,
 # and the SSH address from a label set by the provisioning system.

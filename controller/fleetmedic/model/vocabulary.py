@@ -16,11 +16,15 @@ from typing import Any
 import yaml
 
 EFFECT = "NoSchedule"
-REPAIR_STATES = ("reset", "reboot", "power_cycle", "reimage", "replace", "manual")
+REPAIR_STATES = ("diagnose", "reset", "reboot", "power_cycle", "reimage", "replace", "manual")
 """Every repair state, mildest first. The rungs a controller climbs are ``ladder.order``
 (a subset in this order); the agent may fence at any of them, and a state the
 controller's ladder skips enters the next rung up (policy/rungs.py). ``replace`` hands the
-node to the cloud for a new instance (a pool's ladder puts it in place of ``reimage``)."""
+node to the cloud for a new instance (a pool's ladder puts it in place of ``reimage``).
+``diagnose`` is the mildest: the node is fenced while the vendor diagnostics run, and returns
+untouched when they pass (policy/diagnose.py). Not to be confused with the ``diagnose``
+*phase* of every repair step (evidence capture, playbooks/diagnose.yml): the state's own
+phase that runs the vendor tests is called ``diagnostics``."""
 NAMED = (*REPAIR_STATES, "slow_network", "maintenance")
 """Every taint fleetmedic owns. ``maintenance`` is not a repair state: a diagnostic sweep
 (policy/sweep.py) keeps an idle, healthy node free of new pods with it while it runs."""
@@ -44,6 +48,7 @@ class TaintName:
 
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
+    diagnose: TaintName
     reset: TaintName
     reboot: TaintName
     power_cycle: TaintName

@@ -179,8 +179,9 @@ def test_relative_paths_are_relative_to_the_file(tmp_path):
         ),
         (
             "ladder: {order: [reboot, reset, manual]}",
-            "ladder.order: must be distinct rungs in the order reset, reboot, power_cycle, "
-            "reimage, replace, manual, ending in manual, got ['reboot', 'reset', 'manual']",
+            "ladder.order: must be distinct rungs in the order diagnose, reset, reboot, "
+            "power_cycle, reimage, replace, manual, ending in manual, "
+            "got ['reboot', 'reset', 'manual']",
         ),
         (
             "ladder: {replace: {phases: [diagnose, drain, replace]}}",

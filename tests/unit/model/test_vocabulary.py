@@ -27,13 +27,29 @@ def test_presets_have_default_and_ossci():
     }
 
 
+def test_diagnose_is_the_mildest_fence_in_both_presets():
+    from fleetmedic.model.actions import fence_state
+    from fleetmedic.model.vocabulary import REPAIR_STATES
+
+    assert REPAIR_STATES[0] == "diagnose" and fence_state("diagnose") == "diagnose"
+    assert preset("default").diagnose.as_taint() == {
+        "key": "fleetmedic.io/repair",
+        "value": "diagnose",
+        "effect": "NoSchedule",
+    }
+    assert preset("ossci").diagnose.key == "repair-diagnose"
+    # a stronger fence on the same node wins: diagnose never hides a reset
+    taints = [preset().diagnose.as_taint(), preset().reset.as_taint()]
+    assert preset().repair_state_of(taints) == "reset"
+
+
 def test_unknown_preset_is_one_line_error():
     with pytest.raises(ValueError, match="unknown taint preset 'nope'"):
         preset("nope")
 
 
 @pytest.mark.parametrize("name", ["default", "ossci"])
-@pytest.mark.parametrize("state", ["reboot", "reimage", "replace", "manual"])
+@pytest.mark.parametrize("state", ["diagnose", "reboot", "reimage", "replace", "manual"])
 def test_state_from_our_taint(name, state):
     vocab = preset(name)
     v = nodestate.view(node([vocab.repair(state).as_taint()]), vocab)

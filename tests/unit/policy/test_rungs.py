@@ -23,6 +23,8 @@ SHORT = ("reboot", "manual")
         (("manual",), "reset", "manual"),
         (CLOUD, "reimage", "replace"),  # a cloud pool replaces what others reimage
         (DEFAULT, "replace", "manual"),  # fenced for a replacement this pool does not do
+        (DEFAULT, "diagnose", "reset"),  # a pool without diagnostics starts at its first rung
+        (SHORT, "diagnose", "reboot"),
     ],
 )
 def test_entry_rung(order, state, rung):

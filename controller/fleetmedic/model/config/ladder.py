@@ -122,7 +122,7 @@ class PlaybooksConfig(Section):
         return {n: getattr(self, n) for n in names}
 
 
-Rung = Literal["reset", "reboot", "power_cycle", "reimage", "replace", "manual"]
+Rung = Literal["diagnose", "reset", "reboot", "power_cycle", "reimage", "replace", "manual"]
 LADDER_ORDER: tuple[Rung, ...] = ("reset", "reboot", "reimage", "manual")
 LADDER_ORDER_WITH_BMC: tuple[Rung, ...] = ("reset", "reboot", "power_cycle", "reimage", "manual")
 """The default order once the config has a `bmc:` section (Config sees to it)."""

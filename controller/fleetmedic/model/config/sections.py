@@ -43,8 +43,9 @@ class TaintsConfig(Section):
     preset: str = "default"
     """`default` (fleetmedic.io/repair=<step>) or `ossci` (repair-reboot, ...), so a fleet
     already fenced with the OSSCI names can be taken over without relabelling."""
-    reset: TaintNameConfig | None = None
+    diagnose: TaintNameConfig | None = None
     """Explicit names override single entries of the preset; unset keeps the preset's."""
+    reset: TaintNameConfig | None = None
     reboot: TaintNameConfig | None = None
     power_cycle: TaintNameConfig | None = None
     reimage: TaintNameConfig | None = None

@@ -133,7 +133,9 @@ def test_wrong_plugin_name_is_rejected(plugin, tmp_path):
     "taints,groups,state",
     [
         ([], ["healthy"], "healthy"),
+        (["diagnose"], ["in_repair", "repair_diagnose"], "diagnose"),
         (["reboot"], ["in_repair", "repair_reboot"], "reboot"),
+        (["diagnose", "reboot"], ["in_repair", "repair_reboot"], "reboot"),  # stronger wins
         (["reimage"], ["in_repair", "repair_reimage"], "reimage"),
         (["manual"], ["in_repair", "repair_manual"], "manual"),
         (["slow_network"], ["slow_network"], "healthy"),
@@ -189,6 +191,7 @@ def test_state_groups_exist_even_when_empty(plugin, tmp_path):
     inventory, _ = run(plugin, tmp_path, [])
     for group in (
         "in_repair",
+        "repair_diagnose",
         "repair_reset",
         "repair_reboot",
         "repair_power_cycle",
@@ -200,6 +203,7 @@ def test_state_groups_exist_even_when_empty(plugin, tmp_path):
     ):
         assert group in inventory.groups
     assert sorted(g.name for g in inventory.groups["in_repair"].child_groups) == [
+        "repair_diagnose",
         "repair_manual",
         "repair_power_cycle",
         "repair_reboot",
