@@ -181,11 +181,8 @@ def test_every_xid_has_a_known_source():
 
 
 def test_every_action_is_reachable_from_the_catalog_and_nothing_else_is():
-    # `diagnose` (issue 27) is reached through the context workflows (WORKFLOW_XID_13/31,
-    # the unclassified-error net), which the catalog gains with them: until then it is the
-    # one action no plain entry names. Whoever adds them makes this an equality again.
-    assert _catalog_actions() <= set(ACTIONS)
-    assert set(ACTIONS) - _catalog_actions() <= {"diagnose"}
+    # `diagnose` (issue 27) is reached through the context workflows (WORKFLOW_XID_13/31)
+    assert _catalog_actions() == set(ACTIONS)
 
 
 def test_every_fencing_action_has_a_ladder_state():
