@@ -97,9 +97,8 @@ def node(rbac):
     remove_nodes(rbac, [name])
 
 
-def agent_once(kube, node: str, tmp_path, kern, boot, log: str) -> AgentProcess:
+def agent_once(kc, node: str, tmp_path, kern, boot, log: str) -> AgentProcess:
     """``fleetmedic agent --once``, run to its end (it read the whole log and wrote)."""
-    kc = agent_kubeconfig(kube, node, tmp_path / "kc")
     a = AgentProcess(
         node,
         kc,
@@ -124,7 +123,8 @@ def test_the_agent_judges_the_storm_by_context(rbac, node, tmp_path, case):
     boot = tmp_path / "boot_id"
     boot.write_text(f"{uuid.uuid4()}\n")
 
-    a = agent_once(kube, node, tmp_path, kern, boot, "agent.log")
+    kc = agent_kubeconfig(kube, node, tmp_path / "kc")  # the agent's identity, bound to its Pod
+    a = agent_once(kc, node, tmp_path, kern, boot, "agent.log")
     want = {REPAIR + after} if after else ({REPAIR + before} if before else set())
     assert ours(kube, node) == want, a.tail()
     assert "example.com/team=a" in taint_keys(kube, node)  # nobody else's taint touched
@@ -143,7 +143,7 @@ def test_the_agent_judges_the_storm_by_context(rbac, node, tmp_path, case):
 
     # a restart of the agent reads the same lines again: nothing changes
     node_before = kube.request("GET", f"/api/v1/nodes/{node}")
-    agent_once(kube, node, tmp_path, kern, boot, "agent2.log")
+    agent_once(kc, node, tmp_path, kern, boot, "agent2.log")
     node_after = kube.request("GET", f"/api/v1/nodes/{node}")
     assert node_after["spec"].get("taints") == node_before["spec"].get("taints")
     ann_keys = (keys.ANN_MONITOR_COUNTS, keys.ANN_LAST_FINDING)
