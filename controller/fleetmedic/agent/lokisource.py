@@ -227,6 +227,12 @@ class LokiMetrics:
             ["outcome"],  # fenced | counted | judged | unattributed
             registry=r,
         )
+        self.workflows = Counter(
+            "fleetmedic_loki_workflow_decisions",
+            "Xids judged by NVIDIA's workflows (13, 31, 45), as the agent's metric of that name",
+            ["workflow", "context", "action"],
+            registry=r,
+        )
         self.last_poll = Gauge(
             "fleetmedic_loki_last_poll_timestamp_seconds",
             "When the source last read every query to the end",
@@ -258,7 +264,11 @@ class LokiSource:
         self.thresholds = merged_thresholds(dict(cfg.thresholds))
         self._scanners: OrderedDict[str, Scanner] = OrderedDict()
         self._dedup = Dedup(cfg.dedup_window)
-        self.flows = XidFlows()
+        self.flows = XidFlows(
+            on_verdict=lambda rule, v: self.metrics.workflows.labels(
+                workflow=rule, context=v.context, action=v.action
+            ).inc()
+        )
         self._down_since: float | None = None
         self.fenced = 0
         self.counted = 0

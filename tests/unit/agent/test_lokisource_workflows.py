@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 
 from agent_helpers import REBOOT, VOCAB, MemoryKube
+from prometheus_client import CollectorRegistry
 
 from fleetmedic.adapters.loki import Entry
-from fleetmedic.agent.lokisource import Cursor, LokiSource, LokiSourceConfig
+from fleetmedic.agent.lokisource import Cursor, LokiMetrics, LokiSource, LokiSourceConfig
 from fleetmedic.agent.writer import NodeWriter
 from tests.harness.storm import GPUS, TWO_HOURS, storm, xid13, xid79
 
@@ -39,7 +40,7 @@ class Store:
         self.cursor = cursor
 
 
-def run(events, kube: MemoryKube) -> LokiSource:
+def run(events, kube: MemoryKube, registry: CollectorRegistry | None = None) -> LokiSource:
     start = time.time_ns() - int((TWO_HOURS + 60) * 1e9)
     entries = [
         Entry({"node_name": "n1", "transport": "kernel"}, start + int(t * 1e9) + i, msg)
@@ -50,6 +51,7 @@ def run(events, kube: MemoryKube) -> LokiSource:
         lambda node: NodeWriter(kube, node, VOCAB),
         Store(),
         client=Answers(entries),  # type: ignore[arg-type]
+        metrics=LokiMetrics(registry or CollectorRegistry()),
     )
     src.poll()
     return src
@@ -60,9 +62,11 @@ def ours(kube: MemoryKube) -> set[str]:
 
 
 def test_the_storm_through_loki_fences_nothing():
-    kube = MemoryKube()
-    src = run(storm(), kube)
+    kube, registry = MemoryKube(), CollectorRegistry()
+    src = run(storm(), kube, registry)
     assert ours(kube) == set() and src.fenced == 0
+    follows = {"workflow": "xid.45", "context": "follows", "action": "none"}
+    assert registry.get_sample_value("fleetmedic_loki_workflow_decisions_total", follows) == 20
 
 
 def test_storm_then_xid79_through_loki_raises_a_diagnose_fence_to_reboot():
