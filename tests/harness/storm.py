@@ -1,7 +1,9 @@
 """Issue 27's storm: one crash-looping training job on a healthy 8-GPU node, two hours of
 the kernel log it leaves, in the driver's real formats.
 
-- Xid 13 forty times, each at a different GPC/TPC, each event printed as the driver
+- Xid 13 forty times, each at a different GPC/TPC (five within the first hour on each of
+  GPUs 0-3, then on GPUs 4-7: the old count of 5 per hour per GPU fenced ``reset`` on four
+  GPUs, as the issue reports), each event printed as the driver
   prints it (the SM Warp Exception line, the SM Global Exception line and the ESR line,
   in the same microsecond); the format is NVIDIA's (published: leptonai/gpud PR 46,
   ``Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter``);
@@ -69,7 +71,8 @@ def storm() -> list[tuple[float, str]]:
     for i in range(40):  # a restart of the job every three minutes
         gpc, tpc = places[(i * 7) % len(places)]  # forty different places
         t = 30.0 + i * 175.0
-        out += [(t, line) for line in xid13(GPUS[i % 8], gpc, tpc, sm=i % 4, pid=40000 + i)]
+        bus = GPUS[i % 4] if i < 20 else GPUS[4 + i % 4]  # first hour GPUs 0-3, then 4-7
+        out += [(t, line) for line in xid13(bus, gpc, tpc, sm=i % 4, pid=40000 + i)]
     for i in range(20):
         t = 95.0 + i * 350.0
         ch = 8 + i % 4
