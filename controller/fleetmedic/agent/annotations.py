@@ -15,10 +15,15 @@ written only when its content changes, so a healthy node costs no writes:
 - ``fleetmedic.io/last-finding``: the kernel-log watermark
   (:class:`fleetmedic.agent.watermark.Mark`).
 - ``fleetmedic.io/monitor-counts``: monitor findings counted against their
-  thresholds, per rule and GPU (:mod:`fleetmedic.policy.counts`).
+  thresholds, per rule and GPU (:mod:`fleetmedic.policy.counts`: ``boot`` and
+  ``seen``), and the history NVIDIA's Xid workflows judge by, per rule and GPU
+  (:mod:`fleetmedic.policy.workflow`: under ``wf``). One annotation, two parts, each
+  written without touching the other.
 
-Taints: the agent only ever *adds* a repair taint and adds or removes
-slow-network (the ValidatingAdmissionPolicy in deploy/agent enforces exactly that).
+Taints: the agent adds a repair taint, *raises* one (replaces ours with a stronger
+one: fences only go up, :mod:`fleetmedic.policy.fenceup`), and adds or removes
+slow-network; it never lowers or removes a repair taint (the ValidatingAdmissionPolicy
+in deploy/agent enforces exactly that).
 """
 
 from __future__ import annotations
@@ -74,6 +79,14 @@ def apply_decision(node: dict, decision: Decision, vocab: Vocabulary) -> bool:
     return changed
 
 
+def raise_repair(node: dict, current: str, target: str, vocab: Vocabulary) -> bool:
+    """Replace the repair taint of ``current`` with ``target``'s (both ours; any other
+    taint stays as it is). In the default vocabulary both share one key, and a Node
+    cannot carry two taints with the same key and effect: so replace, never add."""
+    changed = nodeedit.remove_taint(node, vocab.repair(current))
+    return nodeedit.add_taint(node, vocab.repair(target)) or changed
+
+
 def summarize(
     results: Iterable[CheckResult],
     previous: Any,
@@ -120,4 +133,24 @@ def _clip(text: str) -> str:
 
 
 def set_counts(node: dict, counts_json: Mapping[str, Any]) -> bool:
-    return nodeedit.set_annotation(node, keys.ANN_MONITOR_COUNTS, dumps(counts_json))
+    """The counts' part of ``monitor-counts`` (the workflows' ``wf`` part kept)."""
+    return _set_monitor(node, {**counts_json, "wf": _monitor(node).get("wf")})
+
+
+def workflow_state(node: Mapping[str, Any]) -> Any:
+    return _monitor(node).get("wf")
+
+
+def set_workflow(node: dict, wf_json: Mapping[str, Any]) -> bool:
+    """The workflows' ``wf`` part of ``monitor-counts`` (the counts kept)."""
+    return _set_monitor(node, {**_monitor(node), "wf": wf_json})
+
+
+def _monitor(node: Mapping[str, Any]) -> dict[str, Any]:
+    raw = annotation_json(node, keys.ANN_MONITOR_COUNTS)
+    return dict(raw) if isinstance(raw, Mapping) else {}
+
+
+def _set_monitor(node: dict, value: Mapping[str, Any]) -> bool:
+    clean = {k: v for k, v in value.items() if v is not None}
+    return nodeedit.set_annotation(node, keys.ANN_MONITOR_COUNTS, dumps(clean))

@@ -3,7 +3,11 @@
 The loop, per line: the scanner (:mod:`fleetmedic.scan`) classifies it; a
 finding whose catalog action is ``reset`` or stronger (Xid 79, a row-remap
 failure, ...) goes straight to :meth:`NodeWriter.record_finding`, which taints
-the Node and moves the watermark in one write. A ``monitor`` (or ``none``)
+the Node (or raises a weaker fence of ours: fences only go up) and moves the
+watermark in one write. An Xid with a workflow in the catalog (13, 31, 45) is
+judged by its context, NVIDIA's WORKFLOW_XID_13/_31/_45
+(:mod:`fleetmedic.agent.xidflows`): repeats at one GPC/TPC or on one GPU fence
+``diagnose``, the rest is the application's. Any other ``monitor`` (or ``none``)
 finding whose rule has a threshold (the catalog's ``thresholds``, overridden by
 ``kernel.thresholds``) is counted per rule and GPU on the Node
 (:meth:`NodeWriter.record_count`, :mod:`fleetmedic.policy.counts`); the
@@ -46,6 +50,7 @@ from fleetmedic.agent.logsource import (
 from fleetmedic.agent.retry import Retrier, Stopped
 from fleetmedic.agent.watermark import Mark, is_stale, locate, segment_id
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
+from fleetmedic.agent.xidflows import XidFlows, describe
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.policy import counts
@@ -67,9 +72,7 @@ from fleetmedic.scan.catalog import Threshold, parse_threshold, threshold_for
 log = logging.getLogger("fleetmedic.agent")
 
 
-def describe(f: Finding) -> str:
-    what = {"xid": f"Xid {f.code}", "sxid": f"SXid {f.code}"}.get(f.kind, f.rule or f.kind)
-    return f"{what}{f' on {f.pci}' if f.pci else ''}"
+__all__ = ["KernelWatch", "describe", "merged_thresholds"]
 
 
 class KernelWatch:
@@ -85,8 +88,10 @@ class KernelWatch:
         once: bool = False,
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[Finding], None] = lambda f: None,
+        flows: XidFlows | None = None,
     ) -> None:
         self.cfg = cfg
+        self.flows = flows or XidFlows()
         self.on_finding = on_finding  # metrics
         self.writer = writer
         self.retrier = retrier
@@ -189,11 +194,32 @@ class KernelWatch:
         log.info("kernel log %s: new boot at line %d", self.path, n)
 
     # -- one finding ------------------------------------------------------------
+    def _when(self, f: Finding) -> tuple[float, str]:
+        """The finding's own time and clock (replay-safe), else the agent's clock."""
+        if f.time is not None and f.clock:
+            return f.time, f.clock
+        return self.clock(), "agent"
+
     def _handle(self, f: Finding, n: int) -> None:
+        when, clock = self._when(f)
+        scope = f"{self.boot}/{self._seg}"
+        self.flows.note(scope, f, when)
         if f.action not in FENCING_ACTIONS:
             log.info(
                 "kernel log: %s at line %d (%s): %s", describe(f), n, f.action, f.message[:120]
             )
+            verdict = self.flows.judge(
+                self.writer,
+                f,
+                scope=scope,
+                boot=scope,
+                when=when,
+                clock=clock,
+                call=self.retrier.call,
+            )
+            if verdict is not None:
+                self.acted += verdict.fired
+                return
             limit = threshold_for(self.thresholds, f.rule)
             if limit is not None and limit.count > 0:
                 self._count(f, n, limit)
@@ -226,7 +252,16 @@ class KernelWatch:
         )
         self._mark, self._mark_line = mark(out.fenced is not None), n
         self.acted += 1
-        if not out.fenced:
+        if out.raised:
+            log.warning(
+                "kernel log: %s at line %d (%s): raised repair=%s to repair=%s",
+                describe(f),
+                n,
+                f.action,
+                out.before_repair,
+                out.raised,
+            )
+        elif not out.fenced:
             log.info(
                 "kernel log: %s at line %d (%s); node already under repair (%s)",
                 describe(f),
@@ -237,9 +272,7 @@ class KernelWatch:
 
     def _count(self, f: Finding, n: int, limit: Threshold) -> None:
         """Count a monitor finding on the Node; fence when it reaches ``limit``."""
-        when, clock = (
-            (f.time, f.clock) if f.time is not None and f.clock else (self.clock(), "agent")
-        )
+        when, clock = self._when(f)
         key = counts.key_of(f.rule, f.pci)
         last = self._recent.get(key)
         if last is not None and abs(when - last) <= limit.burst:

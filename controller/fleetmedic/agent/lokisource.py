@@ -12,7 +12,9 @@ logs to Loki, as Konduktor's node health controller reads them. Every poll:
   and Alloy, ``host`` from Fluent Bit, ``k8s_node_name`` from the OpenTelemetry
   collector), for pod logs too (every common shipper labels pod streams with the node);
 - it fences through the agent's :class:`~fleetmedic.agent.writer.NodeWriter`: the same
-  strikes, annotations, thresholds and taints, so the controller cannot tell which
+  strikes, annotations, thresholds, Xid workflows (:mod:`fleetmedic.agent.xidflows`,
+  judged on each node's own history, timed by the line's Loki timestamp) and taints,
+  and the same rule that fences only go up, so the controller cannot tell which
   detector fenced a node.
 
 The cursor, like Promtail's positions file, is the newest timestamp done per query and
@@ -49,6 +51,7 @@ from fleetmedic.adapters.loki import Entry, LokiClient
 from fleetmedic.agent.kernelwatch import describe, merged_thresholds
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
+from fleetmedic.agent.xidflows import XidFlows
 from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
 from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import counts
@@ -221,7 +224,13 @@ class LokiMetrics:
         self.findings = Counter(
             "fleetmedic_loki_findings",
             "Findings from Loki lines, by what came of them",
-            ["outcome"],  # fenced | counted | unattributed
+            ["outcome"],  # fenced | counted | judged | unattributed
+            registry=r,
+        )
+        self.workflows = Counter(
+            "fleetmedic_loki_workflow_decisions",
+            "Xids judged by NVIDIA's workflows (13, 31, 45), as the agent's metric of that name",
+            ["workflow", "context", "action"],
             registry=r,
         )
         self.last_poll = Gauge(
@@ -255,6 +264,11 @@ class LokiSource:
         self.thresholds = merged_thresholds(dict(cfg.thresholds))
         self._scanners: OrderedDict[str, Scanner] = OrderedDict()
         self._dedup = Dedup(cfg.dedup_window)
+        self.flows = XidFlows(
+            on_verdict=lambda rule, v: self.metrics.workflows.labels(
+                workflow=rule, context=v.context, action=v.action
+            ).inc()
+        )
         self._down_since: float | None = None
         self.fenced = 0
         self.counted = 0
@@ -347,6 +361,7 @@ class LokiSource:
     def _finding(self, node: str, f: Finding, e: Entry) -> None:
         writer = self.writer_for(node)
         when = e.ts / 1e9
+        self.flows.note(node, f, when)
         if f.action in FENCING_ACTIONS:
             if not self._dedup.admit(f, node):
                 return  # the same fault again within the dedup window: fenced already
@@ -366,6 +381,10 @@ class LokiSource:
                 f.action,
                 f"fenced repair={out.fenced}" if out.fenced else "already under repair",
             )
+            return
+        verdict = self.flows.judge(writer, f, scope=node, boot="loki", when=when, clock="loki")
+        if verdict is not None:
+            self.metrics.findings.labels(outcome="judged").inc()
             return
         limit = threshold_for(self.thresholds, f.rule)
         if limit is None or limit.count <= 0:

@@ -40,6 +40,7 @@ from fleetmedic.agent.kernelwatch import KernelWatch
 from fleetmedic.agent.metrics import AgentMetrics
 from fleetmedic.agent.retry import Retrier, Stopped
 from fleetmedic.agent.writer import NodeWriter, Outcome
+from fleetmedic.agent.xidflows import XidFlows
 from fleetmedic.checks import CheckConfig, CheckResult, by_category, hwprofile, run_checks
 from fleetmedic.checks.runner import Memory
 from fleetmedic.errors import ConfigError
@@ -129,7 +130,12 @@ class Agent:
         # its own connection, so a slow round never delays a fencing write
         kernel_writer = self.writer if kernel_kube is None else writer(kernel_kube)
         self.kernel = KernelWatch(
-            cfg.kernel, kernel_writer, self.retrier, self.stop, on_finding=self.metrics.finding
+            cfg.kernel,
+            kernel_writer,
+            self.retrier,
+            self.stop,
+            on_finding=self.metrics.finding,
+            flows=XidFlows(on_verdict=self.metrics.verdict),
         )
         self.memory = Memory()  # the RDMA counters of the last round
         self._profile_said = ""

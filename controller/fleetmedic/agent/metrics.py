@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from fleetmedic.checks.base import CheckResult
 from fleetmedic.policy.strikes import Strikes
+from fleetmedic.policy.workflow import Verdict
 from fleetmedic.scan import Finding
 
 
@@ -30,6 +31,20 @@ class AgentMetrics:
             "fleetmedic_agent_findings",
             "Kernel-log findings by kind, code and the catalog's action",
             ["kind", "code", "action"],
+            registry=r,
+        )
+        self.workflows = Counter(
+            "fleetmedic_agent_workflow_decisions",
+            "Xids judged by NVIDIA's workflows (13, 31, 45), by the workflow's rule, the "
+            "context found (same-place, same-gpu, different-places, solo, follows, ...) and "
+            "the action it called for",
+            ["workflow", "context", "action"],
+            registry=r,
+        )
+        self.unclassified = Counter(
+            "fleetmedic_agent_unclassified_findings",
+            "GPU driver errors no catalog rule knows (rule ids ending in .unclassified), by rule",
+            ["rule"],
             registry=r,
         )
         self.strikes = Gauge(
@@ -54,6 +69,11 @@ class AgentMetrics:
     def finding(self, f: Finding) -> None:
         code = "" if f.code is None else str(f.code)
         self.findings.labels(kind=f.kind, code=code, action=f.action or "none").inc()
+        if f.rule.endswith(".unclassified"):
+            self.unclassified.labels(rule=f.rule).inc()
+
+    def verdict(self, workflow: str, v: Verdict) -> None:
+        self.workflows.labels(workflow=workflow, context=v.context, action=v.action).inc()
 
     def wrote(self) -> None:
         self.last_write.set(time.time())

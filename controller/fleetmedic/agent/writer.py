@@ -6,8 +6,10 @@ made *inside* the edit, on the freshly read Node. So the kernel-log thread and
 the check loop can write at the same time, and a taint the controller added or
 removed a moment ago is always seen: strikes never count twice or go missing.
 
-Nothing here removes a repair taint; slow-network is removed only by a passing
-network check.
+Fences only go up: a kernel-log finding stronger than the node's repair taint raises
+it in the same write (:func:`fleetmedic.policy.fenceup.raised`), even while the
+controller works the node; nothing here lowers or removes a repair taint.
+Slow-network is removed only by a passing network check.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from fleetmedic.agent.watermark import Mark
 from fleetmedic.checks.base import CheckResult
 from fleetmedic.model import keys
 from fleetmedic.model.vocabulary import Vocabulary
-from fleetmedic.policy import counts
+from fleetmedic.policy import counts, fenceup, workflow
 from fleetmedic.policy.strikes import Decision, Observation, decide
+from fleetmedic.scan.xidcontext import WorkflowSpec
 
 log = logging.getLogger("fleetmedic.agent")
 COMPONENT = "fleetmedic-agent"
@@ -42,10 +45,13 @@ class Outcome:
     node: dict
     before_repair: str | None
     before_slow: bool
+    raised: str | None = None  # the stronger repair state this write raised the fence to
 
     @property
     def fenced(self) -> str | None:
-        """The repair step this write put on the node, if it did."""
+        """The repair step this write put on the node (a new fence, or a raised one)."""
+        if self.raised:
+            return self.raised
         return self.decision.repair if self.before_repair is None and self.decision.repair else None
 
     @property
@@ -100,7 +106,8 @@ class NodeWriter:
         and move the watermark to it, in the same write. ``mark(acted)`` builds it."""
 
         def extra(node: dict) -> bool:
-            acted = ann.repair_state(node, self.vocab) is None
+            state = ann.repair_state(node, self.vocab)
+            acted = state is None or fenceup.raised(state, [obs.action]) is not None
             return ann.set_finding(node, mark(acted).to_json())
 
         return self._write([obs], extra)
@@ -138,6 +145,29 @@ class NodeWriter:
         out = self._write(obs, extra)
         return out, box["added"]
 
+    def record_workflow(
+        self, *, boot: str, occ: workflow.Occurrence, spec: WorkflowSpec, what: str
+    ) -> tuple[Outcome, workflow.Verdict]:
+        """Judge one Xid by its context (NVIDIA's workflows) on the history kept on the
+        Node (``monitor-counts``, ``wf``); when the context calls for ``spec.action``
+        the same write fences (or raises the fence) at it."""
+        obs: list[Observation] = []
+        box: dict[str, workflow.Verdict] = {}
+
+        def extra(node: dict) -> bool:
+            obs.clear()  # a 409 retries the whole edit on a fresh read
+            verdict = workflow.judge(ann.workflow_state(node), occ, spec, boot=boot)
+            box["verdict"] = verdict
+            if verdict.fired:
+                reason = f"{what} ({spec.bucket}: {verdict.detail})"
+                obs.append(Observation("kernel", "problem", reason, verdict.action))
+            if not verdict.changed:
+                return False
+            return ann.set_workflow(node, workflow.to_json(verdict.state))
+
+        out = self._write(obs, extra)
+        return out, box["verdict"]
+
     def _write(self, obs: list[Observation], extra: Callable[[dict], bool]) -> Outcome:
         box: dict[str, Outcome] = {}
 
@@ -153,7 +183,13 @@ class NodeWriter:
                 strike_limit=self.strike_limit,
             )
             changed |= ann.apply_decision(node, decision, self.vocab)
-            box["out"] = Outcome(decision, node, before_repair, before_slow)
+            asked = [o.action for o in obs if o.category == "kernel" and o.status == "problem"]
+            up = fenceup.raised(before_repair, asked)
+            if up is not None:
+                changed |= ann.raise_repair(node, before_repair or "", up, self.vocab)
+                why = ", ".join(o.name for o in obs if fenceup.raised(before_repair, [o.action]))
+                decision = dataclasses.replace(decision, reason=f"definitive: {why}")
+            box["out"] = Outcome(decision, node, before_repair, before_slow, up)
             return changed
 
         node = self.kube.update_node(self.node_name, mutate)
@@ -167,6 +203,9 @@ class NodeWriter:
         if out.fenced:
             taint = self.vocab.repair(out.fenced)
             msg = f"tainted {taint.key}={taint.value}:NoSchedule: {d.reason}"
+            if out.raised and out.before_repair:
+                was = self.vocab.repair(out.before_repair)
+                msg = f"raised {was.key}={was.value} to {taint.key}={taint.value}: {d.reason}"
             log.warning("fenced %s: %s", self.node_name, msg)
             self._event(out.node, "FleetmedicFenced", msg, "Warning")
         changed = out.slow_network_changed

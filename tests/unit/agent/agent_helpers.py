@@ -81,13 +81,18 @@ class Node:
         self.boot_file.write_text("boot-a\n")
         self.kube = MemoryKube()
 
-    def watch(self, once=True, stop=None) -> KernelWatch:
+    def watch(self, once=True, stop=None, thresholds=None) -> KernelWatch:
         stop = stop or threading.Event()
-        cfg = KernelWatchConfig(source=str(self.log), poll=0.02, boot_id_file=str(self.boot_file))
+        cfg = KernelWatchConfig(
+            source=str(self.log),
+            poll=0.02,
+            boot_id_file=str(self.boot_file),
+            thresholds=thresholds or {},
+        )
         return KernelWatch(cfg, NodeWriter(self.kube, "n1", VOCAB), Retrier(stop), stop, once=once)
 
-    def run_once(self) -> KernelWatch:
-        kw = self.watch()
+    def run_once(self, thresholds=None) -> KernelWatch:
+        kw = self.watch(thresholds=thresholds)
         kw.run()
         return kw
 

@@ -122,11 +122,26 @@ def test_watermark_of_another_boot_id_does_not_hide_this_boots_lines(node):
 
 
 def test_finding_while_under_repair_moves_the_watermark_without_acting(node):
+    # as strong as the fence or weaker (issue 27: fences only go up, never down)
+    node.kube.node["spec"]["taints"].append(VOCAB.manual.as_taint())
+    node.log.write_text(xid(code=79))
+    kw = node.run_once()
+    assert kw.acted == 1 and REBOOT not in node.kube.taints() and MANUAL in node.kube.taints()
+    assert node.kube.ann(keys.ANN_LAST_FINDING)["acted"] is False
+    node.release()
+    assert node.run_once().acted == 0  # handled; a release does not replay it
+
+
+def test_a_stronger_finding_raises_the_fence_and_keeps_other_taints(node):
     node.kube.node["spec"]["taints"].append(VOCAB.reboot.as_taint())
     node.log.write_text(xid(code=64, text="Row remapping failure"))
     kw = node.run_once()
-    assert kw.acted == 1 and MANUAL not in node.kube.taints()
-    assert node.kube.ann(keys.ANN_LAST_FINDING)["acted"] is False
+    assert kw.acted == 1
+    assert node.kube.taints() == {"example.com/team=a", MANUAL}  # replaced, others kept
+    mark = node.kube.ann(keys.ANN_LAST_FINDING)
+    assert mark["acted"] is True and mark["rule"] == "xid.64"
+    (event,) = node.kube.events
+    assert event[0] == "FleetmedicFenced" and "raised fleetmedic.io/repair=reboot to" in event[2]
     node.release()
     assert node.run_once().acted == 0  # handled; a release does not replay it
 
