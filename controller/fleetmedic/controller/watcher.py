@@ -102,12 +102,15 @@ class NodeWatcher(Generic[T]):
 
     def run(self, stop: threading.Event) -> None:
         rv: str | None = None
+        outage = _Outage(self.what, self.retry_delay)
         while not stop.is_set():
             try:
                 if rv is None:
                     rv = self._relist()
+                    outage.over()
                 self.requests += 1
                 for kind, obj in self._watch(rv):
+                    outage.over()
                     rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     if kind != "BOOKMARK":
                         self._apply(kind, obj)
@@ -116,15 +119,9 @@ class NodeWatcher(Generic[T]):
             except Expired:
                 log.info("%s watch expired (410); listing again", self.what)
                 rv = None
-            except PermanentError as exc:
-                # RBAC or a bad request will not heal by retrying fast; say so once per try.
-                self.error = exc
-                log.error("%s watch: %s", self.what, exc)
-                stop.wait(self.retry_delay * 5)
             except FleetmedicError as exc:
                 self.error = exc
-                log.warning("%s watch: %s; retrying in %.0fs", self.what, exc, self.retry_delay)
-                stop.wait(self.retry_delay)
+                stop.wait(outage.failed(exc))
 
     # -- what is watched (a subclass watches something else: podwatch.py) ----------------
     what = "node"
@@ -186,3 +183,43 @@ def wait_synced(watcher: NodeWatcher, timeout: float) -> None:
     while not watcher.synced.wait(0.2):
         if time.monotonic() > deadline:
             raise watcher.error or FleetmedicError(f"could not list nodes within {timeout:.0f}s")
+
+
+class _Outage:
+    """Back-off and logging while a watch cannot reach the API server: exponential from
+    ``delay`` up to ``cap`` seconds, and one log line when the outage starts, when its
+    cause changes and when it ends (not one per retry: an on-call engineer reading the log
+    of an hour-long outage needs three lines, not 1,800)."""
+
+    cap = 15.0
+    """A retry is one cheap request; 15 s bounds how long the view stays stale after the
+    server is back (a controller restart test brings the API server back within seconds)."""
+
+    def __init__(self, what: str, delay: float) -> None:
+        self.what, self.first = what, delay
+        self.delay, self.since, self.cause = delay, 0.0, ""
+
+    def failed(self, exc: FleetmedicError) -> float:
+        """Log what is news, and return how long to wait before the next try."""
+        # RBAC or a bad request will not heal by retrying fast: start that back-off higher.
+        floor = self.first * 5 if isinstance(exc, PermanentError) else self.first
+        cause = type(exc).__name__ + ": " + str(exc)
+        if not self.since:
+            self.since, self.delay = time.monotonic(), floor
+        if cause != self.cause:
+            level = logging.ERROR if isinstance(exc, PermanentError) else logging.WARNING
+            log.log(
+                level, "%s watch: %s; retrying with back-off up to %.0fs", self.what, exc, self.cap
+            )
+            self.cause = cause
+        wait, self.delay = self.delay, min(self.cap, max(floor, self.delay * 2))
+        return wait
+
+    def over(self) -> None:
+        if self.since:
+            log.info(
+                "%s watch: the API server answers again after %.0fs",
+                self.what,
+                time.monotonic() - self.since,
+            )
+        self.delay, self.since, self.cause = self.first, 0.0, ""
