@@ -7,9 +7,20 @@ runs, through ``ansible-runner process``, into the same artifacts a local run wr
 The run ends when the stream does (the worker's ``eof`` line), not when the unit's state
 next says so. The unit is then released, on the execution node too, in the background
 (the outcome does not wait on it; :func:`drain` waits for releases still under way).
-What stays slower than a local run is Receptor's: the controller's node reads a remote
-unit's state and output on a 1 s poll and follows files on a 0.25 s one, so a short
-run's output reaches us about 1 s after the worker wrote it.
+What stays slower than a local run is Receptor's, and for a short run it is a floor no
+client of stock 1.4.4 can lower (measured with ``bench/receptor_overhead.py --trace``;
+the issue-32 report has the table). Our node starts copying a remote unit's output only
+on a tick of its 1 s stdout poll (``monitorRemoteStdout``) after its 1 s status poll
+(``monitorRemoteStatus``) has seen the remote output grow. Both start when the unit does;
+the first status read comes a dial later, before the execution node can show any output
+(its command runner writes the output's size every 250 ms, and ``ansible-runner worker``
+takes a good half second to print its first line), and every later one lands just after
+that second's stdout tick. So the copy starts 2 s after submit at the earliest (3 s when
+the worker's first line is later than about 0.75 s), then the execution node's ``work
+results`` waits 250 ms before its first read and ours follows the copy every 250 ms: a
+play that ends within 2 s of submit is seen about 2.4 s after it. Nothing the controller
+sends changes those ticks (``work submit`` takes no poll setting; the work type, TTL and
+params do not touch the copy), so only ``direct_results`` is faster.
 
 While the results stream, one control-socket connection per run watches the execution
 node's route: a live stream alone cannot tell a long task from a dead node (Receptor
