@@ -17,9 +17,9 @@ the first status read comes a dial later, before the execution node can show any
 takes 0.3-0.6 s to print its first line), and every later one lands just after
 that second's stdout tick. So the copy starts 2 s after submit at the earliest (3 s when
 the worker's first line is later than about 0.75 s), then the execution node's ``work
-results`` waits 250 ms before its first read (ours follows the copy every 250 ms, read in
-four phases by :class:`_Merged`): a
-play that ends within 2 s of submit is seen about 2.3 s after it. Nothing the controller
+results`` waits 250 ms before its first read (ours follows the copy every 250 ms, read
+in four phases by :class:`_Merged`): a play that ends within 2 s of submit is seen
+about 2.3 s after it. Nothing the controller
 sends changes those ticks (``work submit`` takes no poll setting; the work type, TTL and
 params do not touch the copy), so only ``direct_results`` is faster.
 
