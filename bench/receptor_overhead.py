@@ -32,6 +32,7 @@ import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,12 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
+from receptorctl.socket_interface import ReceptorControl  # noqa: E402
 
 from fleetmedic.adapters import receptor, runner  # noqa: E402
 from fleetmedic.errors import TemporaryError  # noqa: E402
 from fleetmedic.model.config import AnsibleConfig, ReceptorConfig  # noqa: E402
 from tests.harness.fleet import start_fleet  # noqa: E402
-from tests.harness.mesh import find_binaries, start_mesh  # noqa: E402
+from tests.harness.mesh import Mesh, find_binaries, start_mesh  # noqa: E402
 
 PLAY = [
     {
@@ -64,6 +66,71 @@ PLAY = [
 IN_FLIGHT = "8"  # runs in flight during the batch (the controller's default pool size)
 
 
+class Tracer:
+    """``--trace``: the remote unit's timeline, read every 20 ms from the control sockets
+    of our node and of exec-1 (the bench can reach exec-1's socket on the shared file
+    system; the controller cannot, which is why this is a bench aid and not a route).
+    Marks, in seconds after submit: exec-1 has output (its unit's StdoutSize > 0), our
+    node's copy of the state first shows that output (its 1 s status poll), our node's
+    copy of the output starts (the stdout copier dialled), exec-1's unit is complete."""
+
+    MARKS = ("exec-1 output", "our node sees it", "copy starts", "exec-1 done")
+
+    def __init__(self, mesh: Mesh) -> None:
+        self.mesh = mesh
+        self.unit = ""
+        self.since = 0.0
+        self.rows: list[tuple[float, ...]] = []
+        self._marks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, unit: str) -> None:
+        self.unit, self.since, self._marks = unit, time.monotonic(), {}
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        deadline = time.monotonic() + 3  # exec-1's state may say so after the stream ended
+        while "exec-1 done" not in self._marks and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self.rows.append(tuple(self._marks.get(m, float("nan")) for m in self.MARKS))
+
+    def _mark(self, name: str) -> None:
+        self._marks.setdefault(name, time.monotonic() - self.since)
+
+    def _sample(self) -> None:
+        ours = ReceptorControl(f"unix:{self.mesh.socket}")
+        theirs = ReceptorControl(f"unix:{self.mesh.node('exec-1').socket}")
+        copy = self.mesh.controller_data_dir / self.mesh.controller_id / self.unit / "stdout"
+        remote = ""
+        try:
+            while not self._stop.wait(0.02):
+                st = ours.simple_command(f"work status {self.unit}")
+                remote = remote or (st.get("ExtraData") or {}).get("RemoteUnitID") or ""
+                if st.get("StdoutSize"):
+                    self._mark("our node sees it")
+                if copy.exists() and copy.stat().st_size:
+                    self._mark("copy starts")
+                if remote:
+                    rst = theirs.simple_command(f"work status {remote}")
+                    if rst.get("StdoutSize"):
+                        self._mark("exec-1 output")
+                    if rst.get("State", 0) >= 2:  # Succeeded, Failed
+                        self._mark("exec-1 done")
+        except (OSError, RuntimeError, ValueError):
+            pass  # the unit is released: the run is over
+        finally:
+            ours.close()
+            theirs.close()
+
+
 class Phases(logging.Handler):
     """The receptor adapter's per-run phase times (its debug line), for the pairs."""
 
@@ -73,10 +140,13 @@ class Phases(logging.Handler):
         self.route = ""
         self.by_route: dict[str, list[tuple[float, ...]]] = {}
         self.marks: dict[str, list[tuple[float, ...]]] = {}
+        self.tracer: Tracer | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self.on:
             return
+        if self.tracer and record.msg.startswith("run %s: unit %s on"):
+            self.tracer.start(str(record.args[1]))  # type: ignore[index]
         for prefix, into in (("run %s: transmit", self.by_route), ("run %s: after", self.marks)):
             if record.msg.startswith(prefix):
                 times = tuple(float(x) for x in record.args[1:])  # type: ignore[index]
@@ -125,6 +195,13 @@ def main() -> int:
         default="both",
         help="also (both), never (off) or only (only) run the mesh with direct_results;"
         " the batch uses direct_results unless off",
+    )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="also read the default route's unit state every 20 ms on both nodes (a timeline"
+        " of where the time goes; the polling costs a little CPU, so ratios are best taken"
+        " without it)",
     )
     args = ap.parse_args()
     if args.smoke:
@@ -204,11 +281,15 @@ def main() -> int:
             local: list[float] = []
             remote: dict[str, list[float]] = {r: [] for r in routes[args.direct]}
             phases.on = True
+            tracer = Tracer(mesh) if args.trace else None
             for _ in range(args.pairs):
                 local.append(run(1, None))
                 for route in routes[args.direct]:
                     phases.route = route
+                    phases.tracer = tracer if route == "mesh" else None
                     remote[route].append(run(1, "exec-1", cfg=cfgs[route]))
+                    if phases.tracer:
+                        phases.tracer.stop()
             phases.on = False
 
             def batch(via_for, width: int) -> tuple[float, float]:
@@ -268,6 +349,14 @@ def main() -> int:
                 "    median after submit: "
                 + ", ".join(f"{n} {m:.2f} s" for n, m in zip(names, medians, strict=True))
             )
+        if route == "mesh" and tracer and tracer.rows:
+            medians = [statistics.median(r[k] for r in tracer.rows) for k in range(4)]
+            print(
+                "    traced, median after submit: "
+                + ", ".join(f"{n} {m:.2f} s" for n, m in zip(Tracer.MARKS, medians, strict=True))
+            )
+            for row in tracer.rows:
+                print("      run: " + " ".join(f"{m:.2f}" for m in row))
     for width, (spread, here) in batches.items():
         print(
             f"  batch of {args.batch} over 3 nodes, {width} at a time: "

@@ -7,9 +7,21 @@ runs, through ``ansible-runner process``, into the same artifacts a local run wr
 The run ends when the stream does (the worker's ``eof`` line), not when the unit's state
 next says so. The unit is then released, on the execution node too, in the background
 (the outcome does not wait on it; :func:`drain` waits for releases still under way).
-What stays slower than a local run is Receptor's: the controller's node reads a remote
-unit's state and output on a 1 s poll and follows files on a 0.25 s one, so a short
-run's output reaches us about 1 s after the worker wrote it.
+What stays slower than a local run is Receptor's, and for a short run it is a floor no
+client of stock 1.4.4 can lower (measured with ``bench/receptor_overhead.py --trace``;
+the issue-32 report has the table). Our node starts copying a remote unit's output only
+on a tick of its 1 s stdout poll (``monitorRemoteStdout``) after its 1 s status poll
+(``monitorRemoteStatus``) has seen the remote output grow. Both start when the unit does;
+the first status read comes a dial later, before the execution node can show any output
+(its command runner writes the output's size every 250 ms, and ``ansible-runner worker``
+takes 0.3-0.6 s to print its first line), and every later one lands just after
+that second's stdout tick. So the copy starts 2 s after submit at the earliest (3 s when
+the worker's first line is later than about 0.75 s), then the execution node's ``work
+results`` waits 250 ms before its first read (ours follows the copy every 250 ms, read
+in four phases by :class:`_Merged`): a play that ends within 2 s of submit is seen
+about 2.3 s after it. Nothing the controller
+sends changes those ticks (``work submit`` takes no poll setting; the work type, TTL and
+params do not touch the copy), so only ``direct_results`` is faster.
 
 While the results stream, one control-socket connection per run watches the execution
 node's route: a live stream alone cannot tell a long task from a dead node (Receptor
@@ -47,6 +59,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -144,7 +157,7 @@ class _Results:
 
     def __init__(
         self,
-        stream: tuple[socket.socket, BinaryIO],
+        stream: tuple[socket.socket | _Merged, BinaryIO],
         pdd: Path,
         ident: str,
         unit: str,
@@ -208,7 +221,7 @@ class _Results:
 
 def _open_results(
     settings: ReceptorConfig, unit: str, node: str, session: _Session
-) -> tuple[tuple[socket.socket, BinaryIO], bool]:
+) -> tuple[tuple[socket.socket | _Merged, BinaryIO], bool]:
     """The stream to read the unit's results from, and whether it is direct."""
     if settings.direct_results:
         st = session.ask(f"work status {unit}") or {}
@@ -221,9 +234,117 @@ def _open_results(
             return stream, True
         except receptor_direct.Refused as exc:
             log.warning("unit %s: results through our node: direct stream refused: %s", unit, exc)
-    rc = ReceptorControl(f"unix:{settings.socket}")
-    sock, reader = rc.get_work_results(unit, return_socket=True, return_sockfile=True)
-    return (sock, reader), False
+    merged = _Merged(settings, unit)
+    return (merged, merged.reader), False
+
+
+_FOLLOW = 0.25
+"""Seconds between our node's reads of its copy of a remote unit's output (GetResults)."""
+_READERS = 4
+"""Streams of our node's copy :class:`_Merged` reads, opened ``_FOLLOW / _READERS`` apart."""
+
+
+class _Merged:
+    """Our node's copy of the unit's output, read through ``_READERS`` ``work results``
+    streams opened a fraction of its 250 ms follow tick apart and merged into one (each
+    byte from the stream that has it first): a stream reads the copy in a phase set when
+    it opens, and the copy lands at a fixed point of the unit's own 1 s ticks (2.27 s
+    after submit in 8 of 8 traced runs), so a single stream waited ~0.23 s for it every
+    run. The streams are local (our control socket): no dial of the execution node, so
+    no more chances of the link wedge. Quacks like the socket :class:`_Results` shuts."""
+
+    def __init__(self, settings: ReceptorConfig, unit: str) -> None:
+        self._address = f"unix:{settings.socket}"
+        self._unit = unit
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._delivered = 0
+        self._left = _READERS  # streams not ended yet (or not yet opened)
+        self._closed = False
+        r, w = os.pipe()
+        self.reader: BinaryIO = os.fdopen(r, "rb")
+        self._writer = os.fdopen(w, "wb")
+        try:
+            self._start(*self._open())  # the first one's failure is the caller's
+        except BaseException:
+            self._writer.close()
+            self.reader.close()
+            raise
+        threading.Thread(target=self._open_rest, name=f"receptor-open-{unit}", daemon=True).start()
+
+    def _open(self) -> tuple[socket.socket, BinaryIO]:
+        rc = ReceptorControl(self._address)
+        sock, reader = rc.get_work_results(self._unit, return_socket=True, return_sockfile=True)
+        return sock, reader
+
+    def _start(self, sock: socket.socket, reader: BinaryIO) -> None:
+        with self._lock:
+            if self._closed:
+                sock.close()
+                self._left -= 1
+                return
+            self._socks.append(sock)
+        threading.Thread(
+            target=self._pump, args=(sock, reader), name=f"receptor-copy-{self._unit}", daemon=True
+        ).start()
+
+    def _open_rest(self) -> None:
+        for _ in range(_READERS - 1):
+            time.sleep(_FOLLOW / _READERS)
+            try:
+                if self._closed:
+                    raise OSError("closed")
+                self._start(*self._open())
+            except (RuntimeError, OSError, ValueError) as exc:
+                log.debug("unit %s: one more results stream: %s", self._unit, exc)
+                self._ended()
+
+    def _pump(self, sock: socket.socket, reader: BinaryIO) -> None:
+        pos = 0
+        try:
+            while chunk := reader.read1(65536):  # type: ignore[attr-defined]
+                end = pos + len(chunk)
+                with self._lock:
+                    if end > self._delivered and not self._closed:
+                        self._writer.write(chunk[self._delivered - pos :])
+                        self._writer.flush()
+                        self._delivered = end
+                pos = end
+        except (OSError, ValueError):
+            pass  # shut from outside, or the reader went away
+        finally:
+            reader.close()
+            sock.close()
+            self._ended()
+
+    def _ended(self) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left > 0:
+                return
+        self._close_writer()
+
+    def _close_writer(self) -> None:
+        try:
+            self._writer.close()
+        except OSError:  # the reading end is gone: nothing left to tell
+            pass
+
+    def shutdown(self, how: int) -> None:
+        with self._lock:
+            self._closed = True
+            socks = list(self._socks)
+        for sock in socks:
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass
+
+    def settimeout(self, limit: float) -> None:
+        """Only a direct stream is read on after the run (:meth:`_Results.finish`)."""
+
+    def close(self) -> None:
+        self.shutdown(socket.SHUT_RDWR)
 
 
 def run(
