@@ -16,7 +16,7 @@ Example file (every key optional)::
       poll: 0.1
       dedup_window: 60
       thresholds:              # override the catalog's (count 0 turns one off)
-        nvrm.unclassified: {count: 5, window: 3600, action: diagnose}   # Xid 13/31: workflows, not counts
+        nvrm.unclassified: {count: 5, window: 3600, action: diagnose}
     checks:                    # fleetmedic.checks.CheckConfig
       vendor: auto
       timeout: 15
