@@ -11,6 +11,9 @@ such environment, from the node's scenario file instead: `$FLEETMEDIC_FAKE_<TOOL
 `/var/lib/fleetmedic-test/<tool>.json`, `{"output": "<the capture's text>", "exit": N,
 "hang": S}`. Neither: dcgmi gives the real tool's answer when no host engine runs (exit
 255); rvs a line on stderr and exit 1, which carries no verdict (unknown).
+Every run that gets past the usage check appends its arguments as one JSON line to
+`$FLEETMEDIC_FAKE_<TOOL>_LOG`, else `/var/lib/fleetmedic-test/<tool>.log` when that directory
+exists (a test-fleet node), so a test can tell how often, and at which level, it ran.
 Standard library only.
 """
 
@@ -28,6 +31,15 @@ TOOLS = {
     "dcgmi": ("diag -r N -j", lambda a: a[:1] == ["diag"] and "-j" in a, (NO_ENGINE, 255)),
     "rvs": ("-r N", lambda a: a[:1] == ["-r"] and len(a) == 2, ("fake rvs: no scenario\n", 1)),
 }
+
+
+def log_call(tool: str, argv: list[str]) -> None:
+    path = os.environ.get(
+        f"FLEETMEDIC_FAKE_{tool.upper()}_LOG", f"/var/lib/fleetmedic-test/{tool}.log"
+    )
+    if os.path.isdir(os.path.dirname(path) or "."):
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"argv": argv, "at": time.time()}) + "\n")
 
 
 def scenario(tool: str) -> tuple[str | None, int, float]:
@@ -60,6 +72,7 @@ if __name__ == "__main__":
     if not accepts(sys.argv[1:]):
         print(f"fake {tool}: only '{usage}' is emulated", file=sys.stderr)
         sys.exit(2)
+    log_call(tool, sys.argv[1:])
     text, code, hang = scenario(tool)
     time.sleep(hang)
     if text is None:
