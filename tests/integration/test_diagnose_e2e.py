@@ -73,7 +73,10 @@ def test_diagnose_passes_untouched_survives_a_kill_and_a_failure_enters_its_rung
     node = b.fleet.node(1)
     dcgmi(node, "pass-3.1.0.txt")
     [name] = b.register()
-    cfg = b.config(smtp_sink, ladder={"playbooks": {"diagnostics": {"timeout": 180}}})
+    cfg = b.config(
+        smtp_sink,
+        ladder={"playbooks": {"diagnostics": {"playbook": "quarantine.yml", "timeout": 180}}},
+    )
     assert yaml.safe_load(cfg.read_text())["ladder"].get("order") is None  # the default
     port = yaml.safe_load(cfg.read_text())["metrics"]["port"]
     proc = b.controller(cfg)
