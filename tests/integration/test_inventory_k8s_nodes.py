@@ -156,6 +156,7 @@ def test_graph_shows_tainted_nodes_in_their_groups(kube, fleet_nodes, tmp_path):
     assert listing["foreign"]["children"] == ["foreign_trainy_konduktor_ai_faulty"]
     assert groups_of(listing, n["reimage"]) == {"repair_reimage", "vendor_amd"}
     assert set(listing["in_repair"]["children"]) == {
+        "repair_diagnose",  # the diagnose state (issue 27)
         "repair_reset",
         "repair_reboot",
         "repair_power_cycle",

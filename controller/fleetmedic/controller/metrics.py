@@ -86,6 +86,14 @@ class Metrics:
             ["recommendation"],
             registry=r,
         )
+        self.diagnostics = Counter(
+            "fleetmedic_diagnostics",
+            "Diagnose state runs of the vendor diagnostics judged, by result (pass: on to "
+            "verify and back untouched; fail: into the rung the failed test maps to; "
+            "unknown: into the first repair rung)",
+            ["result"],
+            registry=r,
+        )
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )

@@ -80,13 +80,16 @@ class Update:
         if self.expect_inflight != "<any>" and ann.get(keys.ANN_IN_FLIGHT) != self.expect_inflight:
             raise Stale(f"{self.node}: in-flight record changed since the decision")
         changed = []
-        if self.state is not None and self.state != current:
+        if self.state is not None:
+            # every other repair taint of ours goes, also a weaker one beside the state's
+            # (a preset with one key per state lets the agent add a stronger one beside ours)
             for s in REPAIR_STATES:
                 if s != self.state:
                     changed.append(nodeedit.remove_taint(node, vocab.repair(s)))
             if self.state != HEALTHY:
                 changed.append(nodeedit.add_taint(node, vocab.repair(self.state)))
-            changed.append(nodeedit.set_annotation(node, keys.ANN_STATE_SINCE, self.at))
+            if self.state != current:
+                changed.append(nodeedit.set_annotation(node, keys.ANN_STATE_SINCE, self.at))
         final = vocab.repair_state_of(taints_of(node)) or HEALTHY
         changed.append(nodeedit.set_label(node, keys.LABEL_STATE, final))  # selectable mirror
         if self.remove_slow_network:

@@ -50,7 +50,8 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import flap, foreign, quarantine
+from fleetmedic.model.vocabulary import REPAIR_STATES
+from fleetmedic.policy import diagnose, flap, foreign, quarantine
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
@@ -69,6 +70,7 @@ from fleetmedic.policy.steps import (
     MANUAL,
     RESULT_OF,
     NodeCtx,
+    after_diagnostics,
     after_drain,
     after_email,
     after_lost,
@@ -109,18 +111,43 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
     if fl is None:
         return _entered(n)
     if fl.step != view.state:
-        note = n.attempt(fl, SUPERSEDED, f"moved to {view.state} by someone else")
-        new = n.first(fl.ep, view.state, 1)
-        return n.write(
-            f"taint says {view.state}, not {fl.step}: following the taint",
-            annotations={keys.ANN_IN_FLIGHT: new.encode()},
-            append=(note,),
-        )
+        return _fence_moved(n, fl)
     if fl.step == MANUAL:
         return n.action(
             Kind.ESCALATE, "the ladder ran out: escalate to a human", step=MANUAL, ep=fl.ep
         )
     return _continue(n, fl)
+
+
+def _fence_moved(n: NodeCtx, fl: InFlight) -> Action:
+    """The taint names another state than the one being worked (the agent, a human or a
+    foreign signal fenced the node again meanwhile). Fences only go up:
+
+    - a stronger state (``diagnose`` -> any rung, ``reset`` -> ``reboot`` ...) supersedes
+      the attempt at this step: the rung it enters (the next one up where this ladder
+      skips it) starts afresh, in the same episode, and the weaker taint comes off. A
+      write that would have ended the old attempt (its verify's pass clearing the fence)
+      was made for the old state and is refused as stale (``Update.expect_state``);
+    - a weaker one (someone put a milder taint in place of ours) never lowers the node:
+      the taint of the step under way is put back and the attempt goes on.
+    """
+    view, order = n.view, n.cfg.ladder.order
+    if REPAIR_STATES.index(view.state) < REPAIR_STATES.index(fl.step):
+        why = f"taint lowered to {view.state} while {fl.step} is under way: fences only go up"
+        return n.write(
+            why, state=fl.step, events=(Event("RepairFenceKept", f"{why}; kept", "Warning"),)
+        )
+    rung = MANUAL if view.state == MANUAL else entry_rung(order, view.state)
+    note = n.attempt(fl, SUPERSEDED, f"moved to {view.state} by someone else")
+    new = n.first(fl.ep, rung, 1)
+    said = view.state if rung == view.state else f"{view.state} (this ladder: {rung})"
+    return n.write(
+        f"taint says {said}, not {fl.step}: the stronger fence wins",
+        state=rung,
+        annotations={keys.ANN_IN_FLIGHT: new.encode()},
+        append=(note,),
+        events=(Event("RepairRaised", f"{fl.step} -> {rung}: fenced higher meanwhile"),),
+    )
 
 
 def _unreadable(n: NodeCtx, why: str) -> Action:
@@ -214,6 +241,13 @@ def _entered(n: NodeCtx) -> Action:
             f"escalation email not sent yet (tries: {esc.tries})",
             step=MANUAL,
             ep=esc.ep,
+        )
+    if n.escalated is not None and n.escalated.decided:
+        # escalated at manual and not released (`fleetmedic release` and a return to
+        # service clear the record): someone put a milder taint in place of manual
+        why = f"taint lowered to {state} after the escalation: fences only go up"
+        return n.write(
+            why, state=MANUAL, events=(Event("RepairFenceKept", f"{why}; kept", "Warning"),)
         )
     rung = entry_rung(n.cfg.ladder.order, state)
     if rung != state:
@@ -337,12 +371,13 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             "to reinstall"
         )
         return n.action(Kind.WRITE, msg, update=fail_step(n, fl, FAIL, msg), **ctx)
+    extra = diagnose.hostvars(cfg) if fl.phase == diagnose.PHASE else {}
     return n.action(
         Kind.RUN,
         f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
         playbook=str(cfg.playbook_path(pb)),
         timeout=pb.timeout or cfg.ansible.job_timeout,
-        hostvars=_hostvars(view, fl, phases),
+        hostvars={**_hostvars(view, fl, phases), **extra},
         resumed=resumed,
         disruptive=fl.phase in DISRUPTIVE_PHASES,
         **ctx,
@@ -428,6 +463,8 @@ def complete(
         return after_drain(n, fl, outcome)
     if fl.phase == quarantine.PHASE:
         return after_quarantine(n, fl, outcome)
+    if fl.phase == diagnose.PHASE:
+        return after_diagnostics(n, fl, outcome)
     # Evidence capture is best effort: a failed diagnose must not block the repair. A node
     # that does not answer fails the rungs that need SSH at once (the ladder climbs), but
     # not those that act around the node: power_cycle's BMC reaches a hung node (and keeps

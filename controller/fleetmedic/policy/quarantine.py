@@ -24,7 +24,8 @@ port checks). :func:`judge` reads its result:
 :func:`record` is the ``fleetmedic.io/quarantine`` annotation: the recommendation, the
 level, the time, every test's result per GPU and the fabric findings, bounded in size.
 The in-flight marker's phase says a quarantine is under way, so a controller restart
-runs it again (diagnostics change nothing on the node).
+resumes it; the playbook started the run detached on the node under the attempt's request
+id, so the resumed phase waits for that run instead of starting a second one.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def ask(view: NodeView, cfg: Config, by: str, at: str) -> tuple[Update, str]:
             events=(Event("QuarantineRequested", f"by {by}: before it returns from {state}"),),
         )
         return upd, f"in {state}: quarantined before it returns to service"
-    first = order[0]
+    first = cfg.ladder.first_repair()  # not diagnose: a repair, then the quarantine
     if first == "manual" or cfg.ladder.step(first).terminal:
         raise ValueError(f"its ladder starts at {first}, which does not return it to service")
     upd = Update(

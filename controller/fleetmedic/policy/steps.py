@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, StepConfig
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import foreign, quarantine
+from fleetmedic.policy import diagnose, foreign, quarantine, sweep
 from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     DRAIN_BLOCKED,
@@ -350,6 +350,25 @@ def after_quarantine(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
         append=(mark,),
         annotations={**ann, keys.ANN_IN_FLIGHT: n.first(fl.ep, nxt, 1).encode()},
         events=(Event("QuarantineFailed", short(f"{said}; next: {nxt}"), "Warning"),),
+    )
+
+
+def after_diagnostics(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
+    """The diagnose state's diagnostics (policy/diagnose.py): passed, on to verify (whose
+    pass returns the node untouched); failed or unknown, into the ladder at the rung
+    diagnose.rung_after gives, the attempt failed with what the tools said."""
+    v = diagnose.verdict(outcome)
+    said = diagnose.summary(n.cfg, v)
+    if v.result == sweep.PASS:
+        return next_phase(n, fl.with_(notes=(*fl.notes, said), run_id=outcome.run_id or fl.run_id))
+    rung = diagnose.rung_after(n.cfg, v)
+    mark = n.attempt(fl, FAIL, said, outcome.run_id)
+    reason = "DiagnosticsFailed" if v.result == sweep.FAIL else "DiagnosticsUnknown"
+    return n.update(
+        state=rung,
+        append=(mark,),
+        annotations={keys.ANN_IN_FLIGHT: n.first(fl.ep, rung, 1).encode()},
+        events=(Event(reason, short(f"{said}; next: {rung}"), "Warning"),),
     )
 
 

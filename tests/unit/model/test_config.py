@@ -53,9 +53,15 @@ def test_empty_file_gives_documented_defaults(tmp_path):
     )
 
 
-def test_the_default_ladder_is_reset_reboot_reimage_manual(tmp_path):
+def test_the_default_ladder_is_diagnose_reset_reboot_reimage_manual(tmp_path):
     cfg = config.load(write(tmp_path, ""))
-    assert cfg.ladder.order == ("reset", "reboot", "reimage", "manual")
+    assert cfg.ladder.order == ("diagnose", "reset", "reboot", "reimage", "manual")
+    assert cfg.ladder.first_repair() == "reset"
+    # the diagnose state: GPU pods off, the vendor diagnostics, the checks; no evidence
+    # capture (its `diagnose` phase is not the diagnose state's `diagnostics`)
+    assert cfg.ladder.diagnose.phases == ("drain_gpu", "diagnostics", "verify")
+    assert cfg.ladder.diagnose_level == 2
+    assert cfg.ladder.playbooks.diagnostics.playbook == "quarantine.yml"
     assert cfg.ladder.reset.phases == ("diagnose", "drain_gpu", "reset", "verify")
     assert cfg.vocabulary().reset.as_taint() == {
         "key": "fleetmedic.io/repair",
@@ -70,6 +76,11 @@ def test_only_the_playbooks_of_configured_rungs_must_exist(tmp_path):
     for name in ("diagnose", "reset", "reboot", "reimage", "verify"):
         (books / f"{name}.yml").write_text("[]\n")
     cfg = config.load(write(tmp_path, f"ansible: {{playbook_dir: {books}}}"))
+    # the diagnose rung's diagnostics run the quarantine's playbook
+    assert [m for m in cfg.missing_files() if m.startswith("ladder.")] == [
+        f"ladder.playbooks.diagnostics: {books / 'quarantine.yml'}"
+    ]
+    (books / "quarantine.yml").write_text("[]\n")
     assert [m for m in cfg.missing_files() if m.startswith("ladder.")] == []
     cfg = config.load(
         write(

@@ -33,8 +33,9 @@ def test_a_ladder_with_power_cycle_needs_the_section():
 
 
 def test_with_a_bmc_section_power_cycle_follows_reboot_by_default():
-    assert parse_plain({}).ladder.order == ("reset", "reboot", "reimage", "manual")
+    assert parse_plain({}).ladder.order == ("diagnose", "reset", "reboot", "reimage", "manual")
     assert parse_plain({"bmc": CREDS}).ladder.order == (
+        "diagnose",
         "reset",
         "reboot",
         "power_cycle",

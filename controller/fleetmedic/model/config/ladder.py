@@ -13,6 +13,7 @@ from fleetmedic.model.vocabulary import REPAIR_STATES
 
 Phase = Literal[
     "diagnose",
+    "diagnostics",
     "drain",
     "drain_gpu",
     "reset",
@@ -28,9 +29,13 @@ PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 that use a GPU (a GPU reset does not disturb the rest). Every other phase runs the playbook
 of the same name (``reinstall``: the vendor's). ``reboot`` and ``power_cycle`` boot the node:
 its boot_id is read before, so a restart mid-way can tell whether the boot happened.
-``notify`` sends the email (and chat) that the node is being replaced, with its evidence,
-while the Node and its annotations still exist; ``replace`` hands the node to its cloud
-(cloud.py) and ends its life: no verify follows."""
+``diagnose`` captures evidence (playbooks/diagnose.yml) before a repair may wipe it; not to
+be confused with ``diagnostics``, the phase of the ``diagnose`` *state* (the mildest fence)
+that runs the vendor's diagnostics on the fenced node (``fleetmedic diag``: DCGM or RVS at
+``ladder.diagnose_level``, through the quarantine's playbook) and is judged by
+policy/diagnose.py. ``notify`` sends the email (and chat) that the node is being replaced,
+with its evidence, while the Node and its annotations still exist; ``replace`` hands the
+node to its cloud (cloud.py) and ends its life: no verify follows."""
 BOOTING_PHASES = ("reboot", "power_cycle")
 ENDINGS: tuple[tuple[str, ...], ...] = (("verify",), ("notify", "replace"))
 """How a step's phases may end: in a verify (the node returns to service when it passes),
@@ -95,6 +100,11 @@ class PlaybooksConfig(Section):
     which is why the default reimage step has no separate reboot phase)."""
     reinstall_amd: PlaybookConfig = PlaybookConfig(playbook="reimage.yml", timeout=3600)
     """ROCm reinstall (amdgpu-dkms); the same playbook picks the stack by fleetmedic_vendor."""
+    diagnostics: PlaybookConfig = PlaybookConfig(playbook="quarantine.yml", timeout=1200)
+    """The diagnose state's vendor diagnostics: the quarantine's playbook (one run path for
+    `fleetmedic diag`), without the fabric checks. 20 min covers level 2 (DCGM's own limit
+    for it is about 10 min, the playbook's 11) and an SSH login on a loaded node; raise it
+    to an hour with diagnose_level 3."""
     verify: PlaybookConfig = PlaybookConfig(playbook="verify.yml", timeout=600)
     """The same checks the agent runs (`fleetmedic check`), so pass means what fencing meant."""
     power_cycle: PlaybookConfig = PlaybookConfig(playbook="power_cycle.yml", timeout=1800)
@@ -123,8 +133,15 @@ class PlaybooksConfig(Section):
 
 
 Rung = Literal["diagnose", "reset", "reboot", "power_cycle", "reimage", "replace", "manual"]
-LADDER_ORDER: tuple[Rung, ...] = ("reset", "reboot", "reimage", "manual")
-LADDER_ORDER_WITH_BMC: tuple[Rung, ...] = ("reset", "reboot", "power_cycle", "reimage", "manual")
+LADDER_ORDER: tuple[Rung, ...] = ("diagnose", "reset", "reboot", "reimage", "manual")
+LADDER_ORDER_WITH_BMC: tuple[Rung, ...] = (
+    "diagnose",
+    "reset",
+    "reboot",
+    "power_cycle",
+    "reimage",
+    "manual",
+)
 """The default order once the config has a `bmc:` section (Config sees to it)."""
 assert Rung.__args__ == REPAIR_STATES, "the rungs are the vocabulary's repair states"  # type: ignore[attr-defined]
 
@@ -160,8 +177,31 @@ class LadderConfig(Section):
     """The rungs, mildest first, ending in `manual`. A failed rung climbs to the next. A node
     fenced at a rung this list leaves out starts on the next rung up (never a milder one).
     `power_cycle` needs the `bmc` section; with one and no `order` given, the default is
-    reset, reboot, power_cycle, reimage, manual (a cold boot before a reinstall, as
-    operators do)."""
+    diagnose, reset, reboot, power_cycle, reimage, manual (a cold boot before a reinstall,
+    as operators do).
+
+    `diagnose` is a rung only nodes fenced at it enter (a finding that calls for the vendor
+    diagnostics, not a repair: NVIDIA's WORKFLOW_XID_13/31); nothing climbs into it. In the
+    default order so such nodes get their diagnostics; a pool whose nodes lack dcgmi and
+    rvs leaves it out, and its diagnose-fenced nodes start at the pool's first repair rung
+    (with the tools missing every run would be unknown, which enters that rung anyway). A
+    failed diagnostic enters the rung its test maps to (data/diag_catalog.yaml), never a
+    milder one than the first repair rung after `diagnose`."""
+    diagnose: StepConfig = StepConfig(phases=("drain_gpu", "diagnostics", "verify"))
+    """The diagnose state (policy/diagnose.py): the vendor diagnostics on the fenced node,
+    then the checks. The pods using the GPUs leave first: DCGM's level 2 and higher stress
+    every GPU (memory, PCIe, SM and power tests) and want them to themselves (a job still
+    on them makes tests fail or skip, and the stress would slow or crash the job); the
+    repair taint only keeps new pods away. Pods without a GPU stay, as for a reset. No
+    evidence capture (`diagnose` phase): nothing here wipes evidence, and a failure enters
+    a rung that captures it first. Pass: the node returns untouched (no reboot, no reset),
+    its taint and our cordon off."""
+    diagnose_level: int = Field(2, ge=1, le=5)
+    """`dcgmi diag -r` (1-4) / `rvs -r` (1-5) level of the diagnose state. 2: a few minutes
+    of DCGM's short functional tests (PCIe, memory, a targeted stress), which is what
+    NVIDIA's WORKFLOW_XID_13/31 ask for first ("run DCGM diagnostics"); 3 holds every such
+    node out of service for about half an hour, for a finding that is often the job's
+    fault, and is what the quarantine rung is for."""
     reset: StepConfig = StepConfig(phases=("diagnose", "drain_gpu", "reset", "verify"))
     """Only the pods using the GPUs leave; a refused or failed reset climbs to reboot."""
     reboot: StepConfig = StepConfig(phases=("diagnose", "drain", "reboot", "verify"))
@@ -214,11 +254,16 @@ class LadderConfig(Section):
         """Only the replace rung may end a node's life, and only it must."""
         if self.replace_manual and "replace" not in self.order:
             raise ValueError("replace_manual needs the replace rung in `order`")
-        for rung in ("reset", "reboot", "power_cycle", "reimage", "replace"):
+        for rung in ("diagnose", "reset", "reboot", "power_cycle", "reimage", "replace"):
             if self.step(rung).terminal != (rung == "replace"):
                 want = "notify, replace" if rung == "replace" else "verify"
                 raise ValueError(f"{rung}: its phases must end in {want}")
         return self
+
+    def first_repair(self) -> str:
+        """The first rung that repairs (not `diagnose`): where a node whose diagnostics
+        failed in a way no test names, or could not tell, enters; `manual` if none."""
+        return next((r for r in self.order if r != "diagnose"), "manual")
 
     def rungs(self) -> tuple[str, ...]:
         """The rungs that run playbooks (all but `manual`)."""
