@@ -72,7 +72,7 @@ def test_diagnose_passes_untouched_survives_a_kill_and_a_failure_enters_its_rung
     [name] = b.register()
     cfg = b.config(
         smtp_sink,
-        ladder={"playbooks": {"diagnostics": {"playbook": "quarantine.yml", "timeout": 180}}},
+        ladder={"playbooks": {"diagnostics": {"playbook": "quarantine.yml", "timeout": 780}}},
     )
     assert yaml.safe_load(cfg.read_text())["ladder"].get("order") is None  # the default
     port = yaml.safe_load(cfg.read_text())["metrics"]["port"]

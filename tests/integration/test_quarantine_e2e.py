@@ -71,7 +71,7 @@ def test_a_node_repaired_twice_for_the_same_xid_is_quarantined_and_on_demand_too
     [name] = b.register()
     cfg = b.config(
         smtp_sink,
-        ladder={"order": ["reboot", "manual"], "quarantine": {"enabled": True, "timeout": 180}},
+        ladder={"order": ["reboot", "manual"], "quarantine": {"enabled": True, "timeout": 2880}},
     )
     proc = b.controller(cfg)
     port = yaml.safe_load(cfg.read_text())["metrics"]["port"]

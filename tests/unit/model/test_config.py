@@ -355,3 +355,21 @@ def test_cluster_errors_are_one_line(tmp_path):
     assert "clusters.0 (a)" in error_of(tmp_path, bad) and "kubeconfg" in error_of(tmp_path, bad)
     with pytest.raises(ConfigError, match=r"no cluster 'b' \(known: a\)"):
         config.load(write(tmp_path, "clusters:\n  - {name: a, kube: {}}\n")).cluster("b")
+
+
+def test_diagnostics_timeouts_fit_their_level(tmp_path):
+    # left unset, the diagnose state's timeout follows its level (a level-3 run is 46 min)
+    cfg = config.load(write(tmp_path, "ladder:\n  diagnose_level: 3\n"))
+    assert cfg.ladder.playbooks.diagnostics.timeout == 2760 + 120
+    assert config.load(write(tmp_path, "")).ladder.playbooks.diagnostics.timeout == 1200
+    # set too short, it is a config error that names the key and the minimum
+    short = "ladder:\n  playbooks:\n    diagnostics: {playbook: quarantine.yml, timeout: 600}\n"
+    assert "diagnostics.timeout (600s)" in error_of(tmp_path, short)
+    assert "at least 780s" in error_of(tmp_path, short)
+    deep = config.load(write(tmp_path, "ladder:\n  quarantine: {level: 4}\n"))
+    assert deep.ladder.quarantine.timeout == 7260 + 120
+    deep_short = "ladder:\n  quarantine: {level: 4, timeout: 1h}\n"
+    assert "quarantine.timeout (3600s) is shorter than a level-4 run" in error_of(
+        tmp_path, deep_short
+    )
+    assert "at least 7380s" in error_of(tmp_path, deep_short)

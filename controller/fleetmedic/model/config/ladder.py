@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -146,6 +146,18 @@ LADDER_ORDER_WITH_BMC: tuple[Rung, ...] = (
 assert Rung.__args__ == REPAIR_STATES, "the rungs are the vocabulary's repair states"  # type: ignore[attr-defined]
 
 
+DIAG_RUN_SECONDS: dict[int, int] = {1: 180, 2: 660, 3: 2760, 4: 7260, 5: 21660}
+"""How long quarantine.yml waits for a `fleetmedic diag` run of each level (its
+`quarantine_timeouts`: the tools' documented run lengths with room). A playbook timeout
+below this kills every run of that level, which then counts as unknown."""
+DIAG_LOGIN_ROOM = 120
+"""Seconds on top of the run for the playbook's SSH logins and polls on a loaded node."""
+
+
+def diag_timeout_needed(level: int) -> int:
+    return DIAG_RUN_SECONDS[level] + DIAG_LOGIN_ROOM
+
+
 class QuarantineConfig(Section):
     """The quarantine rung (issue 20 part 5): deep diagnostics and the fabric checks before
     a node that keeps failing the same way returns to service, with a recommendation
@@ -168,8 +180,18 @@ class QuarantineConfig(Section):
     playbook: str = "quarantine.yml"
     """Path relative to ansible.playbook_dir (or absolute)."""
     timeout: Duration = Field(3600, ge=10)
-    """The whole run: DCGM's level 3 takes about 30 minutes (its own limit is 46); raise it
-    to 2.5 h for level 4."""
+    """The whole run: DCGM's level 3 takes about 30 minutes (its own limit is 46). Left
+    unset, it grows with `level` to fit that level's run (level 4: 2 h 3 min); set shorter
+    than the run, it is a config error (every run would time out and count as unknown)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _timeout_follows_level(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "timeout" not in data:
+            level = data.get("level", 3)
+            if isinstance(level, int) and level in DIAG_RUN_SECONDS:
+                return {**data, "timeout": max(3600, diag_timeout_needed(level))}
+        return data
 
 
 class LadderConfig(Section):
@@ -248,6 +270,45 @@ class LadderConfig(Section):
                 f"manual, got {list(v)}"
             )
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _diagnostics_timeout_follows_level(cls, data: Any) -> Any:
+        """Left unset, the diagnose state's timeout is long enough for its level's run."""
+        if not isinstance(data, dict):
+            return data
+        level = data.get("diagnose_level", 2)
+        books = data.get("playbooks")
+        if not isinstance(level, int) or level not in DIAG_RUN_SECONDS:
+            return data  # (the field's own validation says what is wrong)
+        if isinstance(books, dict) and "diagnostics" in books:
+            return data
+        need = diag_timeout_needed(level)
+        if need <= (PlaybooksConfig().diagnostics.timeout or 0):
+            return data
+        books = dict(books) if isinstance(books, dict) else {}
+        books["diagnostics"] = {"playbook": "quarantine.yml", "timeout": need}
+        return {**data, "playbooks": books}
+
+    @model_validator(mode="after")
+    def _diagnostics_fit_their_level(self) -> LadderConfig:
+        """A diagnostics timeout shorter than its level's run would judge every run unknown
+        (and leave the tool loading the GPUs while the next rung starts): a config error."""
+        need = diag_timeout_needed(self.diagnose_level)
+        timeout = self.playbooks.diagnostics.timeout  # (None: ansible.job_timeout, not ours)
+        if timeout is not None and timeout < need:
+            raise ValueError(
+                f"playbooks.diagnostics.timeout ({timeout:g}s) is "
+                f"shorter than a level-{self.diagnose_level} run (diagnose_level): at least "
+                f"{need}s"
+            )
+        q = self.quarantine
+        if q.timeout < diag_timeout_needed(q.level):
+            raise ValueError(
+                f"quarantine.timeout ({q.timeout:g}s) is shorter than a level-{q.level} run: "
+                f"at least {diag_timeout_needed(q.level)}s"
+            )
+        return self
 
     @model_validator(mode="after")
     def _terminal_only_last(self) -> LadderConfig:
