@@ -110,8 +110,10 @@ def main() -> None:
         hint = f" (see `{where} --help`)" if isinstance(exc, click.UsageError) else ""
         click.echo(f"{where}: error: {exc.format_message()}{hint}", err=True)
         sys.exit(exc.exit_code)
-    except click.Abort:  # Ctrl-C, or "no" at a confirmation: nothing was done
-        click.echo("fleetmedic: aborted, nothing changed", err=True)
+    except click.Abort:  # "no" at a confirmation (nothing done), or Ctrl-C (maybe midway)
+        click.echo(
+            "fleetmedic: aborted (a write already made stays, with its audit line)", err=True
+        )
         sys.exit(clikit.EXIT_USAGE)
     except FleetmedicError as exc:  # (commands map their own; a last resort)
         clikit.fail(exc, clikit.exit_code_of(exc))

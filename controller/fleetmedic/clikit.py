@@ -35,7 +35,6 @@ import click
 
 from fleetmedic.errors import (
     ConfigError,
-    FleetmedicError,
     TemporaryError,
     one_line,
 )
@@ -64,24 +63,6 @@ def fail(message: object, code: int = EXIT_USAGE, prog: str = "fleetmedic") -> N
     """One line on stderr, then exit ``code``."""
     click.echo(f"{prog}: error: {one_line(message, 500)}", err=True)
     sys.exit(code)
-
-
-def guard(prog: str = "fleetmedic") -> Callable[[F], F]:
-    """Decorator: a FleetmedicError ends the command with one line and its exit code."""
-
-    def wrap(fn: F) -> F:
-        import functools
-
-        @functools.wraps(fn)
-        def inner(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except FleetmedicError as exc:
-                fail(exc, exit_code_of(exc), prog)
-
-        return inner  # type: ignore[return-value]
-
-    return wrap
 
 
 def epilog(*examples: str, codes: tuple[int, ...] = (0, 2, 3)) -> str:

@@ -256,7 +256,8 @@ class _Merged:
     def __init__(self, settings: ReceptorConfig, unit: str) -> None:
         self._address = f"unix:{settings.socket}"
         self._unit = unit
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # _socks, _left, _closed
+        self._write_lock = threading.Lock()  # _delivered and the pipe's order
         self._socks: list[socket.socket] = []
         self._delivered = 0
         self._left = _READERS  # streams not ended yet (or not yet opened)
@@ -279,11 +280,14 @@ class _Merged:
 
     def _start(self, sock: socket.socket, reader: BinaryIO) -> None:
         with self._lock:
-            if self._closed:
-                sock.close()
-                self._left -= 1
-                return
-            self._socks.append(sock)
+            closed = self._closed
+            if not closed:
+                self._socks.append(sock)
+        if closed:  # shut while this stream was opening: it ends here, as a pump would
+            reader.close()
+            sock.close()
+            self._ended()
+            return
         threading.Thread(
             target=self._pump, args=(sock, reader), name=f"receptor-copy-{self._unit}", daemon=True
         ).start()
@@ -304,7 +308,8 @@ class _Merged:
         try:
             while chunk := reader.read1(65536):  # type: ignore[attr-defined]
                 end = pos + len(chunk)
-                with self._lock:
+                # its own lock: a full pipe blocks this write, and shutdown() must not wait
+                with self._write_lock:
                     if end > self._delivered and not self._closed:
                         self._writer.write(chunk[self._delivered - pos :])
                         self._writer.flush()

@@ -42,6 +42,7 @@ from fleetmedic.model.config import read_yaml, validate_dataclass
 from fleetmedic.model.config.types import Duration
 from fleetmedic.model.vocabulary import Vocabulary, preset
 from fleetmedic.scan.catalog import parse_threshold
+from fleetmedic.scan.xidcontext import load_workflows
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 
@@ -70,15 +71,21 @@ class KernelWatchConfig:
     thresholds: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Per catalog rule id (or fnmatch pattern: ``sxid.*``), ``{count, window, action,
     burst}``: overrides the catalog's ``thresholds``, past which findings that only
-    monitor (a repeated Xid 13, non-fatal SXids, amdgpu ring timeouts) fence the node
-    at ``action``. The catalog's defaults come from NVIDIA's and AMD's guidance; a
-    fleet whose jobs trip Xid 13 routinely raises ``count`` here, ``count: 0`` turns
-    one off."""
+    monitor (non-fatal SXids, amdgpu ring timeouts, unclassified driver errors) fence the node
+    at ``action``. The catalog's defaults come from NVIDIA's and AMD's guidance;
+    ``count: 0`` turns one off. Xid 13, 31 and 45 are judged by context (the catalog's
+    ``workflows:``), never counted: a key for them is refused, not silently ignored."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.thresholds, Mapping):
             raise ConfigError("kernel.thresholds: expected a mapping of rule id -> threshold")
+        judged = load_workflows()
         for key, raw in self.thresholds.items():
+            if str(key) in judged:
+                raise ConfigError(
+                    f"kernel.thresholds.{key}: {key} is judged by context (NVIDIA's workflow, "
+                    "the catalog's `workflows:`), not counted: remove this key"
+                )
             parse_threshold("kernel.thresholds", str(key), raw)
         if self.poll <= 0:
             raise ConfigError(f"kernel.poll: must be > 0, got {self.poll}")

@@ -216,13 +216,22 @@ def check_endpoint(endpoint: str) -> None:
 
     try:
         url = urlsplit(endpoint)
+    except ValueError as exc:  # (a malformed IPv6 host; nothing of the URL is echoed)
+        raise ValueError(f"--endpoint is not a URL: {exc}") from None
+    # never echo a password or token written into the URL (user:secret@host)
+    shown = (
+        url._replace(netloc=url.netloc.rpartition("@")[2]).geturl()
+        if "@" in url.netloc
+        else endpoint
+    )
+    try:
         url.port  # noqa: B018 (raises ValueError on a port out of range or not a number)
     except ValueError as exc:
-        raise ValueError(f"--endpoint {endpoint!r}: {exc}") from None
+        raise ValueError(f"--endpoint {shown!r}: {exc}") from None
     if url.scheme not in ("http", "https") or not url.hostname:
         raise ValueError(
             f"--endpoint wants Loki's http(s):// address (e.g. http://localhost:3100), "
-            f"got {endpoint!r}"
+            f"got {shown!r}"
         )
 
 

@@ -95,14 +95,16 @@ class XidFlows:
             verdict = workflow.Verdict({}, False, spec.otherwise, False, "same-event", place)
             self._said(f, spec, verdict)
             return verdict  # the same event (several lines of one fault): no API call
-        self._sent[sent] = when
-        if len(self._sent) > MAX_RECENT:
-            self._sent.clear()
         what = describe(f)
         done: tuple[Outcome, workflow.Verdict] = call(
             "record workflow finding",
             lambda: writer.record_workflow(boot=boot, occ=occ, spec=spec, what=what),
         )
+        # only once the write landed: a write that raised is tried again when the line is
+        # read again, not skipped as the same event
+        if len(self._sent) >= MAX_RECENT:
+            self._sent.clear()
+        self._sent[sent] = when
         out, verdict = done
         self._said(f, spec, verdict, out.fenced if verdict.fired else None)
         return verdict

@@ -16,8 +16,9 @@ data/diag_catalog.yaml):
 
 - pass: on to verify; its pass returns the node untouched (no drain beyond the GPU
   pods, no reset, no reboot), the taint and our cordon off;
-- fail: the node enters the rung its failed test maps to, never one milder than the
-  pool's first repair rung (:func:`rung_after`);
+- fail: the node enters the rung its failed test maps to (a failed test the catalog does
+  not map: ``reboot``, the sweeps' :data:`~fleetmedic.policy.sweep.DEFAULT_RUNG`), never
+  one milder than the pool's first repair rung (:func:`rung_after`);
 - unknown (the run failed or timed out, the tool is missing or printed nothing
   readable): the first repair rung. Unknown is never healthy, and the finding that
   fenced the node stands: the mildest repair, whose verify judges it again.
@@ -51,9 +52,10 @@ def verdict(outcome: Outcome) -> sweep.Verdict:
 
 
 def rung_after(cfg: Config, v: sweep.Verdict) -> str:
-    """The rung a node enters when its diagnostics did not pass: the failed test's rung
-    (the catalog's), else the pool's first repair rung; never milder than that rung, and
-    moved up to one the pool's ladder has (rungs.entry_rung)."""
+    """The rung a node enters when its diagnostics did not pass: a failed test's rung (the
+    catalog's, or reboot for a test it does not map), the pool's first repair rung for an
+    unknown result; never milder than that rung, and moved up to one the pool's ladder
+    has (rungs.entry_rung)."""
     first = cfg.ladder.first_repair()
     want = v.rung if v.result == sweep.FAIL and v.rung in REPAIR_STATES else first
     if REPAIR_STATES.index(want) < REPAIR_STATES.index(first):

@@ -1,6 +1,6 @@
 """The :class:`Finding` record: one GPU fault read from one log line.
 
-A finding is what the scanner yields and what ``fleetmedic scan --format json``
+A finding is what the scanner yields and what ``fleetmedic scan --json``
 prints. Its JSON form has exactly the eight fields of the issue contract
 (:data:`JSON_FIELDS`); the extra attributes (timestamp, pid, process, the
 catalog rule, the boot id) are for the agent and for the table view.
