@@ -63,11 +63,13 @@ def test_follow_file_appends_truncation_and_rotation(tmp_path: Path):
 
 
 def test_follow_file_wakes_on_the_write_not_the_timer(tmp_path: Path):
-    """With a 30 s poll, appends, a truncation and a rotation still arrive at once: the
-    follower waits on inotify events for the file, not on its timer."""
+    """With a 120 s poll, appends, a truncation and a rotation still arrive at once: the
+    follower waits on inotify events for the file, not on its timer. (The bounds below are
+    far under the poll, so they tell an event from the timer even on a machine whose CPUs
+    a parallel suite keeps busy; 1 s was flaky there.)"""
     path = tmp_path / "kern.log"
     path.write_text("first\n")
-    thread, got = collect(follow_file(str(path), poll=30), want=4)
+    thread, got = collect(follow_file(str(path), poll=120), want=4)
     wait_for(got, 1)
     time.sleep(0.05)  # the follower is waiting now
     t0 = time.monotonic()
@@ -82,7 +84,7 @@ def test_follow_file_wakes_on_the_write_not_the_timer(tmp_path: Path):
     wait_for(got, 4)
     thread.join(5)
     assert got == ["first", "second", "truncated", "new file"]
-    assert first < 1.0 and time.monotonic() - t0 < 5.0
+    assert first < 10.0 and time.monotonic() - t0 < 30.0
 
 
 def test_file_waker_falls_back_to_the_timeout(tmp_path: Path):
