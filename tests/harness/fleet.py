@@ -408,7 +408,8 @@ def start_fleet(
     name: str | None = None,
     *,
     owned: bool = True,
-    boot_timeout: float = 30.0,
+    boot_timeout: float = 120.0,  # (a node answers in about a second; a parallel suite on
+    # 2 CPUs has kept one waiting over 30 s, which is load, not a failed boot)
     prefix: str = "fleet",
     prepare: Callable[[Fleet, Node], NodeSetup | None] | None = None,
 ) -> Fleet:
