@@ -188,6 +188,7 @@ def wait_reachable(
     log: logging.Logger,
     stop: threading.Event | None = None,
     cap: float = 30.0,
+    on_retry: Callable[[float], object] = lambda wait: None,
 ) -> None:
     """Call ``probe`` until it answers (returns). A TemporaryError (server unreachable,
     5xx) is retried with exponential back-off capped at ``cap`` seconds; any other error
@@ -198,6 +199,8 @@ def wait_reachable(
     - ``timeout`` None (the daemons): retried until it answers or ``stop`` is set, with
       one log line when it is found down and one when it answers again (not one per
       retry: the state changes, not the attempts, are news).
+
+    ``on_retry(wait)`` runs before each wait (a daemon tells systemd it is still starting).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     delay, down_since = 0.5, None
@@ -214,6 +217,7 @@ def wait_reachable(
             elif down_since is None:
                 down_since = time.monotonic()
                 log.warning("%s; retrying with back-off up to every %gs", exc, cap)
+            on_retry(wait)
             if stop.wait(wait):
                 return
             delay = min(cap, delay * 2)

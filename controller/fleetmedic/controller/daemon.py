@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fleetmedic import clikit, logcontext
+from fleetmedic.controller import sdnotify
 from fleetmedic.controller.cli import connect
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model.config import Config
@@ -210,6 +211,16 @@ def reach(kube: Kube, cfg: Config, timeout: float | None) -> None:
         lambda: next(iter(kube.list_node_pages(cfg.kube.label_selector, page_size=1))),
         timeout,
         log=logging.getLogger(__name__),
+        on_retry=_still_starting,
+    )
+
+
+def _still_starting(wait: float) -> None:
+    """Under systemd (Type=notify, TimeoutStartSec), a start that waits for the API server
+    asks for more time before each wait, or systemd would kill it as a hung start."""
+    sdnotify.notify(
+        f"EXTEND_TIMEOUT_USEC={int((wait + 60) * 1_000_000)}\n"
+        "STATUS=waiting for the API server (see the log)"
     )
 
 

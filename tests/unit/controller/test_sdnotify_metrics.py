@@ -45,3 +45,40 @@ def test_metrics_served_over_http():
     assert 'fleetmedic_remediations_total{result="pass",step="reboot"} 1.0' in body
     assert 'fleetmedic_remediation_duration_seconds_bucket{le="20.0",step="reboot"} 1.0' in body
     assert 'fleetmedic_build_info{version="' in body
+
+
+def test_a_start_that_waits_for_the_api_server_asks_systemd_for_more_time(tmp_path, monkeypatch):
+    """Type=notify with TimeoutStartSec: each wait for an unreachable API server extends
+    the start (EXTEND_TIMEOUT_USEC), so systemd does not kill a start that only waits."""
+    import logging
+    import threading
+
+    from fleetmedic import clikit
+    from fleetmedic.controller import daemon
+    from fleetmedic.errors import TemporaryError
+
+    path = str(tmp_path / "notify.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(path)
+    server.settimeout(5)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    tries = []
+
+    def probe():
+        tries.append(1)
+        if len(tries) < 3:
+            raise TemporaryError("API server 127.0.0.1:1 refused the connection")
+
+    clikit.wait_reachable(
+        probe,
+        None,
+        log=logging.getLogger("t"),
+        stop=threading.Event(),
+        cap=0.05,
+        on_retry=daemon._still_starting,
+    )
+    assert len(tries) == 3
+    first = server.recv(200).decode()
+    assert first.startswith("EXTEND_TIMEOUT_USEC=") and "STATUS=waiting for the API server" in first
+    assert int(first.split("\n")[0].split("=")[1]) >= 60_000_000
+    server.close()
