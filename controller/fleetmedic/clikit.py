@@ -168,6 +168,17 @@ def require_kubeconfig(path: str | os.PathLike[str] | None, named_by: str) -> No
         raise ConfigError(f"kubeconfig {p} is a directory (named by {named_by})")
 
 
+def uncreatable(directory: Path) -> Path | None:
+    """Why ``directory`` could not be made, checked without making it: the nearest existing
+    ancestor when that is not a directory we may write, else None (it exists or could be
+    made). ``config check``, ``run --dry-run`` and ``watch loki`` check this at start and
+    create nothing, so a run that fails first leaves no directory behind."""
+    up = directory
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    return None if up.is_dir() and os.access(up, os.W_OK | os.X_OK) else up
+
+
 def audit_on_stderr() -> None:
     """Print the audit lines of a command's actions (controller/audit.py: one JSON line
     each, who/what/why) on stderr: a command run by hand has no daemon's logging, and

@@ -239,12 +239,8 @@ def check_creatable(directory: Path) -> None:
     """``directory`` exists, or could be made: its nearest existing ancestor is a directory
     we may write. Checked at start, made only at the first save (``MadeOnSave``), so a
     run that fails first leaves no directory behind (as root, under /var/lib)."""
-    import os
-
-    up = directory
-    while not up.exists() and up != up.parent:
-        up = up.parent
-    if not (up.is_dir() and os.access(up, os.W_OK | os.X_OK)):
+    up = clikit.uncreatable(directory)
+    if up is not None:
         raise ValueError(f"--cursor-file: cannot create {directory} ({up} is not writable)")
 
 

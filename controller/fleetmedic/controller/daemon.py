@@ -267,9 +267,7 @@ def preflight_problems(cfg: Config, create: bool = True) -> list[str]:
             except OSError as exc:
                 problems.append(f"cannot create {d}: {exc.strerror}")
             continue
-        up = d
-        while not up.exists() and up != up.parent:
-            up = up.parent
-        if not (up.is_dir() and os.access(up, os.W_OK | os.X_OK)):
+        up = clikit.uncreatable(d)
+        if up is not None:
             problems.append(f"cannot create {d}: {up} is not a writable directory")
     return problems
