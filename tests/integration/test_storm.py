@@ -80,6 +80,7 @@ CASES = {
     ),
     "xid31x2": ([(300.0, xid31(GPUS[1])), (4000.0, xid31(GPUS[1]))], None, "diagnose"),
 }
+FENCED_BY = {"xid13x3": "xid.13", "xid31x2": "xid.31"}  # the other fences are the Xid 79's
 
 
 # -- the agent ----------------------------------------------------------------------------
@@ -137,9 +138,9 @@ def test_the_agent_judges_the_storm_by_context(rbac, node, tmp_path, case):
         assert sorted(k for k in hist if k.startswith("xid.31|")) == sorted(
             f"xid.31|0000:{b:02x}:00" for b in GPUS
         )
-    if after:
-        finding_or_counts = annotation(kube, node, keys.ANN_LAST_FINDING) or counts
-        assert finding_or_counts
+    if after:  # the fence's evidence names the finding that fenced, whatever its path
+        mark = annotation(kube, node, keys.ANN_LAST_FINDING)
+        assert (mark["rule"], mark["acted"]) == (FENCED_BY.get(case, "xid.79"), True), mark
 
     # a restart of the agent reads the same lines again: nothing changes
     node_before = kube.request("GET", f"/api/v1/nodes/{node}")

@@ -12,7 +12,9 @@ finding whose rule has a threshold (the catalog's ``thresholds``, overridden by
 ``kernel.thresholds``) is counted per rule and GPU on the Node
 (:meth:`NodeWriter.record_count`, :mod:`fleetmedic.policy.counts`); the
 occurrence that reaches the count fences at the threshold's action, in the same
-write. Other findings are only logged.
+write. A fence by a workflow or a count also records its finding as the node's
+``last-finding`` (the fence's evidence, and the watermark) in that write. Other
+findings are only logged.
 
 Restarts (see :mod:`fleetmedic.agent.watermark`):
 
@@ -49,7 +51,7 @@ from fleetmedic.agent.logsource import (
 )
 from fleetmedic.agent.retry import Retrier, Stopped
 from fleetmedic.agent.watermark import Mark, is_stale, locate, segment_id
-from fleetmedic.agent.writer import NodeWriter, now_rfc3339
+from fleetmedic.agent.writer import NodeWriter, Outcome, now_rfc3339
 from fleetmedic.agent.xidflows import XidFlows, describe
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
@@ -215,7 +217,8 @@ class KernelWatch:
                 boot=scope,
                 when=when,
                 clock=clock,
-                call=self.retrier.call,
+                call=self._noting_mark(n),
+                mark=self._marker(f, n),
             )
             if verdict is not None:
                 self.acted += verdict.fired
@@ -241,11 +244,7 @@ class KernelWatch:
                 self.cfg.dedup_window,
             )
             return
-        stamp = now_rfc3339(self.clock)
-
-        def mark(acted: bool) -> Mark:
-            return Mark.of(f, boot=self.boot, seg=self._seg, line=n, acted=acted, at=stamp)
-
+        mark = self._marker(f, n)
         obs = Observation("kernel", "problem", f"{describe(f)} ({f.rule})", f.action)
         out = self.retrier.call(
             "record kernel finding", lambda: self.writer.record_finding(obs, mark)
@@ -290,8 +289,10 @@ class KernelWatch:
                 clock=clock,
                 limit=counts.Limit(limit.count, limit.window, limit.burst),
                 crossing=Observation("kernel", "problem", reason, limit.action),
+                mark=self._marker(f, n),
             ),
         )
+        self._moved(out, n)
         if added.crossed:
             self.acted += 1
             log.warning(
@@ -302,6 +303,29 @@ class KernelWatch:
                 limit.window,
                 f"fenced repair={out.fenced}" if out.fenced else "node already under repair",
             )
+
+    def _marker(self, f: Finding, n: int) -> Callable[[bool], Mark]:
+        """Builds the watermark for ``f`` at line ``n`` (``acted``: it fenced)."""
+        stamp = now_rfc3339(self.clock)
+        return lambda acted: Mark.of(
+            f, boot=self.boot, seg=self._seg, line=n, acted=acted, at=stamp
+        )
+
+    def _noting_mark(self, n: int) -> Callable[[str, Callable[[], Any]], Any]:
+        """The retrier's call for a workflow's write (which returns the write's outcome and
+        the verdict), keeping our copy of the watermark when the write moved it."""
+
+        def call(what: str, fn: Callable[[], tuple[Outcome, Any]]) -> tuple[Outcome, Any]:
+            out, verdict = self.retrier.call(what, fn)
+            self._moved(out, n)
+            return out, verdict
+
+        return call
+
+    def _moved(self, out: Outcome, n: int) -> None:
+        """A fence by a workflow or a count moved the watermark on the Node to line ``n``."""
+        if out.marked is not None:
+            self._mark, self._mark_line, self._mark_known = out.marked, n, True
 
     def _load_mark(self) -> None:
         if self._mark_known:

@@ -46,6 +46,7 @@ class Outcome:
     before_repair: str | None
     before_slow: bool
     raised: str | None = None  # the stronger repair state this write raised the fence to
+    marked: Mark | None = None  # the finding this write recorded as the node's last-finding
 
     @property
     def fenced(self) -> str | None:
@@ -121,9 +122,11 @@ class NodeWriter:
         clock: str,
         limit: counts.Limit,
         crossing: Observation,
+        mark: Callable[[bool], Mark] | None = None,
     ) -> tuple[Outcome, counts.Added]:
         """Count one monitor finding on the Node (``monitor-counts``); when it reaches
-        ``limit`` the same write fences with ``crossing`` (its ``action``)."""
+        ``limit`` the same write fences with ``crossing`` (its ``action``) and, given
+        ``mark``, records the finding as the node's last-finding."""
         obs: list[Observation] = []
         box: dict[str, counts.Added] = {}
 
@@ -142,15 +145,22 @@ class NodeWriter:
                 obs.append(crossing)
             return ann.set_counts(node, counts.to_json(added.state)) if added.changed else False
 
-        out = self._write(obs, extra)
+        out = self._write(obs, extra, mark)
         return out, box["added"]
 
     def record_workflow(
-        self, *, boot: str, occ: workflow.Occurrence, spec: WorkflowSpec, what: str
+        self,
+        *,
+        boot: str,
+        occ: workflow.Occurrence,
+        spec: WorkflowSpec,
+        what: str,
+        mark: Callable[[bool], Mark] | None = None,
     ) -> tuple[Outcome, workflow.Verdict]:
         """Judge one Xid by its context (NVIDIA's workflows) on the history kept on the
         Node (``monitor-counts``, ``wf``); when the context calls for ``spec.action``
-        the same write fences (or raises the fence) at it."""
+        the same write fences (or raises the fence) at it and, given ``mark``, records
+        the finding as the node's last-finding."""
         obs: list[Observation] = []
         box: dict[str, workflow.Verdict] = {}
 
@@ -165,10 +175,20 @@ class NodeWriter:
                 return False
             return ann.set_workflow(node, workflow.to_json(verdict.state))
 
-        out = self._write(obs, extra)
+        out = self._write(obs, extra, mark)
         return out, box["verdict"]
 
-    def _write(self, obs: list[Observation], extra: Callable[[dict], bool]) -> Outcome:
+    def _write(
+        self,
+        obs: list[Observation],
+        extra: Callable[[dict], bool],
+        mark: Callable[[bool], Mark] | None = None,
+    ) -> Outcome:
+        """One conflict-safe write. ``mark``: when this write fences or raises the fence,
+        the finding that did it becomes ``last-finding`` in the same write, because that
+        annotation is the fence's evidence (status, the email, quarantine's "the same
+        fault again"). It is also the kernel-log watermark, and moving it here is safe:
+        lines are handled in order, so every fencing line before this one was handled."""
         box: dict[str, Outcome] = {}
 
         def mutate(node: dict) -> bool:
@@ -189,7 +209,12 @@ class NodeWriter:
                 changed |= ann.raise_repair(node, before_repair or "", up, self.vocab)
                 why = ", ".join(o.name for o in obs if fenceup.raised(before_repair, [o.action]))
                 decision = dataclasses.replace(decision, reason=f"definitive: {why}")
-            box["out"] = Outcome(decision, node, before_repair, before_slow, up)
+            out = Outcome(decision, node, before_repair, before_slow, up)
+            if mark is not None and out.fenced:
+                marked = mark(True)
+                changed |= ann.set_finding(node, marked.to_json())
+                out = dataclasses.replace(out, marked=marked)
+            box["out"] = out
             return changed
 
         node = self.kube.update_node(self.node_name, mutate)

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from fleetmedic.agent.watermark import Mark
 from fleetmedic.agent.writer import NodeWriter, Outcome
 from fleetmedic.policy import workflow
 from fleetmedic.scan import Finding
@@ -66,9 +67,11 @@ class XidFlows:
         when: float,
         clock: str,
         call: Callable[..., Any] = lambda what, fn: fn(),
+        mark: Callable[[bool], Mark] | None = None,
     ) -> workflow.Verdict | None:
         """Judge ``f`` (seen at ``when`` on ``clock``; ``scope`` is the node or boot whose
-        memory applies). ``call`` wraps the Node write (the agent's retrier)."""
+        memory applies). ``call`` wraps the Node write (the agent's retrier); ``mark``
+        builds the last-finding a fence records (:meth:`NodeWriter.record_workflow`)."""
         spec = self.specs.get(f.rule)
         if spec is None:
             return None
@@ -98,7 +101,7 @@ class XidFlows:
         what = describe(f)
         done: tuple[Outcome, workflow.Verdict] = call(
             "record workflow finding",
-            lambda: writer.record_workflow(boot=boot, occ=occ, spec=spec, what=what),
+            lambda: writer.record_workflow(boot=boot, occ=occ, spec=spec, what=what, mark=mark),
         )
         # only once the write landed: a write that raised is tried again when the line is
         # read again, not skipped as the same event

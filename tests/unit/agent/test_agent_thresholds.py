@@ -59,6 +59,20 @@ def test_five_in_an_hour_fence_and_four_do_not(tmp_path):
     assert repair_taints(node) == [RESET]  # reset-class: the ladder's reset rung
 
 
+def test_the_crossing_line_becomes_the_last_finding_and_a_restart_adds_nothing(tmp_path):
+    """The fence's evidence names what fenced it (status, the email and quarantine's "the
+    same fault again" read ``last-finding``); it is also the watermark, so a restart that
+    reads the five lines again writes nothing."""
+    node = Node(tmp_path)
+    write(node, [100, 200, 300, 400, 500])
+    node.run_once(FIVE)
+    mark = json.loads(node.kube.node["metadata"]["annotations"][keys.ANN_LAST_FINDING])
+    assert (mark["rule"], mark["n"], mark["acted"]) == ("xid.69", 5, True)
+    before = (node.kube.writes, taints(node))
+    node.run_once(FIVE)
+    assert (node.kube.writes, taints(node)) == before
+
+
 def test_a_storm_of_lines_is_one_event_and_released_nodes_are_not_refenced(tmp_path):
     node = Node(tmp_path)
     write(node, [100, 100.1, 100.2, 100.3, 100.4, 100.5])  # one burst, six lines

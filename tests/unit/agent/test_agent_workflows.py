@@ -63,6 +63,32 @@ def test_xid13_three_times_at_one_gpc_tpc_fences_diagnose(tmp_path):
     assert ours(node) == {DIAGNOSE} and kw.acted == 1
     (event,) = node.kube.events
     assert "WORKFLOW_XID_13" in event[2] and "gpc=7,tpc=7" in event[2]
+    mark = node.kube.ann(keys.ANN_LAST_FINDING)  # the evidence names the fence's cause
+    assert mark["rule"] == "xid.13" and mark["acted"] is True
+    writes = node.kube.writes
+    node.run_once()  # a restart reads the three events again: nothing new is written
+    assert node.kube.writes == writes and ours(node) == {DIAGNOSE}
+
+
+def test_a_workflow_fence_does_not_hide_a_later_xid79(tmp_path):
+    """The workflow's fence moves the watermark to its own line; an Xid 79 after it is
+    new, and raises the fence."""
+    node = Node(tmp_path)
+    lines = [line for t in (100, 2500) for line in dmesg([(t, m) for m in xid13(0xCB, 7, 7)])]
+    write(node, lines)
+    node.run_once()
+    assert ours(node) == {DIAGNOSE}
+    write(node, [f"[{9000.0:12.6f}] {xid79(GPUS[4])}\n"])
+    node.run_once()
+    assert ours(node) == {REBOOT}
+    assert node.kube.ann(keys.ANN_LAST_FINDING)["rule"] == "xid.79"
+
+
+def test_a_workflow_that_does_not_fence_leaves_the_last_finding_alone(tmp_path):
+    node = Node(tmp_path)
+    write(node, dmesg(storm()))
+    node.run_once()
+    assert node.kube.ann(keys.ANN_LAST_FINDING) is None
 
 
 def test_xid31_twice_on_one_gpu_fences_diagnose_and_once_on_each_does_not(tmp_path):
