@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from fleetmedic import clikit
+from fleetmedic.checks.options import probe_options
 from fleetmedic.errors import ConfigError, FleetmedicError
 
 DEFAULT_CONFIG = Path("/etc/fleetmedic/agent.yaml")
@@ -175,49 +176,7 @@ def _logging(level: str) -> None:
     show_default="/proc/sys/kernel/random/boot_id",
     help="Where to read the kernel boot id.",
 )
-@click.option(
-    "--vendor",
-    type=click.Choice(["auto", "nvidia", "amd", "none"]),
-    default=None,
-    show_default="auto",
-    help="GPU vendor when the Node has no fleetmedic.io/gpu-vendor label.",
-)
-@click.option(
-    "--expected-gpus",
-    type=click.IntRange(min=0),
-    default=None,
-    help="GPU count when the Node has no fleetmedic.io/expected-gpus label.",
-)
-@click.option(
-    "--timeout",
-    type=clikit.Duration(minimum=0.1),
-    default=None,
-    show_default="15s",
-    help="Hard limit per probe; a hung probe is unknown, "
-    "which neither counts a strike nor clears one.",
-)
-@click.option(
-    "--peer",
-    "peers",
-    multiple=True,
-    metavar="HOST[:PORT]",
-    help="iperf3 server for the network probe (repeatable, first that answers). "
-    "None: no network check.",
-)
-@click.option(
-    "--min-mbps",
-    type=click.FloatRange(min=0),
-    default=None,
-    show_default="1000",
-    help="Throughput below this many Mbit/s is a network failure.",
-)
-@click.option(
-    "--network-duration",
-    type=clikit.Duration(minimum=0.5),
-    default=None,
-    show_default="3s",
-    help="Time of iperf3 traffic per probe.",
-)
+@probe_options
 @click.option(
     "--retry-cap",
     type=clikit.Duration(minimum=0.1),

@@ -24,6 +24,7 @@ from fleetmedic import clikit
 from fleetmedic.checks import hwprofile
 from fleetmedic.checks.base import CATEGORIES, CheckResult, exit_code, overall
 from fleetmedic.checks.config import CheckConfig
+from fleetmedic.checks.options import probe_options
 from fleetmedic.checks.runner import run_checks
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import read_yaml
@@ -75,54 +76,13 @@ def render_table(results: list[CheckResult]) -> str:
     + "\n  (2 is also node-problem-detector's 'unknown': a probe could not tell)",
 )
 @clikit.json_option("Print results as JSON instead of a table.")
-@click.option(
-    "--vendor",
-    type=click.Choice(["auto", "nvidia", "amd", "none"]),
-    default=None,
-    show_default="auto",
-    help="GPU vendor (use the node's fleetmedic.io/gpu-vendor label).",
-)
-@click.option(
-    "--expected-gpus",
-    type=click.IntRange(min=0),
-    default=None,
-    help="GPUs this node should have (the fleetmedic.io/expected-gpus label).",
-)
-@click.option(
-    "--timeout",
-    type=clikit.Duration(minimum=0.1),
-    default=None,
-    show_default="15s",
-    help="Hard limit per probe; a probe still running is killed -> unknown.",
-)
+@probe_options
 @click.option(
     "--category",
     "categories",
     multiple=True,
     type=click.Choice(CATEGORIES),
     help="Only these categories (repeatable). Default: all.",
-)
-@click.option(
-    "--peer",
-    "peers",
-    multiple=True,
-    metavar="HOST[:PORT]",
-    help="iperf3 server for the throughput probe (repeatable; first that answers).",
-)
-@click.option(
-    "--min-mbps",
-    type=click.FloatRange(min=0),
-    default=None,
-    show_default="1000",
-    help="Throughput below this (Mbit/s) is a problem.",
-)
-@click.option(
-    "--network-duration",
-    "duration",
-    type=clikit.Duration(minimum=0.5),
-    default=None,
-    show_default="3s",
-    help="Time of iperf3 traffic per probe.",
 )
 @click.option(
     "--kernel-log",
@@ -167,10 +127,10 @@ def check(
     vendor: str | None,
     expected_gpus: int | None,
     timeout: float | None,
-    categories: tuple[str, ...],
     peers: tuple[str, ...],
     min_mbps: float | None,
-    duration: float | None,
+    network_duration: float | None,
+    categories: tuple[str, ...],
     kernel_log: str | None,
     profile: str | None,
     hardware_profiles: Path | None,
@@ -196,7 +156,7 @@ def check(
     for key, value in (
         ("peers", list(peers) or None),
         ("min_mbps", min_mbps),
-        ("duration", duration),
+        ("duration", network_duration),
     ):
         if value is not None:
             net[key] = value
