@@ -33,6 +33,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from fleetmedic.backoff import Backoff
 from fleetmedic.errors import (
     ConfigError,
     TemporaryError,
@@ -214,25 +215,25 @@ def wait_reachable(
     ``on_retry(wait)`` runs before each wait (a daemon tells systemd it is still starting).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    delay, down_since = 0.5, None
+    backoff = Backoff(0.5, cap)
     stop = stop or threading.Event()
     while True:
         try:
             probe()
         except TemporaryError as exc:
-            wait = delay
+            # one outage, whatever the message says each time: the first line is the news
+            wait, news = backoff.failed("down")
             if deadline is not None:
                 if time.monotonic() >= deadline:
                     raise TemporaryError(f"gave up after {timeout:g}s: {exc}") from None
-                wait = min(delay, deadline - time.monotonic())
-            elif down_since is None:
-                down_since = time.monotonic()
+                wait = min(wait, deadline - time.monotonic())
+            elif news:
                 log.warning("%s; retrying with back-off up to every %gs", exc, cap)
             on_retry(wait)
             if stop.wait(wait):
                 return
-            delay = min(cap, delay * 2)
             continue
-        if down_since is not None:
-            log.info("API server answers again after %.0fs", time.monotonic() - down_since)
+        took = backoff.over()
+        if took is not None and deadline is None:
+            log.info("API server answers again after %.0fs", took)
         return

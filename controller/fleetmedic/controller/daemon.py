@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fleetmedic import clikit, logcontext
+from fleetmedic.backoff import Backoff
 from fleetmedic.controller import sdnotify
 from fleetmedic.controller.cli import connect
 from fleetmedic.errors import ConfigError, FleetmedicError
@@ -178,7 +179,7 @@ def _run_cluster(
     logged and retried with capped exponential back-off, and never stops the other
     clusters' loops. The same failure again is not logged again: one line per change."""
     log = logging.getLogger(__name__)
-    delay, said = CLUSTER_RETRY, ""
+    backoff = Backoff(CLUSTER_RETRY, CLUSTER_RETRY_CAP)
     while not stop.is_set():
         try:
             controller.run(stop, once=once)
@@ -188,8 +189,8 @@ def _run_cluster(
                 log.error("cluster %s: %s", name, exc)
                 failed.append(name)
                 return
-            if str(exc) != said:
-                said = str(exc)
+            delay, news = backoff.failed(str(exc))
+            if news:
                 log.error(
                     "cluster %s: %s; starting again in %.0fs (then backing off up to every "
                     "%.0fs while it fails this way)",
@@ -200,7 +201,6 @@ def _run_cluster(
                 )
         if stop.wait(delay):
             return
-        delay = min(CLUSTER_RETRY_CAP, delay * 2)
         controller = make()  # (a stopped loop's worker pool is gone: a fresh one)
 
 

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from fleetmedic import logcontext
 from fleetmedic.adapters.kube import Expired, Kube
+from fleetmedic.backoff import Backoff
 from fleetmedic.errors import FleetmedicError, PermanentError
 
 log = logging.getLogger(__name__)
@@ -186,40 +187,33 @@ def wait_synced(watcher: NodeWatcher, timeout: float) -> None:
 
 
 class _Outage:
-    """Back-off and logging while a watch cannot reach the API server: exponential from
-    ``delay`` up to ``cap`` seconds, and one log line when the outage starts, when its
-    cause changes and when it ends (not one per retry: an on-call engineer reading the log
-    of an hour-long outage needs three lines, not 1,800)."""
+    """Back-off and logging while a watch cannot reach the API server (one line when the
+    outage starts, when its cause changes and when it ends: :mod:`fleetmedic.backoff`)."""
 
     cap = 15.0
     """A retry is one cheap request; 15 s bounds how long the view stays stale after the
     server is back (a controller restart test brings the API server back within seconds)."""
 
     def __init__(self, what: str, delay: float) -> None:
-        self.what, self.first = what, delay
-        self.delay, self.since, self.cause = delay, 0.0, ""
+        self.what, self.backoff = what, Backoff(delay, self.cap)
 
     def failed(self, exc: FleetmedicError) -> float:
         """Log what is news, and return how long to wait before the next try."""
+        refused = isinstance(exc, PermanentError)
         # RBAC or a bad request will not heal by retrying fast: start that back-off higher.
-        floor = self.first * 5 if isinstance(exc, PermanentError) else self.first
-        cause = type(exc).__name__ + ": " + str(exc)
-        if not self.since:
-            self.since, self.delay = time.monotonic(), floor
-        if cause != self.cause:
-            level = logging.ERROR if isinstance(exc, PermanentError) else logging.WARNING
+        first = self.backoff.first * 5 if refused else None
+        wait, news = self.backoff.failed(f"{type(exc).__name__}: {exc}", first)
+        if news:
             log.log(
-                level, "%s watch: %s; retrying with back-off up to %.0fs", self.what, exc, self.cap
+                logging.ERROR if refused else logging.WARNING,
+                "%s watch: %s; retrying with back-off up to %.0fs",
+                self.what,
+                exc,
+                self.cap,
             )
-            self.cause = cause
-        wait, self.delay = self.delay, min(self.cap, max(floor, self.delay * 2))
         return wait
 
     def over(self) -> None:
-        if self.since:
-            log.info(
-                "%s watch: the API server answers again after %.0fs",
-                self.what,
-                time.monotonic() - self.since,
-            )
-        self.delay, self.since, self.cause = self.first, 0.0, ""
+        took = self.backoff.over()
+        if took is not None:
+            log.info("%s watch: the API server answers again after %.0fs", self.what, took)
