@@ -53,6 +53,7 @@ time_table() {
     awk -F'\t' '{printf "   setup %-52s %5d s  %6s  %s\n", $1, $2, ($4 == "" ? "" : $4 " CPU-s"), $3}' "$setup_times"
   fi
   printf '%s\n' "${times[@]}" | awk -F'\t' '{printf "   %-58s %5d s  %s\n", $1, $2, $3; t += $2} END {printf "   stages total %45s %5d s\n", "", t}'
+  [[ -z ${lanes_wall:-} ]] || printf '   (bench and Molecule lanes side by side: %d s of wall time for both)\n' "$lanes_wall"
 }
 
 # pytest, then the check that nothing was skipped off the allow-list or left out.
@@ -93,15 +94,56 @@ stage "ansible-test sanity (collection as built)" bash scripts/sanity.sh
 stage "pytest" pytest_all "$@"
 # Every bench/<name>.py (bench/_*.py are shared code) once with --smoke: tiny sizes, one
 # trial, so a broken bench fails the run (bench/README.md).
-for bench in bench/[!_]*.py; do
-  stage "bench smoke $(basename "$bench" .py)" python "$bench" --smoke
-done
-for scenario in tests/molecule/*/molecule.yml; do
-  [[ -e $scenario ]] || continue
-  name="$(basename "$(dirname "$scenario")")"
-  [[ $name == default ]] && continue  # an empty stub (see its molecule.yml)
-  stage "molecule $name" env MOLECULE_GLOB='tests/molecule/*/molecule.yml' molecule test -s "$name"
-done
+bench_smokes() {
+  local bench
+  for bench in bench/[!_]*.py; do
+    stage "bench smoke $(basename "$bench" .py)" python "$bench" --smoke
+  done
+}
+molecule_scenarios() {
+  local scenario name
+  for scenario in tests/molecule/*/molecule.yml; do
+    [[ -e $scenario ]] || continue
+    name="$(basename "$(dirname "$scenario")")"
+    [[ $name == default ]] && continue  # an empty stub (see its molecule.yml)
+    stage "molecule $name" env MOLECULE_GLOB='tests/molecule/*/molecule.yml' molecule test -s "$name"
+  done
+}
+# The two lanes side by side: both mostly wait (reboots, SSH, API round trips; about 7 min
+# each when serial), and each bench or scenario brings up its own fleet and API server on
+# free subnets and ports. A lane's output is printed whole when both are done, so the log
+# reads as if they ran one after the other. FLEETMEDIC_SERIAL_LANES=1 runs them in turn.
+LANES="$ROOT/build/lanes"
+# shellcheck disable=SC2030,SC2031  # a lane's arrays are its subshell's; collect_lane reads them back
+run_lane() {  # run_lane NAME FUNCTION: FUNCTION's stages in a subshell; output, times, failures to files
+  local name=$1 fn=$2
+  (
+    failed=() times=()
+    "$fn"
+    printf '%s\n' "${times[@]}" > "$LANES/$name.times"
+    printf '%s\n' "${failed[@]}" > "$LANES/$name.failed"
+  ) > "$LANES/$name.log" 2>&1
+}
+collect_lane() {  # print a lane's log, take its stage times and failures into this shell's
+  local name=$1 line
+  cat "$LANES/$name.log"
+  while IFS= read -r line; do [[ -n $line ]] && times+=("$line"); done < "$LANES/$name.times"
+  while IFS= read -r line; do [[ -n $line ]] && failed+=("$line"); done < "$LANES/$name.failed"
+}
+rm -rf "$LANES"; mkdir -p "$LANES"
+lanes_t0=$SECONDS
+if [[ ${FLEETMEDIC_SERIAL_LANES:-0} == 1 ]]; then
+  run_lane benches bench_smokes
+  run_lane molecule molecule_scenarios
+else
+  echo "== bench smokes and Molecule scenarios, side by side (each lane's log follows when both end)"
+  run_lane benches bench_smokes & lane_b=$!
+  run_lane molecule molecule_scenarios & lane_m=$!
+  wait "$lane_b" "$lane_m"
+fi
+collect_lane benches
+collect_lane molecule
+lanes_wall=$((SECONDS - lanes_t0))
 
 time_table
 if ((${#failed[@]})); then
