@@ -279,3 +279,24 @@ def test_a_weaker_fence_beside_ours_changes_nothing():
     settle(w)
     assert {a.step for a in w.history("n1")} == {"reboot"}
     assert w.nodes["n1"]["spec"]["taints"] == []
+
+
+@pytest.mark.parametrize(("fault", "rung"), [("none", None), ("reboot", "reboot")])
+def test_a_foreign_signal_can_ask_for_diagnostics_first(fault, rung):
+    """A tool whose signal means "look closer" enters diagnose: a sound node returns with no
+    reboot and the tool's taint cleared; a sick one climbs to the rung its test maps to."""
+    signal = {"kind": "taint", "key": "example.com/gpu-suspect", "tool": "suspect"}
+    w = world(foreign_signals=[{**signal, "enters": "diagnose", "after_repair": "clear"}])
+    suspect = {"key": "example.com/gpu-suspect", "value": "true", "effect": "NoSchedule"}
+    w.add("n1", fault=fault, taints=[suspect])
+    w.write(ladder.decide(w.view("n1"), w.now, w.cfg).update)
+    assert w.view("n1").state == "diagnose"
+    assert w.view("n1").annotations[keys.ANN_ENTERED_BY] == "suspect"
+    settle(w)
+    steps = [(a.step, a.result) for a in w.history("n1")]
+    if rung is None:
+        assert steps == [("diagnose", "pass")] and w.truth["n1"].boots == 0
+    else:
+        assert steps[0][0] == "diagnose" and steps[0][1] != "pass"
+        assert ("reboot", "pass") in steps and w.truth["n1"].boots >= 1
+    assert w.view("n1").state == "healthy" and suspect not in w.view("n1").taints

@@ -84,7 +84,9 @@ class TaintsConfig(Section):
         )
 
 
-ForeignRung = Literal["reset", "reboot", "power_cycle", "reimage", "manual"]
+ForeignRung = Literal["diagnose", "reset", "reboot", "power_cycle", "reimage", "manual"]
+"""Where a foreign tool's signal may put a node: ``diagnose`` for a tool that says "look
+closer" (a warning, a suspect GPU), so the vendor's diagnostics decide before any repair."""
 
 
 class ForeignSignalConfig(Section):
