@@ -50,7 +50,13 @@ BOOT_ID_PLAY = """- name: Read boot_id
 """
 
 
-def baseline(run: one_node.Running, workdir: Path, round_: int) -> float:
+BASELINE_PHASES = ("diagnose", "probe", "reboot", "verify")
+"""What each baseline playbook stands for among the controller's phases (its log's labels)."""
+
+
+def baseline(
+    run: one_node.Running, workdir: Path, round_: int, split: dict[str, list[float]]
+) -> float:
     (workdir / "boot_id.yml").write_text(BOOT_ID_PLAY)
     env = {"FLEETMEDIC_EVIDENCE_DIR": str(workdir / "evidence-baseline")}
     rid = f"e{round_}-reboot1-baseline{round_}{int(time.time())}"
@@ -72,8 +78,10 @@ def baseline(run: one_node.Running, workdir: Path, round_: int) -> float:
         (pbdir / "verify.yml", []),
     ]
     t0 = time.monotonic()
-    for playbook, extra in runs:
+    for phase, (playbook, extra) in zip(BASELINE_PHASES, runs, strict=True):
+        started = time.monotonic()
         one_node.ansible_playbook(run, playbook, ["-e", "fleetmedic_vendor=nvidia", *extra], env)
+        split.setdefault(phase, []).append(time.monotonic() - started)
     return time.monotonic() - t0
 
 
@@ -85,17 +93,34 @@ def controller(run: one_node.Running) -> float:
     return elapsed
 
 
+def print_split(split: dict[str, list[float]], phases: dict[str, float]) -> None:
+    """Where each side's time goes, per phase (means over the rounds): the controller's phase
+    runs from its action's start to the next action's start, so its figure includes the
+    controller's own work between the two (writes, events, the next decision)."""
+    print("\nper phase, mean seconds (controller: from the phase's start to the next one's):")
+    print(f"  {'phase':<10} {'ansible-playbook':>17} {'controller':>11} {'extra':>7}")
+    names = [*BASELINE_PHASES, *(p for p in phases if p not in BASELINE_PHASES)]
+    for name in names:
+        b = statistics.mean(split[name]) if name in split else None
+        c = phases.get(name)
+        cells = [f"{b:17.2f}" if b is not None else f"{'-':>17}"]
+        cells.append(f"{c:11.2f}" if c is not None else f"{'-':>11}")
+        cells.append(f"{c - b:+7.2f}" if b is not None and c is not None else f"{'':>7}")
+        print(f"  {name:<10} {' '.join(cells)}")
+
+
 def main() -> int:
     args = one_node.parse_args(__doc__, "--rounds", 3)
     base: list[float] = []
     ctl: list[float] = []
+    split: dict[str, list[float]] = {}
     with (
         one_node.scratch_dir(args.workdir) as workdir,
         one_node.controller_on_one_node(workdir, "bench-ovh", "ovh") as run,
     ):
         for r in range(1, args.rounds + 1):
             ctlenv.xid79(run.stage.fleet.node(1))
-            base.append(baseline(run, workdir, r))
+            base.append(baseline(run, workdir, r, split))
             ctlenv.xid79(run.stage.fleet.node(1))
             ctl.append(controller(run))
             print(
@@ -103,6 +128,8 @@ def main() -> int:
                 f" (load {ctlenv.load_average()})",
                 flush=True,
             )
+        phases = one_node.phase_times(run.proc.log.read_text(errors="replace"))
+    print_split(split, phases)
     b, c = statistics.median(base), statistics.median(ctl)
     print(f"\nreboot step, one node, median of {args.rounds}:")
     print(f"  plain ansible-playbook (diagnose, boot_id, reboot, verify): {b:.1f} s")
