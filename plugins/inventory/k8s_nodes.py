@@ -187,7 +187,6 @@ from ansible_collections.fleetmedic.fleet.plugins.module_utils.text import one_l
 try:
     from fleetmedic.errors import FleetmedicError
     from fleetmedic.model import nodestate, vocabulary
-    from fleetmedic.policy import domains
 
     # Groups and host variables are computed in one place for this plugin and the
     # controller's own inventory, so a playbook sees the same hosts either way.
@@ -199,6 +198,7 @@ try:
         host_vars,
         node_tags,
     )
+    from fleetmedic.policy import domainnode
 except ImportError as _exc:  # reported by parse(), so ansible-doc still works without it
     FLEETMEDIC_IMPORT_ERROR = _exc
 else:
@@ -361,8 +361,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 if group.startswith("foreign_"):
                     self.inventory.add_child("foreign", group)
                 self.inventory.add_child(group, name)
-            for entry in domains.open_on_node(view.annotations.get(domains.ANN_INCIDENTS)):
-                group = domains.inventory_group(entry["key"], entry["value"])
+            for entry in domainnode.open_on_node(view.annotations.get(domainnode.ANN_INCIDENTS)):
+                group = domainnode.inventory_group(entry["key"], entry["value"])
                 self.inventory.add_group(group)
                 self.inventory.add_child("incident", group)
                 self.inventory.add_child(group, name)

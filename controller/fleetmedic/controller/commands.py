@@ -92,13 +92,13 @@ def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:
     at = now()
     vs = views(connect(cfg, kubeconfig), cfg)
     profile_of = assign(vs, cfg).profile_of
-    from fleetmedic.policy import domains
+    from fleetmedic.policy import domainnode, domains
 
     rows = [node_status(v, at, profile_of.get(v.name, "(conflict)")) for v in vs]
     for v, r in zip(vs, rows, strict=True):  # the open domain incidents holding each node
         r["incidents"] = [
             domains.name_of(e["key"], e["value"])
-            for e in domains.open_on_node(v.annotations.get(domains.ANN_INCIDENTS))
+            for e in domainnode.open_on_node(v.annotations.get(domainnode.ANN_INCIDENTS))
         ]
     rows.sort(
         key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"], r["since"] or "", r["name"])
@@ -270,10 +270,10 @@ def _sweep_items(
 def _with_incidents(rows: list[dict[str, Any]], node: dict[str, Any]) -> list[dict[str, Any]]:
     """``history`` rows with the domain incidents the node was in (its annotation: the
     Events about them expire with the cluster's event TTL), newest first again."""
-    from fleetmedic.policy import domains
+    from fleetmedic.policy import domainnode
 
     ann = (node.get("metadata") or {}).get("annotations") or {}
-    extra = domains.timeline_rows(ann.get(domains.ANN_INCIDENTS))
+    extra = domainnode.timeline_rows(ann.get(domainnode.ANN_INCIDENTS))
     if not extra:
         return rows
     return sorted([*rows, *extra], key=lambda r: str(r["at"])[:19], reverse=True)

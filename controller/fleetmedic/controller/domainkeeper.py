@@ -34,7 +34,7 @@ from fleetmedic.errors import ConflictError, FleetmedicError
 from fleetmedic.model import keys, nodeedit
 from fleetmedic.model.config import Config, DomainConfig, NotifyConfig, TargetConfig
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import domains
+from fleetmedic.policy import domainnode, domains
 from fleetmedic.policy.domains import Incident, Review
 
 log = logging.getLogger(__name__)
@@ -218,8 +218,8 @@ class DomainKeeper:
 
             def mutate(node: dict) -> bool:
                 ann = (node.get("metadata") or {}).get("annotations") or {}
-                value = domains.node_entry(ann.get(domains.ANN_INCIDENTS), inc)
-                return nodeedit.set_annotation(node, domains.ANN_INCIDENTS, value)
+                value = domainnode.node_entry(ann.get(domainnode.ANN_INCIDENTS), inc)
+                return nodeedit.set_annotation(node, domainnode.ANN_INCIDENTS, value)
 
             try:
                 written = self.kube.update_node(name, mutate)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,10 +41,6 @@ from fleetmedic.model.config import DomainConfig, quantity_of
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy.history import parse_time, stamp
 
-ANN_INCIDENTS = keys.PREFIX + "domain-incidents"
-"""On each node of an incident: the incidents it was in (the last few, open and closed),
-for `fleetmedic history`, `status` and the inventory's ``incident_<key>_<value>`` groups."""
-NODE_RECORDS = 5
 RECORD_KEY = "domains"
 """The data key of the open incidents' record on the pause ConfigMap."""
 BEFORE = ""
@@ -371,66 +366,3 @@ def common(views: Sequence[NodeView]) -> list[str]:
             add(f"fenced at {v.state}", v.name)
     shared = [(len(ns), what) for what, ns in counts.items() if len(ns) >= 2]
     return [f"{what} ({n} nodes)" for n, what in sorted(shared, key=lambda p: (-p[0], p[1]))]
-
-
-def on_node(raw: str | None) -> list[dict[str, Any]]:
-    """A node's :data:`ANN_INCIDENTS` entries (malformed: none)."""
-    try:
-        data = json.loads(raw) if raw else []
-    except ValueError:
-        return []
-    return (
-        [d for d in data if isinstance(d, dict) and d.get("id")] if isinstance(data, list) else []
-    )
-
-
-def node_entry(raw: str | None, inc: Incident) -> str:
-    """The node's :data:`ANN_INCIDENTS` value with ``inc`` recorded (added, or its entry
-    updated when it closed); the oldest entries go first past :data:`NODE_RECORDS`."""
-    entries = [e for e in on_node(raw) if e.get("id") != inc.id]
-    entry = {"id": inc.id, "key": inc.key, "value": inc.value, "opened_at": inc.opened_at}
-    if inc.closed_at:
-        entry.update(closed_at=inc.closed_at, closed_by=inc.closed_by or "", why=inc.why)
-    else:
-        entry["why"] = inc.why
-    return json.dumps([*entries, entry][-NODE_RECORDS:], sort_keys=True, separators=(",", ":"))
-
-
-def open_on_node(raw: str | None) -> list[dict[str, Any]]:
-    """The open incidents a node's annotation names."""
-    return [e for e in on_node(raw) if not e.get("closed_at") and e.get("key") and e.get("value")]
-
-
-def timeline_rows(raw: str | None) -> list[dict[str, Any]]:
-    """A node's incidents as ``fleetmedic history`` rows (controller/timeline.py's shape):
-    one when each opened and one when it closed."""
-    rows: list[dict[str, Any]] = []
-    for e in on_node(raw):
-        name = name_of(str(e.get("key")), str(e.get("value")))
-        row = {"source": "domain", "by": "fleetmedic", "run_id": None}
-        rows.append(
-            {
-                **row,
-                "at": e.get("opened_at", ""),
-                "what": f"domain incident {name}",
-                "result": "opened",
-                "message": str(e.get("why") or ""),
-            }
-        )
-        if e.get("closed_at"):
-            rows.append(
-                {
-                    **row,
-                    "at": e["closed_at"],
-                    "what": f"domain incident {name}",
-                    "result": f"closed ({e.get('closed_by') or '?'})",
-                    "message": str(e.get("why") or ""),
-                }
-            )
-    return rows
-
-
-def inventory_group(key: str, value: str) -> str:
-    """The dynamic inventory's group of an open incident's nodes: ``incident_<key>_<value>``
-    with every character Ansible does not allow in a group name as ``_``."""
-    return "incident_" + re.sub(r"[^A-Za-z0-9_]", "_", f"{key}_{value}")
