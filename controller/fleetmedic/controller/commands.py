@@ -151,7 +151,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         paused=switches.paused,
         breaker_reason=breaker_reason,
         assignment=assignment,
-        holds=domains.holds(incidents, vs),
+        holds=domains.holds(incidents),
         count_once=domains.grouped(incidents),
     )
     held = {a.node: why for a, why in p.admission.held}

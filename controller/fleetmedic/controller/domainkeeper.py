@@ -63,6 +63,7 @@ class DomainKeeper:
         self.send, self.stop, self.cluster, self.chat_send = send, stop, cluster, chat_send
         self.by_key: dict[str, DomainConfig] = {d.key: d for d in cfg.domains}
         self.memory = domains.Memory()
+        self.index = domains.Index(tuple(self.by_key))  # (across cycles: see Index)
         self.incidents: tuple[Incident, ...] = ()
         self.closed: tuple[Incident, ...] = ()  # recently closed, as on the record
         self.released: list[Incident] = []  # closed by hand, not yet reviewed
@@ -161,7 +162,7 @@ class DomainKeeper:
         self.poll_releases()
         released, self.released = self.released, []
         rev = domains.review(
-            views, self.cfg.domains, now, self.memory, (*self.incidents, *released)
+            views, self.cfg.domains, now, self.memory, (*self.incidents, *released), self.index
         )
         self.memory, self.incidents, self.last = rev.memory, rev.open, rev
         if rev.opened or rev.closed or released:

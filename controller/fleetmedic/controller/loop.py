@@ -368,7 +368,7 @@ class Controller:
             paused=paused,
             breaker_reason={name: k.reason for name, k in self.breakers.items()},
             assignment=assignment,
-            holds=domains.holds(incidents, views),
+            holds=domains.holds(incidents),
             count_once=domains.grouped(incidents),
         )
 

@@ -130,13 +130,13 @@ class Memory:
     since: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-def remember(memory: Memory, views: Iterable[NodeView], now: datetime) -> Memory:
-    """``memory`` after one look at the nodes: a node that turned fenced is stamped now
-    (at the baseline: :data:`BEFORE`); one no longer fenced is forgotten."""
+def remember(memory: Memory, fenced_now: Iterable[str], now: datetime) -> Memory:
+    """``memory`` after one look at the nodes (``fenced_now``: the fenced ones): a node
+    that turned fenced is stamped now (at the baseline: :data:`BEFORE`); one no longer
+    fenced is forgotten."""
     at = stamp(now) if memory.primed else BEFORE
     old = memory.since
-    since = {v.name: old.get(v.name, at) for v in views if fenced(v)}
-    return Memory(True, since)
+    return Memory(True, {n: old.get(n, at) for n in fenced_now})
 
 
 def threshold(cfg: DomainConfig, size: int) -> int:
@@ -168,6 +168,7 @@ class Review:
     settling: Mapping[str, datetime]  # node -> when its own rung may start
     near: tuple[Near, ...]
     memory: Memory
+    views: Mapping[str, NodeView] = dataclasses.field(default_factory=dict)  # held, settling
 
     def incident_of(self, node: str) -> Incident | None:
         names = self.held.get(node)
@@ -178,16 +179,66 @@ NONE = Review((), (), (), {}, {}, (), Memory())
 """No domains configured (or nothing to say)."""
 
 
-def _members(views: Sequence[NodeView], cfgs: Sequence[DomainConfig]) -> dict[str, dict]:
-    """key -> value -> names of the nodes in that domain."""
-    out: dict[str, dict[str, list[str]]] = {c.key: {} for c in cfgs}
-    for v in views:
-        labels = v.labels
-        for key, domains in out.items():
-            value = labels.get(key)
-            if value:
-                domains.setdefault(value, []).append(v.name)
-    return out
+class Index:
+    """What the review needs of the views, kept from one cycle to the next (as
+    ``decide_all``'s memo): each node's view and domains, each domain's nodes, the fenced
+    nodes. Views are compared by identity (the informer keeps a node's view object until
+    its Node changes): a cycle where no Node changed costs one set of 5,000 ids, and only
+    changed views are looked at. Without one, :func:`review` builds a fresh index (same
+    result)."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.keys = tuple(keys)
+        self.seen: dict[str, tuple[NodeView, tuple[str | None, ...]]] = {}
+        self.members: dict[str, dict[str, dict[str, None]]] = {k: {} for k in self.keys}
+        self.fenced: dict[str, None] = {}
+        # ids of the views in `seen`: they are alive (held there), so no new view can share
+        # an id with one of them, and "not in here" means "a view not seen yet"
+        self._ids: set[int] = set()
+        self._order: list[int] = []
+
+    def update(self, views: Sequence[NodeView]) -> None:
+        order = list(map(id, views))
+        if order == self._order:  # (the loop's views come sorted by name: same order)
+            return
+        self._order = order
+        ids = set(order)
+        new = ids - self._ids
+        seen = self.seen
+        for v in [v for v in views if id(v) in new]:
+            old = seen.get(v.name)
+            self._put(v, old[1] if old else None)
+        if len(seen) > len(views):
+            present = {v.name for v in views}
+            for gone in [n for n in seen if n not in present]:
+                self._drop(gone, seen.pop(gone)[1])
+        self._ids = ids
+
+    def _put(self, v: NodeView, before: tuple[str | None, ...] | None) -> None:
+        values = tuple(v.labels.get(k) or None for k in self.keys)
+        if before != values:
+            if before is not None:
+                self._drop(v.name, before)
+            for key, value in zip(self.keys, values, strict=True):
+                if value:
+                    self.members[key].setdefault(value, {})[v.name] = None
+        self.seen[v.name] = (v, values)
+        if fenced(v):
+            self.fenced[v.name] = None
+        else:
+            self.fenced.pop(v.name, None)
+
+    def _drop(self, name: str, values: tuple[str | None, ...]) -> None:
+        self.fenced.pop(name, None)
+        for key, value in zip(self.keys, values, strict=True):
+            domain = self.members[key].get(value) if value else None
+            if domain is not None:
+                domain.pop(name, None)
+                if not domain:
+                    del self.members[key][value]  # type: ignore[arg-type]
+
+    def view(self, name: str) -> NodeView:
+        return self.seen[name][0]
 
 
 def _marker(v: NodeView) -> str | None:
@@ -208,33 +259,38 @@ def review(
     now: datetime,
     memory: Memory,
     incidents: Sequence[Incident],
+    index: Index | None = None,
 ) -> Review:
     """One look at the domains (see the module docstring). ``memory`` is the state
     before this look; :attr:`Review.memory` the one to keep. ``incidents``: the open
-    ones, and any closed by hand since the last look (their fences are forgotten)."""
-    memory = remember(memory, views, now)
-    since = dict(memory.since)
+    ones, and any closed by hand since the last look (their fences are forgotten).
+    ``index``: the caller's :class:`Index`, kept across calls (None: a fresh one)."""
     by_key = {c.key: c for c in cfgs}
-    members = _members(views, cfgs) if cfgs else {}
+    if index is None or index.keys != tuple(by_key):
+        index = Index(tuple(by_key))
+    index.update(views)
+    memory = remember(memory, index.fenced, now)
+    since = dict(memory.since)
+    members = index.members
     at = stamp(now)
     kept: list[Incident] = []
     closed: list[Incident] = []
     for inc in incidents:
         if not inc.open:  # closed by hand since the last review: its fences counted
-            for n in members.get(inc.key, {}).get(inc.value, []):
+            for n in members.get(inc.key, {}).get(inc.value, {}):
                 if n in since:
                     since[n] = BEFORE
             continue
         cfg = by_key.get(inc.key)
-        names = members.get(inc.key, {}).get(inc.value, [])
+        domain = members.get(inc.key, {}).get(inc.value, {})
         opened = parse_time(inc.opened_at) or now
         if cfg is None:
             why = f"{inc.key} is no longer a configured domain key"
             closed.append(dataclasses.replace(inc, closed_at=at, closed_by="gone", why=why))
-        elif not names:
+        elif not domain:
             why = f"no node carries {inc.name} any more"
             closed.append(dataclasses.replace(inc, closed_at=at, closed_by="gone", why=why))
-        elif not any(n in since for n in names):
+        elif not any(n in since for n in domain):
             why = f"every node of {inc.name} passed"
             closed.append(dataclasses.replace(inc, closed_at=at, closed_by="passed", why=why))
         elif cfg.release_after and now - opened >= timedelta(seconds=cfg.release_after):
@@ -245,17 +301,25 @@ def review(
         else:
             kept.append(inc)
     for inc in closed:  # their fences counted once: they never reopen it by themselves
-        for n in members.get(inc.key, {}).get(inc.value, []):
+        for n in members.get(inc.key, {}).get(inc.value, {}):
             if n in since:
                 since[n] = BEFORE
     open_names = {i.name for i in kept}
     opened_now: list[Incident] = []
     near: list[Near] = []
     settling: dict[str, datetime] = {}
-    views_by_name = {v.name: v for v in views} if since else {}
+    view = index.view
+    touched = {  # the domains with a fenced node: no other can open or settle
+        (key, value)
+        for n in since
+        for key, value in zip(index.keys, index.seen[n][1], strict=True)
+        if value
+    }
     for cfg in cfgs:
         window_start = now - timedelta(seconds=cfg.window)
-        for value, names in members.get(cfg.key, {}).items():
+        domains = members.get(cfg.key, {})
+        for value in sorted(v for k, v in touched if k == cfg.key):
+            names = domains.get(value, {})
             inside = [n for n in names if n in since]
             if not inside or name_of(cfg.key, value) in open_names:
                 continue
@@ -265,7 +329,7 @@ def review(
             recent = [n for n in inside if (t := parse_time(since[n])) and t >= window_start]
             if len(recent) >= need:
                 running = tuple(
-                    (n, m) for n in sorted(inside) if (m := _marker(views_by_name[n])) is not None
+                    (n, m) for n in sorted(inside) if (m := _marker(view(n))) is not None
                 )
                 inc = Incident(
                     key=cfg.key,
@@ -285,12 +349,12 @@ def review(
                 t = parse_time(since[n])
                 assert t is not None
                 due = t + timedelta(seconds=cfg.settle)
-                if due > now and _marker(views_by_name[n]) is None:
+                if due > now and _marker(view(n)) is None:
                     settling[n] = max(due, settling.get(n, due))
     every_open = (*kept, *opened_now)
     held: dict[str, tuple[str, ...]] = {}
     for inc in every_open:
-        for n in members.get(inc.key, {}).get(inc.value, []):
+        for n in members.get(inc.key, {}).get(inc.value, {}):
             held[n] = (*held.get(n, ()), inc.name)
     for n in held:
         settling.pop(n, None)
@@ -302,17 +366,18 @@ def review(
         settling=settling,
         near=tuple(near),
         memory=Memory(True, since),
+        views={n: view(n) for n in (*held, *settling)},
     )
 
 
-def holds(rev: Review, views: Iterable[NodeView]) -> dict[str, str]:
+def holds(rev: Review) -> dict[str, str]:
     """Node -> why its actions wait this cycle: held by an incident (except the rung
     under way when the incident opened, which finishes), or settling."""
     out: dict[str, str] = {}
     if not rev.held and not rev.settling:
         return out
     running = {(n, m) for i in rev.open for n, m in i.running}
-    for v in views:
+    for v in rev.views.values():
         names = rev.held.get(v.name)
         if names:
             marker = _marker(v)
@@ -335,10 +400,10 @@ def next_due(rev: Review, now: datetime) -> float | None:
 
 
 def grouped(rev: Review) -> dict[str, str]:
-    """Node -> the incident it counts as against min_healthy: a domain's nodes count
-    once (a node in two incidents counts as the first). The breaker counts nodes, as
-    before: incidents in many domains at once still trip it."""
-    return {n: names[0] for n, names in rev.held.items()}
+    """Node in repair -> the incident it counts as against min_healthy: a domain's sick
+    nodes count once (a node in two incidents counts as the first). The breaker counts
+    nodes, as before: incidents in many domains at once still trip it."""
+    return {n: names[0] for n, names in rev.held.items() if rev.views[n].in_repair}
 
 
 def common(views: Sequence[NodeView]) -> list[str]:

@@ -129,7 +129,7 @@ def make_plan(
     ``breaker_reason``: why the breaker stops automation, for every profile (a string)
     or per profile (a mapping). ``holds``: node -> why its actions wait (domain incidents,
     policy/domains.py). ``count_once``: node -> the domain incident whose nodes count as
-    one against min_healthy.
+    one against min_healthy (nodes in repair only: domains.grouped).
     """
     assignment = assignment or assign(views, cfg)
     busy = frozenset(busy_slots)
@@ -160,7 +160,11 @@ def make_plan(
         pool = (
             fleet  # one pool: its fleet is the whole fleet (computed once: 5,000 views)
             if len(members) == fleet.size and busy_here == busy
-            else _fleet([v for v in views if v.name in members], busy_here, count_once)
+            else _fleet(
+                [v for v in views if v.name in members],
+                busy_here,
+                {n: g for n, g in (count_once or {}).items() if n in members},
+            )
         )
         part = budget.admit(
             theirs,
@@ -182,9 +186,8 @@ def _fleet(
 ) -> budget.Fleet:
     fleet = budget.fleet_of(views)
     healthy = fleet.healthy
-    if count_once:  # a domain incident's sick nodes count as one sick node
-        sick = {v.name: count_once[v.name] for v in views if v.in_repair and v.name in count_once}
-        healthy += len(sick) - len(set(sick.values()))
+    if count_once:  # a domain incident's sick nodes (all in `views`) count as one sick node
+        healthy += len(count_once) - len(set(count_once.values()))
     return budget.Fleet(fleet.size, healthy, fleet.active | busy)
 
 

@@ -39,11 +39,20 @@ class DomainWorld(World):
         self.closed: list[domains.Incident] = []
         self.violations: list[str] = []
         self.last: domains.Review | None = None
+        self.index = domains.Index(tuple(d.key for d in cfg.domains))
 
     def cycle(self, step: float = 30.0, paused: str | None = None):
         views = self.views()
+        # every other cycle with the index kept across cycles (the controller's way),
+        # the others with a fresh one: both must give the same review
+        index = self.index if len(self.opened) % 2 == 0 else None
         rev = domains.review(
-            views, self.cfg.domains, self.now, self.memory, (*self.incidents, *self.released)
+            views,
+            self.cfg.domains,
+            self.now,
+            self.memory,
+            (*self.incidents, *self.released),
+            index,
         )
         self.released = []
         self.memory, self.incidents, self.last = rev.memory, rev.open, rev
@@ -52,7 +61,7 @@ class DomainWorld(World):
         names = [i.name for i in rev.open]
         if len(names) != len(set(names)):
             self.violations.append(f"two incidents for one domain: {names}")
-        holds = domains.holds(rev, views)
+        holds = domains.holds(rev)
         decisions = plan.decide_all(views, self.now, self.cfg)
         admitted = plan.make_plan(
             views,
