@@ -107,3 +107,22 @@ def test_domains_are_fleet_wide_not_per_profile(tmp_path):
             tmp_path,
             {"profiles": [{"name": "train", "selector": "pool=train", "domains": []}]},
         )
+
+
+@pytest.mark.parametrize(
+    ("domains", "expected"),
+    [
+        ([{"key": CLIQUE, "threshold": 1}], "domains.0.threshold: must be at least 2 nodes"),
+        ([{"key": CLIQUE, "window": "-5m"}], "domains.0.window: must be a duration"),
+        ([{"key": CLIQUE}, {"key": CLIQUE}], "the key 'nvidia.com/gpu.clique' is listed twice"),
+    ],
+)
+def test_config_check_says_a_bad_domains_value_in_one_line(tmp_path, domains, expected):
+    from tests.unit.cli.test_config_check import fleetmedic, good, write
+
+    r = fleetmedic(
+        "config", "check", "--config", str(write(tmp_path, {**good(tmp_path), "domains": domains}))
+    )
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    [line] = r.stderr.strip().splitlines()
+    assert expected in line and "Traceback" not in r.stderr, line
