@@ -50,6 +50,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reset": ("fleetmedic.controller.manual:reset", "Remove every fleetmedic taint (only ours)."),
     "breaker": ("fleetmedic.controller.manual:breaker", "Show or reset the circuit breaker."),
+    "domain": (
+        "fleetmedic.controller.domaincli:domain",
+        "Show or release domain incidents (a rack or NVLink domain failing together).",
+    ),
     "watch": (
         "fleetmedic.agent.lokicli:watch",
         "Detect GPU faults from Loki instead of an agent on every node.",

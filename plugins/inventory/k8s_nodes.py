@@ -18,6 +18,11 @@ description:
   - A node carrying another tool's signal (see O(foreign_signals)) is in V(foreign) and in
     C(foreign_<tool>) (for example V(foreign_konduktor)), whatever its state, so "which nodes are
     tainted?" has a complete answer; V(foreign) is the parent of the C(foreign_*) groups.
+  - A node held by an open domain incident (the controller's C(domains) config; a rack or an
+    NVLink domain that fenced together) is in C(incident_<key>_<value>), the label key and value
+    with every character outside C([A-Za-z0-9_]) as C(_) (for example
+    V(incident_nvidia_com_gpu_clique_c_17)), so an ad-hoc playbook can target the whole domain;
+    V(incident) is the parent of the C(incident_*) groups.
   - A node's state is computed by C(fleetmedic.model.nodestate.view), the same function the
     controller and C(fleetmedic status) use, so the three can never disagree.
   - V(healthy) holds nodes with no fleetmedic taint at all. A node with only the slow-network
@@ -193,6 +198,7 @@ try:
         host_vars,
         node_tags,
     )
+    from fleetmedic.policy import domainnode
 except ImportError as _exc:  # reported by parse(), so ansible-doc still works without it
     FLEETMEDIC_IMPORT_ERROR = _exc
 else:
@@ -329,6 +335,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _populate(self, nodes, vocab, foreign):
         for group in ALL_GROUPS:
             self.inventory.add_group(group)
+        self.inventory.add_group("incident")
         for group in STATE_GROUPS.values():
             self.inventory.add_child("in_repair", group)
         strict = self.get_option("strict")
@@ -353,6 +360,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self.inventory.add_group(group)
                 if group.startswith("foreign_"):
                     self.inventory.add_child("foreign", group)
+                self.inventory.add_child(group, name)
+            for entry in domainnode.open_on_node(view.annotations.get(domainnode.ANN_INCIDENTS)):
+                group = domainnode.inventory_group(entry["key"], entry["value"])
+                self.inventory.add_group(group)
+                self.inventory.add_child("incident", group)
                 self.inventory.add_child(group, name)
             for key, value in hostvars.items():
                 self.inventory.set_variable(name, key, value)

@@ -324,3 +324,77 @@ def _token(text: str) -> str:
 
 def _domain(smtp: SmtpConfig) -> str:
     return smtp.sender.rsplit("@", 1)[-1]
+
+
+# -- domain incidents (policy/domains.py) ---------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class DomainIncident:
+    """One domain incident's page: the domain, its nodes, what they share, their evidence."""
+
+    name: str  # key=value
+    incident_id: str
+    opened_at: str
+    why: str
+    size: int  # nodes in the domain
+    nodes: Sequence[Mapping[str, Any]]  # per fenced node: name, state, last finding, results
+    common: Sequence[str]
+    evidence: Sequence[str] = ()  # each node's newest bundle
+    cluster: str = ""
+
+
+def send_domain_incident(
+    inc: DomainIncident,
+    smtp: SmtpConfig,
+    to: Sequence[str] = (),
+    environ: Mapping[str, str] = os.environ,
+) -> Sent:
+    """The incident's one email, to ``to`` (empty: ``smtp.to``), with a JSON of every
+    node's last findings and check results and each node's newest evidence bundle."""
+    where = f" on {inc.cluster}" if inc.cluster else ""
+    subject = (
+        f"[fleetmedic] domain incident {inc.name}{where}: {len(inc.nodes)} of {inc.size} "
+        "nodes fenced together; their repairs are held"
+    )[:200]
+    report = json.dumps(dataclasses.asdict(inc), indent=2, default=str).encode()
+    attached, not_attached = _pick(inc.evidence, smtp.max_attachment_mb * 2**20 - len(report))
+    data = io.BytesIO(report)
+    data.name = f"domain-incident-{_token(inc.name)}.json"
+    msg_id = f"<fleetmedic.domain.{_token(inc.incident_id)}@{_domain(smtp)}>"
+    relay = smtp.model_copy(update={"to": tuple(to)}) if to else smtp
+    body = domain_html(inc, not_attached)
+    refused = _send(relay, subject, body, [data, *attached], msg_id, environ)
+    return Sent(msg_id, refused, tuple(attached), tuple(not_attached))
+
+
+def domain_html(inc: DomainIncident, not_attached: Sequence[str] = ()) -> str:
+    e = html.escape
+    rows = [
+        [
+            n.get("node", ""),
+            n.get("state", ""),
+            n.get("finding") or "",
+            n.get("checks") or "",
+            n.get("signals") or "",
+        ]
+        for n in inc.nodes
+    ]
+    evidence = [[Path(p).name, "attached"] for p in inc.evidence if p not in not_attached]
+    evidence += [[p, "not attached: find it on the controller host"] for p in not_attached]
+    return "".join(
+        [
+            f"<h2>Domain incident {e(inc.name)}: {len(inc.nodes)} of {inc.size} nodes "
+            "fenced together</h2>",
+            f"<p><b>Why:</b> {e(inc.why)}<br><b>Opened:</b> {e(inc.opened_at)}</p>",
+            "<p>A shared part (an NVLink switch tray, a top-of-rack switch, power or cooling) "
+            "looks at fault: rebooting the nodes one by one would not mend it. fleetmedic "
+            "holds their repairs; the nodes stay fenced.</p>",
+            "<h3>What their findings have in common</h3>",
+            _table(("shared",), [[c] for c in inc.common]),
+            "<h3>Nodes and their last evidence</h3>",
+            _table(("node", "state", "last finding", "failing checks", "signals"), rows),
+            "<h3>Evidence</h3>",
+            _table(("bundle", "where"), evidence),
+            "<p>The incident closes by itself when its nodes pass. To hand the nodes back to "
+            f"their own ladders: <code>fleetmedic domain release {e(inc.name)}</code>.</p>",
+        ]
+    )

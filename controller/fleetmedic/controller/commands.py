@@ -70,6 +70,7 @@ def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -
                 or r["slow_network"]
                 or r["foreign_signals"]
                 or r["doing"]
+                or r["incidents"]
             ]
             if name:
                 click.echo(f"== cluster {name} ==")
@@ -78,6 +79,8 @@ def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -
                     shown, hidden=len(rows) - len(shown), width=max(80, _terminal_width())
                 )
             )
+            for line in _incident_groups(rows):
+                click.echo(line)
     if failed:
         sys.exit(clikit.EXIT_UNREACHABLE)
 
@@ -89,7 +92,14 @@ def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:
     at = now()
     vs = views(connect(cfg, kubeconfig), cfg)
     profile_of = assign(vs, cfg).profile_of
+    from fleetmedic.policy import domainnode, domains
+
     rows = [node_status(v, at, profile_of.get(v.name, "(conflict)")) for v in vs]
+    for v, r in zip(vs, rows, strict=True):  # the open domain incidents holding each node
+        r["incidents"] = [
+            domains.name_of(e["key"], e["value"])
+            for e in domainnode.open_on_node(v.annotations.get(domainnode.ANN_INCIDENTS))
+        ]
     rows.sort(
         key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"], r["since"] or "", r["name"])
     )
@@ -130,6 +140,9 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         name: breakermod.reason(breakermod.resume(switches.breaker_of(name)))
         for name in cfg.profile_names()
     }
+    from fleetmedic.policy import domains
+
+    incidents = _domain_review(kube, cfg, vs, at)
     p = make_plan(
         vs,
         decisions,
@@ -138,6 +151,8 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         paused=switches.paused,
         breaker_reason=breaker_reason,
         assignment=assignment,
+        holds=domains.holds(incidents),
+        count_once=domains.grouped(incidents),
     )
     held = {a.node: why for a, why in p.admission.held}
     admitted = {a.node for a in p.admission.admitted}
@@ -164,10 +179,14 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         items += _sweep_items(
             kube, cfg, vs, at, assignment, admitted, switches.paused, breaker_reason
         )
+    items += _domain_items(incidents)
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
     for i in items:
+        if i["action"] == "domain":
+            click.echo(f"domain {i['domain']}: {i['verdict']}: {i['reason']}")
+            continue
         what = i["action"] + (f" {i['phase']}" if i["phase"] else "")
         tail = {"do": "", "held": f"  [held: {i['held_because']}]"}.get(i["verdict"], "")
         if i["verdict"] == "wait" and i["not_before"]:
@@ -178,6 +197,8 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         click.echo(f"{i['node']}: {what} ({i['step'] or '-'}): {i['reason']}{tail}")
     slots = len(p.fleet.active)
     sweeps = sum(1 for i in items if i["action"] == "sweep" and i["verdict"] == "do")
+    if incidents.open:
+        click.echo(f"{len(incidents.open)} domain incident(s) open or opening")
     click.echo(
         f"{len(admitted)} action(s) would run now, {len(held)} held; "
         + (f"{sweeps} sweep(s) would start; " if cfg.sweeps() else "")
@@ -245,6 +266,98 @@ def _sweep_items(
     return out
 
 
+# -- domain incidents in the other commands ------------------------------------------
+def _with_incidents(rows: list[dict[str, Any]], node: dict[str, Any]) -> list[dict[str, Any]]:
+    """``history`` rows with the domain incidents the node was in (its annotation: the
+    Events about them expire with the cluster's event TTL), newest first again."""
+    from fleetmedic.policy import domainnode
+
+    ann = (node.get("metadata") or {}).get("annotations") or {}
+    extra = domainnode.timeline_rows(ann.get(domainnode.ANN_INCIDENTS))
+    if not extra:
+        return rows
+    return sorted([*rows, *extra], key=lambda r: str(r["at"])[:19], reverse=True)
+
+
+def _incident_groups(rows: list[dict[str, Any]]) -> list[str]:
+    """``status``: one line per open domain incident and the nodes it holds."""
+    groups: dict[str, list[str]] = {}
+    for r in rows:
+        for name in r.get("incidents") or ():
+            groups.setdefault(name, []).append(f"{r['name']} ({r['state']})")
+    return [
+        f"domain incident {name}: {len(nodes)} node(s) held: {', '.join(nodes)}"
+        for name, nodes in sorted(groups.items())
+    ]
+
+
+def _domain_review(kube: Kube, cfg: Config, vs: list[NodeView], at: datetime) -> Any:
+    """The domains as the next cycle would see them: the incidents on the record, and
+    fences as recent as their state-since stamps say (this command has no memory of
+    when each node fenced; a fence without a stamp does not count)."""
+    from fleetmedic.controller.switches import pause_configmap
+    from fleetmedic.model import keys
+    from fleetmedic.policy import domains
+
+    if not cfg.domains:
+        return domains.NONE
+    ref = pause_configmap(cfg)
+    cm = kube.get_config_map(*ref) if ref else None
+    record = domains.decode(((cm or {}).get("data") or {}).get(domains.RECORD_KEY))
+    since = {
+        v.name: v.annotations.get(keys.ANN_STATE_SINCE) or domains.BEFORE
+        for v in vs
+        if domains.fenced(v)
+    }
+    open_ = tuple(i for i in record if i.open)
+    return domains.review(vs, cfg.domains, at, domains.Memory(True, since), open_)
+
+
+def _domain_items(rev: Any) -> list[dict[str, Any]]:
+    """``plan``'s lines for domains: incidents open (and the nodes they hold), those the
+    next cycle would open, and domains with recent fences near their threshold."""
+
+    def item(name: str, verdict: str, reason: str) -> dict[str, Any]:
+        return {
+            "node": None,
+            "profile": None,
+            "action": "domain",
+            "step": None,
+            "phase": None,
+            "reason": reason,
+            "verdict": verdict,
+            "held_because": None,
+            "not_before": None,
+            "playbook": None,
+            "domain": name,
+        }
+
+    held: dict[str, list[str]] = {}
+    for node, names in rev.held.items():
+        for name in names:
+            held.setdefault(name, []).append(node)
+    opening = {i.name for i in rev.opened}
+    items = [
+        item(
+            i.name,
+            "would open" if i.name in opening else "open",
+            f"{i.why}; holds {len(held.get(i.name, []))} node(s): "
+            + ", ".join(sorted(held.get(i.name, []))),
+        )
+        for i in rev.open
+    ]
+    items += [
+        item(
+            n.name,
+            "near",
+            f"{len(n.fenced)} of {n.size} nodes fenced within the window, threshold "
+            f"{n.threshold}: {', '.join(n.fenced)}",
+        )
+        for n in rev.near
+    ]
+    return items
+
+
 # -- history --------------------------------------------------------------------------
 @click.command(
     "history",
@@ -269,6 +382,7 @@ def history(cfg: Config, kubeconfig: str | None, node: str, as_json: bool, limit
     except NotFoundError:
         raise NotFoundError(f"node {node} not found") from None
     rows = timeline(obj, kube.list_node_events(node))
+    rows = _with_incidents(rows, obj)
     if limit > 0:
         rows = rows[:limit]
     if as_json:

@@ -35,6 +35,7 @@ from fleetmedic.adapters.kube import Kube
 from fleetmedic.controller import sdnotify
 from fleetmedic.controller.breakerkeeper import BreakerKeeper
 from fleetmedic.controller.chatter import Chatter
+from fleetmedic.controller.domainkeeper import DomainKeeper
 from fleetmedic.controller.execute import Executor
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
@@ -49,7 +50,7 @@ from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView, own_annotations
 from fleetmedic.model.nodestate import view as view_of
-from fleetmedic.policy import budget
+from fleetmedic.policy import budget, domains
 from fleetmedic.policy.actions import Action, Kind
 from fleetmedic.policy.plan import Decision, Plan, actionable, decide_all, make_plan
 from fleetmedic.policy.profiles import Assignment, assign
@@ -164,6 +165,15 @@ class Controller:
             )
             for name in cfg.profile_names()
         }
+        self.domains = DomainKeeper(
+            cfg,
+            kube,
+            self.metrics,
+            dry_run=self.dry_run,
+            send=self.workers.side_job,
+            stop=lambda: self._stop,
+            cluster=cluster,
+        )
         self.switches = SwitchReader(
             kube, cfg, on_read=lambda s: self.metrics.paused.set(1 if s.paused else 0)
         )
@@ -241,6 +251,7 @@ class Controller:
     def _restore_breakers(self) -> None:
         for keeper in self.breakers.values():
             keeper.restore()
+        self.domains.restore()
 
     def wake(self) -> None:
         self._wake.set()
@@ -291,11 +302,15 @@ class Controller:
         views = self.views()
         assignment = assign(views, self.cfg)
         self.metrics.observe(views, now)
+        incidents = self.domains.observe(views, now)  # (before the breakers: none is stale)
         for name, keeper in self.breakers.items():
             members = assignment.nodes_of(name)
             keeper.observe([v for v in views if v.name in members], now)
-        plan = self._plan(views, now, busy, set(backoff) | sweeping, assignment)
+        plan = self._plan(views, now, busy, set(backoff) | sweeping, assignment, incidents)
         wait = IDLE_WAKE
+        settle = domains.next_due(incidents, now)
+        if settle is not None:
+            wait = min(wait, settle + 0.05)
         if backoff:
             wait = min(wait, min(backoff.values()) - mono)
         for _, a in plan.decisions:
@@ -306,7 +321,8 @@ class Controller:
         self._say(plan)
         if self.sweeper:
             admitted = {a.node for a in plan.admission.admitted}
-            self._sweep(views, now, assignment, set(busy) | set(backoff) | admitted, sweeping)
+            skip = set(busy) | set(backoff) | admitted | set(incidents.held)  # (not mid-incident)
+            self._sweep(views, now, assignment, skip, sweeping)
         if self.dry_run:
             return wait, 0
         decided_on = {v.name: v for v, _ in plan.decisions}
@@ -326,6 +342,7 @@ class Controller:
         busy: dict[str, Action],
         backoff: set[str],
         assignment: Assignment,
+        incidents: domains.Review = domains.NONE,
     ) -> Plan:
         slots = [n for n, a in busy.items() if a.new_work or a.step in budget.WORKING_STEPS]
         decisions = decide_all(
@@ -351,6 +368,8 @@ class Controller:
             paused=paused,
             breaker_reason={name: k.reason for name, k in self.breakers.items()},
             assignment=assignment,
+            holds=domains.holds(incidents),
+            count_once=domains.grouped(incidents),
         )
 
     def _sweep(

@@ -62,6 +62,16 @@ class Metrics:
             registry=r,
         )
         self.paused = Gauge("fleetmedic_paused", "1 while the pause switch is on", registry=r)
+        self.domain_incidents = Counter(
+            "fleetmedic_domain_incidents",
+            "Domain incidents opened (nodes of one rack or NVLink domain fenced together), "
+            "by the domain's label key",
+            ["key"],
+            registry=r,
+        )
+        self.domain_incidents_open = Gauge(
+            "fleetmedic_domain_incidents_open", "Domain incidents open now", registry=r
+        )
         self.cycles = Counter(
             "fleetmedic_cycles",
             "Decision cycles run (each looks at every node once); tests wait on it",

@@ -119,25 +119,32 @@ def make_plan(
     paused: str | None = None,
     breaker_reason: str | Mapping[str, str | None] | None = None,
     assignment: Assignment | None = None,
+    holds: Mapping[str, str] | None = None,
+    count_once: Mapping[str, str] | None = None,
 ) -> Plan:
     """Pass the decisions through the budget (``views``: the whole pool).
 
     ``busy_slots``: nodes this process is working on that hold a repair slot even if
     their Node does not show it yet. New work is offered longest-waiting first.
     ``breaker_reason``: why the breaker stops automation, for every profile (a string)
-    or per profile (a mapping).
+    or per profile (a mapping). ``holds``: node -> why its actions wait (domain incidents,
+    policy/domains.py). ``count_once``: node -> the domain incident whose nodes count as
+    one against min_healthy (nodes in repair only: domains.grouped).
     """
     assignment = assignment or assign(views, cfg)
     busy = frozenset(busy_slots)
-    fleet = _fleet(views, busy)
+    fleet = _fleet(views, busy, count_once)
     pending = [(v, a) for v, a in decisions if a.kind not in (Kind.NONE, Kind.WAIT)]
+    held: list[tuple[Action, str]] = []
+    if holds:
+        held = [(a, holds[a.node]) for _, a in pending if a.node in holds]
+        pending = [(v, a) for v, a in pending if a.node not in holds]
     since = {v.name: v.annotations.get(keys.ANN_STATE_SINCE) or "" for v, _ in pending}
     actions = sorted(
         (a for _, a in pending),
         key=lambda a: (not a.new_work, since[a.node] if a.new_work else "", a.node),
     )
     admitted: list[Action] = []
-    held: list[tuple[Action, str]] = []
     for name in cfg.profile_names():
         members = assignment.nodes_of(name)
         theirs = [a for a in actions if a.node in members]
@@ -153,7 +160,11 @@ def make_plan(
         pool = (
             fleet  # one pool: its fleet is the whole fleet (computed once: 5,000 views)
             if len(members) == fleet.size and busy_here == busy
-            else _fleet([v for v in views if v.name in members], busy_here)
+            else _fleet(
+                [v for v in views if v.name in members],
+                busy_here,
+                {n: g for n, g in (count_once or {}).items() if n in members},
+            )
         )
         part = budget.admit(
             theirs,
@@ -170,9 +181,14 @@ def make_plan(
     return Plan(tuple(decisions), budget.Admission(tuple(admitted), tuple(held)), fleet, assignment)
 
 
-def _fleet(views: Sequence[NodeView], busy: frozenset[str]) -> budget.Fleet:
+def _fleet(
+    views: Sequence[NodeView], busy: frozenset[str], count_once: Mapping[str, str] | None = None
+) -> budget.Fleet:
     fleet = budget.fleet_of(views)
-    return budget.Fleet(fleet.size, fleet.healthy, fleet.active | busy)
+    healthy = fleet.healthy
+    if count_once:  # a domain incident's sick nodes (all in `views`) count as one sick node
+        healthy += len(count_once) - len(set(count_once.values()))
+    return budget.Fleet(fleet.size, healthy, fleet.active | busy)
 
 
 def _fleet_min_healthy(

@@ -29,6 +29,7 @@ from fleetmedic.errors import ConfigError, one_line
 from fleetmedic.model.config.bmc import BmcConfig
 from fleetmedic.model.config.cloud import CloudConfig
 from fleetmedic.model.config.clusters import ClusterConfig
+from fleetmedic.model.config.domains import DomainConfig
 from fleetmedic.model.config.executor import LOCAL, ExecutorConfig, ReceptorConfig
 from fleetmedic.model.config.ladder import (
     LADDER_ORDER_WITH_BMC,
@@ -73,6 +74,7 @@ __all__ = [
     "CloudConfig",
     "ClusterConfig",
     "Config",
+    "DomainConfig",
     "DrainConfig",
     "ExecutorConfig",
     "FlapConfig",
@@ -127,6 +129,10 @@ class Config(Section):
     safety: SafetyConfig = SafetyConfig()
     sweep: SweepConfig | None = None
     """Diagnostic sweeps of idle nodes on a schedule (see sweep.py). Unset: none."""
+    domains: tuple[DomainConfig, ...] = ()
+    """Label keys that group nodes failing together (an NVLink domain, a rack), and when
+    their fences become one domain incident (see domains.py). Unset: every node is
+    repaired alone. Fleet-wide: a profile cannot set its own."""
     metrics: MetricsConfig = MetricsConfig()
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     sources: SourcesConfig = SourcesConfig()
@@ -182,6 +188,24 @@ class Config(Section):
                 "ladder.order names power_cycle but there is no `bmc:` section "
                 "(how to reach the nodes' BMCs)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _domains_known(self) -> Config:
+        keys = [d.key for d in self.domains]
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup:
+            raise ValueError(f"domains: the key {dup!r} is listed twice")
+        names = {t.name for t in self.notify.targets}
+        for i, d in enumerate(self.domains):
+            unknown = next((t for t in d.targets if t not in names), None)
+            if unknown:
+                raise ValueError(
+                    f"domains.{i}.targets: {unknown!r} is not one of notify.targets "
+                    f"({', '.join(sorted(names)) or 'none configured'})"
+                )
+            if d.to and self.smtp is None:
+                raise ValueError(f"domains.{i}.to: set, but there is no `smtp:` section")
         return self
 
     def profile(self, name: str) -> Config:
@@ -295,7 +319,8 @@ def parse(data: Any, source: str = "config", base: Path | None = None) -> Config
         raise ConfigError(f"{source}: profiles: the name {dup!r} is used twice")
     if cfg.clusters:
         _build_clusters(cfg, data, source, base)
-    top = {k: v for k, v in data.items() if k not in ("profiles", "clusters")}
+    # (domains are fleet-wide: read from the top level only, checked against its targets)
+    top = {k: v for k, v in data.items() if k not in ("profiles", "clusters", "domains")}
     for i, p in enumerate(cfg.profiles):
         try:
             cfg._profiles[p.name] = Config.model_validate(

@@ -541,3 +541,29 @@ def test_a_node_only_another_tool_flagged_has_a_group_of_its_own(plugin, tmp_pat
         "foreign_npd",
     }
     assert inventory.get_host("k1").vars["fleetmedic_state"] == "healthy"
+
+
+def test_an_open_domain_incident_is_a_group_of_its_nodes(plugin, tmp_path):
+    """``incident_<key>_<value>`` holds the nodes an open domain incident holds (from
+    their fleetmedic.io/domain-incidents record), under ``incident``; a closed one is none."""
+    from fleetmedic.policy import domainnode, domains
+
+    opened = domains.Incident("nvidia.com/gpu.clique", "c-17", "2026-11-26T20:00:00Z", ("a",))
+    closed = domains.Incident(
+        "example.com/rack", "r1", "2026-11-25T20:00:00Z", ("b",), closed_at="2026-11-25T21:00:00Z"
+    )
+    held = {
+        domainnode.ANN_INCIDENTS: domainnode.node_entry(domainnode.node_entry(None, closed), opened)
+    }
+    inventory, _ = run(
+        plugin,
+        tmp_path,
+        [
+            node("a", annotations=held),
+            node("b", annotations=held, ip="10.0.0.2"),
+            node("c", annotations={domainnode.ANN_INCIDENTS: domainnode.node_entry(None, closed)}),
+        ],
+    )
+    group = "incident_nvidia_com_gpu_clique_c_17"
+    assert sorted(h.name for h in inventory.groups[group].get_hosts()) == ["a", "b"]
+    assert {g.name for g in inventory.groups["incident"].child_groups} == {group}

@@ -1,0 +1,330 @@
+"""Domain incidents as the controller keeps them: reviewed every cycle, recorded on the
+pause ConfigMap so a restarted or new leader finds them, one email and one chat message
+per incident, an Event and a record on each of its nodes, the metrics.
+
+The policy (when an incident opens, which nodes it holds, when it closes) is
+:mod:`fleetmedic.policy.domains`; this module is its I/O:
+
+- the record: data key ``domains`` of the pause ConfigMap (the breaker's ConfigMap, so no
+  new object and no new RBAC), a JSON list of the open incidents and the last few closed;
+  read at start and on becoming leader, written when one opens or closes;
+- ``fleetmedic domain release NAME`` marks the incident closed on that record; the leader
+  reads the record every few seconds while an incident is open and adopts the release;
+- on each node of the domain: an Event (``DomainIncidentOpened``/``Closed``) and the
+  ``fleetmedic.io/domain-incidents`` annotation (history, status, the inventory groups).
+
+Side effects run off the main loop (``send``), and never break it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from threading import Event
+
+from fleetmedic.adapters import chat, notify, runner
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.controller.metrics import Metrics
+from fleetmedic.controller.switches import pause_configmap
+from fleetmedic.errors import ConflictError, FleetmedicError
+from fleetmedic.model import keys, nodeedit
+from fleetmedic.model.config import Config, DomainConfig, NotifyConfig, TargetConfig
+from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy import domainnode, domains
+from fleetmedic.policy.domains import Incident, Review
+
+log = logging.getLogger(__name__)
+SEND_TRIES = 10
+READ_EVERY = 5.0  # seconds between reads of the record while incidents are open
+CLOSED_KEPT = 20  # closed incidents kept on the record (for `domain status`)
+EMPTY = domains.NONE
+
+
+class DomainKeeper:
+    """``send`` runs a job off the main loop; ``stop`` says when to give up retrying."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        kube: Kube,
+        metrics: Metrics,
+        *,
+        dry_run: bool,
+        send: Callable[[Callable[[], None]], object],
+        stop: Callable[[], Event],
+        cluster: str = "",
+        chat_send: Callable[..., None] = chat.send,
+    ) -> None:
+        self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
+        self.send, self.stop, self.cluster, self.chat_send = send, stop, cluster, chat_send
+        self.by_key: dict[str, DomainConfig] = {d.key: d for d in cfg.domains}
+        self.memory = domains.Memory()
+        self.index = domains.Index(tuple(self.by_key))  # (across cycles: see Index)
+        self.incidents: tuple[Incident, ...] = ()
+        self.closed: tuple[Incident, ...] = ()  # recently closed, as on the record
+        self.released: list[Incident] = []  # closed by hand, not yet reviewed
+        self.last: Review = EMPTY
+        self._read_at = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cfg.domains)
+
+    # -- the record ----------------------------------------------------------------------
+    def restore(self) -> None:
+        """Start from the record (a restart, a new leader); the first review takes the
+        baseline of fences, so old fences open nothing."""
+        if not self.enabled:
+            return
+        try:
+            every = self._read()[0]
+        except FleetmedicError as exc:
+            log.warning("cannot read the domain incidents' record (%s); starting with none", exc)
+            return
+        self.incidents = tuple(i for i in every if i.open)
+        self.closed = tuple(i for i in every if not i.open)[-CLOSED_KEPT:]
+        self.memory = domains.Memory()
+        self.metrics.domain_incidents_open.set(len(self.incidents))
+        for inc in self.incidents:
+            log.error(
+                "domain incident %s open since %s (recorded on ConfigMap %s): its nodes stay "
+                "held until they pass or `fleetmedic domain release %s`",
+                inc.name,
+                inc.opened_at,
+                self.cfg.safety.pause_configmap,
+                inc.name,
+            )
+
+    def _read(self) -> tuple[tuple[Incident, ...], str | None]:
+        ref = pause_configmap(self.cfg)
+        cm = self.kube.get_config_map(*ref) if ref else None
+        if cm is None:
+            return (), None
+        raw = (cm.get("data") or {}).get(domains.RECORD_KEY)
+        return domains.decode(raw), (cm.get("metadata") or {}).get("resourceVersion")
+
+    def poll_releases(self) -> None:
+        """While incidents are open, adopt a ``fleetmedic domain release`` from the record
+        (read at most every :data:`READ_EVERY` seconds)."""
+        if not self.incidents or time.monotonic() - self._read_at < READ_EVERY:
+            return
+        self._read_at = time.monotonic()
+        try:
+            record = {i.id: i for i in self._read()[0]}
+        except FleetmedicError as exc:
+            log.warning("cannot read the domain incidents' record (%s)", exc)
+            return
+        for inc in self.incidents:
+            there = record.get(inc.id)
+            if there is not None and not there.open:
+                log.warning(
+                    "domain incident %s released by %s at %s: its nodes go to their own ladders",
+                    inc.name,
+                    there.closed_by or "someone",
+                    there.closed_at,
+                )
+                self.released.append(there)
+        gone = {i.id for i in self.released}
+        self.incidents = tuple(i for i in self.incidents if i.id not in gone)
+
+    def _save(self) -> None:
+        """The open incidents and the last closed ones on the pause ConfigMap, merged with
+        what a human wrote there meanwhile (a release wins: it is never overwritten)."""
+        ref = pause_configmap(self.cfg)
+        if ref is None or self.dry_run:
+            return
+        for _ in range(5):
+            try:
+                there, version = self._read()
+                by_hand = {i.id: i for i in there if not i.open}
+                mine = [by_hand.get(i.id, i) for i in (*self.closed, *self.incidents)]
+                raw = domains.encode(mine)
+                self.kube.patch_config_map_data(*ref, {domains.RECORD_KEY: raw}, version)
+                return
+            except ConflictError:
+                continue
+            except FleetmedicError as exc:
+                log.warning(
+                    "domain incidents kept in memory only, a restart forgets them (%s); ship "
+                    "the ConfigMap of deploy/controller/configmap.yaml",
+                    exc,
+                )
+                return
+
+    # -- every cycle ---------------------------------------------------------------------
+    def observe(self, views: Sequence[NodeView], now: datetime) -> Review:
+        if not self.enabled:
+            return EMPTY
+        self.poll_releases()
+        released, self.released = self.released, []
+        rev = domains.review(
+            views, self.cfg.domains, now, self.memory, (*self.incidents, *released), self.index
+        )
+        self.memory, self.incidents, self.last = rev.memory, rev.open, rev
+        if rev.opened or rev.closed or released:
+            self.closed = (*self.closed, *released, *rev.closed)[-CLOSED_KEPT:]
+            self._save()
+        by_name = {v.name: v for v in views} if (rev.opened or rev.closed or released) else {}
+        for inc in rev.opened:
+            self._opened(inc, views, by_name)
+        for inc in (*rev.closed, *released):
+            self._closed(inc, views)
+        self.metrics.domain_incidents_open.set(len(rev.open))
+        return rev
+
+    def _members(self, inc: Incident, views: Sequence[NodeView]) -> list[NodeView]:
+        return [v for v in views if v.labels.get(inc.key) == inc.value]
+
+    def _opened(
+        self, inc: Incident, views: Sequence[NodeView], by_name: dict[str, NodeView]
+    ) -> None:
+        members = self._members(inc, views)
+        log.error(
+            "domain incident %s opened: %s; nodes %s held (no per-node rung) until they "
+            "pass or `fleetmedic domain release %s`",
+            inc.name,
+            inc.why,
+            ", ".join(inc.nodes),
+            inc.name,
+        )
+        self.metrics.domain_incidents.labels(key=inc.key).inc()
+        if self.dry_run:
+            return
+        fenced = [by_name[n] for n in inc.nodes if n in by_name]
+        page = self._page(inc, fenced, len(members))
+        cfg = self.by_key.get(inc.key)
+        message = f"{inc.why}; held with the domain's {len(members)} nodes"
+        names = [v.name for v in members]
+        self.send(lambda: self._mark(names, inc, "DomainIncidentOpened", message, "Warning"))
+        if self.cfg.smtp is not None:
+            self.send(lambda: self._send_email(page, cfg.to if cfg else ()))
+        self._chat(inc, page, cfg)
+
+    def _closed(self, inc: Incident, views: Sequence[NodeView]) -> None:
+        log.warning("domain incident %s closed (%s): %s", inc.name, inc.closed_by, inc.why)
+        if self.dry_run:
+            return
+        names = [v.name for v in self._members(inc, views)]
+        message = f"closed ({inc.closed_by}): {inc.why}; nodes still fenced go to their own ladders"
+        self.send(lambda: self._mark(names, inc, "DomainIncidentClosed", message, "Normal"))
+
+    # -- side effects (on the worker pool) -----------------------------------------------
+    def _mark(self, names: list[str], inc: Incident, reason: str, message: str, kind: str) -> None:
+        """The incident on each node: its annotation entry and an Event."""
+        for name in names:
+
+            def mutate(node: dict) -> bool:
+                ann = (node.get("metadata") or {}).get("annotations") or {}
+                value = domainnode.node_entry(ann.get(domainnode.ANN_INCIDENTS), inc)
+                return nodeedit.set_annotation(node, domainnode.ANN_INCIDENTS, value)
+
+            try:
+                written = self.kube.update_node(name, mutate)
+            except FleetmedicError as exc:
+                log.warning("%s: domain incident %s not recorded on it: %s", name, inc.name, exc)
+                continue
+            self.kube.post_event(written, reason, f"{inc.name}: {message}", kind)
+
+    def _page(self, inc: Incident, fenced: list[NodeView], size: int) -> notify.DomainIncident:
+        rows = []
+        evidence: list[str] = []
+        for v in fenced:
+            finding = v.annotation_json(keys.ANN_LAST_FINDING)
+            results = v.annotation_json(keys.ANN_LAST_RESULTS)
+            failing = (
+                {
+                    c: e
+                    for c, e in results.items()
+                    if isinstance(e, dict) and e.get("status") != "ok"
+                }
+                if isinstance(results, dict)
+                else {}
+            )
+            rows.append(
+                {
+                    "node": v.name,
+                    "state": v.state,
+                    "finding": _one(finding),
+                    "checks": _one(failing) if failing else "",
+                    "signals": ", ".join(v.foreign_signals),
+                    "last_finding": finding,
+                    "last_results": results,
+                }
+            )
+            evidence += runner.evidence_for(v.name, self.cfg.ansible)[:1]
+        return notify.DomainIncident(
+            name=inc.name,
+            incident_id=inc.id,
+            opened_at=inc.opened_at,
+            why=inc.why,
+            size=size,
+            nodes=rows,
+            common=domains.common(fenced),
+            evidence=evidence,
+            cluster=self.cluster,
+        )
+
+    def _send_email(self, page: notify.DomainIncident, to: Sequence[str]) -> None:
+        assert self.cfg.smtp is not None
+        for attempt in range(SEND_TRIES):
+            try:
+                notify.send_domain_incident(page, self.cfg.smtp, to)
+                log.info("domain incident %s: email sent", page.name)
+                return
+            except FleetmedicError as exc:
+                log.warning("domain incident email not sent (try %d): %s", attempt + 1, exc)
+                if self.stop().wait(self.cfg.smtp.retry_interval):
+                    return
+
+    def _chat(self, inc: Incident, page: notify.DomainIncident, cfg: DomainConfig | None) -> None:
+        named = set(cfg.targets) if cfg and cfg.targets else None
+        targets = [
+            t
+            for t in self.cfg.notify.targets
+            if (t.name in named if named is not None else "breaker" in t.events)
+        ]
+        if not targets:
+            return
+        where = f" on {self.cluster}" if self.cluster else ""
+        shared = "; ".join(page.common[:5]) or "nothing recorded in common"
+        body = (
+            f"{inc.why}. Nodes: {', '.join(inc.nodes)}. In common: {shared}. Their repairs "
+            f"are held; they stay fenced. `fleetmedic domain release {inc.name}` hands them "
+            "back to their own ladders."
+        )
+        msg = chat.Message(
+            "breaker",
+            f"[fleetmedic] domain incident {inc.name}{where}: "
+            f"{len(inc.nodes)} nodes fenced together",
+            body[: chat.CHAT_LIMIT],
+        )
+        notify_cfg = self.cfg.notify
+        for target in targets:
+            self.send(functools.partial(self._deliver, target, msg, notify_cfg))
+
+    def _deliver(self, target: TargetConfig, msg: chat.Message, notify_cfg: NotifyConfig) -> None:
+        for attempt in range(notify_cfg.tries):
+            try:
+                self.chat_send(target, msg, notify_cfg.timeout)
+                log.info("domain notification sent to %s: %s", target.name, msg.title)
+                return
+            except FleetmedicError as exc:
+                log.warning(
+                    "domain notification to %s not sent (try %d): %s", target.name, attempt + 1, exc
+                )
+                if self.stop().wait(notify_cfg.retry_interval):
+                    return
+
+
+def _one(value: object) -> str:
+    """A finding or a check summary in one short line."""
+    if isinstance(value, dict):
+        for k in ("rule", "summary", "msg"):
+            if value.get(k):
+                return str(value[k])[:160]
+        return json.dumps(value, sort_keys=True)[:160]
+    return "" if value is None else str(value)[:160]
