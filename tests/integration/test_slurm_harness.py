@@ -1,0 +1,61 @@
+"""The Slurm test cluster itself (tests/harness/slurm.py): real daemons, one address per
+slurmd, a state that survives a slurmctld crash once saved, and nothing left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from tests.harness import fleet_net as net
+from tests.harness.slurm import SLURMD_PORT
+
+
+def test_each_slurmd_registers_from_its_own_address(slurm):
+    nodes = slurm.nodes()
+    assert sorted(nodes) == ["n1", "n2", "n3"]
+    for name, n in nodes.items():
+        assert n["state"] == "idle", n
+        assert n["address"] == slurm.node_address(name)
+        assert n["port"] == SLURMD_PORT
+        assert n["slurmd_version"] == "22.05.8"
+        # the slurmd really listens in the node's own namespace, which has the address
+        ns = slurm.netns(name)
+        ss = subprocess.run(
+            ["ip", "netns", "exec", ns, "ss", "-Hltn"], capture_output=True, text=True, check=True
+        ).stdout
+        assert f":{SLURMD_PORT} " in ss
+        assert f"inet {slurm.node_address(name)}/24" in net.ip("-n", ns, "addr").stdout
+
+
+def test_a_killed_slurmd_started_again_registers_again(slurm_factory):
+    c = slurm_factory(nodes=2)
+    c.stop_proc("slurmd-n2", kill=True)
+    c.start_slurmd("n2")
+    c.wait_ready(timeout=90)
+    assert c.nodes()["n2"]["state"] == "idle"
+
+
+def test_a_saved_drain_survives_a_slurmctld_sigkill(slurm_factory):
+    c = slurm_factory(nodes=2)
+    reason = f"harness-check {time.time_ns()}"
+    c.run("scontrol", "update", "nodename=n1", "state=drain", f"reason={reason}")
+    c.wait_saved(reason)
+    old = c.daemons["slurmctld"].popen.pid
+    took = c.restart_ctld(kill=True)
+    assert c.daemons["slurmctld"].popen.pid != old
+    n1 = c.nodes()["n1"]
+    assert n1["reason"] == reason and "DRAIN" in n1["state_flags"]
+    assert took < 90
+
+
+def test_stop_leaves_no_namespace_link_or_process(slurm_factory):
+    c = slurm_factory(nodes=2)
+    pids = [p.popen.pid for p in c.daemons.values()]
+    names = [c.netns("n1"), c.netns("n2")]
+    c.stop()
+    assert not set(names) & set(net.list_netns())
+    assert not [
+        ln for ln in net.list_links() if ln.startswith(f"fmsl{c.octet}") or ln == f"fmsb{c.octet}"
+    ]
+    for pid in pids:
+        assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
