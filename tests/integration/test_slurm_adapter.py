@@ -1,0 +1,172 @@
+"""The Slurm adapter (controller/fleetmedic/adapters/slurm.py) on a real slurmctld and
+real slurmd (tests/harness/slurm.py): fence, read back, unfence ours, refuse foreign
+drains, the record in Extra across a slurmctld crash, and names refused before any tool
+runs."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from fleetmedic.adapters.slurm import (
+    BadNodeName,
+    ForeignDrain,
+    ForeignField,
+    Slurm,
+)
+from fleetmedic.errors import ConfigError, NotFoundError, TemporaryError
+
+
+@pytest.fixture
+def adapter(slurm):
+    yield Slurm(slurm.env["SLURM_CONF"])
+    # put the shared cluster back: every node idle, no reason, no Comment/Extra
+    for name, n in slurm.nodes().items():
+        if "DRAIN" in n["state_flags"] or n["state"] == "down":
+            slurm.run("scontrol", "update", f"nodename={name}", "state=resume")
+        if n["extra"] or n["comment"]:
+            slurm.run("scontrol", "update", f"nodename={name}", "extra=", "comment=")
+
+
+def test_fence_reads_back_and_unfence_resumes_ours(slurm, adapter):
+    t0 = int(time.time())
+    reason = adapter.fence(
+        "n1", "reboot", "xid 79 on GPU 0: fallen off the bus", {"fleetmedic.io/in-flight": "x"}
+    )
+    assert reason == "fleetmedic: reboot: xid 79 on GPU 0: fallen off the bus"
+    n1 = adapter.node("n1")
+    assert n1.drain and n1.drained and n1.state == "idle"
+    assert n1.reason == reason
+    assert n1.reason_user == "root"
+    assert n1.reason_time is not None and t0 - 2 <= n1.reason_time <= time.time() + 2
+    assert n1.partitions == ("gpu",)
+    assert n1.record == {"fleetmedic.io/in-flight": "x"}
+    # what an operator sees with the stock tools
+    assert "fleetmedic: reboot: xid 79" in slurm.run("sinfo", "-R", "-h", "-o", "%E|%N")
+    assert "State=IDLE+DRAIN" in slurm.run("scontrol", "show", "node", "n1")
+    # the others untouched
+    assert not adapter.node("n2").drain
+
+    assert adapter.unfence("n1") is True
+    n1 = adapter.node("n1")
+    assert not n1.drain and n1.reason == ""
+    assert n1.record == {"fleetmedic.io/in-flight": "x"}  # resume keeps Extra
+    assert adapter.unfence("n1") is False  # nothing to resume: no scontrol error
+
+
+def test_a_higher_rung_rewrites_our_own_drain(adapter):
+    adapter.fence("n1", "reboot", "xid 79")
+    adapter.fence("n1", "reimage", "reboot did not cure xid 79")
+    assert adapter.node("n1").reason == "fleetmedic: reimage: reboot did not cure xid 79"
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "NHC: check_hw_gpu: GPU 0 missing",
+        "Action:Reboot",
+        "[hardware_problem] ib0 down",
+        "slurm-operator: NodeSet drain",
+        "RMA 4711 (alice)",
+    ],
+)
+def test_foreign_drains_are_never_fenced_over_nor_resumed(slurm, adapter, reason):
+    slurm.run("scontrol", "update", "nodename=n2", "state=drain", f"reason={reason}")
+    with pytest.raises(ForeignDrain, match="not fenced: its reason is not ours") as e:
+        adapter.fence("n2", "reboot", "xid 79")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ForeignDrain, match="not resumed"):
+        adapter.unfence("n2")
+    n2 = adapter.node("n2")
+    assert n2.drain and n2.reason == reason
+
+
+def test_our_drain_edited_by_someone_else_is_theirs(slurm, adapter):
+    adapter.fence("n3", "reboot", "xid 79")
+    slurm.run("scontrol", "update", "nodename=n3", "state=drain", "reason=alice: keep it drained")
+    with pytest.raises(ForeignDrain):
+        adapter.unfence("n3")
+    assert adapter.node("n3").reason == "alice: keep it drained"
+
+
+def test_record_merges_keeps_other_keys_and_refuses_a_foreign_extra(slurm, adapter):
+    slurm.run("scontrol", "update", "nodename=n2", 'extra={"site":{"rack":"r7"}}')
+    adapter.record("n2", {"fleetmedic.io/history": json.dumps([{"rung": "reboot"}]), "a": "1"})
+    got = adapter.record("n2", {"a": None, "fleetmedic.io/state-since": "2026-11-26T20:00:00Z"})
+    n2 = adapter.node("n2")
+    assert (
+        n2.record
+        == got
+        == {
+            "fleetmedic.io/history": '[{"rung": "reboot"}]',
+            "fleetmedic.io/state-since": "2026-11-26T20:00:00Z",
+        }
+    )
+    assert json.loads(n2.extra)["site"] == {"rack": "r7"}
+
+    slurm.run("scontrol", "update", "nodename=n3", "extra=gpu-type=h100 owner=team-a")
+    with pytest.raises(ForeignField, match="Extra holds something else"):
+        adapter.record("n3", {"a": "1"})
+    with pytest.raises(ForeignField):
+        adapter.fence("n3", "reboot", "xid 79", {"a": "1"})
+    n3 = adapter.node("n3")
+    assert n3.extra == "gpu-type=h100 owner=team-a" and not n3.drain
+
+
+def test_partitions_filter(adapter):
+    assert [n.name for n in adapter.nodes(["gpu"])] == ["n1", "n2", "n3"]
+    assert adapter.nodes(["cpu"]) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["n1;id", "n1 n2", "n[1-2]", "n1,n2", "$(touch /tmp/x)", "-n1", "", "n1\nn2", "a" * 64]
+)
+def test_bad_node_names_are_refused_before_any_tool_runs(slurm, name):
+    # with no Slurm tools at all: a refusal that ran scontrol would say "not found"
+    adapter = Slurm(slurm.env["SLURM_CONF"], bin_dir="/nonexistent")
+    for call in (
+        lambda: adapter.fence(name, "reboot", "x"),
+        lambda: adapter.unfence(name),
+        lambda: adapter.record(name, {"a": "b"}),
+        lambda: adapter.node(name),
+    ):
+        with pytest.raises(BadNodeName) as e:
+            call()
+        msg = str(e.value)
+        assert msg.startswith("refused Slurm node name") and "\n" not in msg
+
+
+def test_unknown_node_and_missing_conf(slurm, adapter):
+    with pytest.raises(NotFoundError, match="n9: not found"):
+        adapter.fence("n9", "reboot", "x")
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="no such file"):
+        Slurm("/nonexistent/slurm.conf")
+    assert time.monotonic() - t0 < 1
+
+
+def test_state_survives_a_slurmctld_sigkill_and_another_bastion_reads_it(slurm_factory):
+    c = slurm_factory(nodes=2)
+    a = Slurm(c.env["SLURM_CONF"])
+    rec = {"fleetmedic.io/in-flight": json.dumps({"step": "reboot", "attempt": 2})}
+    reason = a.fence("n1", "reboot", "xid 79", rec)
+    c.wait_saved(reason, "attempt")
+    before = a.node("n1")
+    c.restart_ctld(kill=True)
+    after = Slurm(c.env["SLURM_CONF"]).node("n1")  # a new adapter: a bastion taking over
+    assert after.reason == reason and after.drain
+    assert after.record == rec
+    assert (after.reason_user, after.reason_time) == (before.reason_user, before.reason_time)
+    assert Slurm(c.env["SLURM_CONF"]).unfence("n1") is True
+
+
+def test_an_unreachable_slurmctld_is_a_temporary_error(slurm_factory):
+    c = slurm_factory(nodes=1)
+    c.stop_proc("slurmctld")
+    t0 = time.monotonic()
+    with pytest.raises(TemporaryError) as e:
+        Slurm(c.env["SLURM_CONF"], timeout=60).nodes()
+    assert "\n" not in str(e.value)
+    print(f"unreachable slurmctld reported after {time.monotonic() - t0:.1f}s: {e.value}")
