@@ -344,6 +344,14 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
                 )
             time.sleep(0.2)
 
+    def reset_nodes(self) -> None:
+        """Put every node back as a test found it: resumed, no reason, no Comment/Extra."""
+        for name, n in self.nodes().items():
+            if "DRAIN" in n["state_flags"] or n["state"] == "down":
+                self.run("scontrol", "update", f"nodename={name}", "state=resume")
+            if n["extra"] or n["comment"]:
+                self.run("scontrol", "update", f"nodename={name}", "extra=", "comment=")
+
     def wait_saved(self, *texts: str, timeout: float = 30.0) -> float:
         """Wait until slurmctld's node state file holds every one of ``texts`` (a reason, a
         Comment or Extra value written just before: strings are stored there as they are).

@@ -22,12 +22,7 @@ from fleetmedic.errors import ConfigError, NotFoundError, TemporaryError
 @pytest.fixture
 def adapter(slurm):
     yield Slurm(slurm.env["SLURM_CONF"])
-    # put the shared cluster back: every node idle, no reason, no Comment/Extra
-    for name, n in slurm.nodes().items():
-        if "DRAIN" in n["state_flags"] or n["state"] == "down":
-            slurm.run("scontrol", "update", f"nodename={name}", "state=resume")
-        if n["extra"] or n["comment"]:
-            slurm.run("scontrol", "update", f"nodename={name}", "extra=", "comment=")
+    slurm.reset_nodes()  # the shared cluster as the next test expects it
 
 
 def test_fence_reads_back_and_unfence_resumes_ours(slurm, adapter):
