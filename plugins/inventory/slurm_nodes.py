@@ -120,7 +120,7 @@ try:
     from fleetmedic.errors import FleetmedicError
     from fleetmedic.model.slurmreason import parse_reason
     from fleetmedic.model.vocabulary import REPAIR_STATES
-    from fleetmedic.policy.slurmowner import FOREIGN_PREFIXES, Owner, owner
+    from fleetmedic.policy.slurmowner import Owner, owner
 except ImportError as _exc:  # reported by parse(), so ansible-doc still works without it
     FLEETMEDIC_IMPORT_ERROR = _exc
 else:
@@ -243,9 +243,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         foreign_groups = {
             o: "foreign_other" if o is Owner.FOREIGN else o.value for o in Owner if o.foreign
         }
-        for o in dict.fromkeys([o for _, o in FOREIGN_PREFIXES] + [Owner.FOREIGN]):
-            self.inventory.add_group(foreign_groups[o])
-            self.inventory.add_child("foreign", foreign_groups[o])
+        for group in foreign_groups.values():  # the known owners, then foreign_other
+            self.inventory.add_group(group)
+            self.inventory.add_child("foreign", group)
         names = self.get_option("names") or []
         states = self.get_option("states") or []
         strict = self.get_option("strict")
