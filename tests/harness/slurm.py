@@ -558,16 +558,6 @@ def start_cluster(
     return c
 
 
-def attach(name: str) -> SlurmCluster:
-    """The cluster ``name`` from its record (to stop one brought up by another process)."""
-    rec = read_record(SLURM_ROOT / name)
-    if not rec:
-        raise SlurmError(f"no Slurm cluster named {name}")
-    c = SlurmCluster(name, Path(rec["dir"]), rec["octet"], rec["nodes"], rec["ctld_port"])
-    c.owned = rec.get("owner") is not None
-    return c
-
-
 # ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - manual use
     ap = argparse.ArgumentParser(prog="python -m tests.harness.slurm")

@@ -165,3 +165,37 @@ def test_an_unreachable_slurmctld_is_a_temporary_error(slurm_factory):
         Slurm(c.env["SLURM_CONF"], timeout=60).nodes()
     assert "\n" not in str(e.value)
     print(f"unreachable slurmctld reported after {time.monotonic() - t0:.1f}s: {e.value}")
+
+
+def test_a_fence_on_a_busy_node_is_draining_until_its_job_ends(slurm, adapter, tmp_path):
+    go = tmp_path / "go"
+    out = slurm.run(
+        "sbatch",
+        "--parsable",
+        "-w",
+        "n3",
+        "-o",
+        str(tmp_path / "job.out"),
+        "--wrap",
+        f"while [ ! -e {go} ]; do sleep 0.2; done; echo finished",
+    )
+    job = out.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while adapter.node("n3").state not in ("allocated", "mixed"):
+            assert time.monotonic() < deadline, "the job never started on n3"
+            time.sleep(0.2)
+        adapter.fence("n3", "reboot", "xid 79")
+        n3 = adapter.node("n3")
+        assert n3.drain and not n3.drained  # sinfo: draining
+        assert "draining" in slurm.run("sinfo", "-h", "-n", "n3", "-o", "%T")
+        go.touch()
+        deadline = time.monotonic() + 60
+        while not adapter.node("n3").drained:
+            assert time.monotonic() < deadline, "n3 never became drained after its job ended"
+            time.sleep(0.2)
+        assert adapter.node("n3").reason == "fleetmedic: reboot: xid 79"
+        assert (tmp_path / "job.out").read_text().strip() == "finished"
+    finally:
+        go.touch()
+        slurm.run("scancel", job, check=False)
