@@ -16,7 +16,7 @@ from fleetmedic.adapters.slurm import (
     ForeignField,
     Slurm,
 )
-from fleetmedic.errors import ConfigError, NotFoundError, TemporaryError
+from fleetmedic.errors import ConfigError, NotFoundError, PermanentError, TemporaryError
 
 
 @pytest.fixture
@@ -198,4 +198,57 @@ def test_a_fence_on_a_busy_node_is_draining_until_its_job_ends(slurm, adapter, t
         assert (tmp_path / "job.out").read_text().strip() == "finished"
     finally:
         go.touch()
+        slurm.run("scancel", job, check=False)
+
+
+def test_requeue_empties_a_draining_node(slurm, adapter, tmp_path):
+    # n1 and n2 held by someone else, so the job lands on n3
+    for n in ("n1", "n2"):
+        slurm.run("scontrol", "update", f"nodename={n}", "state=drain", "reason=hold for test")
+    job = slurm.run(
+        "sbatch", "--parsable", "-o", str(tmp_path / "%j.out"), "--wrap", "sleep 300"
+    ).strip()
+    try:
+        deadline = time.monotonic() + 60
+        while adapter.jobs("n3") != [job]:
+            assert time.monotonic() < deadline, "the job never started on n3"
+            time.sleep(0.2)
+        for n in ("n1", "n2"):
+            slurm.run("scontrol", "update", f"nodename={n}", "state=resume")
+        adapter.fence("n3", "reboot", "xid 79")
+        assert not adapter.node("n3").drained
+        assert adapter.requeue("n3") == [job]
+        deadline = time.monotonic() + 60
+        # sinfo may say drained a moment before squeue stops listing the job (COMPLETING)
+        while not (adapter.node("n3").drained and adapter.jobs("n3") == []):
+            assert time.monotonic() < deadline, "n3 not drained after the requeue"
+            time.sleep(0.2)
+        shown = slurm.run("scontrol", "show", "job", job)
+        assert "JobState=PENDING" in shown and "Restarts=1" in shown
+    finally:
+        slurm.run("scancel", job, check=False)
+
+
+def test_a_job_that_refuses_requeue_is_named(slurm, adapter, tmp_path):
+    job = slurm.run(
+        "sbatch",
+        "--parsable",
+        "--no-requeue",
+        "-w",
+        "n2",
+        "-o",
+        str(tmp_path / "%j.out"),
+        "--wrap",
+        "sleep 300",
+    ).strip()
+    try:
+        deadline = time.monotonic() + 60
+        while adapter.jobs("n2") != [job]:
+            assert time.monotonic() < deadline, "the job never started on n2"
+            time.sleep(0.2)
+        with pytest.raises(PermanentError, match=f"scontrol requeue {job}:") as e:
+            adapter.requeue("n2")
+        assert "\n" not in str(e.value)
+        assert adapter.jobs("n2") == [job]
+    finally:
         slurm.run("scancel", job, check=False)

@@ -40,6 +40,11 @@ are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.
 - Slurm has no compare-and-swap on a node: between our read and our write another tool
   can drain the node, and our update then replaces its reason. The window is one
   ``scontrol`` round trip (milliseconds); we re-check ownership right before each write.
+- Jobs on a node: ``squeue -h -w N -o %i`` (text: ``squeue --json`` ignores ``-w`` in 22.05
+  as ``sinfo --json`` ignores ``-n``). ``scontrol requeue <job>`` ends the job on a
+  draining node at once, so the node is drained, and puts it back in the queue; Slurm holds
+  a requeued batch job for about two minutes (its EligibleTime was 121 s after the
+  requeue), so it starts again elsewhere only then.
 - ``scontrol update state=resume`` on a node that is not drained fails (rc 1, "Invalid
   node state specified"): :meth:`Slurm.unfence` does not call it then. Extra accepted a
   70,000-character value; the record is capped at :data:`RECORD_MAX` all the same.
@@ -78,6 +83,7 @@ SAVE_WINDOW_S = 6.0
 """Seconds after an update within which a slurmctld crash may still lose it (measured up
 to 4.8 s, see the module docstring)."""
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")  # a job, or one task of an array
 DRAINED_STATES = ("idle", "down", "future")  # with DRAIN and no job left: drained
 
 
@@ -128,7 +134,9 @@ class SlurmNode:
 
     @property
     def drained(self) -> bool:
-        """Drained with no job left (sinfo's ``drained``; ``draining`` otherwise)."""
+        """Drained with no job left (sinfo's ``drained``; ``draining`` otherwise). Measured:
+        after a requeue, slurmctld showed the node drained while squeue still listed the
+        job as COMPLETING for a moment; before a reboot, check :meth:`Slurm.jobs` too."""
         return self.drain and self.state in DRAINED_STATES
 
     @property
@@ -301,6 +309,22 @@ class Slurm:
             return False  # down with no reason at all: not ours to resume either
         self._run("scontrol", "update", f"nodename={node.name}", "state=resume")
         return True
+
+    def jobs(self, name: str) -> list[str]:
+        """IDs of the jobs allocated to ``name`` (running, completing or suspended)."""
+        check_node_name(name)
+        out = self._run("squeue", "-h", "-w", name, "-o", "%i")
+        return [j for j in out.split() if JOB_ID.fullmatch(j)]
+
+    def requeue(self, name: str) -> list[str]:
+        """Requeue every job on ``name`` (the ``requeue`` choice of a drain that waited
+        too long); returns their IDs. A job that refuses (submitted with --no-requeue)
+        raises PermanentError naming it; the ones before it are requeued."""
+        done = []
+        for job in self.jobs(name):
+            self._run("scontrol", "requeue", job)
+            done.append(job)
+        return done
 
     def record(self, name: str, values: Mapping[str, str | None]) -> dict[str, str]:
         """Merge ``values`` into the node's repair record (None deletes a key); other

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fleetmedic.adapters.slurm import (
+    JOB_ID,
     BadNodeName,
     SlurmNode,
     _error,
@@ -85,3 +86,10 @@ def test_unreadable_records_read_as_empty():
 def test_errors_map_into_ours(stderr, kind):
     err = _error("scontrol update", stderr + "\nmore")
     assert type(err) is kind and "\n" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("job", "ok"), [("123", True), ("123_4", True), ("12;id", False), ("", False)]
+)
+def test_job_ids(job, ok):
+    assert bool(JOB_ID.fullmatch(job)) is ok
