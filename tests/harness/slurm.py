@@ -127,6 +127,7 @@ class SlurmCluster:
     octet: int
     node_names: list[str]
     ctld_port: int = 0
+    slurmd_timeout: int = 30
     owned: bool = True
     daemons: dict[str, Proc] = field(default_factory=dict)
     start_seconds: float | None = None
@@ -195,8 +196,9 @@ SwitchType=switch/none
 MailProg=/bin/true
 # A node that was DOWN comes back by registering with a valid configuration.
 ReturnToService=2
-# Quick to notice a slurmd that went away, without false alarms on a loaded CI machine.
-SlurmdTimeout=30
+# Quick to notice a slurmd that went away, without false alarms on a loaded CI machine
+# (30 s: a node whose slurmd died was DOWN "Not responding" after 52 s here).
+SlurmdTimeout={self.slurmd_timeout}
 {nodes}
 PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE State=UP
 """
@@ -504,10 +506,17 @@ _serial = iter(range(1, 10**6))
 
 
 def start_cluster(
-    nodes: int = 2, *, name: str | None = None, owned: bool = True, timeout: float = 90.0
+    nodes: int = 2,
+    *,
+    name: str | None = None,
+    owned: bool = True,
+    timeout: float = 90.0,
+    slurmd_timeout: int = 30,
 ) -> SlurmCluster:
     """Start munged, slurmctld and ``nodes`` slurmd (``n1``..); wait until every node is
-    up. On failure everything is torn down (logs stay) and SlurmError says where to look."""
+    up. ``slurmd_timeout`` is Slurm's SlurmdTimeout (a test that waits for a node to be
+    noticed gone may lower it). On failure everything is torn down (logs stay) and
+    SlurmError says where to look."""
     if os.geteuid() != 0:
         raise SlurmError("the Slurm test cluster needs root (network namespaces)")
     missing = [b for b in DAEMONS if not shutil.which(b)]
@@ -526,6 +535,7 @@ def start_cluster(
         d.mkdir(parents=True)
         c = SlurmCluster(name, d, free_octet(), [f"n{i}" for i in range(1, nodes + 1)])
         c.owned = owned
+        c.slurmd_timeout = slurmd_timeout
         c.save_record()  # before plumbing: a crash from here on is swept as stale
         try:
             plumb(c)

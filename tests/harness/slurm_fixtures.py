@@ -8,8 +8,8 @@
   slurm.nodes()                     sinfo --json's nodes by name
   slurm.wait_saved(text, ...)       slurmctld's node state file holds the texts
   slurm.restart_ctld(kill=True)     SIGKILL slurmctld and start it again (same state)
-``slurm_factory`` (function): ``slurm_factory(nodes=2) -> SlurmCluster``, each stopped
-  when the test ends: for tests that break a cluster.
+``slurm_factory`` (function): ``slurm_factory(nodes=2, **start_cluster kwargs) ->
+  SlurmCluster``, each stopped when the test ends: for tests that break a cluster.
 Tests that use them are marked ``slurm``. They need root and the apt packages of
 scripts/setup.d/36-slurm.apt; without the packages the test fails saying so
 (FLEETMEDIC_SLURM_SKIP=1 skips instead).
@@ -35,10 +35,10 @@ def _check_installed() -> None:
     pytest.fail(msg, pytrace=False)
 
 
-def _start(nodes: int) -> SlurmCluster:
+def _start(nodes: int, **kwargs) -> SlurmCluster:
     _check_installed()
     try:
-        return start_cluster(nodes)
+        return start_cluster(nodes, **kwargs)
     except SlurmError as exc:
         pytest.fail(f"test Slurm cluster: {exc}", pytrace=False)
 
@@ -56,8 +56,8 @@ def slurm():
 def slurm_factory():
     started: list[SlurmCluster] = []
 
-    def start(nodes: int = 2) -> SlurmCluster:
-        c = _start(nodes)
+    def start(nodes: int = 2, **kwargs) -> SlurmCluster:
+        c = _start(nodes, **kwargs)
         started.append(c)
         return c
 

@@ -252,3 +252,27 @@ def test_a_job_that_refuses_requeue_is_named(slurm, adapter, tmp_path):
         assert adapter.jobs("n2") == [job]
     finally:
         slurm.run("scancel", job, check=False)
+
+
+def test_our_drain_stays_ours_while_the_node_is_gone_and_after_it_returns(slurm_factory):
+    """What a reboot by our role looks like to Slurm: slurmd goes away, slurmctld marks the
+    node DOWN+NOT_RESPONDING, and slurmd registers again. Our reason must survive it, or
+    the node would turn foreign and never be resumed."""
+    c = slurm_factory(nodes=2, slurmd_timeout=10)
+    a = Slurm(c.env["SLURM_CONF"])
+    reason = a.fence("n1", "reboot", "xid 79", {"fleetmedic.io/in-flight": "reboot"})
+    c.stop_proc("slurmd-n1", kill=True)
+    deadline = time.monotonic() + 120
+    # first NOT_RESPONDING (sinfo: drained*), DOWN after SlurmdTimeout
+    while (n1 := a.node("n1")).state != "down":
+        assert time.monotonic() < deadline, f"n1 never marked down: {n1}"
+        time.sleep(0.5)
+    assert "NOT_RESPONDING" in n1.flags and n1.drain and n1.reason == reason
+    assert n1.record == {"fleetmedic.io/in-flight": "reboot"}
+    c.start_slurmd("n1")
+    deadline = time.monotonic() + 120
+    while (n1 := a.node("n1")).state != "idle" or "NOT_RESPONDING" in n1.flags:
+        assert time.monotonic() < deadline, f"n1 never registered again: {n1}"
+        time.sleep(0.5)
+    assert n1.drained and n1.reason == reason
+    assert a.unfence("n1") is True

@@ -37,6 +37,10 @@ are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.
   record. A caller about to do something it must not repeat (a reboot) after a record
   write should allow for that window (wait out ``SAVE_WINDOW_S``, or re-read after a
   slurmctld restart before acting).
+- A node whose slurmd goes away (a reboot by our role) keeps our drain and reason: measured,
+  slurmctld marks it NOT_RESPONDING, then DOWN+DRAIN+NOT_RESPONDING after SlurmdTimeout,
+  with the reason untouched ("Not responding" goes only on a node with no reason), and
+  IDLE+DRAIN with our reason once slurmd registers again. So it stays ours to resume.
 - Slurm has no compare-and-swap on a node: between our read and our write another tool
   can drain the node, and our update then replaces its reason. The window is one
   ``scontrol`` round trip (milliseconds); we re-check ownership right before each write.
