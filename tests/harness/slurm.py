@@ -40,6 +40,10 @@ Names, chosen apart from the fleets' (``fm<octet>...``, 240-254) and the meshes'
 start, and by ``python -m tests.harness.slurm cleanup``) removes what clusters of dead
 owners left, and Slurm-shaped network objects no live cluster owns.
 
+Each node has ``gpus`` GPUs as Slurm GRES (default 2; ``gres.conf`` with AutoDetect=off
+and per-node character devices, see :meth:`SlurmCluster.gres_conf`), so ``sbatch
+--gres=gpu:N`` runs and sets CUDA_VISIBLE_DEVICES as on a GPU node.
+
 Slurm's own settings come from what a probe here found (see the shared FACTS notes):
 root as SlurmUser, proctrack/linuxproc, task/none, no accounting, ReturnToService=2.
 
@@ -55,6 +59,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -128,6 +133,7 @@ class SlurmCluster:
     node_names: list[str]
     ctld_port: int = 0
     slurmd_timeout: int = 30
+    gpus: int = 2
     owned: bool = True
     daemons: dict[str, Proc] = field(default_factory=dict)
     start_seconds: float | None = None
@@ -162,9 +168,10 @@ class SlurmCluster:
 
     # -- configuration ------------------------------------------------------------
     def slurm_conf(self) -> str:
+        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
         nodes = "\n".join(
             f"NodeName={n} NodeAddr={self.node_address(n)} NodeHostname={n} CPUs=2 "
-            f"RealMemory=1000 State=UNKNOWN"
+            f"RealMemory=1000{gres} State=UNKNOWN"
             for n in self.node_names
         )
         d = self.dir
@@ -191,6 +198,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
+GresTypes=gpu
 MpiDefault=none
 SwitchType=switch/none
 MailProg=/bin/true
@@ -202,6 +210,27 @@ SlurmdTimeout={self.slurmd_timeout}
 {nodes}
 PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE State=UP
 """
+
+    def gres_conf(self) -> str:
+        """GPUs without GPUs: ``File=`` must name character devices (a regular file is "not
+        a valid device", a Count without File is dropped and the node goes INVAL), so each
+        node gets its own ``mknod c 1 3`` devices (made by :meth:`make_gpu_devices`)."""
+        lines = ["# Written by tests/harness/slurm.py: no detection, devices of our own", ""]
+        for n in self.node_names if self.gpus else ():
+            last = self.gpus - 1
+            files = (
+                f"{self.dir}/dev/{n}/nvidia[0-{last}]" if last else f"{self.dir}/dev/{n}/nvidia0"
+            )
+            lines.append(f"NodeName={n} Name=gpu File={files}")
+        return "AutoDetect=off\n" + "\n".join(lines) + "\n"
+
+    def make_gpu_devices(self) -> None:
+        for n in self.node_names:
+            d = self.dir / "dev" / n
+            d.mkdir(parents=True, exist_ok=True)
+            for i in range(self.gpus):
+                if not (d / f"nvidia{i}").exists():
+                    os.mknod(d / f"nvidia{i}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
 
     # -- lifecycle ------------------------------------------------------------------
     def _spawn(self, key: str, argv: list[str], logname: str) -> None:
@@ -512,11 +541,12 @@ def start_cluster(
     owned: bool = True,
     timeout: float = 90.0,
     slurmd_timeout: int = 30,
+    gpus: int = 2,
 ) -> SlurmCluster:
     """Start munged, slurmctld and ``nodes`` slurmd (``n1``..); wait until every node is
-    up. ``slurmd_timeout`` is Slurm's SlurmdTimeout (a test that waits for a node to be
-    noticed gone may lower it). On failure everything is torn down (logs stay) and
-    SlurmError says where to look."""
+    up, each with ``gpus`` GPU GRES (device files of our own). ``slurmd_timeout`` is
+    Slurm's SlurmdTimeout (a test that waits for a node to be noticed gone may lower it).
+    On failure everything is torn down (logs stay) and SlurmError says where to look."""
     if os.geteuid() != 0:
         raise SlurmError("the Slurm test cluster needs root (network namespaces)")
     missing = [b for b in DAEMONS if not shutil.which(b)]
@@ -536,6 +566,7 @@ def start_cluster(
         c = SlurmCluster(name, d, free_octet(), [f"n{i}" for i in range(1, nodes + 1)])
         c.owned = owned
         c.slurmd_timeout = slurmd_timeout
+        c.gpus = gpus
         c.save_record()  # before plumbing: a crash from here on is swept as stale
         try:
             plumb(c)
@@ -552,6 +583,8 @@ def start_cluster(
         key.chmod(0o600)
         c.ctld_port = procs.free_port(c.host_address)
         c.conf.write_text(c.slurm_conf())
+        (d / "gres.conf").write_text(c.gres_conf())
+        c.make_gpu_devices()
         c.start_munged()
         c.start_ctld()
         for node in c.node_names:

@@ -59,3 +59,24 @@ def test_stop_leaves_no_namespace_link_or_process(slurm_factory):
     ]
     for pid in pids:
         assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
+
+
+def test_nodes_have_gpu_gres_and_a_gpu_job_gets_its_devices(slurm, tmp_path):
+    assert all(n["gres"] == "gpu:2" for n in slurm.nodes().values())
+    out = tmp_path / "job.out"
+    job = slurm.run(
+        "sbatch",
+        "--parsable",
+        "--gres=gpu:2",
+        "-w",
+        "n1",
+        "-o",
+        str(out),
+        "--wrap",
+        "echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES",
+    ).strip()
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text().strip()):
+        assert time.monotonic() < deadline, f"job {job} did not run"
+        time.sleep(0.2)
+    assert out.read_text().split() == ["n1", "0,1"]
