@@ -259,6 +259,32 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
     def start_ctld(self) -> None:
         self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)], "slurmctld.log")
 
+    def start_ctld_on_a_free_port(self, tries: int = 3) -> None:
+        """Pick a free port, write slurm.conf, start slurmctld and wait until it answers.
+        slurmctld listens on every address, so the port is picked free on all of them; a
+        port taken between the pick and slurmctld's bind gets another pick."""
+        for attempt in range(tries):
+            self.ctld_port = procs.free_port("0.0.0.0")
+            self.conf.write_text(self.slurm_conf())
+            self.start_ctld()
+            p = self.daemons["slurmctld"]
+            deadline = time.monotonic() + 60
+            while p.alive and time.monotonic() < deadline:
+                if (
+                    subprocess.run(
+                        ["scontrol", "ping"], capture_output=True, env={**os.environ, **self.env}
+                    ).returncode
+                    == 0
+                ):
+                    return
+                time.sleep(0.1)
+            in_use = "Address already in use" in p.log.read_text(errors="replace")
+            self.stop_proc("slurmctld", kill=True)
+            if not (in_use and attempt < tries - 1):
+                raise SlurmError(
+                    f"slurmctld did not answer: {procs.last_line(p.log, 'error')} (log: {p.log})"
+                )
+
     def start_slurmd(self, node: str) -> None:
         (self.dir / "spool" / node).mkdir(parents=True, exist_ok=True)
         self._spawn(
@@ -581,12 +607,10 @@ def start_cluster(
         key = d / "mungekey" / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
-        c.ctld_port = procs.free_port(c.host_address)
-        c.conf.write_text(c.slurm_conf())
         (d / "gres.conf").write_text(c.gres_conf())
         c.make_gpu_devices()
         c.start_munged()
-        c.start_ctld()
+        c.start_ctld_on_a_free_port()
         for node in c.node_names:
             c.start_slurmd(node)
         c.wait_ready(timeout)

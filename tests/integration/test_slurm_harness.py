@@ -3,6 +3,7 @@ slurmd, a state that survives a slurmctld crash once saved, and nothing left beh
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 
@@ -80,3 +81,21 @@ def test_nodes_have_gpu_gres_and_a_gpu_job_gets_its_devices(slurm, tmp_path):
         assert time.monotonic() < deadline, f"job {job} did not run"
         time.sleep(0.2)
     assert out.read_text().split() == ["n1", "0,1"]
+
+
+def test_a_slurmctld_port_taken_after_the_pick_gets_another(monkeypatch, slurm_factory):
+    from tests.harness import procs
+
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        picks = iter([taken])
+        real = procs.free_port
+        monkeypatch.setattr(
+            procs, "free_port", lambda host="127.0.0.1": next(picks, None) or real(host)
+        )
+        c = slurm_factory(nodes=1)
+    assert c.ctld_port != taken
+    assert "Address already in use" in (c.dir / "slurmctld.log").read_text()
+    assert c.nodes()["n1"]["state"] == "idle"
