@@ -16,18 +16,19 @@ helpers' clusters run side by side):
   0700 temp dirs would fail: hence /run.
 - slurmctld in the host's network namespace on a free port, reached at the host end of
   a private bridge, with its own StateSaveLocation. (Not bound to that address alone:
-  ``CommunicationParameters=NoInAddrAny`` applies to slurmd too, and slurmd then binds
-  the address its host name resolves to, 127.0.0.1 in a namespace, where slurmctld's
-  pings never arrive: measured, every node went NOT_RESPONDING after a restart.)
+  ``CommunicationParameters=NoInAddrAny`` applies to slurmd too, and slurmd then bound
+  127.0.0.1 in its namespace, where slurmctld's pings never arrive: measured, every node
+  went NOT_RESPONDING after a slurmctld restart.)
 - one slurmd per node, each in a network namespace of its own with a veth on that
   bridge: node ``n<i>`` is ``192.168.<octet>.<10+i>`` with slurmd on Slurm's default
   port 6818, as on real nodes.
 
-Why a namespace per slurmd rather than several slurmd on one address: each slurmd then
-has its own address and port space like a real node, slurmctld reaches it by its
-NodeAddr as in production, and no slurmd relies on Debian's build supporting several
-daemons per host (the ``--enable-multiple-slurmd`` configure switch, whose naming of
-ports and spool dirs a single-daemon build does not promise). slurmd is entered into the
+Why a namespace per slurmd rather than several slurmd on one address (a probe here found
+that ``slurmd -N <node>`` with a ``Port=`` per node also runs): each slurmd then has its
+own address and port space like a real node, all on Slurm's default port; slurmctld
+reaches each by its own NodeAddr as in production; a node can be cut off by its link
+alone; and nothing leans on running several slurmd per host, which Slurm documents only
+for builds configured with ``--enable-multiple-slurmd``. slurmd is entered into the
 namespace with ``nsenter --net`` and not ``ip netns exec``: the latter mounts a fresh
 /sys for the namespace, without /sys/fs/cgroup, and slurmd 22.05 then fails ("Unable to
 initialize cgroup plugin"). The fleet nodes (tests/harness/fleet.py) are the same shape,
