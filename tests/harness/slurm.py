@@ -303,6 +303,11 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
             f"slurmd-{node}.log",
         )
 
+    def set_link(self, node: str, up: bool) -> None:
+        """Fault injection: the host end of the node's cable (``ip link set <veth> down``)."""
+        veth = veth_name(self.octet, self.node_names.index(node) + 1)
+        net.ip("link", "set", veth, "up" if up else "down")
+
     def stop_proc(self, key: str, *, kill: bool = False) -> None:
         p = self.daemons.get(key)
         if p and p.popen:

@@ -99,3 +99,17 @@ def test_a_slurmctld_port_taken_after_the_pick_gets_another(monkeypatch, slurm_f
     assert c.ctld_port != taken
     assert "Address already in use" in (c.dir / "slurmctld.log").read_text()
     assert c.nodes()["n1"]["state"] == "idle"
+
+
+def test_a_cut_link_makes_the_node_not_responding_and_mending_it_brings_it_back(
+    slurm_factory,
+):
+    c = slurm_factory(nodes=2, slurmd_timeout=10)
+    c.set_link("n2", up=False)
+    deadline = time.monotonic() + 120
+    while "NOT_RESPONDING" not in c.nodes()["n2"]["state_flags"]:
+        assert time.monotonic() < deadline, "n2 never marked not responding"
+        time.sleep(0.5)
+    assert "NOT_RESPONDING" not in c.nodes()["n1"]["state_flags"]
+    c.set_link("n2", up=True)
+    c.wait_ready(timeout=120)
