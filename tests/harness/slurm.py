@@ -356,7 +356,13 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
         }
 
     def save_record(self) -> None:
-        (self.dir / "cluster.json").write_text(json.dumps(self._record(), indent=1))
+        """Write the record atomically: it is rewritten outside the lock (a daemon started
+        or stopped), and a sweep in another process that read half a record would take
+        this live cluster's namespaces for leftovers and kill its slurmd (seen once under
+        two xdist workers before this was a rename)."""
+        tmp = self.dir / f".cluster.json.{os.getpid()}"
+        tmp.write_text(json.dumps(self._record(), indent=1))
+        os.replace(tmp, self.dir / "cluster.json")
 
     # -- client side ----------------------------------------------------------------
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> str:
@@ -510,10 +516,16 @@ def cleanup_stale() -> list[str]:
     removed: list[str] = []
     keep_ns: set[str] = set()
     keep_links: set[str] = set()
+    unreadable = False
     if SLURM_ROOT.exists():
         for d in sorted(p for p in SLURM_ROOT.iterdir() if p.is_dir()):
             rec = read_record(d)
-            if rec and live(rec):
+            if rec is None and (d / "cluster.json").exists():
+                if time.time() - d.stat().st_mtime > 3600:
+                    shutil.rmtree(d, ignore_errors=True)  # written whole or never, so stale
+                else:
+                    unreadable = True  # whose names it holds is unknown: sweep no orphans
+            elif rec and live(rec):
                 keep_ns.update(rec["netns"])
                 keep_links.update(rec["links"])
             elif rec:
@@ -521,6 +533,9 @@ def cleanup_stale() -> list[str]:
                 removed.append(f"cluster {d.name}")
             elif time.time() - d.stat().st_mtime > 3600:
                 shutil.rmtree(d, ignore_errors=True)  # a stopped cluster's logs, after an hour
+    if unreadable:
+        log("a cluster record is unreadable: orphan namespaces and links left for later")
+        return removed
     for ns in net.list_netns():
         if is_ours(ns) and ns not in keep_ns:
             kill_and_wait(net.netns_pids(ns))
