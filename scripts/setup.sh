@@ -67,6 +67,7 @@ declare -A NEEDED_BY=(
   [32-loki.sh]="test"
   [34-receptor.apt]="test"       [34-receptor.sh]="test"
   [35-kubelet.apt]="test"
+  [36-slurm.apt]="test"                                        # the Slurm test cluster
   [40-fakes.apt]="test"          [40-fakes.sh]="demo test"     # .apt: iperf3, ipmitool
   [50-image.apt]="test"          [50-image.sh]="test"
   [60-sanity.apt]="test"         [60-sanity.sh]="test"

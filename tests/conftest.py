@@ -27,6 +27,7 @@ pytest_plugins = [
         "tests.harness.kubelet_fixtures",
         "tests.harness.loki_fixtures",
         "tests.harness.mesh_fixtures",
+        "tests.harness.slurm_fixtures",
     )
     if __import__("importlib.util").util.find_spec(p) is not None
 ]

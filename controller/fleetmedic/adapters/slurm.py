@@ -1,0 +1,360 @@
+"""Slurm behind a thin adapter: read nodes, fence (drain with our reason), unfence (resume
+a drain of ours), and keep the node's repair record on the node itself.
+
+It drives the Slurm client tools on the bastion with a ``SLURM_CONF`` (``sinfo --json``
+to read, ``scontrol update`` to write), as argv lists, never through a shell; node names
+are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.05.8
+(slurmctld and slurmd from apt, tests/integration/test_slurm_adapter.py):
+
+- Reading: ``sinfo --json`` (openapi v0.0.38) carries every field used here: ``state``,
+  ``state_flags`` (DRAIN, NOT_RESPONDING, REBOOT_REQUESTED, ...), ``reason``,
+  ``reason_set_by_user``, ``reason_changed_at``, ``partitions``, ``boot_time``, and the
+  node's ``comment`` and ``extra``. It ignores ``-n`` in 22.05, so the adapter filters
+  itself. ``scontrol show node --json`` does not exist in 22.05. With slurmctld down it
+  exits 0 after about 9 s with ``"errors": [{"error": "Unspecified error"}]`` and an
+  empty node list: the adapter treats any error there as a TemporaryError.
+- Fencing is ``scontrol update nodename=N state=drain reason="fleetmedic: <rung>:
+  <finding>"`` (model/slurmreason.py). A drain that is not ours (any other reason: NHC,
+  HyperPod, soperator, Slinky, a human, Slurm's own "Not responding") is refused with
+  :class:`ForeignDrain`; we never overwrite another's reason. Unfencing is ``state=resume``
+  and only when the reason is still ours at the moment we look.
+- The repair record (what annotations hold on Kubernetes: rung, attempts, the in-flight
+  step, evidence pointers) lives in the node's **Extra** field, as JSON
+  ``{"fleetmedic": {key: value, ...}}``, other keys of a JSON Extra kept as they were. Why
+  Extra: 22.05 has both Comment and Extra on nodes, both settable by ``scontrol update``
+  and both in ``sinfo --json``, so the record needs no store of our own and any bastion
+  that takes over reads it from slurmctld. Comment is where people write notes for
+  people ("RMA 4711"); Extra is meant for machine-readable data (later Slurm matches
+  jobs' ``--extra`` against it as JSON). An Extra that someone else filled with non-JSON
+  is never overwritten (:class:`ForeignField`).
+- Durability, measured: slurmctld keeps Extra, Comment and the drain in its
+  StateSaveLocation and restores them after a SIGKILL and restart, and ``state=resume``
+  keeps Extra. But slurmctld answers an update before it saves it: the first update after
+  a quiet spell was on disk within 3-27 ms, while one that followed another save within a
+  few seconds was saved only 4.4-4.8 s later, and a SIGKILL in between lost it (the drain
+  and the record alike). So :meth:`Slurm.fence` writes the drain and the record in **one**
+  ``scontrol update``: a crash keeps or loses them together, never a drain without its
+  record. A caller about to do something it must not repeat (a reboot) after a record
+  write should allow for that window (wait out ``SAVE_WINDOW_S``, or re-read after a
+  slurmctld restart before acting).
+- A node whose slurmd goes away (a reboot by our role) keeps our drain and reason: measured,
+  slurmctld marks it NOT_RESPONDING, then DOWN+DRAIN+NOT_RESPONDING after SlurmdTimeout,
+  with the reason untouched ("Not responding" goes only on a node with no reason), and
+  IDLE+DRAIN with our reason once slurmd registers again. So it stays ours to resume.
+- Slurm has no compare-and-swap on a node: between our read and our write another tool
+  can drain the node, and our update then replaces its reason. The window is one
+  ``scontrol`` round trip (milliseconds); we re-check ownership right before each write.
+- Jobs on a node: ``squeue -h -w N -o %i`` (text: ``squeue --json`` ignores ``-w`` in 22.05
+  as ``sinfo --json`` ignores ``-n``). ``scontrol requeue <job>`` ends the job on a
+  draining node at once, so the node is drained, and puts it back in the queue; Slurm holds
+  a requeued batch job for about two minutes (its EligibleTime was 121 s after the
+  requeue), so it starts again elsewhere only then.
+- ``scontrol update state=resume`` on a node that is not drained fails (rc 1, "Invalid
+  node state specified"): :meth:`Slurm.unfence` does not call it then. Extra accepted a
+  70,000-character value; the record is capped at :data:`RECORD_MAX` all the same.
+
+Errors map into fleetmedic.errors: an unreachable slurmctld or a timeout is a
+TemporaryError, an unknown node a NotFoundError, a missing tool or SLURM_CONF a
+ConfigError, a refused write a PermanentError; each message is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleetmedic.errors import (
+    ConfigError,
+    NotFoundError,
+    PermanentError,
+    TemporaryError,
+    one_line,
+)
+from fleetmedic.model.slurmreason import DEFAULT_PREFIX, check_prefix, format_reason, is_ours
+
+RECORD_KEY = "fleetmedic"
+RECORD_MAX = 32 * 1024
+"""Bytes of Extra our record may fill: room for a long repair history, far below what
+slurmctld accepted (70,000 characters), small enough that ``sinfo --json`` over a few
+thousand nodes stays quick."""
+SAVE_WINDOW_S = 6.0
+"""Seconds after an update within which a slurmctld crash may still lose it (measured up
+to 4.8 s, see the module docstring)."""
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")  # a job, or one task of an array
+DRAINED_STATES = ("idle", "down", "future")  # with DRAIN and no job left: drained
+
+
+class BadNodeName(PermanentError):
+    """A node name we refuse to hand to scontrol."""
+
+
+class ForeignDrain(PermanentError):
+    """The node carries a reason that is not ours: not touched."""
+
+
+class ForeignField(PermanentError):
+    """The node's Extra holds something not ours that we cannot keep beside our record."""
+
+
+def check_node_name(name: str) -> str:
+    """``name`` if it is a plain Slurm node name, else BadNodeName (one line). No hostlist
+    expressions (``n[1-3]``), lists (``n1,n2``), spaces or shell metacharacters: a name
+    is one node, passed as one argv element."""
+    if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
+        raise BadNodeName(
+            f"refused Slurm node name {name!r}: use 1-63 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (one node, no hostlist expression)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node as ``sinfo --json`` shows it."""
+
+    name: str
+    state: str  # base state, lower case: idle, allocated, mixed, down, ...
+    flags: frozenset[str]  # DRAIN, NOT_RESPONDING, REBOOT_REQUESTED, ...
+    reason: str
+    reason_user: str
+    reason_time: int | None  # epoch seconds when the reason was set
+    partitions: tuple[str, ...]
+    comment: str
+    extra: str
+    boot_time: int | None
+    address: str
+
+    @property
+    def drain(self) -> bool:
+        """Drained or draining (the DRAIN flag)."""
+        return "DRAIN" in self.flags
+
+    @property
+    def drained(self) -> bool:
+        """Drained with no job left (sinfo's ``drained``; ``draining`` otherwise). Measured:
+        after a requeue, slurmctld showed the node drained while squeue still listed the
+        job as COMPLETING for a moment; before a reboot, check :meth:`Slurm.jobs` too."""
+        return self.drain and self.state in DRAINED_STATES
+
+    @property
+    def record(self) -> dict[str, str]:
+        """Our repair record from Extra ({} when there is none or it is unreadable: the
+        worst case is one more repair, never a missed one)."""
+        doc = _extra_doc(self.extra)
+        rec = doc.get(RECORD_KEY) if isinstance(doc, dict) else None
+        return {str(k): str(v) for k, v in rec.items()} if isinstance(rec, dict) else {}
+
+    @classmethod
+    def from_json(cls, n: Mapping[str, Any]) -> SlurmNode:
+        return cls(
+            name=str(n["name"]),
+            state=str(n.get("state") or "").lower(),
+            flags=frozenset(str(f) for f in n.get("state_flags") or ()),
+            reason=str(n.get("reason") or ""),
+            reason_user=str(n.get("reason_set_by_user") or ""),
+            reason_time=int(n["reason_changed_at"]) if n.get("reason_changed_at") else None,
+            partitions=tuple(str(p) for p in n.get("partitions") or ()),
+            comment=str(n.get("comment") or ""),
+            extra=str(n.get("extra") or ""),
+            boot_time=int(n["boot_time"]) if n.get("boot_time") else None,
+            address=str(n.get("address") or ""),
+        )
+
+
+def _extra_doc(extra: str) -> dict | None:
+    """Extra as a JSON object ({} when empty), or None when it holds anything else."""
+    if not extra.strip():
+        return {}
+    try:
+        doc = json.loads(extra)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+class Slurm:
+    """The Slurm client tools against one cluster (``slurm_conf``: its slurm.conf; None
+    uses the environment's SLURM_CONF). ``prefix`` is the reason prefix we own."""
+
+    def __init__(
+        self,
+        slurm_conf: str | Path | None = None,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = 30.0,
+        bin_dir: str | Path | None = None,
+    ) -> None:
+        self.prefix = check_prefix(prefix)
+        self.timeout = timeout
+        self.bin_dir = Path(bin_dir) if bin_dir else None
+        self.env = dict(os.environ)
+        if slurm_conf is not None:
+            # scontrol retries a missing slurm.conf for 60 s before it says so: check first
+            if not Path(slurm_conf).is_file():
+                raise ConfigError(f"SLURM_CONF {slurm_conf}: no such file")
+            self.env["SLURM_CONF"] = str(slurm_conf)
+
+    # -- running the tools ----------------------------------------------------------
+    def _run(self, tool: str, *args: str) -> str:
+        exe = str(self.bin_dir / tool) if self.bin_dir else tool
+        what = f"{tool} {' '.join(args)}"[:200]
+        try:
+            p = subprocess.run(
+                [exe, *args],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+            )
+        except FileNotFoundError:
+            raise ConfigError(f"{exe}: not found (install the Slurm client tools)") from None
+        except subprocess.TimeoutExpired:
+            raise TemporaryError(f"{what}: no answer in {self.timeout:.0f}s", delay=5) from None
+        if p.returncode == 0:
+            return p.stdout
+        raise _error(what, p.stderr.strip() or p.stdout.strip() or f"rc {p.returncode}")
+
+    # -- reading ----------------------------------------------------------------------
+    def nodes(self, partitions: Iterable[str] | None = None) -> list[SlurmNode]:
+        """Every node (in any of ``partitions``, when given), sorted by name."""
+        try:
+            data = json.loads(self._run("sinfo", "--json"))
+            errors = data.get("errors") or []
+            nodes = [SlurmNode.from_json(n) for n in data["nodes"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise TemporaryError(f"sinfo --json: unreadable answer: {one_line(exc)}") from None
+        if errors:
+            # 22.05 exits 0 with an empty node list when slurmctld is down: never read
+            # that as "no nodes"
+            raise TemporaryError(f"sinfo --json: {one_line(errors, 200)}", delay=5)
+        if partitions is not None:
+            want = set(partitions)
+            nodes = [n for n in nodes if want.intersection(n.partitions)]
+        return sorted(nodes, key=lambda n: n.name)
+
+    def node(self, name: str) -> SlurmNode:
+        check_node_name(name)
+        for n in self.nodes():
+            if n.name == name:
+                return n
+        raise NotFoundError(f"Slurm node {name}: not found")
+
+    # -- writing ----------------------------------------------------------------------
+    def _refuse_foreign(self, node: SlurmNode, action: str) -> None:
+        if node.reason and not is_ours(node.reason, self.prefix):
+            raise ForeignDrain(
+                f"Slurm node {node.name}: not {action}: its reason is not ours "
+                f"({one_line(node.reason, 120)!r}, set by {node.reason_user or 'unknown'})"
+            )
+
+    def _extra_with(self, node: SlurmNode, values: Mapping[str, str | None]) -> str:
+        doc = _extra_doc(node.extra)
+        if doc is None:
+            raise ForeignField(
+                f"Slurm node {node.name}: Extra holds something else "
+                f"({one_line(node.extra, 80)!r}): our record is not written over it"
+            )
+        rec = node.record
+        for key, value in values.items():
+            if value is None:
+                rec.pop(key, None)
+            elif not isinstance(value, str):
+                raise TypeError(f"record value for {key!r} must be a string")
+            else:
+                rec[key] = value
+        if rec:
+            doc[RECORD_KEY] = rec
+        else:
+            doc.pop(RECORD_KEY, None)
+        text = json.dumps(doc, separators=(",", ":"), sort_keys=True) if doc else ""
+        if len(text.encode()) > RECORD_MAX:
+            raise PermanentError(
+                f"Slurm node {node.name}: record of {len(text.encode())} bytes exceeds "
+                f"{RECORD_MAX} (prune its history)"
+            )
+        return text
+
+    def fence(
+        self,
+        name: str,
+        rung: str,
+        finding: str,
+        record: Mapping[str, str | None] | None = None,
+    ) -> str:
+        """Drain ``name`` with our reason for ``rung`` and ``finding``, and merge
+        ``record`` into its repair record, in one update. A node whose reason is not ours
+        is refused (ForeignDrain). Returns the reason written."""
+        node = self.node(name)
+        self._refuse_foreign(node, "fenced")
+        reason = format_reason(rung, finding, self.prefix)
+        args = ["update", f"nodename={node.name}", "state=drain", f"reason={reason}"]
+        if record:
+            args.append(f"extra={self._extra_with(node, record)}")
+        self._run("scontrol", *args)
+        return reason
+
+    def unfence(self, name: str) -> bool:
+        """Resume ``name`` when it is drained (or down) with our reason. False when there
+        is nothing to resume; ForeignDrain when the reason is someone else's (never
+        resumed). The record stays: the caller clears what it no longer needs."""
+        node = self.node(name)
+        if not (node.drain or node.state == "down"):
+            return False
+        if not is_ours(node.reason, self.prefix):
+            self._refuse_foreign(node, "resumed")
+            return False  # down with no reason at all: not ours to resume either
+        self._run("scontrol", "update", f"nodename={node.name}", "state=resume")
+        return True
+
+    def jobs(self, name: str) -> list[str]:
+        """IDs of the jobs allocated to ``name`` (running, completing or suspended)."""
+        check_node_name(name)
+        out = self._run("squeue", "-h", "-w", name, "-o", "%i")
+        return [j for j in out.split() if JOB_ID.fullmatch(j)]
+
+    def requeue(self, name: str) -> list[str]:
+        """Requeue every job on ``name`` (the ``requeue`` choice of a drain that waited
+        too long); returns their IDs. A job that refuses (submitted with --no-requeue)
+        raises PermanentError naming it; the ones before it are requeued."""
+        done = []
+        for job in self.jobs(name):
+            self._run("scontrol", "requeue", job)
+            done.append(job)
+        return done
+
+    def record(self, name: str, values: Mapping[str, str | None]) -> dict[str, str]:
+        """Merge ``values`` into the node's repair record (None deletes a key); other
+        keys of a JSON Extra are kept. Returns the record written."""
+        node = self.node(name)
+        text = self._extra_with(node, values)
+        self._run("scontrol", "update", f"nodename={node.name}", f"extra={text}")
+        return SlurmNode.from_json({"name": node.name, "extra": text}).record
+
+
+def _error(what: str, stderr: str) -> Exception:
+    msg = f"{what}: {one_line(stderr, 200)}"
+    low = stderr.lower()
+    if "invalid node name" in low:
+        return NotFoundError(msg)
+    if any(
+        s in low
+        for s in (
+            "unable to contact slurm controller",
+            "socket timed out",
+            "zero bytes were transmitted",
+            "connection refused",
+            "slurm_persist_conn",
+        )
+    ):
+        return TemporaryError(msg, delay=5)
+    if "configuration file" in low or "cannot stat file" in low:
+        return ConfigError(msg)
+    return PermanentError(msg)
