@@ -3,7 +3,8 @@
 # into the test fleet's nodes at /opt/fleetmedic-fakes):
 #   lib/libnvidia-ml.so.1            fake NVML (tests/fakes/nvml/fake_nvml.c)
 #   bin/{amd-smi,rocm-smi,rocminfo}  fake AMD tools (tests/fakes/amd/amdfake.py)
-#   bin/nvidia-smi                   fake nvidia-smi (tests/fakes/nvidia/nvidiasmi.py)
+#   bin/{nvidia-smi,nvidia-mig-parted}  fake nvidia-smi and mig-parted
+#                                    (tests/fakes/nvidia/nvidiasmi.py)
 #   bin/{dcgmi,rvs}                  fake dcgmi diag and ROCm Validation Suite
 #                                    (tests/fakes/diag/replay.py)
 # Rebuilt only when a source, this script or the compiler changes (key in
@@ -22,7 +23,7 @@ KEY="$( { cat "${BASH_SOURCE[0]}" "$SRC/nvml/fake_nvml.c" "$SRC/amd/amdfake.py" 
 mkdir -p "$OUT"
 exec 9>"$OUT/.lock"; flock 9
 if [[ -f $OUT/.stamp && "$(cat "$OUT/.stamp")" == "$KEY" && -x $OUT/bin/rocminfo \
-      && -x $OUT/bin/nvidia-smi && -x $OUT/bin/dcgmi && -x $OUT/bin/rvs && -f $OUT/lib/libnvidia-ml.so.1 ]]; then
+      && -x $OUT/bin/nvidia-smi && -x $OUT/bin/nvidia-mig-parted && -x $OUT/bin/dcgmi && -x $OUT/bin/rvs && -f $OUT/lib/libnvidia-ml.so.1 ]]; then
   exit 0
 fi
 
@@ -35,8 +36,10 @@ for tool in amd-smi rocm-smi rocminfo; do
   install -m 0755 "$SRC/amd/amdfake.py" "$OUT/bin/.$tool.tmp"
   mv -f "$OUT/bin/.$tool.tmp" "$OUT/bin/$tool"
 done
-install -m 0755 "$SRC/nvidia/nvidiasmi.py" "$OUT/bin/.nvidia-smi.tmp"
-mv -f "$OUT/bin/.nvidia-smi.tmp" "$OUT/bin/nvidia-smi"
+for tool in nvidia-smi nvidia-mig-parted; do
+  install -m 0755 "$SRC/nvidia/nvidiasmi.py" "$OUT/bin/.$tool.tmp"
+  mv -f "$OUT/bin/.$tool.tmp" "$OUT/bin/$tool"
+done
 for tool in dcgmi rvs; do
   install -m 0755 "$SRC/diag/replay.py" "$OUT/bin/.$tool.tmp"
   mv -f "$OUT/bin/.$tool.tmp" "$OUT/bin/$tool"
