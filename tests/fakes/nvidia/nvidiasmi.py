@@ -878,6 +878,9 @@ def mig_parted(argv: list[str]) -> int:
                     raise Fail("Assertion failure: selected configuration not currently applied", 1)
             print("Selected MIG configuration currently applied")
             return 0
+        said = locked(lambda s: (s.get("fail") or {}).get("nvidia-mig-parted apply"))
+        if said:  # an injected failure, as the tool reports one (e.g. a GPU that refuses MIG)
+            raise Fail(str(said), 1)
         changed = locked(lambda s: apply_specs(s, specs, bool(flags.get("m"))))
         log_call(argv, changed)
         return 0
