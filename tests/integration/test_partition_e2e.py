@@ -109,3 +109,29 @@ def test_a_controller_killed_during_restore_resumes_without_applying_twice(bench
     assert partitions.mig_parted_applies(node) == [True], "one application of the layout"
     [attempt] = history(b.kube, name)
     assert (attempt["step"], attempt["result"]) == ("reboot", "pass")
+
+
+def test_an_amd_node_through_a_reset_gets_its_cpx_nps4_back(bench):
+    b = bench(1)
+    node = b.fleet.node(1)
+    check = ctlenv.CHECK_YAML.replace("vendor: nvidia", "vendor: amd")
+    node.ssh(f"printf '%s' '{check}' > /etc/fleetmedic/check.yaml")
+    partitions.amd(node, "CPX", "NPS4")
+    name = f"{b.pool}-1"
+    b.make_nodes(
+        [name],
+        [node.address],
+        taints=[ctlenv.repair_taint("reset")],
+        labels={"fleetmedic.io/gpu-vendor": "amd"},
+    )
+    boots = node.boots
+    proc = b.controller(b.config())
+    wait_state(b.kube, name, "healthy", proc, 300)
+    assert node.boots == boots, "a reset, no reboot"
+    gpus = json.loads((node.state_dir / "amd.json").read_text())["gpus"]
+    assert [g.get("resets") for g in gpus] == [1, 1], "the reset went through the hive"
+    assert [(g["compute_partition"], g["memory_partition"]) for g in gpus] == [("CPX", "NPS4")] * 2
+    assert [g.get("driver_reloads") for g in gpus] == [1, 1], "one reload for the NPS4 change"
+    [attempt] = history(b.kube, name)
+    assert (attempt["step"], attempt["result"]) == ("reset", "pass")
+    assert "before: GPU 0: SPX/NPS1; GPU 1: SPX/NPS1; after: GPU 0: CPX/NPS4" in attempt["message"]
