@@ -15,7 +15,12 @@ description:
   - "AMD: the compute (SPX, DPX, TPX, QPX, CPX) and memory (NPS1 ... NPS8) partition of each GPU
     (C(amd-smi static --partition --json))."
   - With O(want), also one line naming every GPU whose layout differs from it (empty when none).
-  - Only reads; the C(fleetmedic.fleet.gpu_partition) role applies layouts.
+  - "With O(record_path), keeps the layout there as a record of O(request_id) (JSON:
+    C(request_id), C(at), C(summary), C(layout)) and returns it, also as RV(stdout) (one line),
+    in one task: a record of the same request already there is returned instead (after a
+    repair the layout may be gone), and a layout that cannot be read records nothing (the task
+    does not fail: a node under repair may not answer)."
+  - Changes no GPU; the C(fleetmedic.fleet.gpu_partition) role applies layouts.
 version_added: 0.1.0
 author: fleetmedic developers (!UNKNOWN)
 options:
@@ -39,10 +44,17 @@ options:
     description: Seconds before a tool counts as hung (the task fails).
     type: int
     default: 60
+  record_path:
+    description: Keep the layout in this file on the node (see the description).
+    type: path
+  request_id:
+    description: The request the record belongs to; empty records on every run.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
-    description: Only reads.
+    description: Reads only; in check mode no record is written.
   diff_mode:
     support: none
     description: RV(differs) says what differs.
@@ -85,11 +97,26 @@ differs:
   returned: always
   type: str
   sample: "GPU 0: want MIG 3g.40gb x2, have MIG off"
+record:
+  description: With O(record_path), the record kept (empty when the layout could not be read).
+  returned: when O(record_path) is set
+  type: dict
+stdout:
+  description: With O(record_path), the record as one JSON line (empty when none was kept).
+  returned: when O(record_path) is set
+  type: str
+unreadable:
+  description: With O(record_path), why the layout could not be read (empty when it could).
+  returned: when O(record_path) is set
+  type: str
 """
 
+import functools
 import json
+import os
 import re
 import subprocess
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -202,6 +229,45 @@ def differs(want, have):
     return "; ".join(out)
 
 
+def kept_record(path, request_id):
+    """The record of ``request_id`` already at ``path`` (None: none)."""
+    if not request_id:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if isinstance(old, dict) and old.get("request_id") == request_id and "layout" in old:
+        return old
+    return None
+
+
+def record(module, read):
+    p = module.params
+    path, rid = p["record_path"], p["request_id"]
+    old = kept_record(path, rid)
+    if old is not None:
+        module.exit_json(changed=False, record=old, stdout=json.dumps(old), unreadable="")
+    try:
+        layout = read()
+    except ToolError as exc:
+        module.exit_json(changed=False, record={}, stdout="", unreadable=str(exc))
+    rec = {
+        "request_id": rid,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "summary": summary(layout),
+        "layout": layout,
+    }
+    if not module.check_mode:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(rec, f)
+        os.replace(tmp, path)
+    module.exit_json(changed=True, record=rec, stdout=json.dumps(rec), unreadable="")
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -210,15 +276,20 @@ def main():
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "amd_smi": {"type": "str", "default": "amd-smi"},
             "timeout": {"type": "int", "default": 60},
+            "record_path": {"type": "path"},
+            "request_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
+    if p["vendor"] == "nvidia":
+        read = functools.partial(read_nvidia, p["nvidia_smi"], p["timeout"])
+    else:
+        read = functools.partial(read_amd, p["amd_smi"], p["timeout"])
+    if p["record_path"]:
+        record(module, read)
     try:
-        if p["vendor"] == "nvidia":
-            layout = read_nvidia(p["nvidia_smi"], p["timeout"])
-        else:
-            layout = read_amd(p["amd_smi"], p["timeout"])
+        layout = read()
     except ToolError as exc:
         module.fail_json(msg=f"cannot read the GPU partition layout: {exc}")
     diff = differs(p["want"], layout) if p["want"] else ""
