@@ -184,3 +184,30 @@ def test_amd_partitions_are_lost_by_a_reboot_or_a_reset(env, how):
         out = run(env, "amd-smi", "reset", "--gpureset", "-g", "0").stdout
         assert "Successfully reset GPU" in out
     assert amd_partitions(env) == [("SPX", "NPS1")] * 2
+
+
+def avg_busbw(out: str) -> float:
+    line = next(ln for ln in out.splitlines() if ln.startswith("# Avg bus bandwidth"))
+    return float(line.split(":")[1])
+
+
+@pytest.mark.parametrize("key", ["FLEETMEDIC_FAKE_NVML", "FLEETMEDIC_FAKE_AMD"])
+def test_all_reduce_perf_reports_the_scenarios_bus_bandwidth(env, key):
+    """The fake nccl-tests / rccl-tests program: its busbw follows the node's scenario, so
+    a burn-in 40 % below the hardware profile can be made."""
+    if key == "FLEETMEDIC_FAKE_AMD":
+        Path(env["FLEETMEDIC_FAKE_NVML"]).unlink(missing_ok=True)  # an AMD node has none
+    write(env, key, {"gpus": [{}, {}], "busbw_gbps": 400})
+    out = run(env, "all_reduce_perf", "-b", "8G", "-e", "8G", "-f", "2", "-g", "2").stdout
+    assert out.startswith("# nThread 1 nGpus 2 minBytes 8589934592 maxBytes 8589934592")
+    assert out.count("#  Rank ") == 2 and "# Out of bounds values : 0 OK" in out
+    healthy = avg_busbw(out)
+    assert 395 < healthy <= 400
+    write(env, key, {"gpus": [{}, {}], "busbw_gbps": 240})  # 40 % below
+    slow = avg_busbw(run(env, "all_reduce_perf", "-b", "8G", "-e", "8G", "-g", "2").stdout)
+    assert abs(slow / healthy - 0.6) < 0.01
+
+
+def test_all_reduce_perf_without_a_driver_fails(env):
+    p = run(env, "all_reduce_perf", ok=False)
+    assert p.returncode == 1 and "Test failure" in p.stdout
