@@ -605,9 +605,10 @@ def _build(fleet: Fleet, lower: str) -> None:
             dbus_id.symlink_to("/etc/machine-id")
         host_pub = _keygen(r / "etc/ssh/ssh_host_ed25519_key", f"root@{n.name}")
         known.append(f"{n.name},{n.address} {' '.join(host_pub.split()[:2])}\n")
-        # The fake nvidia-smi, dcgmi and rvs, like the AMD tools in the node tree (dangling
-        # until the fakes are built: "not installed"). Per node, so the node tree's key stays.
-        for tool in ("nvidia-smi", "dcgmi", "rvs"):
+        # The fake nvidia-smi, mig-parted, all_reduce_perf, dcgmi and rvs, like the AMD
+        # tools in the node tree (dangling until the fakes are built: "not installed").
+        # Per node, so the node tree's key stays.
+        for tool in ("nvidia-smi", "nvidia-mig-parted", "all_reduce_perf", "dcgmi", "rvs"):
             link = r / "usr/local/bin" / tool
             if not link.is_symlink() and not link.exists():
                 link.symlink_to(f"/opt/fleetmedic-fakes/bin/{tool}")

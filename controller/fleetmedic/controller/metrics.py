@@ -104,6 +104,14 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.partition_restores = Counter(
+            "fleetmedic_partition_restores",
+            "Restore phase runs (the GPU partition layout recorded before a repair put back "
+            "and read back), by outcome (ok; failed: it differs, the rung fails); a node "
+            "recorded without partitions runs none",
+            ["outcome"],
+            registry=r,
+        )
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )

@@ -20,6 +20,9 @@ from fleetmedic.policy.history import decode, last_episode, of_episode, parse_ti
 from fleetmedic.policy.inflight import Escalated, InFlight
 from fleetmedic.policy.sweep import LastSweep
 
+GATE_PHASES = {"restore": "RESTORE", "burn_in": "BURN-IN"}
+"""The return gate's phases (GPU partitions put back, the burn-in), named as operators
+look for them while a node waits to come back."""
 # the worst first: manual, then the highest rungs, healthy last
 STATE_ORDER = {s: i for i, s in enumerate((*reversed(REPAIR_STATES), "healthy"))}
 
@@ -42,6 +45,8 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         )
     if fl is not None:
         doing = f"{fl.step}#{fl.attempt} {fl.phase} {fl.status}"
+        if fl.phase in GATE_PHASES:  # the return gate, in capitals so it stands out
+            doing = f"{GATE_PHASES[fl.phase]}: {doing}"
     elif esc is not None and v.state == "manual":
         doing = f"escalated, email {'sent ' + esc.sent if esc.sent else 'pending'}"
     elif v.maintenance:

@@ -34,6 +34,7 @@ ANN_LAST_SWEEP = PREFIX + "last-sweep"  # controller: when this node was last sw
 ANN_REPLACED = PREFIX + "replaced"  # controller: handed to the cloud for a new instance
 ANN_QUARANTINE = PREFIX + "quarantine"  # controller: deep diagnostics' recommendation
 ANN_QUARANTINE_REQUEST = PREFIX + "quarantine-request"  # a human: `fleetmedic quarantine`
+ANN_PARTITION = PREFIX + "partition-layout"  # controller: GPU partitions before the repair
 
 ALL_ANNOTATIONS = (
     ANN_SSH_HOST,
@@ -52,4 +53,5 @@ ALL_ANNOTATIONS = (
     ANN_REPLACED,
     ANN_QUARANTINE,
     ANN_QUARANTINE_REQUEST,
+    ANN_PARTITION,
 )

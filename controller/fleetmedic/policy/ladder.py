@@ -43,6 +43,7 @@ passes the attempt, replace climbs to the pool's terminal step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 
@@ -51,7 +52,7 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import diagnose, flap, foreign, quarantine
+from fleetmedic.policy import diagnose, flap, foreign, partition, quarantine
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
@@ -364,6 +365,11 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             resumed=resumed,
             **ctx,
         )
+    if fl.phase == partition.PHASE and not partition.needs_restore(view, fl.ep):
+        note = partition.skip_note(view, fl.ep)
+        return n.action(
+            Kind.WRITE, note, update=next_phase(n, fl.with_(notes=(*fl.notes, note))), **ctx
+        )
     pb = cfg.ladder.playbooks.for_phase(fl.phase, view.vendor)
     if pb is None:
         msg = (
@@ -372,6 +378,8 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         )
         return n.action(Kind.WRITE, msg, update=fail_step(n, fl, FAIL, msg), **ctx)
     extra = diagnose.hostvars(cfg) if fl.phase == diagnose.PHASE else {}
+    if fl.phase == partition.PHASE:
+        extra = partition.hostvars(view, fl.ep)
     return n.action(
         Kind.RUN,
         f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
@@ -472,7 +480,14 @@ def complete(
     hung_ok = fl.step in OUT_OF_BAND and outcome.status in ("unreachable", "timeout")
     if outcome.ok or (fl.phase == "diagnose" and (outcome.status == "failed" or hung_ok)):
         note = () if outcome.ok else (f"diagnose {outcome.status}: {outcome.message}",)
-        return next_phase(n, fl.with_(notes=fl.notes + note, run_id=outcome.run_id or fl.run_id))
+        if outcome.ok and fl.phase == partition.PHASE:
+            note = (partition.restored_note(outcome.stdout),)
+        upd = next_phase(n, fl.with_(notes=fl.notes + note, run_id=outcome.run_id or fl.run_id))
+        if fl.phase == partition.RECORD_PHASE:
+            # the layout before the repair, kept on the Node for the restore phase
+            rec = partition.record_from(n.view, fl.ep, outcome.stdout, stamp(now))
+            upd = dataclasses.replace(upd, annotations={**upd.annotations, **rec})
+        return upd
     if action.resumed and outcome.status == "unreachable":
         held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)
         if held:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, StepConfig
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import diagnose, foreign, quarantine, sweep
+from fleetmedic.policy import diagnose, foreign, partition, quarantine, sweep
 from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     DRAIN_BLOCKED,
@@ -284,8 +284,14 @@ def next_phase(n: NodeCtx, fl: InFlight) -> Update:
                 events=(Event("Quarantined", short(f"{fl.step} passed verify; {held}")),),
             )
         return returned(n, fl, f"{fl.step} attempt {fl.attempt} passed verify")
+    step = phases[i + 1]
+    if step == partition.PHASE and not partition.needs_restore(n.view, fl.ep):
+        # nothing to put back: passed over without a run (the rung costs what it did)
+        return next_phase(
+            n, fl.with_(phase=step, notes=(*fl.notes, partition.skip_note(n.view, fl.ep)))
+        )
     nxt = fl.with_(
-        phase=phases[i + 1],
+        phase=step,
         status=PENDING,
         since=stamp(n.now),
         run_id=None,

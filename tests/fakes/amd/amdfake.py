@@ -202,6 +202,11 @@ def static(i: int, g: dict, sections: set[str]) -> dict:
             "slot_type": "OAM",
         },
         "driver": lambda: {"name": "amdgpu", "version": g.get("driver_version", "6.12.12")},
+        "partition": lambda: {
+            "compute_partition": partition_of(g)["compute"],
+            "memory_partition": partition_of(g)["memory"],
+            "partition_id": 0,
+        },
         "board": lambda: {
             "model_number": "102-G30211-0C",
             "product_serial": f"PCB0{i:05d}",
@@ -289,6 +294,8 @@ STATIC_FLAGS = {
     "--driver": "driver",
     "-b": "board",
     "--board": "board",
+    "-p": "partition",
+    "--partition": "partition",
 }
 
 
@@ -318,8 +325,14 @@ def amd_smi(argv: list[str], sc: dict | None) -> int:
                     sel.update(range(len(gpus(sc))))
                 sel.update(int(x) for x in argv[k].split(",") if x.isdigit())
                 k += 1
+    if sub == "reset" and any(a in ("-r", "--reload-driver") for a in argv):
+        return reload_driver(sc)
     if sub == "reset":
         return reset(argv, sc, sorted(sel), as_json)
+    if sub == "set":
+        return set_partition(argv, sc, sorted(sel), as_json)
+    if sub == "partition":
+        return show_partition(sc, sorted(sel), as_json)
     devs = [(i, g) for i, g in enumerate(gpus(sc)) if not sel or i in sel]
     if sub == "version":
         data = {
@@ -407,6 +420,10 @@ def cure(g: dict) -> None:
         g.update({k: v for k, v in after.items() if k != "after_reset"})
     g["resets"] = int(g.get("resets", 0)) + 1
     g["last_reset"] = time.time()
+    if "compute_partition" in g or "memory_partition" in g:
+        # as the AMD GPU operator's remediation notes: a reset leaves SPX/NPS1
+        g.update(compute_partition="SPX", memory_partition="NPS1", partition_boot_id=boot_id())
+        g.pop("memory_partition_pending", None)
 
 
 def reset(argv: list[str], sc: dict, sel: list[int], as_json: bool) -> int:
@@ -452,6 +469,149 @@ def save(sc: dict) -> None:
         json.dump(sc, f, indent=1)
         f.write("\n")
     os.replace(tmp, path)
+
+
+# ------------------------------------------------------- amd-smi partitions
+# Compute (accelerator) partition SPX/DPX/QPX/CPX and memory partition NPS1/NPS4, as
+# `amd-smi static --partition` prints them ({"partition": {"compute_partition",
+# "memory_partition", "partition_id"}}, from the amd-smi CLI's static output) and as
+# `amd-smi partition --current` lists them. `amd-smi set -g N --compute-partition X`
+# takes effect at once ("Successfully set accelerator partition to X"); `--memory-partition
+# NPSn` only after the driver reloads ("Successfully set memory partition to NPSn, use
+# `sudo modprobe -r amdgpu && sudo modprobe amdgpu` to reload driver"), here `amd-smi reset
+# --reload-driver` (amdsmi_gpu_driver_reload, "Driver control mechanisms" in the AMD SMI
+# docs). Messages from ROCm/amdsmi's amdsmi_cli/amdsmi_commands.py. A reboot (a new boot
+# id) or a GPU reset leaves SPX/NPS1 unless `partition_persistent` (the AMD GPU operator's
+# remediation docs: partitions must be re-applied after it).
+COMPUTE_MODES = ("SPX", "DPX", "TPX", "QPX", "CPX")
+MEMORY_MODES = ("NPS1", "NPS2", "NPS4", "NPS8")
+
+
+def boot_id() -> str:
+    try:
+        with open(
+            os.environ.get("FLEETMEDIC_FAKE_BOOT_ID") or "/proc/sys/kernel/random/boot_id"
+        ) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def partition_of(g: dict) -> dict:
+    """``{"compute", "memory", "pending"}`` now: what an earlier boot set is gone."""
+    made = g.get("partition_boot_id")
+    if made and made != boot_id() and not g.get("partition_persistent"):
+        return {"compute": "SPX", "memory": "NPS1", "pending": None}
+    return {
+        "compute": g.get("compute_partition", "SPX"),
+        "memory": g.get("memory_partition", "NPS1"),
+        "pending": g.get("memory_partition_pending"),
+    }
+
+
+def settle(g: dict) -> None:
+    """Write the partition state as of this boot back into the GPU's keys."""
+    p = partition_of(g)
+    g.update(
+        compute_partition=p["compute"], memory_partition=p["memory"], partition_boot_id=boot_id()
+    )
+    if p["pending"]:
+        g["memory_partition_pending"] = p["pending"]
+    else:
+        g.pop("memory_partition_pending", None)
+
+
+def arg_after(argv: list[str], *flags: str) -> str | None:
+    for f in flags:
+        if f in argv and argv.index(f) + 1 < len(argv):
+            return argv[argv.index(f) + 1]
+    return None
+
+
+def set_partition(argv: list[str], sc: dict, sel: list[int], as_json: bool) -> int:
+    compute = arg_after(argv, "-C", "--compute-partition")
+    memory = arg_after(argv, "-M", "--memory-partition")
+    if not compute and not memory:
+        sys.stderr.write(
+            "fake amd-smi: only `set --compute-partition/--memory-partition` is emulated\n"
+        )
+        return 2
+    all_ = gpus(sc)
+    sel = sel or list(range(len(all_)))
+    results = []
+    for i in sel:
+        g = all_[i]
+        settle(g)
+        if compute:
+            if compute.upper() not in COMPUTE_MODES:
+                out = f"[AMDSMI_STATUS_INVAL] Unable to set accelerator partition to {compute}"
+            else:
+                g["compute_partition"] = compute.upper()
+                out = f"Successfully set accelerator partition to {compute.upper()}"
+            results.append({"gpu": i, "accelerator_partition": out})
+        if memory:
+            if memory.upper() not in MEMORY_MODES:
+                out = f"[AMDSMI_STATUS_INVAL] Unable to set memory partition to {memory}"
+            else:
+                g["memory_partition_pending"] = memory.upper()
+                out = (
+                    f"Successfully set memory partition to {memory.upper()}, use "
+                    "`sudo modprobe -r amdgpu && sudo modprobe amdgpu` to reload driver"
+                )
+            results.append({"gpu": i, "memory_partition": out})
+    sc["gpus"] = all_
+    save(sc)
+    if as_json:
+        print(json.dumps(results, indent=4))
+    else:
+        for r in results:
+            key = next(k for k in r if k != "gpu")
+            print(f"GPU: {r['gpu']}\n    {key.upper()}: {r[key]}")
+    return 0
+
+
+def reload_driver(sc: dict) -> int:
+    """The amdgpu driver reloads: pending memory partitions take effect."""
+    if any(g.get("in_use") for g in gpus(sc)):
+        print("[AMDSMI_STATUS_AMDGPU_RESTART_ERR] Unable to reload driver: GPU(s) in use")
+        return 1
+    all_ = gpus(sc)
+    for g in all_:
+        settle(g)
+        if g.get("memory_partition_pending"):
+            g["memory_partition"] = g.pop("memory_partition_pending")
+        g["driver_reloads"] = int(g.get("driver_reloads", 0)) + 1
+    sc["gpus"] = all_
+    save(sc)
+    print("Successfully reloaded AMD GPU driver")
+    return 0
+
+
+def show_partition(sc: dict, sel: list[int], as_json: bool) -> int:
+    rows = [
+        {
+            "gpu_id": i,
+            "memory": partition_of(g)["memory"],
+            "accelerator_type": partition_of(g)["compute"],
+            "accelerator_profile_index": "N/A",
+            "partition_id": 0,
+        }
+        for i, g in enumerate(gpus(sc))
+        if not sel or i in sel
+    ]
+    if as_json:
+        print(json.dumps({"current_partition": rows}, indent=4))
+    else:
+        print("CURRENT_PARTITION:")
+        print(
+            f"{'GPU_ID':<8}{'MEMORY':<8}{'ACCELERATOR_TYPE':<18}{'ACCELERATOR_PROFILE_INDEX':<27}PARTITION_ID"
+        )
+        for r in rows:
+            print(
+                f"{r['gpu_id']:<8}{r['memory']:<8}{r['accelerator_type']:<18}"
+                f"{r['accelerator_profile_index']:<27}{r['partition_id']}"
+            )
+    return 0
 
 
 # ----------------------------------------------------------------- rocm-smi

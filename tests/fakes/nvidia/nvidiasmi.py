@@ -23,6 +23,15 @@ tests/fakes/nvidia/README.md):
 
 ``-i`` takes an index, a PCI bus id or a UUID, comma-separated. Standard library only: the
 test fleet's nodes run it with their own python3.
+
+MIG (tests/fakes/nvidia/README.md, "MIG"): ``-mig 0|1``, ``--query-gpu=mig.mode.current,
+mig.mode.pending``, ``mig -lgi``/``-lci`` (both at once too), ``mig -cgi PROFILES [-C]``,
+``mig -dci``/``-dgi``, MIG devices in ``-L``. Run as ``nvidia-mig-parted`` (the same file
+under that name) it is a fake mig-parted: ``export``, ``apply -f FILE -c NAME``,
+``assert -f FILE -c NAME``. A GPU's MIG state belongs to the boot that made it: after a
+reboot (a new ``/proc/sys/kernel/random/boot_id``) its instances are gone, and so is MIG
+mode itself unless the GPU keeps it in its InfoROM (A100/A30; from Hopper on it does not).
+A GPU reset destroys the instances too.
 """
 
 from __future__ import annotations
@@ -207,6 +216,10 @@ def apply_reset(g: dict) -> None:
         g.update({k: v for k, v in after.items() if k != "after_reset"})
     g["resets"] = int(g.get("resets", 0)) + 1
     g["last_reset"] = time.time()
+    if isinstance(g.get("mig"), dict):
+        # a reset destroys every GPU and compute instance and applies a pending mode
+        m = mig_of(g)
+        g["mig"] = {**m, "current": m["pending"], "gis": [], "boot_id": boot_id()}
 
 
 def reset(sc: dict, sel: list[int], all_gpus: bool) -> tuple[str, str, int]:
@@ -265,6 +278,8 @@ def field(sc: dict, i: int, g: dict, key: str, units: bool) -> str:
         "retired_pages.pending": "Yes" if g.get("retired_pages_pending") else "No",
         "remapped_rows.pending": "Yes" if g.get("remapped_rows_pending") else "No",
         "driver_version": sc.get("driver_version", "550.90.07"),
+        "mig.mode.current": "Enabled" if mig_of(g)["current"] else "Disabled",
+        "mig.mode.pending": "Enabled" if mig_of(g)["pending"] else "Disabled",
     }
     if key not in values:
         raise Fail(f'Field "{key}" is not a valid field to query.\n', RC_INVALID)
@@ -345,6 +360,570 @@ def full_query(sc: dict, sel: list[int]) -> str:
     return "\n".join(out) + "\n"
 
 
+# ---------------------------------------------------------------------- MIG
+# GPU instance profiles: name -> (profile id, compute slices, memory slices, placements).
+# From NVIDIA's MIG User Guide ("Supported MIG Profiles": H100 80GB and A100 40GB tables,
+# the profile IDs nvidia-smi mig -lgip prints and their placements).
+PROFILES_H100 = {
+    "1g.10gb": (19, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
+    "1g.20gb": (15, 1, 2, (0, 2, 4, 6)),
+    "2g.20gb": (14, 2, 2, (0, 2, 4)),
+    "3g.40gb": (9, 3, 4, (0, 4)),
+    "4g.40gb": (5, 4, 4, (0,)),
+    "7g.80gb": (0, 7, 8, (0,)),
+}
+PROFILES_A100 = {
+    "1g.5gb": (19, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
+    "1g.10gb": (15, 1, 2, (0, 2, 4, 6)),
+    "2g.10gb": (14, 2, 2, (0, 2, 4)),
+    "3g.20gb": (9, 3, 4, (0, 4)),
+    "4g.20gb": (5, 4, 4, (0,)),
+    "7g.40gb": (0, 7, 8, (0,)),
+}
+# compute instance profile id of a CI that spans its whole GPU instance, by slices
+CI_PROFILE_ID = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
+BOOT_ID_DEFAULT = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> str:
+    """This boot's id (``$FLEETMEDIC_FAKE_BOOT_ID`` names another file, for unit tests)."""
+    try:
+        with open(os.environ.get("FLEETMEDIC_FAKE_BOOT_ID") or BOOT_ID_DEFAULT) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def profiles(g: dict) -> dict:
+    return PROFILES_A100 if "A100" in str(g.get("name", "")) else PROFILES_H100
+
+
+def mig_keeps_mode(g: dict) -> bool:
+    """A100/A30 keep MIG mode in the InfoROM across a reboot; from Hopper on it is not
+    kept (the issue's premise, and the MIG User Guide's note on H100)."""
+    if "mig_persistent" in g:
+        return bool(g["mig_persistent"])
+    return any(m in str(g.get("name", "")) for m in ("A100", "A30"))
+
+
+def mig_of(g: dict) -> dict:
+    """The GPU's MIG state now: ``{"current", "pending", "gis", "boot_id"}``. State made in
+    an earlier boot is what that boot left: no instances, and the mode only where kept."""
+    m = g.get("mig") if isinstance(g.get("mig"), dict) else {}
+    cur = {
+        "current": int(bool(m.get("current", 0))),
+        "pending": int(bool(m.get("pending", m.get("current", 0)))),
+        "gis": [x for x in m.get("gis") or [] if isinstance(x, dict)],
+        "boot_id": m.get("boot_id") or boot_id(),
+    }
+    now = boot_id()
+    if m and cur["boot_id"] != now:
+        mode = cur["pending"] if mig_keeps_mode(g) else 0
+        cur = {"current": mode, "pending": mode, "gis": [], "boot_id": now}
+    return cur
+
+
+def mig_uuid(i: int, gi: int, ci: int) -> str:
+    """A MIG device's UUID (``MIG-`` and a UUID, as R470+ drivers print); the fake NVML
+    derives the same one."""
+    return f"MIG-5a1c{i:04x}-{gi:04x}-4{ci:03x}-8000-00000000{i:04x}"
+
+
+def list_line(sc: dict, i: int) -> str:
+    g = sc["gpus"][i]
+    out = [f"GPU {i}: {name(sc, g)} (UUID: {uuid(i, g)})\n"]
+    k = 0
+    for gi in sorted(mig_of(g)["gis"], key=lambda x: x["id"]):
+        for ci in sorted(gi.get("cis") or [], key=lambda x: x["id"]):
+            out.append(
+                f"  MIG {gi['profile']:<12} Device {k:>2}: "
+                f"(UUID: {mig_uuid(i, gi['id'], ci['id'])})\n"
+            )
+            k += 1
+    return "".join(out)
+
+
+def set_mig_mode(sc: dict, sel: list[int], on: bool) -> tuple[str, int]:
+    out, rc = [], 0
+    for i in sel:
+        g = sc["gpus"][i]
+        m = mig_of(g)
+        if not on and m["gis"]:
+            out.append(
+                f"Unable to disable MIG Mode for GPU {bus_id(i, g)}: In use by another client\n"
+            )
+            rc = RC_OTHER
+            continue
+        m["pending"] = int(on)
+        if not mig_keeps_mode(g) or not g.get("in_use"):
+            m["current"] = int(on)  # Hopper applies it at once; A100 when nothing holds the GPU
+        else:
+            out.append(
+                f"Warning: MIG mode is in pending {'enable' if on else 'disable'} state for GPU "
+                f"{bus_id(i, g)}:In use by another client\n"
+            )
+        g["mig"] = m
+        out.append(f"{'Enabled' if on else 'Disabled'} MIG Mode for GPU {bus_id(i, g)}\n")
+    out.append("Terminating early due to previous errors.\n" if rc else "All done.\n")
+    return "".join(out), rc
+
+
+def place(g: dict, m: dict, prof: str) -> int | None:
+    """The first free placement start for a GPU instance of ``prof`` (None: no room)."""
+    _, slices, mem, starts = profiles(g)[prof]
+    used_mem = set()
+    used_compute = 0
+    for gi in m["gis"]:
+        p = profiles(g).get(gi["profile"])
+        if p:
+            used_mem.update(range(gi["start"], gi["start"] + p[2]))
+            used_compute += p[1]
+    if used_compute + slices > 7:
+        return None
+    for s in starts:
+        if not used_mem & set(range(s, s + mem)):
+            return s
+    return None
+
+
+def create_gi(g: dict, m: dict, prof: str, with_ci: bool) -> dict | None:
+    start = place(g, m, prof)
+    if start is None:
+        return None
+    gid = next(n for n in range(1, 15) if n not in {x["id"] for x in m["gis"]})
+    gi = {"id": gid, "profile": prof, "start": start, "cis": []}
+    if with_ci:
+        gi["cis"].append({"id": 0, "profile": prof})
+    m["gis"].append(gi)
+    return gi
+
+
+def profile_name(g: dict, token: str) -> str | None:
+    """``-cgi`` takes profile ids or names (``9``, ``3g.40gb``, ``MIG 3g.40gb``)."""
+    token = token.strip().removeprefix("MIG ").strip()
+    for nm, p in profiles(g).items():
+        if token in (nm, str(p[0])):
+            return nm
+    return None
+
+
+def table(title: str, head: list[str], rows: list[str], width: int) -> str:
+    bar = "+" + "-" * width + "+"
+    out = [bar, f"| {title:<{width - 1}}|"]
+    out += [f"|{h:<{width}}|" for h in head]
+    out.append("|" + "=" * width + "|")
+    for r in rows:
+        out += [f"|{r:<{width}}|", bar]
+    return "\n".join(out) + "\n"
+
+
+def list_gis(sc: dict, sel: list[int]) -> str:
+    rows = []
+    for i in sel:
+        g = sc["gpus"][i]
+        for gi in sorted(mig_of(g)["gis"], key=lambda x: x["id"]):
+            pid, _, mem, _ = profiles(g)[gi["profile"]]
+            place_ = f"{gi['start']}:{mem}"
+            rows.append(
+                f" {i:>3}  MIG {gi['profile']:<12} {pid:>5}    {gi['id']:>5}    {place_:>8}    "
+            )
+    if not rows:
+        raise Fail("No GPU instances found: Not Found\n", 6)
+    return table(
+        "GPU instances:",
+        [
+            " GPU   Name             Profile  Instance   Placement  ",
+            "                          ID       ID       Start:Size ",
+        ],
+        rows,
+        55,
+    )
+
+
+def list_cis(sc: dict, sel: list[int]) -> str:
+    rows = []
+    for i in sel:
+        g = sc["gpus"][i]
+        for gi in sorted(mig_of(g)["gis"], key=lambda x: x["id"]):
+            slices = profiles(g)[gi["profile"]][1]
+            for ci in sorted(gi.get("cis") or [], key=lambda x: x["id"]):
+                place_ = f"0:{slices}"
+                rows.append(
+                    f" {i:>3}    {gi['id']:>3}       MIG {ci['profile']:<12} "
+                    f"{CI_PROFILE_ID.get(slices, 0):>5}    {ci['id']:>5}     {place_:>8}     "
+                )
+    if not rows:
+        raise Fail("No compute instances found: Not Found\n", 6)
+    return table(
+        "Compute instances:",
+        [
+            " GPU     GPU       Name             Profile   Instance   Placement  ",
+            "       Instance                       ID        ID       Start:Size ",
+            "         ID                                                         ",
+        ],
+        rows,
+        68,
+    )
+
+
+def mig_command(sc: dict, argv: list[str]) -> tuple[str, str, int]:
+    """``nvidia-smi mig ...``: list, create and destroy instances."""
+    opts: dict = {}
+    k = 0
+    while k < len(argv):
+        a = argv[k]
+        k += 1
+        if a in (
+            "-i",
+            "--id",
+            "-cgi",
+            "--create-gpu-instance",
+            "-gi",
+            "--gpu-instance-id",
+            "-dci",
+            "-dgi",
+        ):
+            if k >= len(argv) and a not in ("-dci", "-dgi"):
+                raise Fail(f'Option "{a}" requires an argument.\n', RC_INVALID)
+            if k < len(argv) and not argv[k].startswith("-"):
+                opts[a], k = argv[k], k + 1
+            else:
+                opts[a] = ""
+        elif a in (
+            "-lgi",
+            "--list-gpu-instances",
+            "-lci",
+            "--list-compute-instances",
+            "-C",
+            "--default-compute-instance",
+        ):
+            opts[a] = True
+        else:
+            raise Fail(USAGE, RC_INVALID)
+    sel = select(sc, opts.get("-i") or opts.get("--id"))
+    out: list[str] = []
+    if opts.get("-lgi") or opts.get("--list-gpu-instances"):
+        out.append(list_gis(sc, sel))
+    if opts.get("-lci") or opts.get("--list-compute-instances"):
+        out.append(list_cis(sc, sel))
+    if out:
+        return "".join(out), "", 0
+    changed = False
+    for i in sel:
+        g = sc["gpus"][i]
+        m = mig_of(g)
+        if not m["current"]:
+            save_if(sc, changed)
+            raise Fail(f"Unable to create a GPU instance on GPU {i:>2}: Not Supported\n", RC_OTHER)
+        if "-dci" in opts or "-dgi" in opts:
+            for gi in list(m["gis"]):
+                if "-dci" in opts:
+                    for ci in list(gi["cis"]):
+                        gi["cis"].remove(ci)
+                        out.append(
+                            f"Successfully destroyed compute instance ID {ci['id']:>2} from GPU "
+                            f"{i:>2} GPU instance ID {gi['id']:>2}\n"
+                        )
+                if "-dgi" in opts:
+                    if gi["cis"]:
+                        raise Fail(
+                            f"Unable to destroy GPU instance ID {gi['id']:>2} from GPU {i:>2}: "
+                            "In use by another client\n",
+                            RC_OTHER,
+                        )
+                    m["gis"].remove(gi)
+                    out.append(
+                        f"Successfully destroyed GPU instance ID {gi['id']:>2} from GPU {i:>2}\n"
+                    )
+        for token in (opts.get("-cgi") or opts.get("--create-gpu-instance") or "").split(","):
+            if not token.strip():
+                continue
+            prof = profile_name(g, token)
+            if prof is None:
+                raise Fail(
+                    f"Unable to create a GPU instance on GPU {i:>2}: Invalid Argument\n", RC_INVALID
+                )
+            gi = create_gi(
+                g, m, prof, bool(opts.get("-C") or opts.get("--default-compute-instance"))
+            )
+            if gi is None:
+                g["mig"] = m
+                save(sc)
+                raise Fail(
+                    f"Unable to create a GPU instance on GPU {i:>2} using profile {prof}: "
+                    "Insufficient Resources\n",
+                    RC_OTHER,
+                )
+            pid, slices = profiles(g)[prof][0], profiles(g)[prof][1]
+            out.append(
+                f"Successfully created GPU instance ID {gi['id']:>2} on GPU {i:>2} using profile "
+                f"MIG {prof} (ID {pid:>2})\n"
+            )
+            if gi["cis"]:
+                out.append(
+                    f"Successfully created compute instance ID  0 on GPU {i:>2} GPU instance ID "
+                    f"{gi['id']:>2} using profile MIG {prof} "
+                    f"(ID {CI_PROFILE_ID.get(slices, 0):>2})\n"
+                )
+        g["mig"] = m
+        changed = True
+    save_if(sc, changed)
+    return "".join(out), "", 0
+
+
+def save_if(sc: dict, changed: bool) -> None:
+    if changed:
+        save(sc)
+
+
+def locked(fn):
+    lock = open(f"{path()}.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        sc = load()
+        sc["gpus"] = gpus(sc)
+        return fn(sc)
+    finally:
+        lock.close()
+
+
+# ------------------------------------------------------------- nvidia-mig-parted
+# The fake mig-parted (NVIDIA/mig-parted, cmd/nvidia-mig-parted): `export` prints the
+# node's layout as a mig-config spec (`version: v1`, `mig-configs: {current: [...]}`, GPUs
+# of one layout merged, into `devices: all` when every GPU shares it: export.go and
+# export_test.go), `apply` makes the GPUs match a selected config, `assert` says
+# "Selected MIG configuration currently applied" or fails with "Assertion failure:
+# selected configuration not currently applied" (assert.go). Errors go out as logrus
+# lines on stderr, exit 1. Config files are read as JSON (a YAML subset, which the real
+# tool's sigs.k8s.io/yaml reads too) or as YAML where PyYAML is importable.
+def gpu_spec(g: dict) -> dict:
+    m = mig_of(g)
+    spec: dict = {"mig-enabled": bool(m["current"])}
+    if m["current"]:
+        counts: dict[str, int] = {}
+        for gi in m["gis"]:
+            for ci in gi.get("cis") or []:
+                key = (
+                    gi["profile"]
+                    if ci["profile"] == gi["profile"]
+                    else f"{ci['profile']}.{gi['profile']}"
+                )
+                counts[key] = counts.get(key, 0) + 1
+        spec["mig-devices"] = dict(sorted(counts.items()))
+    return spec
+
+
+def export_spec(sc: dict, label: str) -> dict:
+    groups: list[tuple[dict, list[int]]] = []
+    for i, g in enumerate(gpus(sc)):
+        s = gpu_spec(g)
+        for spec, devs in groups:
+            if spec == s:
+                devs.append(i)
+                break
+        else:
+            groups.append((s, [i]))
+    out = []
+    for spec, devs in groups:
+        d: dict = {"devices": "all" if len(groups) == 1 else devs, **spec}
+        out.append(d)
+    return {"version": "v1", "mig-configs": {label: out}}
+
+
+def to_yaml(obj, indent: int = 0) -> str:
+    """Just enough YAML for an exported spec (what gopkg.in/yaml.v2 prints for it)."""
+    pad = " " * indent
+    lines = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            nested = isinstance(v, dict) or (
+                isinstance(v, list) and any(isinstance(x, dict) for x in v)
+            )
+            if nested and v:
+                lines.append(f"{pad}{k}:")
+                lines.append(to_yaml(v, indent + (2 if isinstance(v, dict) else 0)))
+            else:
+                lines.append(f"{pad}{k}: {scalar(v)}")
+    else:
+        for item in obj:
+            body = to_yaml(item, indent + 2).splitlines()
+            lines.append(f"{pad}- {body[0].strip()}")
+            lines += body[1:]
+    return "\n".join(x for x in lines if x)
+
+
+def scalar(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{}"
+    return str(v)
+
+
+def logrus(level: str, msg: str) -> None:
+    stamp_ = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    sys.stderr.write(f'time="{stamp_}" level={level} msg="{msg}"\n')
+
+
+def read_config(file: str, label: str) -> list[dict]:
+    try:
+        with open(file, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise Fail(f"error parsing config file: read error: {exc}", 1) from None
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        try:
+            import yaml
+
+            spec = yaml.safe_load(text)
+        except Exception as exc:
+            raise Fail(f"error parsing config file: unmarshal error: {exc}", 1) from None
+    configs = (spec or {}).get("mig-configs") or {}
+    if len(configs) > 1 and not label:
+        raise Fail(
+            "error selecting MIG config: missing required flag 'selected-config' when more "
+            "than one config available",
+            1,
+        )
+    if not label and len(configs) == 1:
+        label = next(iter(configs))
+    if label not in configs:
+        raise Fail(f"error selecting MIG config: selected mig-config not present: {label}", 1)
+    return [s for s in configs[label] if isinstance(s, dict)]
+
+
+def wanted(specs: list[dict], i: int, g: dict) -> dict | None:
+    for s in specs:
+        devs = s.get("devices", "all")
+        flt = s.get("device-filter")
+        if flt and not any(str(f) in name({}, g) for f in ([flt] if isinstance(flt, str) else flt)):
+            continue
+        if devs == "all" or (isinstance(devs, list) and i in devs):
+            return {
+                "mig-enabled": bool(s.get("mig-enabled")),
+                **(
+                    {"mig-devices": dict(sorted((s.get("mig-devices") or {}).items()))}
+                    if s.get("mig-enabled")
+                    else {}
+                ),
+            }
+    return None
+
+
+def log_call(argv: list[str], changed: bool) -> None:
+    """What the fake mig-parted was asked, one JSON line a run, beside the scenario."""
+    try:
+        with open(os.path.join(os.path.dirname(path()), "mig-parted-calls.jsonl"), "a") as f:
+            f.write(json.dumps({"argv": argv, "changed": changed, "at": time.time()}) + "\n")
+    except OSError:
+        pass
+
+
+def mig_parted(argv: list[str]) -> int:
+    sub = argv[0] if argv else ""
+    names = {
+        "-f": "f",
+        "--config-file": "f",
+        "-c": "c",
+        "--selected-config": "c",
+        "-o": "o",
+        "--output-format": "o",
+        "-l": "l",
+        "--config-label": "l",
+    }
+    flags: dict = {}
+    k = 1
+    while k < len(argv):
+        a, eq, v = argv[k].partition("=")
+        k += 1
+        if a in names:
+            if not eq:
+                v, k = (argv[k], k + 1) if k < len(argv) else ("", k)
+            flags[names[a]] = v
+        elif a in ("-m", "--mode-only"):
+            flags["m"] = True
+        elif a in ("-d", "--debug"):
+            continue
+        else:
+            sys.stderr.write(f"Incorrect Usage: flag provided but not defined: {a}\n")
+            return 1
+    try:
+        if sub == "export":
+            fmt = flags.get("o", "yaml")
+            if fmt not in ("json", "yaml"):
+                raise Fail(f"unrecognized 'output-format': {fmt}", 1)
+            sc = locked(lambda s: s)
+            spec = export_spec(sc, str(flags.get("l") or "current"))
+            sys.stdout.write(json.dumps(spec, indent=2) if fmt == "json" else to_yaml(spec) + "\n")
+            return 0
+        if sub not in ("apply", "assert"):
+            sys.stderr.write(f"Incorrect Usage: no such command {sub!r}\n")
+            return 1
+        if not flags.get("f"):
+            raise Fail("missing required flags 'config-file'", 1)
+        specs = read_config(str(flags["f"]), str(flags.get("c") or ""))
+        if sub == "assert":
+            sc = locked(lambda s: s)
+            for i, g in enumerate(gpus(sc)):
+                want = wanted(specs, i, g)
+                have = gpu_spec(g)
+                if want is not None and (
+                    have["mig-enabled"] != want["mig-enabled"]
+                    or (not flags.get("m") and have.get("mig-devices") != want.get("mig-devices"))
+                ):
+                    raise Fail("Assertion failure: selected configuration not currently applied", 1)
+            print("Selected MIG configuration currently applied")
+            return 0
+        said = locked(lambda s: (s.get("fail") or {}).get("nvidia-mig-parted apply"))
+        if said:  # an injected failure, as the tool reports one (e.g. a GPU that refuses MIG)
+            raise Fail(str(said), 1)
+        changed = locked(lambda s: apply_specs(s, specs, bool(flags.get("m"))))
+        log_call(argv, changed)
+        return 0
+    except Fail as f:
+        logrus("fatal", f.text.strip())
+        return f.rc
+
+
+def apply_specs(sc: dict, specs: list[dict], mode_only: bool) -> bool:
+    changed = False
+    for i, g in enumerate(sc["gpus"]):
+        want = wanted(specs, i, g)
+        if want is None:
+            continue
+        m = mig_of(g)
+        if gpu_spec(g) == want or (mode_only and bool(m["current"]) == want["mig-enabled"]):
+            continue
+        if bool(m["current"]) != want["mig-enabled"]:
+            m["gis"] = []
+            m["current"] = m["pending"] = int(want["mig-enabled"])
+        if want["mig-enabled"] and not mode_only:
+            m["gis"] = []
+            # largest first, as mig-parted orders its creations, so placements fit
+            order = sorted(
+                (p for p, n in want.get("mig-devices", {}).items() for _ in range(int(n))),
+                key=lambda p: -profiles(g).get(p, (0, 0, 0, ()))[2],
+            )
+            for prof in order:
+                if prof not in profiles(g):
+                    raise Fail(f"error applying MIG configuration: invalid MIG profile: {prof}", 1)
+                if create_gi(g, m, prof, True) is None:
+                    raise Fail(
+                        "error applying MIG configuration: insufficient resources for "
+                        f"{prof} on GPU {i}",
+                        1,
+                    )
+        g["mig"] = m
+        changed = True
+    if changed:
+        save(sc)
+    return changed
+
+
 # ---------------------------------------------------------------------- command line
 def parse(argv: list[str]) -> dict:
     opts: dict = {}
@@ -352,7 +931,16 @@ def parse(argv: list[str]) -> dict:
     while k < len(argv):
         key, eq, value = argv[k].partition("=")
         k += 1
-        takes_value = key in ("-i", "--id", "-pm", "--persistence-mode", "--query-gpu", "--format")
+        takes_value = key in (
+            "-i",
+            "--id",
+            "-pm",
+            "--persistence-mode",
+            "--query-gpu",
+            "--format",
+            "-mig",
+            "--multi-instance-gpu",
+        )
         if takes_value and not eq:
             if k >= len(argv):
                 raise Fail(f'Option "{key}" requires an argument.\n', RC_INVALID)
@@ -373,6 +961,10 @@ def parse(argv: list[str]) -> dict:
             opts["query"] = value
         elif key == "--format":
             opts["format"] = value
+        elif key in ("-mig", "--multi-instance-gpu"):
+            if value not in ("0", "1", "ENABLED", "DISABLED"):
+                raise Fail(f'Invalid MIG mode "{value}".\n', RC_INVALID)
+            opts["mig"] = value in ("1", "ENABLED")
         elif key in ("-h", "--help"):
             opts["help"] = True
         else:
@@ -381,6 +973,8 @@ def parse(argv: list[str]) -> dict:
 
 
 def run(argv: list[str]) -> tuple[str, str, int]:
+    if argv[:1] == ["mig"]:
+        return locked(lambda sc: mig_command(sc, argv[1:]))
     opts = parse(argv)
     if opts.get("help"):
         return "NVIDIA System Management Interface -- fleetmedic test stand-in\n", "", 0
@@ -390,6 +984,10 @@ def run(argv: list[str]) -> tuple[str, str, int]:
         sc = load()
         sc["gpus"] = gpus(sc)
         sel = select(sc, opts.get("id"))
+        if "mig" in opts:
+            out, rc = set_mig_mode(sc, sel, opts["mig"])
+            save(sc)
+            return out, "", rc
         if "pm" in opts:
             out, rc = set_persistence(sc, sel, opts["pm"])
             save(sc)
@@ -400,14 +998,7 @@ def run(argv: list[str]) -> tuple[str, str, int]:
                 save(sc)
             return out, err, rc
         if opts.get("list"):
-            return (
-                "".join(
-                    f"GPU {i}: {name(sc, sc['gpus'][i])} (UUID: {uuid(i, sc['gpus'][i])})\n"
-                    for i in sel
-                ),
-                "",
-                0,
-            )
+            return "".join(list_line(sc, i) for i in sel), "", 0
         if "query" in opts:
             return query(sc, sel, opts["query"], opts.get("format", "")), "", 0
         if opts.get("q"):
@@ -418,6 +1009,8 @@ def run(argv: list[str]) -> tuple[str, str, int]:
 
 
 def main() -> int:
+    if os.path.basename(sys.argv[0]) == "nvidia-mig-parted":
+        return mig_parted(sys.argv[1:])
     try:
         out, err, rc = run(sys.argv[1:])
     except Fail as f:

@@ -223,6 +223,8 @@ static int init_count;   /* nvmlInit/nvmlShutdown reference count */
 #define MAX_GPUS 64
 typedef struct nvmlDevice_st { unsigned index; } *nvmlDevice_t;
 static struct nvmlDevice_st devices[MAX_GPUS];
+#define MAX_MIG 7 /* MIG devices per GPU (7 compute slices) */
+static struct nvmlDevice_st mig_handles[MAX_GPUS * MAX_MIG];
 
 static const jval *gpus(void) {
     const jval *g = jget(scenario, "gpus");
@@ -438,7 +440,10 @@ API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int
     return put_string(name, length, jstr(g, "name", jstr(scenario, "name", "NVIDIA H100 80GB HBM3")));
 }
 
+API nvmlReturn_t nvmlDeviceGetMigDeviceUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    if (device >= mig_handles && device < mig_handles + MAX_GPUS * MAX_MIG)
+        return nvmlDeviceGetMigDeviceUUID(device, uuid, length);
     DEV_PRE("nvmlDeviceGetUUID");
     char dflt[64];
     snprintf(dflt, sizeof dflt, "GPU-fa4e5d1c-0000-4000-8000-%012x", device->index);
@@ -730,4 +735,155 @@ API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, 
         }
     }
     return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ MIG */
+/*
+ * A GPU's "mig" object is written by the fake nvidia-smi / nvidia-mig-parted
+ * (tests/fakes/nvidia/nvidiasmi.py): {"current", "pending", "boot_id", "gis": [{"id",
+ * "profile", "start", "cis": [{"id", "profile"}]}]}. State made in another boot than this
+ * one is what a reboot leaves: no instances, and MIG mode only where the GPU keeps it
+ * (A100/A30; not from Hopper on). MIG device handles, their UUIDs and their GPU/compute
+ * instance ids follow NVML's MIG API (docs.nvidia.com/deploy/nvml-api, "Multi Instance GPU
+ * Management").
+ */
+static void current_boot_id(char *buf, size_t len) {
+    const char *p = getenv("FLEETMEDIC_FAKE_BOOT_ID");
+    FILE *f = fopen(p && *p ? p : "/proc/sys/kernel/random/boot_id", "r");
+    buf[0] = 0;
+    if (!f) return;
+    if (fgets(buf, (int)len, f)) buf[strcspn(buf, "\r\n")] = 0;
+    fclose(f);
+}
+
+static int mig_keeps_mode(const jval *g) {
+    const jval *p = jget(g, "mig_persistent");
+    if (p) return jnum(g, "mig_persistent", 0) != 0;
+    const char *nm = jstr(g, "name", jstr(scenario, "name", "NVIDIA H100 80GB HBM3"));
+    return strstr(nm, "A100") || strstr(nm, "A30");
+}
+
+/* 1 when the GPU's MIG state was made in this boot (or carries no boot id) */
+static int mig_this_boot(const jval *mig) {
+    const char *made = jstr(mig, "boot_id", NULL);
+    if (!made) return 1;
+    char now[64];
+    current_boot_id(now, sizeof now);
+    return !strcmp(made, now);
+}
+
+static void mig_mode(const jval *g, unsigned *current, unsigned *pending) {
+    const jval *mig = jget(g, "mig");
+    unsigned cur = jnum(mig, "current", 0) != 0;
+    unsigned pend = jget(mig, "pending") ? jnum(mig, "pending", 0) != 0 : cur;
+    if (mig && !mig_this_boot(mig)) cur = pend = mig_keeps_mode(g) ? pend : 0;
+    *current = cur;
+    *pending = pend;
+}
+
+/* the k-th compute instance of the GPU (GIs and their CIs by id order, as listed) */
+static int mig_nth(const jval *g, unsigned k, unsigned *gi_id, unsigned *ci_id) {
+    const jval *mig = jget(g, "mig");
+    unsigned cur, pend;
+    mig_mode(g, &cur, &pend);
+    if (!cur || !mig_this_boot(mig)) return 0;
+    const jval *gis = jget(mig, "gis");
+    if (!gis || gis->t != J_ARR) return 0;
+    unsigned n = 0;
+    for (unsigned want_gi = 0; want_gi < 64; want_gi++)
+        for (int i = 0; i < gis->n; i++) {
+            if ((unsigned)jnum(gis->items[i], "id", 0) != want_gi) continue;
+            const jval *cis = jget(gis->items[i], "cis");
+            for (int c = 0; cis && cis->t == J_ARR && c < cis->n; c++) {
+                if (n++ == k) {
+                    *gi_id = want_gi;
+                    *ci_id = (unsigned)jnum(cis->items[c], "id", 0);
+                    return 1;
+                }
+            }
+        }
+    return 0;
+}
+
+static int is_mig_handle(nvmlDevice_t d) {
+    return d >= mig_handles && d < mig_handles + MAX_GPUS * MAX_MIG;
+}
+
+API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
+    DEV_PRE("nvmlDeviceGetMigMode");
+    if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
+    mig_mode(g, currentMode, pendingMode);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    DEV_PRE("nvmlDeviceGetMaxMigDeviceCount");
+    (void)g;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = MAX_MIG;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice) {
+    DEV_PRE("nvmlDeviceGetMigDeviceHandleByIndex");
+    if (!migDevice || index >= MAX_MIG) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned cur, pend, gi, ci;
+    mig_mode(g, &cur, &pend);
+    if (!cur) return NVML_ERROR_NOT_SUPPORTED;
+    if (!mig_nth(g, index, &gi, &ci)) return NVML_ERROR_NOT_FOUND;
+    /* index = GPU, mig = 1-based slot: the handle keeps both */
+    struct nvmlDevice_st *h = &mig_handles[device->index * MAX_MIG + index];
+    h->index = device->index * MAX_MIG + index;
+    *migDevice = h;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+    if (!init_count) return NVML_ERROR_UNINITIALIZED;
+    if (!isMigDevice) return NVML_ERROR_INVALID_ARGUMENT;
+    *isMigDevice = is_mig_handle(device);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t mig_ids(nvmlDevice_t device, unsigned *gpu_i, unsigned *gi, unsigned *ci) {
+    if (!init_count) return NVML_ERROR_UNINITIALIZED;
+    if (!is_mig_handle(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned slot = (unsigned)(device - mig_handles);
+    *gpu_i = slot / MAX_MIG;
+    if (*gpu_i >= gpu_count() || !mig_nth(gpu(*gpu_i), slot % MAX_MIG, gi, ci)) return NVML_ERROR_NOT_FOUND;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    unsigned gpu_i, gi, ci;
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = mig_ids(device, &gpu_i, &gi, &ci);
+    if (!rc) *id = gi;
+    return rc;
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    unsigned gpu_i, gi, ci;
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = mig_ids(device, &gpu_i, &gi, &ci);
+    if (!rc) *id = ci;
+    return rc;
+}
+
+API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device) {
+    unsigned gpu_i, gi, ci;
+    if (!device) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = mig_ids(migDevice, &gpu_i, &gi, &ci);
+    if (!rc) *device = &devices[gpu_i];
+    return rc;
+}
+
+/* the MIG device's UUID, as the fake nvidia-smi -L prints it (nvidiasmi.mig_uuid) */
+API nvmlReturn_t nvmlDeviceGetMigDeviceUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    unsigned gpu_i, gi, ci;
+    nvmlReturn_t rc = mig_ids(device, &gpu_i, &gi, &ci);
+    if (rc) return rc;
+    char buf[64];
+    snprintf(buf, sizeof buf, "MIG-5a1c%04x-%04x-4%03x-8000-00000000%04x", gpu_i, gi, ci, gpu_i);
+    return put_string(uuid, length, buf);
 }

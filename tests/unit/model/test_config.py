@@ -31,7 +31,7 @@ def error_of(tmp_path: Path, text: str) -> str:
 def test_empty_file_gives_documented_defaults(tmp_path):
     cfg = config.load(write(tmp_path, ""))
     assert cfg.smtp is None and not cfg.dry_run
-    assert cfg.ladder.reboot.phases == ("diagnose", "drain", "reboot", "verify")
+    assert cfg.ladder.reboot.phases == ("diagnose", "drain", "reboot", "restore", "verify")
     assert cfg.ladder.reimage.phases[2] == "reinstall"
     assert cfg.vocabulary().reboot.key == "fleetmedic.io/repair"
     konduktor, aws, npd = cfg.foreign()
@@ -62,7 +62,7 @@ def test_the_default_ladder_is_diagnose_reset_reboot_reimage_manual(tmp_path):
     assert cfg.ladder.diagnose.phases == ("drain_gpu", "diagnostics", "verify")
     assert cfg.ladder.diagnose_level == 2
     assert cfg.ladder.playbooks.diagnostics.playbook == "quarantine.yml"
-    assert cfg.ladder.reset.phases == ("diagnose", "drain_gpu", "reset", "verify")
+    assert cfg.ladder.reset.phases == ("diagnose", "drain_gpu", "reset", "restore", "verify")
     assert cfg.vocabulary().reset.as_taint() == {
         "key": "fleetmedic.io/repair",
         "value": "reset",
@@ -73,7 +73,7 @@ def test_the_default_ladder_is_diagnose_reset_reboot_reimage_manual(tmp_path):
 def test_only_the_playbooks_of_configured_rungs_must_exist(tmp_path):
     books = tmp_path / "pb"
     books.mkdir()
-    for name in ("diagnose", "reset", "reboot", "reimage", "verify"):
+    for name in ("diagnose", "reset", "reboot", "reimage", "restore", "verify"):
         (books / f"{name}.yml").write_text("[]\n")
     cfg = config.load(write(tmp_path, f"ansible: {{playbook_dir: {books}}}"))
     # the diagnose rung's diagnostics run the quarantine's playbook

@@ -20,6 +20,7 @@ Phase = Literal[
     "reboot",
     "power_cycle",
     "reinstall",
+    "restore",
     "verify",
     "notify",
     "replace",
@@ -33,8 +34,12 @@ its boot_id is read before, so a restart mid-way can tell whether the boot happe
 be confused with ``diagnostics``, the phase of the ``diagnose`` *state* (the mildest fence)
 that runs the vendor's diagnostics on the fenced node (``fleetmedic diag``: DCGM or RVS at
 ``ladder.diagnose_level``, through the quarantine's playbook) and is judged by
-policy/diagnose.py. ``notify`` sends the email (and chat) that the node is being replaced,
-with its evidence, while the Node and its annotations still exist; ``replace`` hands the
+policy/diagnose.py. ``restore`` puts back the GPU partition layout (MIG instances, AMD
+compute and memory partitions) the ``diagnose`` phase recorded before the repair
+(playbooks/restore.yml, policy/partition.py) and reads it back; where the record says the
+node had no partitions it is passed over without a run. ``notify`` sends the email (and
+chat) that the node is being replaced, with its evidence, while the Node and its
+annotations still exist; ``replace`` hands the
 node to its cloud (cloud.py) and ends its life: no verify follows."""
 BOOTING_PHASES = ("reboot", "power_cycle")
 ENDINGS: tuple[tuple[str, ...], ...] = (("verify",), ("notify", "replace"))
@@ -105,6 +110,10 @@ class PlaybooksConfig(Section):
     `fleetmedic diag`), without the fabric checks. 20 min covers level 2 (DCGM's own limit
     for it is about 10 min, the playbook's 11) and an SSH login on a loaded node; raise it
     to an hour with diagnose_level 3."""
+    restore: PlaybookConfig = PlaybookConfig(playbook="restore.yml", timeout=900)
+    """The GPU partition layout the diagnose phase recorded (roles/gpu_partition). 15 min: an
+    AMD memory-partition change reloads amdgpu (about a minute on 8 GPUs), and mig-parted
+    on an A100 resets each GPU whose MIG mode changes."""
     verify: PlaybookConfig = PlaybookConfig(playbook="verify.yml", timeout=600)
     """The same checks the agent runs (`fleetmedic check`), so pass means what fencing meant."""
     power_cycle: PlaybookConfig = PlaybookConfig(playbook="power_cycle.yml", timeout=1800)
@@ -224,13 +233,17 @@ class LadderConfig(Section):
     NVIDIA's WORKFLOW_XID_13/31 ask for first ("run DCGM diagnostics"); 3 holds every such
     node out of service for about half an hour, for a finding that is often the job's
     fault, and is what the quarantine rung is for."""
-    reset: StepConfig = StepConfig(phases=("diagnose", "drain_gpu", "reset", "verify"))
-    """Only the pods using the GPUs leave; a refused or failed reset climbs to reboot."""
-    reboot: StepConfig = StepConfig(phases=("diagnose", "drain", "reboot", "verify"))
+    reset: StepConfig = StepConfig(phases=("diagnose", "drain_gpu", "reset", "restore", "verify"))
+    """Only the pods using the GPUs leave; a refused or failed reset climbs to reboot. Every
+    repair rung restores the partition layout before its verify: a reset, a reboot, a cold
+    boot and a reinstall can each lose MIG instances or AMD partitions."""
+    reboot: StepConfig = StepConfig(phases=("diagnose", "drain", "reboot", "restore", "verify"))
     """Evidence before the reboot wipes it; drain so running jobs end cleanly."""
-    power_cycle: StepConfig = StepConfig(phases=("diagnose", "drain", "power_cycle", "verify"))
+    power_cycle: StepConfig = StepConfig(
+        phases=("diagnose", "drain", "power_cycle", "restore", "verify")
+    )
     """A cold boot through the BMC, for what a warm reboot does not cure (a GPU off the bus)."""
-    reimage: StepConfig = StepConfig(phases=("diagnose", "drain", "reinstall", "verify"))
+    reimage: StepConfig = StepConfig(phases=("diagnose", "drain", "reinstall", "restore", "verify"))
     """The driver or ROCm (by the node's gpu-vendor label) is reinstalled and the node booted
     into it by the reinstall playbook; add a `reboot` phase if yours does not reboot."""
     replace: StepConfig = StepConfig(phases=("diagnose", "drain", "notify", "replace"))
