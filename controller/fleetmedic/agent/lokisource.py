@@ -52,7 +52,7 @@ from fleetmedic.agent.kernelwatch import describe, merged_thresholds
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.agent.xidflows import XidFlows
-from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
+from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError, TemporaryError
 from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
@@ -73,6 +73,7 @@ POD_QUERIES = (
     '{namespace=~".+", transport!="kernel", source!="kmsg"}',  # Promtail, Alloy, Fluent Bit
     '{k8s_namespace_name=~".+", k8s_daemonset_name!="dmesg"}',  # OpenTelemetry collector
 )
+MODES = ("tail", "poll")
 MAX_BACKOFF = 60.0
 SCANNERS = 4096  # streams with a scanner kept (multi-line context), oldest dropped first
 
@@ -187,13 +188,17 @@ class LokiSourceConfig:
     pod_queries: tuple[str, ...] = POD_QUERIES
     node_labels: tuple[str, ...] = NODE_LABELS
     tenant: str | None = None
+    mode: str = "tail"  # tail | poll (see agent/lokitail.py)
     poll_interval: float = 2.0
+    tail_retry: float = 300.0  # after the tail was refused, poll this long, then try again
     lookback: float = 3600.0  # no cursor yet: start this far back
     batch: int = 5000
     thresholds: Mapping[str, object] = field(default_factory=dict)
     dedup_window: float = 600.0  # a fencing finding repeated on a node within this: once
 
     def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"loki mode: {self.mode!r} is not one of {', '.join(MODES)}")
         # empty means the defaults, as the command line and the controller's config say
         for name, default in (
             ("kernel_queries", KERNEL_QUERIES),
@@ -277,18 +282,35 @@ class LokiSource:
 
     # -- the loop ---------------------------------------------------------------------
     def run(self, stop: threading.Event, active: Callable[[], bool] = lambda: True) -> None:
-        """Poll until ``stop``, while ``active()`` (the controller's leadership: one source
-        per cluster reads and fences). Becoming active again reloads the cursor, which
-        another controller may have moved meanwhile. Any error (Loki down, the API server
-        down) backs off and retries, one log line each way."""
+        """Follow Loki until ``stop``, while ``active()`` (the controller's leadership: one
+        source per cluster reads and fences): through the tail (:mod:`.lokitail`), or by
+        polling (``mode: poll``). Becoming active again reloads the cursor, which another
+        controller may have moved meanwhile. Any error (Loki down, the API server down)
+        backs off and retries, one log line each way."""
         log.info(
-            "following %d LogQL queries on %s (cursor %s)",
+            "following %d LogQL queries on %s by %s (cursor %s)",
             len(self.queries),
             self.cfg.endpoint,
+            "tail" if self.cfg.mode == "tail" else f"polling every {self.cfg.poll_interval:g}s",
             self.store,
         )
+        if self.cfg.mode == "tail":
+            from fleetmedic.agent.lokitail import Follower
+
+            Follower(self).run(stop, active)
+            return
+        self.run_polling(stop, active)
+
+    def run_polling(
+        self,
+        stop: threading.Event,
+        active: Callable[[], bool] = lambda: True,
+        until: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Poll every ``poll_interval`` until ``stop`` or ``until()`` (the tail's fallback
+        polls for a while, then tries the tail again)."""
         delay = self.cfg.poll_interval
-        while not stop.is_set():
+        while not stop.is_set() and not until():
             if not active():
                 self._cursor_loaded = False
                 stop.wait(self.cfg.poll_interval)
@@ -297,11 +319,7 @@ class LokiSource:
                 self.poll()
                 delay = self.cfg.poll_interval
             except FleetmedicError as exc:  # Loki, or the cursor's ConfigMap: never a crash
-                self.metrics.up.set(0)
-                if self._down_since is None:
-                    self._down_since = self.clock()
-                    what = "loki unreachable" if isinstance(exc, TemporaryError) else "loki source"
-                    log.error("%s, retrying with back-off: %s", what, exc)
+                self.failed(exc)
                 delay = min(MAX_BACKOFF, max(delay * 2, getattr(exc, "delay", 0.0)))
             stop.wait(delay)
 
@@ -328,15 +346,30 @@ class LokiSource:
             ts, _ = self.cursor.done.get(query, (0, []))
             start = ts or now_ns - int(self.cfg.lookback * 1e9)
             entries = self.client.query_range(query, start, now_ns, self.cfg.batch)
-            fresh = self.cursor.new(query, entries)
-            for e in fresh:
-                self._line(e)
-            if fresh:  # (an unmoved cursor is not written: no API write per idle poll)
-                self.cursor.advance(query, fresh)
-                self.store.save(self.cursor)  # after the fences: nothing is lost
-            handled += len(fresh)
+            fresh = self.take(query, entries)
+            handled += fresh
             if len(entries) < self.cfg.batch or not fresh:
                 return handled
+
+    def take(self, query: str, entries: Sequence[Entry]) -> int:
+        """Handle those of ``entries`` (of ``query``, oldest first) past the cursor, then
+        move the cursor and save it; returns how many were new. The poll's reads and the
+        tail's batches both come here, so a line read by both is handled once."""
+        fresh = self.cursor.new(query, entries)
+        for e in fresh:
+            self._line(e)
+        if fresh:  # (an unmoved cursor is not written: no API write per idle poll)
+            self.cursor.advance(query, fresh)
+            self.store.save(self.cursor)  # after the fences: nothing is lost
+        return len(fresh)
+
+    def failed(self, exc: FleetmedicError) -> None:
+        """Loki (or the cursor's home) failed: one log line until it answers again."""
+        self.metrics.up.set(0)
+        if self._down_since is None:
+            self._down_since = self.clock()
+            what = "loki unreachable" if isinstance(exc, TemporaryError) else "loki source"
+            log.error("%s, retrying with back-off: %s", what, exc)
 
     # -- one line ---------------------------------------------------------------------
     def _line(self, e: Entry) -> None:

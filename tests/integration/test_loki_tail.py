@@ -1,0 +1,191 @@
+"""``fleetmedic watch loki`` in its default tail mode against a real Loki and the real API
+server: a line pushed while the source tails is fenced through the websocket (the poll
+interval is minutes, so no poll can be what found it); a Loki SIGKILLed and restarted in
+the middle loses no line and counts none twice (the catch-up from the cursor and the
+tail meet without a gap or an overlap); a Loki whose limits refuse every tail is
+followed by polling, with one warning line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from tests.harness.ctlenv import FLEETMEDIC, wait_until
+from tests.harness.loki import kernel_labels, now_ns, pod_labels
+
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
+
+XID79 = (
+    "[ 8812.412345] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+    "GPU has fallen off the bus."
+)
+IB = (
+    "kp-ddp-worker-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from "
+    "peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+)
+REBOOT = {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def nodes(kube):
+    run = uuid.uuid4().hex[:6]
+    names = [f"tail-{run}-{i}" for i in range(3)]
+    kube.make_nodes(names, labels={"fleetmedic.io/gpu-vendor": "nvidia"})
+    yield names
+    kube.delete_nodes(names)
+
+
+def node(kube, name: str) -> dict:
+    return kube.request("GET", f"/api/v1/nodes/{name}")
+
+
+def taints(kube, name: str) -> list[dict]:
+    return node(kube, name)["spec"].get("taints") or []
+
+
+def counted(kube, name: str) -> int:
+    raw = (node(kube, name)["metadata"].get("annotations") or {}).get(
+        "fleetmedic.io/monitor-counts"
+    )
+    seen = (json.loads(raw) if raw else {}).get("seen") or {}
+    return sum(len(v.get("t", [])) for v in seen.values())
+
+
+class Source:
+    """``fleetmedic watch loki`` as a process, its log in a file."""
+
+    def __init__(self, loki, kube, tmp_path, *args: str) -> None:
+        self.cursor = tmp_path / "cursor.json"
+        self.log = tmp_path / "source.log"
+        self.base = [
+            str(FLEETMEDIC),
+            "watch",
+            "loki",
+            "--endpoint",
+            loki.url,
+            "--cursor-file",
+            str(self.cursor),
+            "--kubeconfig",
+            str(kube.kubeconfig),
+            *args,
+        ]
+        self.proc = subprocess.Popen(
+            [*self.base, "--log-level", "info"],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("a"),
+        )
+
+    def text(self) -> str:
+        assert self.proc.poll() is None, f"watch loki exited:\n{self.log.read_text()}"
+        return self.log.read_text()
+
+    def sessions(self) -> int:
+        return self.text().count("tailing ")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+
+    def once(self) -> dict:
+        r = subprocess.run([*self.base, "--once"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+
+def test_a_line_pushed_while_tailing_is_fenced_through_the_tail(loki, kube, nodes, tmp_path):
+    target = nodes[0]
+    src = Source(
+        loki,
+        kube,
+        tmp_path,
+        "--kernel-query",
+        f'{{node_name="{target}"}}',
+        "--pod-query",
+        '{namespace="none-of-these"}',
+        "--poll-interval",
+        "10m",  # no poll can find it: only the tail (or a catch-up, which needs a reconnect)
+    )
+    try:
+        wait_until(lambda: src.sessions() == 1, 60, "the source tailing")
+        loki.push(kernel_labels("promtail", node=target), [XID79])
+        wait_until(lambda: taints(kube, target) == [REBOOT], 30, f"{target} fenced")
+        assert src.sessions() == 1, "one session: the tail delivered it, no reconnect"
+        log = src.text()
+        assert "refused" not in log and "unreachable" not in log, log
+    finally:
+        src.stop()
+    assert src.once()["lines"] == 0, "the tail's batch moved the saved cursor"
+
+
+def test_loki_killed_mid_stream_loses_no_line_and_counts_none_twice(
+    loki_factory, kube, nodes, tmp_path
+):
+    """A threshold finding (NCCL IB completion errors) is counted on the Node for every
+    line handled: a line handled twice would count twice. Lines go in before the kill
+    (tail), right after Loki is back (the reconnect's catch-up or the new tail, whichever
+    is first) and once the source tails again; each is counted exactly once."""
+    loki = loki_factory()
+    target = nodes[1]
+    labels = pod_labels("promtail", node=target, namespace="train", pod="w-0", container="m")
+    src = Source(
+        loki,
+        kube,
+        tmp_path,
+        "--kernel-query",
+        '{transport="none-of-these"}',
+        "--pod-query",
+        f'{{node_name="{target}"}}',
+        "--poll-interval",
+        "10m",
+    )
+    # events 30 s apart (the rule's burst is 10 s), minutes ago, oldest first
+    stamps = iter(now_ns() - 300 * 10**9 + i * 30 * 10**9 for i in range(4))
+    try:
+        wait_until(lambda: src.sessions() == 1, 60, "the source tailing")
+        loki.push(labels, [IB], ts=next(stamps))
+        wait_until(lambda: counted(kube, target) == 1, 30, "the first IB error counted")
+
+        loki.restart(kill=True)  # SIGKILL: the WAL replays the line already handled
+        loki.push(labels, [IB], ts=next(stamps))
+        wait_until(lambda: counted(kube, target) == 2, 60, "the line pushed after the restart")
+        wait_until(lambda: src.sessions() >= 2, 60, "tailing again")
+        loki.push(labels, [IB], ts=next(stamps))
+        wait_until(lambda: counted(kube, target) == 3, 30, "the line pushed to the new tail")
+        time.sleep(3)  # (a line handled twice would be counted by now)
+        assert counted(kube, target) == 3
+    finally:
+        src.stop()
+    assert src.once()["lines"] == 0, "nothing past the saved cursor"
+    assert counted(kube, target) == 3, "--once read nothing again"
+
+
+def test_a_refused_tail_falls_back_to_polling_with_one_warning(loki_factory, kube, nodes, tmp_path):
+    """Loki's own limit (max_concurrent_tail_requests: 0) refuses every tail, as a proxy
+    without websockets would: the source says so once and polls."""
+    loki = loki_factory(limits={"max_concurrent_tail_requests": 0})
+    target = nodes[2]
+    src = Source(
+        loki,
+        kube,
+        tmp_path,
+        "--kernel-query",
+        f'{{host="{target}"}}',
+        "--pod-query",
+        '{namespace="none-of-these"}',
+        "--poll-interval",
+        "0.3s",
+    )
+    try:
+        wait_until(lambda: "loki tail refused 3 times" in src.text(), 60, "the fallback")
+        loki.push(kernel_labels("fluent-bit", node=target), [XID79])
+        wait_until(lambda: taints(kube, target) == [REBOOT], 30, f"{target} fenced by polling")
+        log = src.text()
+        assert log.count("loki tail refused") == 1, log
+        assert "max concurrent tail requests" in log, log
+        assert src.sessions() == 0 and "unreachable" not in log, log
+    finally:
+        src.stop()
