@@ -1,10 +1,14 @@
 """Detect GPU faults from Loki instead of on each node: ``fleetmedic watch loki``.
 
 For clusters that already ship node kernel logs (a journal or dmesg DaemonSet) and pod
-logs to Loki, as Konduktor's node health controller reads them. Every poll:
+logs to Loki, as Konduktor's node health controller reads them. New lines come through
+Loki's websocket tail (the default, :mod:`fleetmedic.agent.lokitail`: on start and after
+every reconnect a poll round catches up from the cursor first), or by polling
+(``mode: poll``). Every poll round, and every tail batch:
 
 - each LogQL query (kernel-log streams, pod-log streams; a line filter with the scanner's
-  trigger literals so Loki drops the chatter) is read from its cursor to now;
+  trigger literals so Loki drops the chatter) is read from its cursor to now (a tail
+  batch: its lines past the cursor);
 - every line goes through the same scanner and catalogs as the agent (the workload catalog
   classifies CUDA/NCCL lines of pod logs), one scanner per stream, so a multi-line report
   stays one finding;
@@ -25,8 +29,9 @@ timestamp is not handled twice. ``fleetmedic watch loki`` keeps it in a file
 (``--cursor-file``, replaced atomically: the source then needs no write access to
 anything but Nodes). Run by the controller, it lives on the controller's ConfigMap
 (:class:`ConfigMapCursor`), so the controller that takes over leadership resumes where
-the last leader stopped. Loki slow or down: the poll backs off (2 s doubling to 60 s), with
-one log line when Loki goes away and one when it is back; never a crash loop.
+the last leader stopped. Loki slow or down: the source backs off (polling: from the poll
+interval, doubling to 60 s; tailing: 2 s doubling to 60 s), with one log line when Loki
+goes away and one when it is back; never a crash loop.
 """
 
 from __future__ import annotations
@@ -246,7 +251,8 @@ class LokiMetrics:
 
 
 class LokiSource:
-    """``run(stop)`` polls until ``stop``; ``poll()`` is one round (for ``--once``)."""
+    """``run(stop)`` follows Loki until ``stop`` (tail or poll, by ``cfg.mode``);
+    ``poll()`` is one query_range round (``--once``, and the tail's catch-up)."""
 
     def __init__(
         self,
