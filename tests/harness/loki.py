@@ -15,7 +15,8 @@ promtool built from the same module; this module finds them by computing the sam
         loki.restart()               # SIGTERM, same ports and data dir (ingester WAL)
         loki.restart(kill=True)      # SIGKILL: the WAL replays what was not flushed
 
-What it runs: one process, auth off (tenant ``fake``), in-memory rings, TSDB index and
+What it runs: one process, auth off (tenant ``fake``; ``Loki(tenant=...)``: auth on, and
+the harness's own requests carry that tenant), in-memory rings, TSDB index and
 chunks under ``<workdir>/data``, ingester WAL on, anonymous usage reporting off, every
 listener (HTTP, gRPC, memberlist) on ``host`` with free ports. The ingester is ready at
 once (``min_ready_duration: 0s``) instead of Loki's default 15 s.
@@ -190,8 +191,9 @@ def loki_config(loki: Loki) -> dict[str, Any]:
     """Loki's configuration, in one place, with the reason for each choice."""
     data = str(loki.data_dir)
     return {
-        # One tenant ("fake"), as in a cluster without a gateway.
-        "auth_enabled": False,
+        # One tenant ("fake"), as in a cluster without a gateway; with ``tenant`` set,
+        # multi-tenant: every request must name its tenant (X-Scope-OrgID).
+        "auth_enabled": loki.tenant is not None,
         "server": {
             "http_listen_address": loki.host,
             "http_listen_port": loki.port,
@@ -262,8 +264,10 @@ class Loki:
         limits: Mapping[str, Any] | None = None,
         start_timeout: float = 60.0,
         binaries: Binaries | None = None,
+        tenant: str | None = None,
     ) -> None:
         self.bin = binaries or find_binaries()
+        self.tenant = tenant  # set: auth on, and this harness's own requests name it
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fleetmedic-loki-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = host
@@ -390,9 +394,10 @@ class Loki:
         headers: Mapping[str, str] | None = None,
         timeout: float = 30,
     ) -> tuple[int, bytes]:
-        req = urllib.request.Request(
-            self.url + path, data=body, method=method, headers=dict(headers or {})
-        )
+        sent = dict(headers or {})
+        if self.tenant is not None:
+            sent.setdefault("X-Scope-OrgID", self.tenant)
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=sent)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.status, resp.read()

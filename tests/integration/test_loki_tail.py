@@ -2,8 +2,9 @@
 server: a line pushed while the source tails is fenced through the websocket (the poll
 interval is minutes, so no poll can be what found it); a Loki SIGKILLed and restarted in
 the middle loses no line and counts none twice (the catch-up from the cursor and the
-tail meet without a gap or an overlap); a Loki whose limits refuse every tail is
-followed by polling, with one warning line."""
+tail meet without a gap or an overlap); a multi-tenant Loki is tailed with the tenant's
+header; a Loki whose limits refuse every tail is followed by polling, with one warning
+line."""
 
 from __future__ import annotations
 
@@ -187,5 +188,37 @@ def test_a_refused_tail_falls_back_to_polling_with_one_warning(loki_factory, kub
         assert log.count("loki tail refused") == 1, log
         assert "max concurrent tail requests" in log, log
         assert src.sessions() == 0 and "unreachable" not in log, log
+    finally:
+        src.stop()
+
+
+def test_a_multi_tenant_loki_is_tailed_as_the_tenant(loki_factory, kube, nodes, tmp_path):
+    """auth_enabled: every request names its tenant (X-Scope-OrgID); the tail's handshake
+    carries --tenant as the queries do, and sees only that tenant's lines."""
+    loki = loki_factory(tenant="gpu-team")
+    target = nodes[0]
+    src = Source(
+        loki,
+        kube,
+        tmp_path,
+        "--tenant",
+        "gpu-team",
+        "--kernel-query",
+        f'{{k8s_node_name="{target}"}}',
+        "--pod-query",
+        '{namespace="none-of-these"}',
+        "--poll-interval",
+        "10m",
+    )
+    try:
+        wait_until(lambda: src.sessions() == 1, 60, "the source tailing")
+        loki.tenant = "someone-else"  # (the harness pushes as this tenant for a moment)
+        loki.push(kernel_labels("otel", node=target), [XID79])
+        loki.tenant = "gpu-team"
+        time.sleep(3)  # another tenant's line: not this source's to see
+        assert taints(kube, target) == []
+        loki.push(kernel_labels("otel", node=target), [XID79])
+        wait_until(lambda: taints(kube, target) == [REBOOT], 30, f"{target} fenced")
+        assert src.sessions() == 1, "through the tail"
     finally:
         src.stop()
