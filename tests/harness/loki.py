@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import ssl
 import tempfile
 import time
 import urllib.error
@@ -202,6 +203,7 @@ def loki_config(loki: Loki) -> dict[str, Any]:
             "log_level": "info",
             # Stop promptly on SIGTERM (default 30 s).
             "graceful_shutdown_timeout": "5s",
+            **({"http_tls_config": loki._write_tls()} if loki.tls else {}),
         },
         "common": {
             "instance_addr": loki.host,
@@ -265,9 +267,11 @@ class Loki:
         start_timeout: float = 60.0,
         binaries: Binaries | None = None,
         tenant: str | None = None,
+        tls: bool = False,
     ) -> None:
         self.bin = binaries or find_binaries()
         self.tenant = tenant  # set: auth on, and this harness's own requests name it
+        self.tls = tls  # HTTPS (and wss) with a certificate of a test CA (``ca_file``)
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fleetmedic-loki-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = host
@@ -284,7 +288,34 @@ class Loki:
     # -- lifecycle ----------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the HTTPS certificate (``tls=True``): SSL_CERT_FILE for clients."""
+        return self.workdir / "tls" / "ca.pem"
+
+    def _write_tls(self) -> dict[str, str]:
+        """A server certificate for ``host`` (IP and name) from a CA of its own, once."""
+        d = self.workdir / "tls"
+        if not (d / "server.pem").exists():
+            import ipaddress
+
+            from cryptography import x509
+
+            from tests.harness import pki
+
+            d.mkdir(parents=True, exist_ok=True)
+            ca = pki.Ca("fleetmedic-test-loki-ca")
+            crt, key = ca.issue(
+                "loki",
+                server=True,
+                sans=[x509.IPAddress(ipaddress.ip_address(self.host)), x509.DNSName("localhost")],
+            )
+            (d / "ca.pem").write_bytes(ca.cert_pem)
+            (d / "server.pem").write_bytes(crt)
+            pki.write_private(d / "server.key", key)
+        return {"cert_file": str(d / "server.pem"), "key_file": str(d / "server.key")}
 
     @property
     def data_dir(self) -> Path:
@@ -398,8 +429,9 @@ class Loki:
         if self.tenant is not None:
             sent.setdefault("X-Scope-OrgID", self.tenant)
         req = urllib.request.Request(self.url + path, data=body, method=method, headers=sent)
+        ctx = ssl.create_default_context(cafile=str(self.ca_file)) if self.tls else None
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
@@ -493,7 +525,7 @@ class Loki:
     def tail_url(self, query: str, start: int | None = None, limit: int | None = None) -> str:
         q = {"query": query, "start": start, "limit": limit}
         qs = urllib.parse.urlencode({k: v for k, v in q.items() if v is not None})
-        return f"ws://{self.host}:{self.port}/loki/api/v1/tail?{qs}"
+        return f"{'wss' if self.tls else 'ws'}://{self.host}:{self.port}/loki/api/v1/tail?{qs}"
 
     def tail(self, query: str, *, start: int | None = None, timeout: float = 10.0) -> Tail:
         """A websocket on ``/loki/api/v1/tail`` (a context manager). ``start``

@@ -3,18 +3,22 @@ server: a line pushed while the source tails is fenced through the websocket (th
 interval is minutes, so no poll can be what found it); a Loki SIGKILLed and restarted in
 the middle loses no line and counts none twice (the catch-up from the cursor and the
 tail meet without a gap or an overlap); a multi-tenant Loki is tailed with the tenant's
-header; a Loki whose limits refuse every tail is followed by polling, with one warning
+header; a Loki on HTTPS is tailed over wss with the same certificate checks as its
+queries; a Loki whose limits refuse every tail is followed by polling, with one warning
 line."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import uuid
 
 import pytest
 
+from fleetmedic.adapters.loki import LokiClient
+from fleetmedic.errors import TemporaryError
 from tests.harness.ctlenv import FLEETMEDIC, wait_until
 from tests.harness.loki import kernel_labels, now_ns, pod_labels
 
@@ -59,7 +63,7 @@ def counted(kube, name: str) -> int:
 class Source:
     """``fleetmedic watch loki`` as a process, its log in a file."""
 
-    def __init__(self, loki, kube, tmp_path, *args: str) -> None:
+    def __init__(self, loki, kube, tmp_path, *args: str, env: dict | None = None) -> None:
         self.cursor = tmp_path / "cursor.json"
         self.log = tmp_path / "source.log"
         self.base = [
@@ -74,10 +78,12 @@ class Source:
             str(kube.kubeconfig),
             *args,
         ]
+        self.env = {**os.environ, **(env or {})}
         self.proc = subprocess.Popen(
             [*self.base, "--log-level", "info"],
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("a"),
+            env=self.env,
         )
 
     def text(self) -> str:
@@ -92,7 +98,9 @@ class Source:
         self.proc.wait(15)
 
     def once(self) -> dict:
-        r = subprocess.run([*self.base, "--once"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [*self.base, "--once"], capture_output=True, text=True, timeout=60, env=self.env
+        )
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
@@ -222,3 +230,41 @@ def test_a_multi_tenant_loki_is_tailed_as_the_tenant(loki_factory, kube, nodes, 
         assert src.sessions() == 1, "through the tail"
     finally:
         src.stop()
+
+
+def test_a_loki_on_https_is_tailed_over_wss_with_its_certificate_checked(
+    loki_factory, kube, nodes, tmp_path, monkeypatch
+):
+    """The tail verifies Loki's certificate as the queries do (the system's CAs, which
+    SSL_CERT_FILE names here: a test CA), host name included."""
+    loki = loki_factory(tls=True)
+    target = nodes[1]
+    src = Source(
+        loki,
+        kube,
+        tmp_path,
+        "--kernel-query",
+        f'{{node_name="{target}"}}',
+        "--pod-query",
+        '{namespace="none-of-these"}',
+        "--poll-interval",
+        "10m",
+        env={"SSL_CERT_FILE": str(loki.ca_file)},
+    )
+    try:
+        wait_until(lambda: src.sessions() == 1, 60, "the source tailing over wss")
+        loki.push(kernel_labels("promtail", node=target), [XID79])
+        wait_until(lambda: taints(kube, target) == [REBOOT], 30, f"{target} fenced")
+        assert src.sessions() == 1, "through the tail"
+    finally:
+        src.stop()
+    # without the CA, the certificate is refused: one line, exit 3 (unreachable)
+    untrusted = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    r = subprocess.run(
+        [*src.base, "--once"], capture_output=True, text=True, timeout=60, env=untrusted
+    )
+    assert r.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    with pytest.raises(TemporaryError, match="CERTIFICATE_VERIFY_FAILED"):
+        LokiClient(loki.url).tail(f'{{node_name="{target}"}}', now_ns())  # the tail too
