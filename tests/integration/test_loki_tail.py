@@ -268,3 +268,36 @@ def test_a_loki_on_https_is_tailed_over_wss_with_its_certificate_checked(
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     with pytest.raises(TemporaryError, match="CERTIFICATE_VERIFY_FAILED"):
         LokiClient(loki.url).tail(f'{{node_name="{target}"}}', now_ns())  # the tail too
+
+
+def test_a_line_of_another_node_stamped_earlier_but_shipped_later_is_not_lost(
+    loki, kube, nodes, tmp_path
+):
+    """One query covers many nodes' streams, and shippers push in batches (Promtail waits
+    up to a second): node B's line can reach Loki after node A's newer one. The cursor
+    lets such a line through (within its settle window) instead of dropping it as older
+    than what was handled; the line handled already stays handled once."""
+    a, b, _ = nodes
+    run = a.rsplit("-", 1)[0]
+    src = Source(
+        loki,
+        kube,
+        tmp_path,
+        "--kernel-query",
+        f'{{node_name=~"{run}-.*"}}',
+        "--pod-query",
+        '{namespace="none-of-these"}',
+        "--poll-interval",
+        "10m",
+    )
+    try:
+        wait_until(lambda: src.sessions() == 1, 60, "the source tailing")
+        stamp = now_ns()
+        loki.push(kernel_labels("promtail", node=a), [XID79], ts=stamp)
+        wait_until(lambda: taints(kube, a) == [REBOOT], 30, f"{a} fenced")
+        loki.push(kernel_labels("promtail", node=b), [XID79], ts=stamp - 800_000_000)
+        wait_until(lambda: taints(kube, b) == [REBOOT], 30, f"{b} fenced from the late line")
+    finally:
+        src.stop()
+    # a poll round reads the window again: nothing in it is new
+    assert src.once()["lines"] == 0

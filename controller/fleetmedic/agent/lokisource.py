@@ -79,15 +79,25 @@ POD_QUERIES = (
     '{k8s_namespace_name=~".+", k8s_daemonset_name!="dmesg"}',  # OpenTelemetry collector
 )
 MODES = ("tail", "poll")
+SETTLE = 30 * 10**9  # ns: a line this much older than the newest handled is still read
+SEEN_MAX = 2000  # lines kept in the cursor per query (about 90 kB of JSON at most)
 MAX_BACKOFF = 60.0
 SCANNERS = 4096  # streams with a scanner kept (multi-line context), oldest dropped first
 
 
 @dataclass
 class Cursor:
-    """Per query: the newest timestamp handled, and the hashes of the lines at exactly it."""
+    """Per query: a floor timestamp, and the lines handled at or after it (hash -> time).
 
-    done: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+    A line is new when it is at or after the floor and not among those handled. The floor
+    trails the newest line handled by :data:`SETTLE` (or less, when more than
+    :data:`SEEN_MAX` lines were handled within it): one query covers many nodes' streams,
+    and a shipper's batch (Promtail waits up to a second) can reach Loki after another
+    node's newer line, so a line older than the newest handled is still read when it comes
+    within the window. Reads start at the floor; the lines seen keep them from counting
+    twice. Older cursors (``at``: the hashes at exactly ``ts``) read the same way."""
+
+    done: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str | None, where: str) -> Cursor:
@@ -95,7 +105,12 @@ class Cursor:
             return cls()
         try:
             raw = json.loads(text)
-            return cls({q: (int(v["ts"]), list(v["at"])) for q, v in raw.items()})
+            done = {}
+            for q, v in raw.items():
+                ts, at = int(v["ts"]), v["at"]
+                seen = {str(h): int(t) for h, t in at.items()} if isinstance(at, dict) else None
+                done[q] = (ts, seen if seen is not None else {str(h): ts for h in at})
+            return cls(done)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("cursor %s unreadable (%s): starting from the look-back window", where, exc)
             return cls()
@@ -103,19 +118,25 @@ class Cursor:
     def dumps(self) -> str:
         return json.dumps({q: {"ts": ts, "at": at} for q, (ts, at) in self.done.items()}, indent=1)
 
+    def floor(self, query: str) -> int:
+        """Where a read of ``query`` starts (0: never read)."""
+        return self.done.get(query, (0, {}))[0]
+
     def new(self, query: str, entries: Sequence[Entry]) -> list[Entry]:
-        """``entries`` not handled yet (those at the cursor's timestamp by their hash)."""
-        ts, at = self.done.get(query, (0, []))
-        seen = set(at)
-        return [e for e in entries if e.ts > ts or (e.ts == ts and _hash(e) not in seen)]
+        """``entries`` not handled yet: at or after the floor, and not among those seen."""
+        floor, seen = self.done.get(query, (0, {}))
+        return [e for e in entries if e.ts >= floor and _hash(e) not in seen]
 
     def advance(self, query: str, entries: Sequence[Entry]) -> None:
+        """``entries`` were handled: note them, and move the floor up behind them."""
         if not entries:
             return
-        last = entries[-1].ts
-        ts, at = self.done.get(query, (0, []))
-        here = [_hash(e) for e in entries if e.ts == last]
-        self.done[query] = (last, (at + here) if last == ts else here)
+        floor, seen = self.done.get(query, (0, {}))
+        seen = {**seen, **{_hash(e): e.ts for e in entries}}
+        floor = max(floor, max(seen.values()) - SETTLE)
+        if len(seen) > SEEN_MAX:  # a storm: a shorter window rather than an unbounded cursor
+            floor = max(floor, sorted(seen.values())[-SEEN_MAX])
+        self.done[query] = (floor, {h: t for h, t in seen.items() if t >= floor})
 
 
 class CursorStore(Protocol):
@@ -348,14 +369,14 @@ class LokiSource:
 
     def _drain(self, query: str, now_ns: int) -> int:
         handled = 0
+        start = self.cursor.floor(query) or now_ns - int(self.cfg.lookback * 1e9)
         while True:
-            ts, _ = self.cursor.done.get(query, (0, []))
-            start = ts or now_ns - int(self.cfg.lookback * 1e9)
             entries = self.client.query_range(query, start, now_ns, self.cfg.batch)
-            fresh = self.take(query, entries)
-            handled += fresh
-            if len(entries) < self.cfg.batch or not fresh:
+            handled += self.take(query, entries)
+            # a full page: the next starts at its last line (inclusive: the seen skip it)
+            if len(entries) < self.cfg.batch or entries[-1].ts <= start:
                 return handled
+            start = entries[-1].ts
 
     def take(self, query: str, entries: Sequence[Entry]) -> int:
         """Handle those of ``entries`` (of ``query``, oldest first) past the cursor, then
