@@ -21,11 +21,12 @@ every reconnect a poll round catches up from the cursor first), or by polling
   and the same rule that fences only go up, so the controller cannot tell which
   detector fenced a node.
 
-The cursor, like Promtail's positions file, is the newest timestamp done per query and
-the hashes of the lines at exactly that timestamp. It is written only after a batch's
-fences were written, and only when it moved, so after a restart, a crash or a Loki outage
-the source resumes where it was: a line is never skipped, and a line at the cursor's
-timestamp is not handled twice. ``fleetmedic watch loki`` keeps it in a file
+The cursor, like Promtail's positions file, is per query a floor timestamp (30 s behind
+the newest line handled: lines of several streams reach Loki out of timestamp order) and
+the hashes of the lines handled since (:class:`Cursor`). It is written only after a
+batch's fences were written, and only when it moved, so after a restart, a crash or a
+Loki outage the source resumes where it was: a line is never skipped, and a line handled
+is not handled twice. ``fleetmedic watch loki`` keeps it in a file
 (``--cursor-file``, replaced atomically: the source then needs no write access to
 anything but Nodes). Run by the controller, it lives on the controller's ConfigMap
 (:class:`ConfigMapCursor`), so the controller that takes over leadership resumes where

@@ -30,9 +30,11 @@ What the tail costs: Loki's querier hands a tail its lines after an idle sleep o
 the source 0 to 500 ms after Loki ingested it, as a poll every 0.5 s would, but with
 no query against Loki while nothing happens (``bench/loki_to_taint.py`` measures both).
 
-Known gap (shared with the poll mode): the cursor is per query, so a line stamped
-older than one already handled for the same query (a shipper whose batch arrives after
-another node's newer one) is not read.
+Lines arrive in the order Loki ingests them, not in timestamp order across streams (a
+shipper's batch can come after another node's newer line): the cursor's settle window
+(:class:`~fleetmedic.agent.lokisource.Cursor`) reads such a line when it is at most
+30 s older than the newest handled. Known gap (shared with the poll mode): a line that
+late is not read.
 """
 
 from __future__ import annotations
