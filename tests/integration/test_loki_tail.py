@@ -105,7 +105,9 @@ class Source:
         return json.loads(r.stdout)
 
 
-def test_a_line_pushed_while_tailing_is_fenced_through_the_tail(loki, kube, nodes, tmp_path):
+def test_a_line_pushed_while_tailing_is_fenced_through_the_tail(
+    loki, kube, nodes, tmp_path, monkeypatch
+):
     target = nodes[0]
     src = Source(
         loki,
@@ -128,6 +130,12 @@ def test_a_line_pushed_while_tailing_is_fenced_through_the_tail(loki, kube, node
     finally:
         src.stop()
     assert src.once()["lines"] == 0, "the tail's batch moved the saved cursor"
+    # as the query client, the tail takes no proxy from the environment (none listens here)
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    LokiClient(loki.url).tail(f'{{node_name="{target}"}}', now_ns()).close()
 
 
 def test_loki_killed_mid_stream_loses_no_line_and_counts_none_twice(

@@ -2,10 +2,10 @@
 websocket tail (``/loki/api/v1/tail``).
 
 urllib3 (already here as the Kubernetes client's transport) with a pooled connection for
-queries; websocket-client for the tail, with the same headers (tenant, any auth header)
-and the same TLS verification (the system's CAs, host names checked) and, like urllib3's
-pool, no proxy from the environment. Every failure is one line: a
-:class:`~fleetmedic.errors.TemporaryError` for what may pass (Loki down, restarting,
+queries; websocket-client for the tail, over a connection of our own with the same TLS
+verification (the system's CAs, host names checked) and, like urllib3's pool, no proxy
+from the environment, and with the same headers (tenant, any auth header). Every failure
+is one line: a :class:`~fleetmedic.errors.TemporaryError` for what may pass (Loki down, restarting,
 overloaded: connection refused, timeouts, HTTP 429/5xx; a tail closed), a
 :class:`~fleetmedic.errors.ConfigError` for what will not (a bad query: HTTP 400), and
 :class:`TailRefused` when the tail's handshake gets an HTTP answer instead of a websocket
@@ -16,12 +16,13 @@ Header values (a bearer token) never appear in a message.
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 import websocket  # websocket-client
@@ -148,9 +149,9 @@ class Tail:
                 url,
                 timeout=client.connect_timeout,
                 header=dict(client.headers),
-                # the system's CAs with host names checked, as urllib3's default context
-                sslopt={"context": ssl.create_default_context()},
-                http_no_proxy=["*"],  # as the query client: no proxy from the environment
+                # our own connection: websocket-client would take a proxy from the
+                # environment (http_proxy), which the query client (urllib3) never does
+                socket=_connect(client.endpoint, client.connect_timeout),
                 enable_multithread=True,  # close() from another thread
             )
         except websocket.WebSocketBadStatusException as exc:
@@ -210,6 +211,22 @@ class Tail:
             self.ws.close(timeout=1)
         except (websocket.WebSocketException, OSError):
             pass  # closing a dead connection: nothing to do
+
+
+def _connect(endpoint: str, timeout: float) -> socket.socket:
+    """A connection to Loki's host, TLS for https with the system's CAs and the host name
+    checked (urllib3's default context does the same)."""
+    url = urlsplit(endpoint)
+    secure = url.scheme == "https"
+    host = url.hostname or ""
+    sock = socket.create_connection((host, url.port or (443 if secure else 80)), timeout)
+    if not secure:
+        return sock
+    try:
+        return ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def parse_tail(data: Mapping[str, Any]) -> TailBatch:
