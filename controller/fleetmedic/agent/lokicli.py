@@ -159,10 +159,8 @@ def loki(
     from prometheus_client import CollectorRegistry, start_http_server
 
     from fleetmedic.adapters.kube import connect
+    from fleetmedic.agent.lokicursor import ConfigMapCursor, CursorStore, FileCursor
     from fleetmedic.agent.lokisource import (
-        ConfigMapCursor,
-        CursorStore,
-        FileCursor,
         LokiMetrics,
         LokiSource,
         LokiSourceConfig,

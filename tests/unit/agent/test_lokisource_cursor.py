@@ -6,14 +6,8 @@ from __future__ import annotations
 import json
 
 from fleetmedic.adapters.loki import Entry
-from fleetmedic.agent.lokisource import (
-    SEEN_MAX,
-    SETTLE,
-    Cursor,
-    FileCursor,
-    _hash,
-    with_filter,
-)
+from fleetmedic.agent.lokicursor import SEEN_MAX, SETTLE, Cursor, FileCursor, _hash
+from fleetmedic.agent.lokisource import with_filter
 
 
 def e(ts: int, line: str, node: str = "n1") -> Entry:
