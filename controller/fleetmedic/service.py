@@ -112,6 +112,7 @@ def loki_sidecars(cfg: Config, endpoint: str | None, kube, metrics) -> Sequence:
             pod_queries=loki.pod_queries,
             node_labels=loki.node_labels,
             tenant=loki.tenant,
+            mode=loki.mode,
             poll_interval=loki.poll_interval,
             lookback=loki.lookback,
         ),

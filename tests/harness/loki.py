@@ -15,7 +15,8 @@ promtool built from the same module; this module finds them by computing the sam
         loki.restart()               # SIGTERM, same ports and data dir (ingester WAL)
         loki.restart(kill=True)      # SIGKILL: the WAL replays what was not flushed
 
-What it runs: one process, auth off (tenant ``fake``), in-memory rings, TSDB index and
+What it runs: one process, auth off (tenant ``fake``; ``Loki(tenant=...)``: auth on, and
+the harness's own requests carry that tenant), in-memory rings, TSDB index and
 chunks under ``<workdir>/data``, ingester WAL on, anonymous usage reporting off, every
 listener (HTTP, gRPC, memberlist) on ``host`` with free ports. The ingester is ready at
 once (``min_ready_duration: 0s``) instead of Loki's default 15 s.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import ssl
 import tempfile
 import time
 import urllib.error
@@ -190,8 +192,9 @@ def loki_config(loki: Loki) -> dict[str, Any]:
     """Loki's configuration, in one place, with the reason for each choice."""
     data = str(loki.data_dir)
     return {
-        # One tenant ("fake"), as in a cluster without a gateway.
-        "auth_enabled": False,
+        # One tenant ("fake"), as in a cluster without a gateway; with ``tenant`` set,
+        # multi-tenant: every request must name its tenant (X-Scope-OrgID).
+        "auth_enabled": loki.tenant is not None,
         "server": {
             "http_listen_address": loki.host,
             "http_listen_port": loki.port,
@@ -200,6 +203,7 @@ def loki_config(loki: Loki) -> dict[str, Any]:
             "log_level": "info",
             # Stop promptly on SIGTERM (default 30 s).
             "graceful_shutdown_timeout": "5s",
+            **({"http_tls_config": loki._write_tls()} if loki.tls else {}),
         },
         "common": {
             "instance_addr": loki.host,
@@ -262,8 +266,12 @@ class Loki:
         limits: Mapping[str, Any] | None = None,
         start_timeout: float = 60.0,
         binaries: Binaries | None = None,
+        tenant: str | None = None,
+        tls: bool = False,
     ) -> None:
         self.bin = binaries or find_binaries()
+        self.tenant = tenant  # set: auth on, and this harness's own requests name it
+        self.tls = tls  # HTTPS (and wss) with a certificate of a test CA (``ca_file``)
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fleetmedic-loki-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = host
@@ -280,7 +288,34 @@ class Loki:
     # -- lifecycle ----------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the HTTPS certificate (``tls=True``): SSL_CERT_FILE for clients."""
+        return self.workdir / "tls" / "ca.pem"
+
+    def _write_tls(self) -> dict[str, str]:
+        """A server certificate for ``host`` (IP and name) from a CA of its own, once."""
+        d = self.workdir / "tls"
+        if not (d / "server.pem").exists():
+            import ipaddress
+
+            from cryptography import x509
+
+            from tests.harness import pki
+
+            d.mkdir(parents=True, exist_ok=True)
+            ca = pki.Ca("fleetmedic-test-loki-ca")
+            crt, key = ca.issue(
+                "loki",
+                server=True,
+                sans=[x509.IPAddress(ipaddress.ip_address(self.host)), x509.DNSName("localhost")],
+            )
+            (d / "ca.pem").write_bytes(ca.cert_pem)
+            (d / "server.pem").write_bytes(crt)
+            pki.write_private(d / "server.key", key)
+        return {"cert_file": str(d / "server.pem"), "key_file": str(d / "server.key")}
 
     @property
     def data_dir(self) -> Path:
@@ -390,11 +425,13 @@ class Loki:
         headers: Mapping[str, str] | None = None,
         timeout: float = 30,
     ) -> tuple[int, bytes]:
-        req = urllib.request.Request(
-            self.url + path, data=body, method=method, headers=dict(headers or {})
-        )
+        sent = dict(headers or {})
+        if self.tenant is not None:
+            sent.setdefault("X-Scope-OrgID", self.tenant)
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=sent)
+        ctx = ssl.create_default_context(cafile=str(self.ca_file)) if self.tls else None
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
@@ -488,7 +525,7 @@ class Loki:
     def tail_url(self, query: str, start: int | None = None, limit: int | None = None) -> str:
         q = {"query": query, "start": start, "limit": limit}
         qs = urllib.parse.urlencode({k: v for k, v in q.items() if v is not None})
-        return f"ws://{self.host}:{self.port}/loki/api/v1/tail?{qs}"
+        return f"{'wss' if self.tls else 'ws'}://{self.host}:{self.port}/loki/api/v1/tail?{qs}"
 
     def tail(self, query: str, *, start: int | None = None, timeout: float = 10.0) -> Tail:
         """A websocket on ``/loki/api/v1/tail`` (a context manager). ``start``

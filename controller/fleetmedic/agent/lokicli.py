@@ -31,6 +31,7 @@ def watch() -> None:
     epilog=clikit.epilog(
         "fleetmedic watch loki --endpoint http://localhost:3100",
         "fleetmedic watch loki --endpoint http://loki:3100 --once --lookback 1h",
+        "fleetmedic watch loki --endpoint http://loki:3100 --mode poll --poll-interval 1s",
     ),
 )
 @click.option(
@@ -94,10 +95,21 @@ def watch() -> None:
     help="Taint name preset, default or ossci: must match the controller's.",
 )
 @click.option(
+    "--mode",
+    type=click.Choice(["tail", "poll"]),
+    default="tail",
+    show_default=True,
+    help="tail: follow Loki's websocket tail (/loki/api/v1/tail) for new lines, catching "
+    "up with query_range from the cursor after each reconnect (falls back to polling "
+    "where the tail is refused, e.g. a proxy without websockets); poll: query_range every "
+    "--poll-interval.",
+)
+@click.option(
     "--poll-interval",
     type=clikit.DURATION,
     default="2s",
-    help="Time between two reads of every query.",
+    help="Time between two reads of every query when polling (--mode poll, or the "
+    "tail's fallback).",
 )
 @click.option(
     "--lookback",
@@ -125,6 +137,7 @@ def loki(
     node_labels: tuple[str, ...],
     kubeconfig: str | None,
     taints: str,
+    mode: str,
     poll_interval: float,
     lookback: float,
     metrics_port: int,
@@ -132,6 +145,10 @@ def loki(
     log_level: str,
 ) -> None:
     """Follow node kernel logs and pod logs in Loki; fence nodes as the agent does.
+
+    By default it follows Loki's websocket tail, and reads with query_range from its
+    cursor on start and after every reconnect, so no line is lost or handled twice;
+    --mode poll reads with query_range only. --once is one query_range round.
 
     Every line goes through the same scanner and catalogs as `fleetmedic agent` (CUDA and
     NCCL lines of pod logs through the workload catalog) and fences through the same
@@ -142,10 +159,8 @@ def loki(
     from prometheus_client import CollectorRegistry, start_http_server
 
     from fleetmedic.adapters.kube import connect
+    from fleetmedic.agent.lokicursor import ConfigMapCursor, CursorStore, FileCursor
     from fleetmedic.agent.lokisource import (
-        ConfigMapCursor,
-        CursorStore,
-        FileCursor,
         LokiMetrics,
         LokiSource,
         LokiSourceConfig,
@@ -175,6 +190,7 @@ def loki(
             pod_queries=pod_queries,
             node_labels=node_labels,
             tenant=tenant,
+            mode=mode,
             poll_interval=poll_interval,
             lookback=lookback,
         )

@@ -1,10 +1,14 @@
 """Detect GPU faults from Loki instead of on each node: ``fleetmedic watch loki``.
 
 For clusters that already ship node kernel logs (a journal or dmesg DaemonSet) and pod
-logs to Loki, as Konduktor's node health controller reads them. Every poll:
+logs to Loki, as Konduktor's node health controller reads them. New lines come through
+Loki's websocket tail (the default, :mod:`fleetmedic.agent.lokitail`: on start and after
+every reconnect a poll round catches up from the cursor first), or by polling
+(``mode: poll``). Every poll round, and every tail batch:
 
 - each LogQL query (kernel-log streams, pod-log streams; a line filter with the scanner's
-  trigger literals so Loki drops the chatter) is read from its cursor to now;
+  trigger literals so Loki drops the chatter) is read from its cursor to now (a tail
+  batch: its lines past the cursor);
 - every line goes through the same scanner and catalogs as the agent (the workload catalog
   classifies CUDA/NCCL lines of pod logs), one scanner per stream, so a multi-line report
   stays one finding;
@@ -17,42 +21,43 @@ logs to Loki, as Konduktor's node health controller reads them. Every poll:
   and the same rule that fences only go up, so the controller cannot tell which
   detector fenced a node.
 
-The cursor, like Promtail's positions file, is the newest timestamp done per query and
-the hashes of the lines at exactly that timestamp. It is written only after a batch's
-fences were written, and only when it moved, so after a restart, a crash or a Loki outage
-the source resumes where it was: a line is never skipped, and a line at the cursor's
-timestamp is not handled twice. ``fleetmedic watch loki`` keeps it in a file
+The cursor, like Promtail's positions file, is per query a floor timestamp (30 s behind
+the newest line handled: lines of several streams reach Loki out of timestamp order) and
+the hashes of the lines handled since (:class:`Cursor`). It is written only after a
+batch's fences were written, and only when it moved, so after a restart, a crash or a
+Loki outage the source resumes where it was: a line is never skipped, and a line handled
+is not handled twice. ``fleetmedic watch loki`` keeps it in a file
 (``--cursor-file``, replaced atomically: the source then needs no write access to
 anything but Nodes). Run by the controller, it lives on the controller's ConfigMap
 (:class:`ConfigMapCursor`), so the controller that takes over leadership resumes where
-the last leader stopped. Loki slow or down: the poll backs off (2 s doubling to 60 s), with
-one log line when Loki goes away and one when it is back; never a crash loop.
+the last leader stopped. Loki slow or down: the source backs off (polling: from the poll
+interval, doubling to 60 s; tailing: 2 s doubling to 60 s), with one log line when Loki
+goes away and one when it is back; never a crash loop.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.adapters.loki import Entry, LokiClient
 from fleetmedic.agent.kernelwatch import describe, merged_thresholds
+from fleetmedic.agent.lokicursor import ConfigMapCursor as ConfigMapCursor  # (re-exported)
+from fleetmedic.agent.lokicursor import Cursor, CursorStore
+from fleetmedic.agent.lokicursor import FileCursor as FileCursor  # (re-exported)
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.agent.xidflows import XidFlows
-from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
+from fleetmedic.errors import ConfigError, FleetmedicError, TemporaryError
 from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
@@ -73,103 +78,9 @@ POD_QUERIES = (
     '{namespace=~".+", transport!="kernel", source!="kmsg"}',  # Promtail, Alloy, Fluent Bit
     '{k8s_namespace_name=~".+", k8s_daemonset_name!="dmesg"}',  # OpenTelemetry collector
 )
+MODES = ("tail", "poll")
 MAX_BACKOFF = 60.0
 SCANNERS = 4096  # streams with a scanner kept (multi-line context), oldest dropped first
-
-
-@dataclass
-class Cursor:
-    """Per query: the newest timestamp handled, and the hashes of the lines at exactly it."""
-
-    done: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, text: str | None, where: str) -> Cursor:
-        if not text:
-            return cls()
-        try:
-            raw = json.loads(text)
-            return cls({q: (int(v["ts"]), list(v["at"])) for q, v in raw.items()})
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("cursor %s unreadable (%s): starting from the look-back window", where, exc)
-            return cls()
-
-    def dumps(self) -> str:
-        return json.dumps({q: {"ts": ts, "at": at} for q, (ts, at) in self.done.items()}, indent=1)
-
-    def new(self, query: str, entries: Sequence[Entry]) -> list[Entry]:
-        """``entries`` not handled yet (those at the cursor's timestamp by their hash)."""
-        ts, at = self.done.get(query, (0, []))
-        seen = set(at)
-        return [e for e in entries if e.ts > ts or (e.ts == ts and _hash(e) not in seen)]
-
-    def advance(self, query: str, entries: Sequence[Entry]) -> None:
-        if not entries:
-            return
-        last = entries[-1].ts
-        ts, at = self.done.get(query, (0, []))
-        here = [_hash(e) for e in entries if e.ts == last]
-        self.done[query] = (last, (at + here) if last == ts else here)
-
-
-class CursorStore(Protocol):
-    """Where the cursor lives between runs."""
-
-    def load(self) -> Cursor: ...
-
-    def save(self, cursor: Cursor) -> None: ...
-
-
-@dataclass(frozen=True)
-class FileCursor:
-    """A JSON file, replaced atomically (``fleetmedic watch loki``: one source, one host)."""
-
-    path: Path
-
-    def load(self) -> Cursor:
-        try:
-            return Cursor.parse(self.path.read_text(), str(self.path))
-        except FileNotFoundError:
-            return Cursor()
-
-    def save(self, cursor: Cursor) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(cursor.dumps())
-        os.replace(tmp, self.path)
-
-    def __str__(self) -> str:
-        return str(self.path)
-
-
-@dataclass(frozen=True)
-class ConfigMapCursor:
-    """One key of a ConfigMap (the controller's own, which its Role may already read and
-    patch), so whichever controller leads resumes where the last leader stopped. Written
-    only when the cursor moved: an idle cluster costs no API writes."""
-
-    kube: Kube
-    namespace: str
-    name: str
-    key: str = "loki-cursor"
-
-    def load(self) -> Cursor:
-        cm = self.kube.get_config_map(self.namespace, self.name)
-        if cm is None:
-            raise NotFoundError(
-                f"configmap {self.namespace}/{self.name} (the Loki cursor's home) does not exist"
-            )
-        return Cursor.parse((cm.get("data") or {}).get(self.key), str(self))
-
-    def save(self, cursor: Cursor) -> None:
-        self.kube.patch_config_map_data(self.namespace, self.name, {self.key: cursor.dumps()})
-
-    def __str__(self) -> str:
-        return f"configmap {self.namespace}/{self.name} key {self.key}"
-
-
-def _hash(e: Entry) -> str:
-    key = json.dumps([sorted(e.labels.items()), e.ts, e.line])
-    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
 def with_filter(query: str, triggers: Sequence[str]) -> str:
@@ -187,13 +98,17 @@ class LokiSourceConfig:
     pod_queries: tuple[str, ...] = POD_QUERIES
     node_labels: tuple[str, ...] = NODE_LABELS
     tenant: str | None = None
+    mode: str = "tail"  # tail | poll (see agent/lokitail.py)
     poll_interval: float = 2.0
+    tail_retry: float = 300.0  # after the tail was refused, poll this long, then try again
     lookback: float = 3600.0  # no cursor yet: start this far back
     batch: int = 5000
     thresholds: Mapping[str, object] = field(default_factory=dict)
     dedup_window: float = 600.0  # a fencing finding repeated on a node within this: once
 
     def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"loki mode: {self.mode!r} is not one of {', '.join(MODES)}")
         # empty means the defaults, as the command line and the controller's config say
         for name, default in (
             ("kernel_queries", KERNEL_QUERIES),
@@ -241,7 +156,8 @@ class LokiMetrics:
 
 
 class LokiSource:
-    """``run(stop)`` polls until ``stop``; ``poll()`` is one round (for ``--once``)."""
+    """``run(stop)`` follows Loki until ``stop`` (tail or poll, by ``cfg.mode``);
+    ``poll()`` is one query_range round (``--once``, and the tail's catch-up)."""
 
     def __init__(
         self,
@@ -277,18 +193,35 @@ class LokiSource:
 
     # -- the loop ---------------------------------------------------------------------
     def run(self, stop: threading.Event, active: Callable[[], bool] = lambda: True) -> None:
-        """Poll until ``stop``, while ``active()`` (the controller's leadership: one source
-        per cluster reads and fences). Becoming active again reloads the cursor, which
-        another controller may have moved meanwhile. Any error (Loki down, the API server
-        down) backs off and retries, one log line each way."""
+        """Follow Loki until ``stop``, while ``active()`` (the controller's leadership: one
+        source per cluster reads and fences): through the tail (:mod:`.lokitail`), or by
+        polling (``mode: poll``). Becoming active again reloads the cursor, which another
+        controller may have moved meanwhile. Any error (Loki down, the API server down)
+        backs off and retries, one log line each way."""
         log.info(
-            "following %d LogQL queries on %s (cursor %s)",
+            "following %d LogQL queries on %s by %s (cursor %s)",
             len(self.queries),
             self.cfg.endpoint,
+            "tail" if self.cfg.mode == "tail" else f"polling every {self.cfg.poll_interval:g}s",
             self.store,
         )
+        if self.cfg.mode == "tail":
+            from fleetmedic.agent.lokitail import Follower
+
+            Follower(self).run(stop, active)
+            return
+        self.run_polling(stop, active)
+
+    def run_polling(
+        self,
+        stop: threading.Event,
+        active: Callable[[], bool] = lambda: True,
+        until: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Poll every ``poll_interval`` until ``stop`` or ``until()`` (the tail's fallback
+        polls for a while, then tries the tail again)."""
         delay = self.cfg.poll_interval
-        while not stop.is_set():
+        while not stop.is_set() and not until():
             if not active():
                 self._cursor_loaded = False
                 stop.wait(self.cfg.poll_interval)
@@ -297,11 +230,7 @@ class LokiSource:
                 self.poll()
                 delay = self.cfg.poll_interval
             except FleetmedicError as exc:  # Loki, or the cursor's ConfigMap: never a crash
-                self.metrics.up.set(0)
-                if self._down_since is None:
-                    self._down_since = self.clock()
-                    what = "loki unreachable" if isinstance(exc, TemporaryError) else "loki source"
-                    log.error("%s, retrying with back-off: %s", what, exc)
+                self.failed(exc)
                 delay = min(MAX_BACKOFF, max(delay * 2, getattr(exc, "delay", 0.0)))
             stop.wait(delay)
 
@@ -324,19 +253,34 @@ class LokiSource:
 
     def _drain(self, query: str, now_ns: int) -> int:
         handled = 0
+        start = self.cursor.floor(query) or now_ns - int(self.cfg.lookback * 1e9)
         while True:
-            ts, _ = self.cursor.done.get(query, (0, []))
-            start = ts or now_ns - int(self.cfg.lookback * 1e9)
             entries = self.client.query_range(query, start, now_ns, self.cfg.batch)
-            fresh = self.cursor.new(query, entries)
-            for e in fresh:
-                self._line(e)
-            if fresh:  # (an unmoved cursor is not written: no API write per idle poll)
-                self.cursor.advance(query, fresh)
-                self.store.save(self.cursor)  # after the fences: nothing is lost
-            handled += len(fresh)
-            if len(entries) < self.cfg.batch or not fresh:
+            handled += self.take(query, entries)
+            # a full page: the next starts at its last line (inclusive: the seen skip it)
+            if len(entries) < self.cfg.batch or entries[-1].ts <= start:
                 return handled
+            start = entries[-1].ts
+
+    def take(self, query: str, entries: Sequence[Entry]) -> int:
+        """Handle those of ``entries`` (of ``query``, oldest first) past the cursor, then
+        move the cursor and save it; returns how many were new. The poll's reads and the
+        tail's batches both come here, so a line read by both is handled once."""
+        fresh = self.cursor.new(query, entries)
+        for e in fresh:
+            self._line(e)
+        if fresh:  # (an unmoved cursor is not written: no API write per idle poll)
+            self.cursor.advance(query, fresh)
+            self.store.save(self.cursor)  # after the fences: nothing is lost
+        return len(fresh)
+
+    def failed(self, exc: FleetmedicError) -> None:
+        """Loki (or the cursor's home) failed: one log line until it answers again."""
+        self.metrics.up.set(0)
+        if self._down_since is None:
+            self._down_since = self.clock()
+            what = "loki unreachable" if isinstance(exc, TemporaryError) else "loki source"
+            log.error("%s, retrying with back-off: %s", what, exc)
 
     # -- one line ---------------------------------------------------------------------
     def _line(self, e: Entry) -> None:

@@ -10,7 +10,8 @@ from agent_helpers import REBOOT, VOCAB, MemoryKube
 from prometheus_client import CollectorRegistry
 
 from fleetmedic.adapters.loki import Entry
-from fleetmedic.agent.lokisource import Cursor, LokiMetrics, LokiSource, LokiSourceConfig
+from fleetmedic.agent.lokicursor import Cursor
+from fleetmedic.agent.lokisource import LokiMetrics, LokiSource, LokiSourceConfig
 from fleetmedic.agent.writer import NodeWriter
 from tests.harness.storm import GPUS, TWO_HOURS, storm, xid13, xid79
 

@@ -203,6 +203,7 @@ def test_odd_node_names_are_refused_before_any_request(files, args):
         (["watch", "loki", "--endpoint", "http://x:3100", "--lookback", "-5"], "--lookback"),
         (["watch", "loki", "--endpoint", "http://x:3100", "--poll-interval", "-1"], "poll"),
         (["watch", "loki", "--endpoint", "http://x:3100", "--log-level", "loud"], "loud"),
+        (["watch", "loki", "--endpoint", "http://x:3100", "--mode", "push"], "--mode"),
         (["agent", "--node-name", "n1", "--interval", "-1m"], "--interval"),
         (["run", "--once", "--once-timeout", "never"], "--once-timeout"),
         (["check", "--network-duration", "0"], "--network-duration"),

@@ -303,6 +303,10 @@ def test_a_loki_source_is_configured_in_the_controllers_yaml(tmp_path):
     assert cfg.sources.loki.kernel_queries == ('{job="dmesg"}',)
     assert "sources.loki.endpoint" in error_of(tmp_path, "sources:\n  loki:\n    endpoint: loki\n")
     assert "lookbak" in error_of(tmp_path, "sources:\n  loki:\n    lookbak: 1h\n")
+    assert cfg.sources.loki.mode == "tail", "the websocket tail unless told to poll"
+    polling = config.load(write(tmp_path, "sources:\n  loki:\n    mode: poll\n"))
+    assert polling.sources.loki.mode == "poll"
+    assert "sources.loki.mode" in error_of(tmp_path, "sources:\n  loki:\n    mode: push\n")
 
 
 CLUSTERS = """

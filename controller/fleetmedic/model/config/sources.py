@@ -6,6 +6,7 @@
         kernel_queries: ['{job="node-dmesg"}'] # empty: what the common shippers label
         pod_queries: []                       # empty: every namespace's pod logs
         node_labels: []                       # empty: node_name, host, k8s_node_name, ...
+        mode: tail                            # tail (default) or poll
 
 It is the same source as ``fleetmedic watch loki`` (same scanner, catalogs, strikes and
 taints). Run by the controller, only the leader reads and fences, and the cursor lives on
@@ -14,6 +15,8 @@ leader resumes where the last one stopped; ``cursor_file`` keeps it in a file in
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -33,8 +36,14 @@ class LokiConfig(Section):
     node_labels: tuple[str, ...] = ()
     """Stream labels that name the node, in order. Empty: node_name, host, k8s_node_name,
     nodename, hostname, node."""
+    mode: Literal["tail", "poll"] = "tail"
+    """tail: follow Loki's websocket tail (/loki/api/v1/tail) for new lines, catching up
+    with query_range from the cursor after every reconnect; a line reaches the source
+    within Loki's 0.5 s tail throttle and an idle cluster costs Loki no queries. Where the
+    tail is refused (a proxy without websockets, Loki's tail limits) it polls, and tries
+    the tail again every 5 minutes. poll: only query_range, every poll_interval."""
     poll_interval: Duration = Field(2, gt=0, le=300)
-    """How often every query is read to now (one query_range per selector)."""
+    """How often every query is read to now (one query_range per selector) when polling."""
     lookback: Duration = Field(3600, gt=0)
     """With no cursor yet, how far back the first read starts."""
     cursor_file: ConfigPath | None = None
