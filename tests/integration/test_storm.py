@@ -239,6 +239,9 @@ def test_the_loki_source_judges_the_storm_by_context(loki_factory, kube, tmp_pat
             want = {REPAIR + after} if after else ({REPAIR + before} if before else set())
             assert ours(kube, name) == want, (case, got)
             assert "example.com/team=a" in taint_keys(kube, name)
+            if after:  # the evidence names the finding that fenced, as the agent's does
+                mark = annotation(kube, name, keys.ANN_LAST_FINDING)
+                assert mark["rule"] == FENCED_BY.get(case, "xid.79"), (case, mark)
         assert watch_once(loki, kube, cursor)["lines"] == 0  # nothing read twice
     finally:
         kube.delete_nodes(list(names.values()))

@@ -306,15 +306,16 @@ class LokiSource:
         writer = self.writer_for(node)
         when = e.ts / 1e9
         self.flows.note(node, f, when)
+        stamp = now_rfc3339(self.clock)
+
+        def mark(acted: bool) -> Mark:
+            """The finding as the node's last-finding (the fence's evidence)."""
+            return Mark.of(f, boot="loki", seg="loki", line=0, acted=acted, at=stamp)
+
         if f.action in FENCING_ACTIONS:
             if not self._dedup.admit(f, node):
                 return  # the same fault again within the dedup window: fenced already
-            stamp = now_rfc3339(self.clock)
             obs = Observation("kernel", "problem", f"{describe(f)} ({f.rule}) via loki", f.action)
-
-            def mark(acted: bool) -> Mark:
-                return Mark.of(f, boot="loki", seg="loki", line=0, acted=acted, at=stamp)
-
             out = writer.record_finding(obs, mark)
             self.fenced += 1
             self.metrics.findings.labels(outcome="fenced").inc()
@@ -326,7 +327,9 @@ class LokiSource:
                 f"fenced repair={out.fenced}" if out.fenced else "already under repair",
             )
             return
-        verdict = self.flows.judge(writer, f, scope=node, boot="loki", when=when, clock="loki")
+        verdict = self.flows.judge(
+            writer, f, scope=node, boot="loki", when=when, clock="loki", mark=mark
+        )
         if verdict is not None:
             self.metrics.findings.labels(outcome="judged").inc()
             return
@@ -342,6 +345,7 @@ class LokiSource:
             clock="loki",
             limit=counts.Limit(limit.count, limit.window, limit.burst),
             crossing=Observation("kernel", "problem", reason, limit.action),
+            mark=mark,
         )
         self.counted += 1
         self.metrics.findings.labels(outcome="counted").inc()
