@@ -29,6 +29,13 @@ from fleetmedic.checks.base import Category, CheckResult, ok, problem
 
 DEFAULT_LABEL = "node.kubernetes.io/instance-type"
 MEMORY_TOLERANCE = 0.95  # a GPU reporting under 95 % of the nominal memory is a finding
+BUSBW_TOLERANCE = 0.2
+"""How far below a profile's ``expected_busbw_gbps`` a single-node all-reduce may measure
+and still pass the burn-in (a profile's ``busbw_tolerance`` replaces it). 20 %: the margin a
+published nccl-tests guide gives before "something is off"
+(docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests); runs of one machine type
+differ by NCCL version, clocks and NVLS, while a link down or a GPU stuck in a low
+PCIe/NVLink state costs far more than that."""
 _FIELDS = {
     "match",
     "gpus",
@@ -39,6 +46,8 @@ _FIELDS = {
     "pcie_gen",
     "pcie_width",
     "rdma",
+    "expected_busbw_gbps",
+    "busbw_tolerance",
 }
 
 
@@ -117,6 +126,16 @@ def choose(
     return picked[0], f"hardware profile {picked[0]} ({said})"
 
 
+def expected_busbw(profile: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(the all-reduce bus bandwidth a node of this profile reaches at large sizes, in GB/s;
+    the fraction below it that still passes), or None when the profile states none."""
+    if "expected_busbw_gbps" not in profile:
+        return None
+    return float(profile["expected_busbw_gbps"]), float(
+        profile.get("busbw_tolerance", BUSBW_TOLERANCE)
+    )
+
+
 def _parse(text: str, source: str) -> dict[str, dict[str, Any]]:
     try:
         data = yaml.safe_load(text) or {}
@@ -132,9 +151,19 @@ def _parse(text: str, source: str) -> dict[str, dict[str, Any]]:
         unknown_keys = set(body) - _FIELDS
         if unknown_keys:
             raise ProfileError(f"{source}: profile {name!r}: unknown {sorted(unknown_keys)}")
+        for key in ("expected_busbw_gbps", "busbw_tolerance"):
+            if key in body and not _number_in(body[key], key):
+                raise ProfileError(f"{source}: profile {name!r}: {key} {body[key]!r} out of range")
         match = body.get("match") or [name]
         out[str(name)] = {**body, "match": [str(m) for m in match]}
     return out
+
+
+def _number_in(value: Any, key: str) -> bool:
+    """A bandwidth is positive; a tolerance is a fraction below 1 (0.2 = 20 % below)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return 0 < value < 1 if key == "busbw_tolerance" else value > 0
 
 
 def select(

@@ -96,3 +96,28 @@ def test_bad_operator_file_is_one_clear_error(tmp_path: Path) -> None:
     extra.write_text("profiles:\n  x:\n    gpu: 4\n")
     with pytest.raises(hwprofile.ProfileError, match=r"profile 'x': unknown \['gpu'\]"):
         hwprofile.load(extra)
+
+
+def test_expected_bus_bandwidth_with_its_tolerance(tmp_path: Path) -> None:
+    profiles = hwprofile.load()
+    assert hwprofile.expected_busbw(profiles["p5"]) == (460.0, hwprofile.BUSBW_TOLERANCE)
+    assert hwprofile.expected_busbw(profiles["mi300x-8"]) == (300.0, 0.2)
+    assert hwprofile.expected_busbw(profiles["generic-8gpu"]) is None
+    extra = tmp_path / "profiles.yaml"
+    extra.write_text("profiles:\n  lab:\n    expected_busbw_gbps: 100\n    busbw_tolerance: 0.1\n")
+    assert hwprofile.expected_busbw(hwprofile.load(extra)["lab"]) == (100.0, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ("expected_busbw_gbps: -5", "expected_busbw_gbps -5 out of range"),
+        ("expected_busbw_gbps: fast", "expected_busbw_gbps 'fast' out of range"),
+        ("busbw_tolerance: 20", "busbw_tolerance 20 out of range"),
+    ],
+)
+def test_a_bad_bandwidth_figure_is_one_clear_error(tmp_path: Path, body: str, said: str) -> None:
+    extra = tmp_path / "profiles.yaml"
+    extra.write_text(f"profiles:\n  x:\n    {body}\n")
+    with pytest.raises(hwprofile.ProfileError, match=rf"profile 'x': {said}$"):
+        hwprofile.load(extra)
