@@ -266,6 +266,11 @@ class Config(Section):
             if c.ladder.quarantine.enabled
         ]
         wanted += [
+            ("ladder.burnin.playbook", self.ansible.playbook_dir / c.ladder.burnin.playbook)
+            for c in every
+            if c.ladder.burnin.enabled
+        ]
+        wanted += [
             ("ansible.config_file", self.ansible.config_file),
             (
                 "ansible.ssh_key",

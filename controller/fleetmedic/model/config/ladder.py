@@ -203,6 +203,71 @@ class QuarantineConfig(Section):
         return data
 
 
+COLLECTIVE_SECONDS = 300
+"""Room for the burn-in's collective test (all_reduce_perf from 8 B to 1 GiB, 20 iterations
+a size: about a minute on 8 GPUs) and its SSH logins on a loaded node."""
+VERIFY_RUNGS = ("diagnose", "reset", "reboot", "power_cycle", "reimage")
+"""The rungs whose attempts end in a verify (the replace rung's ends the node's life)."""
+
+
+def burnin_timeout_needed(level: int) -> int:
+    return diag_timeout_needed(level) + COLLECTIVE_SECONDS
+
+
+class BurnInConfig(Section):
+    """The return gate's burn-in (issue 30, policy/burnin.py): when a rung's verify passes,
+    `fleetmedic diag` at ``diag_level`` and a single-node all-reduce (nccl-tests' or
+    rccl-tests' all_reduce_perf) whose bus bandwidth is compared with the node's hardware
+    profile (``expected_busbw_gbps``, within its tolerance), through playbooks/burnin.yml.
+    A failure climbs the ladder like a failed verify. Per pool: a profile turns it on with
+    ``ladder: {burnin: {enabled: true}}``."""
+
+    enabled: bool = False
+    """Off by default: it holds every repaired node out of service for the diagnostics'
+    run (a level-2 DCGM run takes minutes), and needs the tools and an
+    ``expected_busbw_gbps`` in the node's hardware profile; a node without them fails the
+    gate (unknown is never a pass). Pools that run large collective jobs turn it on."""
+    diag_level: int = Field(2, ge=1, le=5)
+    """``fleetmedic diag --level``: 2 (minutes of DCGM's or RVS's short functional tests)
+    proves the GPUs under load without the half hour of level 3 (quarantine's)."""
+    playbook: str = "burnin.yml"
+    """Path relative to ansible.playbook_dir (or absolute)."""
+    timeout: Duration | None = None
+    """The whole gate on any rung (both tests and the logins). Unset: long enough for a
+    ``diag_level`` run plus the collective test (20 min at level 2). Shorter than that is a
+    config error: every run would time out and climb."""
+    timeouts: dict[Rung, Duration] = Field(default_factory=dict)
+    """Per rung, replacing ``timeout`` there (e.g. ``{reimage: 40m}``: a node fresh from a
+    driver reinstall may run the first collective slower while it builds its caches)."""
+    hardware_profile: str | None = None
+    """Compare with this hardware profile by name (the node's shipped or operator profiles),
+    whatever the node's labels say. Unset: the profile whose ``match`` holds the node's
+    ``hardware_label`` value, else the node's own check config's profile."""
+    hardware_label: str = "node.kubernetes.io/instance-type"
+    """The Node label whose value picks the hardware profile (the agent's default,
+    checks/hwprofile.py DEFAULT_LABEL)."""
+
+    @model_validator(mode="after")
+    def _long_enough(self) -> BurnInConfig:
+        need = burnin_timeout_needed(self.diag_level)
+        given = {"timeout": self.timeout} | {f"timeouts.{r}": t for r, t in self.timeouts.items()}
+        for key, value in given.items():
+            if value is not None and value < need:
+                raise ValueError(
+                    f"{key} ({value:g}s) is shorter than a level-{self.diag_level} diag run "
+                    f"and the collective test: at least {need}s"
+                )
+        bad = sorted(set(self.timeouts) - set(VERIFY_RUNGS))
+        if bad:
+            raise ValueError(f"timeouts: no burn-in on {', '.join(bad)} (no verify ends it)")
+        return self
+
+    def timeout_for(self, rung: str) -> float:
+        """How long the gate may take on ``rung``."""
+        t = self.timeouts.get(rung, self.timeout)  # type: ignore[call-overload]
+        return t if t is not None else max(1200, burnin_timeout_needed(self.diag_level))
+
+
 class LadderConfig(Section):
     order: tuple[Rung, ...] = LADDER_ORDER
     """The rungs, mildest first, ending in `manual`. A failed rung climbs to the next. A node
@@ -257,6 +322,8 @@ class LadderConfig(Section):
     don't repair" does. Off by default: a person who taints a node `manual` means a person.
     A failed hand-off still ends in `manual` and its email."""
     playbooks: PlaybooksConfig = PlaybooksConfig()
+    burnin: BurnInConfig = BurnInConfig()
+    """The burn-in before a repaired node returns (policy/burnin.py); off by default."""
     quarantine: QuarantineConfig = QuarantineConfig()
     """Deep diagnostics before a node repaired again for the same fault returns to service
     (policy/quarantine.py)."""
