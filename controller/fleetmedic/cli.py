@@ -28,6 +28,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "fleetmedic.checks.diagcli:diag",
         "Run the vendor GPU diagnostics (dcgmi diag / rvs) once (exit 0 passed, 1 failed).",
     ),
+    "collective": (
+        "fleetmedic.checks.collectivecli:collective_cmd",
+        "Run a single-node all-reduce; judge its bus bandwidth against the hardware profile.",
+    ),
     "agent": ("fleetmedic.agent.cli:agent", "Run the node agent: checks, strikes, fencing."),
     "run": ("fleetmedic.service:run", "Run the remediation controller."),
     "config": ("fleetmedic.service:config", "Check a controller config (`config check`)."),

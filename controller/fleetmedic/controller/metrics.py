@@ -112,6 +112,14 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.burnin = Counter(
+            "fleetmedic_burnin",
+            "Burn-in runs before a repaired node returns (ladder.burnin: diagnostics and the "
+            "single-node all-reduce against the hardware profile), by outcome (pass; fail: too "
+            "slow, a test failed; unknown; timeout, unreachable); none where it is off",
+            ["outcome"],
+            registry=r,
+        )
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )

@@ -20,7 +20,7 @@ from fleetmedic.policy.history import decode, last_episode, of_episode, parse_ti
 from fleetmedic.policy.inflight import Escalated, InFlight
 from fleetmedic.policy.sweep import LastSweep
 
-GATE_PHASES = {"restore": "RESTORE", "burn_in": "BURN-IN"}
+GATE_PHASES = {"restore": "RESTORE", "burnin": "BURN-IN"}
 """The return gate's phases (GPU partitions put back, the burn-in), named as operators
 look for them while a node waits to come back."""
 # the worst first: manual, then the highest rungs, healthy last

@@ -25,7 +25,7 @@ from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import diagnose, ladder, partition, quarantine
+from fleetmedic.policy import burnin, diagnose, ladder, partition, quarantine
 from fleetmedic.policy.actions import Action, Kind, Stale
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,8 @@ class NodeWork:
             return
         if action.phase == partition.PHASE and action.kind == Kind.RUN:
             self.metrics.partition_restores.labels(outcome=outcome.status).inc()
+        if action.phase == burnin.PHASE and action.kind == Kind.RUN:
+            self.metrics.burnin.labels(outcome=burnin.outcome_label(outcome)).inc()
         if action.phase == diagnose.PHASE and action.kind == Kind.RUN:
             self.metrics.diagnostics.labels(result=diagnose.verdict(outcome).result).inc()
         said = quarantine.recommendation_of(upd.annotations.get(keys.ANN_QUARANTINE))

@@ -52,7 +52,7 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import diagnose, flap, foreign, partition, quarantine
+from fleetmedic.policy import burnin, diagnose, flap, foreign, partition, quarantine
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
@@ -71,6 +71,7 @@ from fleetmedic.policy.steps import (
     MANUAL,
     RESULT_OF,
     NodeCtx,
+    after_burnin,
     after_diagnostics,
     after_drain,
     after_email,
@@ -297,7 +298,10 @@ def _entered(n: NodeCtx) -> Action:
 def _continue(n: NodeCtx, fl: InFlight) -> Action:
     view, cfg, now = n.view, n.cfg, n.now
     phases = n.step_cfg(fl.step).phases
-    if fl.phase not in phases and fl.phase != quarantine.PHASE:
+    if fl.phase == burnin.PHASE and not burnin.gates(cfg, fl.step):
+        why = f"{fl.step}: the burn-in was turned off meanwhile; verify passed"
+        return n.action(Kind.WRITE, why, update=next_phase(n, fl), step=fl.step, phase=fl.phase)
+    if fl.phase not in phases and fl.phase not in (quarantine.PHASE, burnin.PHASE):
         new = n.first(fl.ep, fl.step, fl.attempt)
         return n.write(
             f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
@@ -362,6 +366,18 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             playbook=str(cfg.ansible.playbook_dir / q.playbook),
             timeout=q.timeout,
             hostvars={**_hostvars(view, fl, phases), "quarantine_level": q.level},
+            resumed=resumed,
+            **ctx,
+        )
+    if fl.phase == burnin.PHASE:
+        b = cfg.ladder.burnin
+        return n.action(
+            Kind.RUN,
+            f"{fl.step} passed verify: burn-in, level {b.diag_level} diagnostics and the "
+            f"collective test{again}",
+            playbook=str(cfg.ansible.playbook_dir / b.playbook),
+            timeout=b.timeout_for(fl.step),
+            hostvars={**_hostvars(view, fl, phases), **burnin.hostvars(cfg, view)},
             resumed=resumed,
             **ctx,
         )
@@ -471,6 +487,8 @@ def complete(
         return after_drain(n, fl, outcome)
     if fl.phase == quarantine.PHASE:
         return after_quarantine(n, fl, outcome)
+    if fl.phase == burnin.PHASE:
+        return after_burnin(n, fl, outcome)
     if fl.phase == diagnose.PHASE:
         return after_diagnostics(n, fl, outcome)
     # Evidence capture is best effort: a failed diagnose must not block the repair. A node

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, StepConfig
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import diagnose, foreign, partition, quarantine, sweep
+from fleetmedic.policy import burnin, diagnose, foreign, partition, quarantine, sweep
 from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     DRAIN_BLOCKED,
@@ -68,6 +68,8 @@ class NodeCtx:
         """How long ``phase`` may take (its playbook's timeout, else the job timeout)."""
         if phase == quarantine.PHASE:
             return self.cfg.ladder.quarantine.timeout
+        if phase == burnin.PHASE:
+            return self.cfg.ladder.burnin.timeout_for(self.view.state)
         book = self.cfg.ladder.playbooks.for_phase(phase, self.view.vendor)
         return (book.timeout if book else None) or self.cfg.ansible.job_timeout
 
@@ -264,9 +266,16 @@ def _held(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
 
 def next_phase(n: NodeCtx, fl: InFlight) -> Update:
     phases = n.step_cfg(fl.step).phases
-    i = phases.index(fl.phase)
+    gated = fl.phase == burnin.PHASE  # the burn-in comes after the last configured phase
+    i = len(phases) - 1 if gated else phases.index(fl.phase)
     if i + 1 == len(phases) and n.step_cfg(fl.step).terminal:
         return _ended(n, fl)
+    if i + 1 == len(phases) and not gated and burnin.gates(n.cfg, fl.step):
+        into = fl.with_(
+            phase=burnin.PHASE, status=PENDING, since=stamp(n.now), run_id=None, boot_id=None,
+            retry_at=None,
+        )  # fmt: skip
+        return n.update(annotations={keys.ANN_IN_FLIGHT: into.encode()})
     if i + 1 == len(phases):
         held = _quarantine_due(n)
         if held:
@@ -283,7 +292,8 @@ def next_phase(n: NodeCtx, fl: InFlight) -> Update:
                 annotations={keys.ANN_IN_FLIGHT: into.encode()},
                 events=(Event("Quarantined", short(f"{fl.step} passed verify; {held}")),),
             )
-        return returned(n, fl, f"{fl.step} attempt {fl.attempt} passed verify")
+        done = "passed verify" + (" and the burn-in" if gated else "")
+        return returned(n, fl, f"{fl.step} attempt {fl.attempt} {done}")
     step = phases[i + 1]
     if step == partition.PHASE and not partition.needs_restore(n.view, fl.ep):
         # nothing to put back: passed over without a run (the rung costs what it did)
@@ -357,6 +367,16 @@ def after_quarantine(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
         annotations={**ann, keys.ANN_IN_FLIGHT: n.first(fl.ep, nxt, 1).encode()},
         events=(Event("QuarantineFailed", short(f"{said}; next: {nxt}"), "Warning"),),
     )
+
+
+def after_burnin(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
+    """The burn-in (policy/burnin.py): passed, on to the return (or quarantine), its line in
+    the history; anything else (too slow, a diagnostic failed, unknown, timed out) fails the
+    attempt with the role's line, measured against expected, and the ladder climbs."""
+    said = burnin.summary(outcome)
+    if outcome.ok:
+        return next_phase(n, fl.with_(notes=(*fl.notes, said), run_id=outcome.run_id or fl.run_id))
+    return fail_step(n, fl, RESULT_OF.get(outcome.status, FAIL), said, outcome.run_id)
 
 
 def after_diagnostics(n: NodeCtx, fl: InFlight, outcome: Outcome) -> Update:
