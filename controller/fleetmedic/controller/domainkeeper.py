@@ -261,6 +261,17 @@ class DomainKeeper:
             by_id[inc.id] = self._replace(inc, play)
         self._save()
 
+    def _hold(self, names: list[str]) -> bool:
+        """The node Leases of all of them (as the ladder holds one per node), or none."""
+        assert self.player is not None
+        held: list[str] = []
+        for n in names:
+            if not self.player.hold(n):
+                self.player.let_go(held)
+                return False
+            held.append(n)
+        return True
+
     def _play_timeout(self, inc: Incident) -> float:
         cfg = self.by_key.get(inc.key)
         book = cfg.playbook if cfg is not None else None
@@ -306,11 +317,16 @@ class DomainKeeper:
             self.wake()
             return
         targets = [members[n] for n in nxt.nodes if n in members]
+        if not self._hold([v.name for v in targets]):
+            self._play_retry[inc.id] = time.monotonic() + self.cfg.leader_election.retry_period
+            log.info("domain incident %s: playbook waits for its nodes' Leases", inc.name)
+            return
         if nxt.what == "run":
             run_id = runner.new_run_id(f"domain-{inc.value}")
             started = self._replace(inc, domains_play.began(play, nxt.nodes, run_id, now))
             if not self._save(still_open=inc.id):  # recorded before it starts, or not run
                 self._replace(started, play)
+                player.let_go([v.name for v in targets])
                 self._play_retry[inc.id] = time.monotonic() + PLAY_RETRY
                 log.warning(
                     "domain incident %s: playbook not started: its start could not be "

@@ -6,7 +6,8 @@ after them, each on a thread of its own, off the main loop: the domain keeper
   ladder phase; routed to the execution node the nodes' label names when they all name
   the same one, else here), with the incident's request id as ``fleetmedic_request_id``.
 - The node Leases of all its nodes are held for the run (as the ladder holds one per
-  node): a person's playbook on one of them makes the run wait.
+  node; the keeper takes them before it records the start, the run gives them back): a
+  person's playbook on one of them makes the run wait.
 - After the verify, each node that passed is returned to service here (the ladder's
   return, through the same Recorder as the workers), before the result is handed back.
 - A cancelled run (the controller stopping, or no longer leading) hands back nothing: its
@@ -58,10 +59,11 @@ class DomainPlayer:
         write: Callable[[Update], Any],
         hold: Callable[[str], bool],
         let_go: Callable[[str], None],
+        # (the keeper takes the nodes' Leases before a run starts; the run gives them back)
         wake: Callable[[], None],
         clock: Callable[[], datetime],
     ) -> None:
-        self.cfg, self.write, self.hold, self.let_go = cfg, write, hold, let_go
+        self.cfg, self.write, self.hold, self._let_go = cfg, write, hold, let_go
         self.wake, self.clock = wake, clock
         self.done: queue.Queue[Done] = queue.Queue()
         self._running: dict[str, threading.Event] = {}  # incident id -> its run's cancel
@@ -91,6 +93,15 @@ class DomainPlayer:
         )
         self._threads = [x for x in self._threads if x.is_alive()] + [t]
         t.start()
+
+    def let_go(self, names: Sequence[str]) -> None:
+        for n in names:
+            self._let_go(n)
+
+    def active(self) -> bool:
+        """Some run is under way (``run --once`` waits for it)."""
+        with self._lock:
+            return bool(self._running)
 
     def results(self) -> list[Done]:
         out = []
@@ -128,15 +139,7 @@ class DomainPlayer:
         run_id: str,
         cancel: threading.Event,
     ) -> None:
-        held: list[str] = []
         try:
-            for v in views:
-                if not self.hold(v.name):
-                    self._hand_back(
-                        Done(incident, what, run_id, error=f"{v.name}: its node Lease is held")
-                    )
-                    return
-                held.append(v.name)
             done = self._run(what, incident, name, play, views, run_id, cancel)
             if done is not None:
                 self._hand_back(done)
@@ -147,8 +150,7 @@ class DomainPlayer:
             log.exception("domain incident %s: unexpected error in its %s", name, what)
             self._hand_back(Done(incident, what, run_id, error=one_line(exc)))
         finally:
-            for n in held:
-                self.let_go(n)
+            self.let_go([v.name for v in views])
             with self._lock:
                 self._running.pop(incident, None)
             self.wake()
@@ -204,7 +206,12 @@ class DomainPlayer:
             via=self._via(views),
         )
         if cancel.is_set() or result.status == "canceled":
-            log.info("domain incident %s: %s run %s cancelled; resumed later", name, what, run_id)
+            log.info(
+                "domain incident %s: %s run %s cancelled; resumed later",
+                name,
+                "playbook" if what == RUN else "verify",
+                run_id,
+            )
             return None
         results = {
             n: (LOST if result.status == LOST else h.status) for n, h in result.hosts.items()
@@ -214,7 +221,7 @@ class DomainPlayer:
         log.warning(
             "domain incident %s: %s run %s ended (%s): %s",
             name,
-            what,
+            "playbook" if what == RUN else "verify",
             run_id,
             result.status,
             ", ".join(f"{n} {s}" for n, s in sorted(results.items())),

@@ -229,6 +229,7 @@ class Controller:
                     # quiet: nothing admitted, nothing under way, and no work ended while
                     # this cycle looked (its view of that node may predate the record)
                     quiet = not admitted and not self.busy() and not self.sweeping()
+                    quiet = quiet and not (self.domains.player and self.domains.player.active())
                     if once and quiet and finished == self.workers.finished:
                         break
                 else:

@@ -45,7 +45,7 @@ from fleetmedic.model.config import DomainConfig, quantity_of
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy.domainindex import Index as Index  # (re-exported: the callers keep one)
 from fleetmedic.policy.domainindex import fenced as fenced  # (re-exported)
-from fleetmedic.policy.domains_play import RUNNING, VERIFY, Play, planned
+from fleetmedic.policy.domains_play import PENDING, Play, planned
 from fleetmedic.policy.history import parse_time, stamp
 
 RECORD_KEY = "domains"
@@ -112,9 +112,10 @@ class Incident:
 
 
 def playing(inc: Incident) -> bool:
-    """Its domain playbook or the verify after it is under way: the incident then closes
-    when that ends (domains_play.py), not because its nodes were returned meanwhile."""
-    return inc.play is not None and inc.play.status in (RUNNING, VERIFY)
+    """Its domain playbook started (running, verifying, or done and not yet closed): the
+    incident then closes when it ends (domains_play.py: ``finish``), not because its nodes
+    were returned meanwhile."""
+    return inc.play is not None and inc.play.status != PENDING
 
 
 def encode(incidents: Iterable[Incident]) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from policysim import T0, config, make_node
 
 from fleetmedic.model import keys
@@ -181,3 +183,90 @@ def test_the_record_round_trips_and_an_unreadable_play_reads_as_none():
     assert domains_play.request_id("nvidia.com/gpu.clique=a@2026-11-26T20:00:00Z") == (
         "domain-nvidia.com_gpu.clique_a_2026-11-26T20_00_00Z"
     )
+
+
+# -- properties: the playbook's steps driven as the keeper drives them, the controller
+# killed at any point (the record read back each time), the roles acting once per request
+
+
+class Node:
+    """A node's side of the domain playbook: its role acts once per request id (the
+    service_restart role's marker: started, done), and its fault is cured when it acts
+    unless it is ``stuck``."""
+
+    def __init__(self, stuck: bool) -> None:
+        self.stuck, self.marker, self.acts, self.cured = stuck, None, 0, False
+        self.requests: set[str] = set()
+
+    def play(self, request: str, interrupted_before_done: bool) -> None:
+        self.requests.add(request)
+        if self.marker == (request, "done"):
+            return
+        self.marker = (request, "started")
+        self.acts += 1
+        self.cured = not self.stuck
+        if not interrupted_before_done:
+            self.marker = (request, "done")
+
+
+EVENTS = ["kill_before", "kill_mid", "kill_after", "lost", "end"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.booleans(), min_size=2, max_size=6),
+    st.lists(st.sampled_from(EVENTS), max_size=8),
+)
+def test_the_playbook_acts_once_per_incident_and_every_node_is_verified_after_it(stuck, events):
+    names = [f"n{i}" for i in range(len(stuck))]
+    cfg = cfg_with(threshold=2)
+    vocab = cfg.vocabulary()
+    views = [
+        view(make_node(n, labels={CLIQUE: "a"}, taints=[vocab.repair("reboot").as_taint()]), vocab)
+        for n in names
+    ]
+    mem = domains.Memory(True, {n: stamp(T0) for n in names})
+    [inc] = domains.review(views, cfg.domains, T0, mem, ()).opened
+    nodes = {n: Node(s) for n, s in zip(names, stuck, strict=True)}
+    record = domains.encode([inc])
+    todo = list(events)
+    now = T0
+    verified_after_last_run = None
+    for _ in range(40):
+        now += timedelta(seconds=30)
+        [inc] = domains.decode(record)  # every step starts from the record (a restart)
+        step = domains_play.next_step(inc.play, names)
+        if step.what == "finish":
+            break
+        if step.what == "verify":
+            results = {n: "ok" if nodes[n].cured else "failed" for n in step.nodes}
+            verified_after_last_run = set(step.nodes)
+            done = domains_play.verified(inc.play, results, now)
+            record = domains.encode([dataclasses.replace(inc, play=done)])
+            continue
+        assert step.what == "run" and set(step.nodes) == set(names)
+        play = domains_play.began(inc.play, step.nodes, f"run-{now:%H%M%S}", now)
+        record = domains.encode([dataclasses.replace(inc, play=play)])  # before it starts
+        event = todo.pop(0) if todo else "end"
+        request = domains_play.request_id(inc.id)
+        if event == "kill_before":
+            continue  # killed before the run reached the nodes
+        for n in step.nodes:
+            nodes[n].play(request, interrupted_before_done=event == "kill_mid")
+        if event in ("kill_mid", "kill_after"):
+            continue  # killed before the outcome was recorded
+        status = LOST if event == "lost" else "ok"
+        after = domains_play.ran(play, dict.fromkeys(step.nodes, status), "", now, 600)
+        record = domains.encode([dataclasses.replace(inc, play=after)])
+        verified_after_last_run = None
+    [inc] = domains.decode(record)
+    assert inc.play.status == domains_play.DONE, inc.play
+    assert verified_after_last_run == set(names), "every node verified after the last run"
+    for n, node in nodes.items():
+        assert len(node.requests) == 1, "one request id per incident, whatever the restarts"
+        # acts again only when a run was killed between the act and its record of it
+        assert node.acts <= 1 + events.count("kill_mid"), (n, node.acts, events)
+        if "kill_mid" not in events:
+            assert node.acts == 1, (n, node.acts, events)
+    assert set(inc.play.passed) == {n for n in names if not nodes[n].stuck}
+    assert set(inc.play.failed) == {n for n in names if nodes[n].stuck}
