@@ -35,12 +35,19 @@ pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 CLIQUE = "nvidia.com/gpu.clique"
 UNIT = "fm-test-fabricmanager"
 STATE = "/var/lib/fm-test"
+# Restart=on-failure: systemd in these nspawn nodes (cgroup v1 hybrid) now and then fails
+# to spawn a unit's process ("control process exited with error code" after "Failed to
+# kill control group ... Input/output error"); a real fabric manager unit restarts too.
+# The fault check is in ExecStart (no control process), so a broken node stays activating.
 FM_UNIT = f"""[Unit]
 Description=fleetmedic test: a fake fabric manager (logs each start)
+StartLimitIntervalSec=0
 
 [Service]
-ExecStartPre=/bin/sh -c '! test -e /run/fm-test-broken'
-ExecStart=/bin/sh -c 'echo started >> {STATE}/fm-starts; exec sleep infinity'
+ExecStart=/bin/sh -c 'test -e /run/fm-test-broken && exit 1; echo started >> {STATE}/fm-starts; \\
+exec sleep infinity'
+Restart=on-failure
+RestartSec=1
 
 [Install]
 WantedBy=multi-user.target
@@ -266,7 +273,7 @@ def test_a_controller_killed_during_the_playbook_resumes_it_and_it_acts_once(ben
     assert "resumed with the same request id" in proc2.log.read_text()
     play = done["play"]
     assert play["runs"] == 2, play  # started twice (resumed), acted once (below)
-    assert (play["status"], sorted(play["passed"]), play["failed"]) == (
+    assert (play["status"], sorted(play["passed"]), play.get("failed", [])) == (
         "done",
         sorted(names),
         [],
