@@ -38,16 +38,18 @@ STATE = "/var/lib/fm-test"
 # Restart=on-failure: systemd in these nspawn nodes (cgroup v1 hybrid) now and then fails
 # to spawn a unit's process ("control process exited with error code" after "Failed to
 # kill control group ... Input/output error"); a real fabric manager unit restarts too.
-# The fault check is in ExecStart (no control process), so a broken node stays activating.
+# The fault check is in ExecStart (no control process); its exit 3 is not restarted, so a
+# broken node's unit stays failed (never briefly active between restarts).
 FM_UNIT = f"""[Unit]
 Description=fleetmedic test: a fake fabric manager (logs each start)
 StartLimitIntervalSec=0
 
 [Service]
-ExecStart=/bin/sh -c 'test -e /run/fm-test-broken && exit 1; echo started >> {STATE}/fm-starts; \\
+ExecStart=/bin/sh -c 'test -e /run/fm-test-broken && exit 3; echo started >> {STATE}/fm-starts; \\
 exec sleep infinity'
 Restart=on-failure
 RestartSec=1
+RestartPreventExitStatus=3
 
 [Install]
 WantedBy=multi-user.target
