@@ -340,6 +340,7 @@ class DomainIncident:
     common: Sequence[str]
     evidence: Sequence[str] = ()  # each node's newest bundle
     cluster: str = ""
+    playbook: str = ""  # the domain playbook that runs once over them ("": hold)
 
 
 def send_domain_incident(
@@ -388,6 +389,13 @@ def domain_html(inc: DomainIncident, not_attached: Sequence[str] = ()) -> str:
             "<p>A shared part (an NVLink switch tray, a top-of-rack switch, power or cooling) "
             "looks at fault: rebooting the nodes one by one would not mend it. fleetmedic "
             "holds their repairs; the nodes stay fenced.</p>",
+            (
+                f"<p><b>Domain playbook:</b> {e(inc.playbook)} runs once over the fenced "
+                "nodes, then each is verified: those that pass return to service, the others "
+                "go to their own ladders, and an email says which.</p>"
+                if inc.playbook
+                else ""
+            ),
             "<h3>What their findings have in common</h3>",
             _table(("shared",), [[c] for c in inc.common]),
             "<h3>Nodes and their last evidence</h3>",
@@ -396,5 +404,66 @@ def domain_html(inc: DomainIncident, not_attached: Sequence[str] = ()) -> str:
             _table(("bundle", "where"), evidence),
             "<p>The incident closes by itself when its nodes pass. To hand the nodes back to "
             f"their own ladders: <code>fleetmedic domain release {e(inc.name)}</code>.</p>",
+        ]
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainClosed:
+    """The close of a domain incident whose playbook ran (policy/domains_play.py)."""
+
+    name: str
+    incident_id: str
+    opened_at: str
+    closed_at: str
+    summary: str  # what the playbook did and which nodes returned, in one line
+    play: Mapping[str, Any]  # its record: playbook, nodes, outcome, passed, failed, runs
+    request_id: str
+    cluster: str = ""
+
+
+def send_domain_closed(
+    inc: DomainClosed,
+    smtp: SmtpConfig,
+    to: Sequence[str] = (),
+    environ: Mapping[str, str] = os.environ,
+) -> Sent:
+    """The incident's closing email, in the thread of its opening one (``In-Reply-To`` is
+    not set by yagmail: the subject names the incident instead)."""
+    where = f" on {inc.cluster}" if inc.cluster else ""
+    passed, nodes = inc.play.get("passed") or [], inc.play.get("nodes") or []
+    subject = (
+        f"[fleetmedic] domain incident {inc.name}{where} closed: playbook "
+        f"{inc.play.get('playbook')} ran, {len(passed)} of {len(nodes)} nodes returned"
+    )[:200]
+    msg_id = f"<fleetmedic.domain.closed.{_token(inc.incident_id)}@{_domain(smtp)}>"
+    relay = smtp.model_copy(update={"to": tuple(to)}) if to else smtp
+    refused = _send(relay, subject, domain_closed_html(inc), [], msg_id, environ)
+    return Sent(msg_id, refused, (), ())
+
+
+def domain_closed_html(inc: DomainClosed) -> str:
+    e = html.escape
+    results = inc.play.get("results") or {}
+    passed = set(inc.play.get("passed") or ())
+    rows = [
+        [
+            n,
+            results.get(n, ""),
+            "returned to service" if n in passed else "still failing: its own ladder",
+        ]
+        for n in inc.play.get("nodes") or ()
+    ]
+    return "".join(
+        [
+            f"<h2>Domain incident {e(inc.name)} closed</h2>",
+            f"<p><b>Opened:</b> {e(inc.opened_at)}<br><b>Closed:</b> {e(inc.closed_at)}</p>",
+            f"<p>{e(inc.summary)}</p>",
+            "<h3>The playbook, then the verify, per node</h3>",
+            _table(("node", "playbook", "after the verify"), rows),
+            f"<p>Playbook runs: {e(str(inc.play.get('runs', 1)))} (more than one only when "
+            "a controller restart resumed it; its roles act once per request id "
+            f"<code>{e(inc.request_id)}</code>).</p>",
+            _pre(dict(inc.play)),
         ]
     )

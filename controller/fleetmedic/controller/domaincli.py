@@ -94,6 +94,13 @@ def domain_status(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     for i in ordered:
         if i.open:
             click.echo(f"OPEN   {i.name} since {i.opened_at}: {i.why}; nodes {', '.join(i.nodes)}")
+            if i.play is not None:
+                p = i.play
+                click.echo(
+                    f"       playbook {p.playbook}: {p.status}"
+                    + (f" (run {p.run_id})" if p.run_id else "")
+                    + (f", {p.outcome}" if p.outcome else "")
+                )
         else:
             click.echo(f"closed {i.name} ({i.opened_at} .. {i.closed_at}, {i.closed_by}): {i.why}")
 

@@ -11,36 +11,44 @@ The policy (when an incident opens, which nodes it holds, when it closes) is
 - ``fleetmedic domain release NAME`` marks the incident closed on that record; the leader
   reads the record every few seconds while an incident is open and adopts the release;
 - on each node of the domain: an Event (``DomainIncidentOpened``/``Closed``) and the
-  ``fleetmedic.io/domain-incidents`` annotation (history, status, the inventory groups).
+  ``fleetmedic.io/domain-incidents`` annotation (history, status, the inventory groups);
+- a domain playbook (``action: {playbook: ...}``; policy/domains_play.py): recorded on the
+  record before it starts and after it ends, run (and the verify after it) by the
+  :class:`~fleetmedic.controller.domainplayer.DomainPlayer`; the incident closes when the
+  verify has returned the nodes that pass, and the close's email says what it did.
 
 Side effects run off the main loop (``send``), and never break it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from threading import Event
 
 from fleetmedic.adapters import chat, notify, runner
 from fleetmedic.adapters.kube import Kube
+from fleetmedic.controller.domainplayer import RUN, VERIFY, DomainPlayer, Done
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.switches import pause_configmap
 from fleetmedic.errors import ConflictError, FleetmedicError
 from fleetmedic.model import keys, nodeedit
 from fleetmedic.model.config import Config, DomainConfig, NotifyConfig, TargetConfig
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import domainnode, domains
+from fleetmedic.policy import domainnode, domains, domains_play
 from fleetmedic.policy.domains import Incident, Review
+from fleetmedic.policy.history import stamp
 
 log = logging.getLogger(__name__)
 SEND_TRIES = 10
 READ_EVERY = 5.0  # seconds between reads of the record while incidents are open
 CLOSED_KEPT = 20  # closed incidents kept on the record (for `domain status`)
+PLAY_RETRY = 30.0  # seconds before a domain playbook that could not start is tried again
 EMPTY = domains.NONE
 
 
@@ -58,9 +66,14 @@ class DomainKeeper:
         stop: Callable[[], Event],
         cluster: str = "",
         chat_send: Callable[..., None] = chat.send,
+        player: DomainPlayer | None = None,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
         self.send, self.stop, self.cluster, self.chat_send = send, stop, cluster, chat_send
+        self.player, self.wake = player, wake
+        self._play_retry: dict[str, float] = {}  # incident id -> monotonic time to try again
+        self._play_said: dict[str, str] = {}  # incident id -> the last wait logged
         self.by_key: dict[str, DomainConfig] = {d.key: d for d in cfg.domains}
         self.memory = domains.Memory()
         self.index = domains.Index(tuple(self.by_key))  # (across cycles: see Index)
@@ -98,6 +111,19 @@ class DomainKeeper:
                 self.cfg.safety.pause_configmap,
                 inc.name,
             )
+            if inc.play is not None and inc.play.status in (
+                domains_play.RUNNING,
+                domains_play.VERIFY,
+            ):
+                log.warning(
+                    "domain incident %s: its playbook %s was %s (run %s) when the last "
+                    "controller stopped: resumed with the same request id %s",
+                    inc.name,
+                    inc.play.playbook,
+                    "running" if inc.play.status == domains_play.RUNNING else "verifying",
+                    inc.play.run_id,
+                    domains_play.request_id(inc.id),
+                )
 
     def _read(self) -> tuple[tuple[Incident, ...], str | None]:
         ref = pause_configmap(self.cfg)
@@ -131,12 +157,14 @@ class DomainKeeper:
         gone = {i.id for i in self.released}
         self.incidents = tuple(i for i in self.incidents if i.id not in gone)
 
-    def _save(self) -> None:
+    def _save(self, still_open: str | None = None) -> bool:
         """The open incidents and the last closed ones on the pause ConfigMap, merged with
-        what a human wrote there meanwhile (a release wins: it is never overwritten)."""
+        what a human wrote there meanwhile (a release wins: it is never overwritten).
+        True when written, and (``still_open``: an incident's id) that incident was not
+        released by hand meanwhile: what a domain playbook needs before it starts."""
         ref = pause_configmap(self.cfg)
         if ref is None or self.dry_run:
-            return
+            return False
         for _ in range(5):
             try:
                 there, version = self._read()
@@ -144,7 +172,7 @@ class DomainKeeper:
                 mine = [by_hand.get(i.id, i) for i in (*self.closed, *self.incidents)]
                 raw = domains.encode(mine)
                 self.kube.patch_config_map_data(*ref, {domains.RECORD_KEY: raw}, version)
-                return
+                return still_open not in by_hand
             except ConflictError:
                 continue
             except FleetmedicError as exc:
@@ -153,14 +181,24 @@ class DomainKeeper:
                     "the ConfigMap of deploy/controller/configmap.yaml",
                     exc,
                 )
-                return
+                return False
+        return False
 
     # -- every cycle ---------------------------------------------------------------------
-    def observe(self, views: Sequence[NodeView], now: datetime) -> Review:
+    def observe(
+        self, views: Sequence[NodeView], now: datetime, busy: Collection[str] = ()
+    ) -> Review:
+        """One look (every cycle). ``busy``: nodes with ladder work under way in this
+        process (a domain playbook waits for them)."""
         if not self.enabled:
             return EMPTY
         self.poll_releases()
+        if self.player is not None:
+            self._take_results(now)
         released, self.released = self.released, []
+        for inc in released:
+            if self.player is not None and self.player.busy(inc.id):
+                self.player.cancel_one(inc.id)  # (released by hand mid-run)
         rev = domains.review(
             views, self.cfg.domains, now, self.memory, (*self.incidents, *released), self.index
         )
@@ -174,7 +212,135 @@ class DomainKeeper:
         for inc in (*rev.closed, *released):
             self._closed(inc, views)
         self.metrics.domain_incidents_open.set(len(rev.open))
+        if any(i.play is not None for i in rev.open):
+            for inc in rev.open:
+                if inc.play is not None:
+                    self._drive(inc, views, now, busy)
         return rev
+
+    # -- the domain playbook ---------------------------------------------------------------
+    def _replace(self, inc: Incident, play: domains_play.Play) -> Incident:
+        new = dataclasses.replace(inc, play=play)
+        self.incidents = tuple(new if i.id == inc.id else i for i in self.incidents)
+        return new
+
+    def _take_results(self, now: datetime) -> None:
+        """What the player's runs ended with, recorded on the incidents (and the record)."""
+        assert self.player is not None
+        done: list[Done] = self.player.results()
+        if not done:
+            return
+        by_id = {i.id: i for i in self.incidents}
+        for d in done:
+            inc = by_id.get(d.incident)
+            if inc is None or inc.play is None:
+                continue  # released meanwhile
+            if d.error:
+                log.warning(
+                    "domain incident %s: its %s could not run (%s); trying again in %.0fs",
+                    inc.name,
+                    "playbook" if d.what == RUN else "verify",
+                    d.error,
+                    PLAY_RETRY,
+                )
+                self._play_retry[inc.id] = time.monotonic() + PLAY_RETRY
+                continue
+            if d.what == RUN:
+                timeout = self._play_timeout(inc)
+                play = domains_play.ran(inc.play, d.results, d.message, now, timeout)
+                if play.status == domains_play.RUNNING:  # the run was lost: again, later
+                    self._play_retry[inc.id] = time.monotonic() + self.cfg.ladder.probe_interval
+            else:
+                play = domains_play.verified(inc.play, d.results, now)
+                log.warning(
+                    "domain incident %s: verify passed on %s; still failing: %s",
+                    inc.name,
+                    ", ".join(play.passed) or "none",
+                    ", ".join(play.failed) or "none",
+                )
+            by_id[inc.id] = self._replace(inc, play)
+        self._save()
+
+    def _hold(self, names: list[str]) -> bool:
+        """The node Leases of all of them (as the ladder holds one per node), or none."""
+        assert self.player is not None
+        held: list[str] = []
+        for n in names:
+            if not self.player.hold(n):
+                self.player.let_go(held)
+                return False
+            held.append(n)
+        return True
+
+    def _play_timeout(self, inc: Incident) -> float:
+        cfg = self.by_key.get(inc.key)
+        book = cfg.playbook if cfg is not None else None
+        return (book.timeout if book else None) or self.cfg.ansible.job_timeout
+
+    def _drive(
+        self, inc: Incident, views: Sequence[NodeView], now: datetime, busy: Collection[str]
+    ) -> None:
+        """The next step of an open incident's playbook (policy/domains_play.py)."""
+        play, player = inc.play, self.player
+        assert play is not None
+        if player is None or player.busy(inc.id):
+            return
+        if time.monotonic() < self._play_retry.get(inc.id, 0.0):
+            return
+        members = {v.name: v for v in views if v.labels.get(inc.key) == inc.value}
+        fenced = [n for n, v in members.items() if domains.fenced(v)]
+        nxt = domains_play.next_step(play, fenced, [n for n in busy if n in members])
+        if nxt.what == "wait":
+            if self._play_said.get(inc.id) != nxt.why:
+                self._play_said[inc.id] = nxt.why
+                log.info("domain incident %s: playbook waits: %s", inc.name, nxt.why)
+            return
+        if self.dry_run:
+            if self._play_said.get(inc.id) != nxt.what:
+                self._play_said[inc.id] = nxt.what
+                log.info(
+                    "dry run, would %s domain incident %s's playbook %s over %s",
+                    nxt.what,
+                    inc.name,
+                    play.playbook,
+                    ", ".join(nxt.nodes),
+                )
+            return
+        if nxt.what == "finish":
+            closed = dataclasses.replace(
+                inc, closed_at=stamp(now), closed_by="playbook", why=domains_play.summary(play)
+            )
+            self.incidents = tuple(i for i in self.incidents if i.id != inc.id)
+            self.released.append(closed)  # (the next look records it, forgets its fences)
+            self._play_retry.pop(inc.id, None)
+            self._play_said.pop(inc.id, None)
+            self.wake()
+            return
+        targets = [members[n] for n in nxt.nodes if n in members]
+        if not self._hold([v.name for v in targets]):
+            self._play_retry[inc.id] = time.monotonic() + self.cfg.leader_election.retry_period
+            log.info("domain incident %s: playbook waits for its nodes' Leases", inc.name)
+            return
+        if nxt.what == "run":
+            run_id = runner.new_run_id(f"domain-{inc.value}")
+            started = self._replace(inc, domains_play.began(play, nxt.nodes, run_id, now))
+            if not self._save(still_open=inc.id):  # recorded before it starts, or not run
+                self._replace(started, play)
+                player.let_go([v.name for v in targets])
+                self._play_retry[inc.id] = time.monotonic() + PLAY_RETRY
+                log.warning(
+                    "domain incident %s: playbook not started: its start could not be "
+                    "recorded on the pause ConfigMap (or it was released meanwhile)",
+                    inc.name,
+                )
+                return
+            assert started.play is not None
+            player.start(RUN, inc.id, inc.name, started.play, targets, run_id)
+            return
+        run_id = runner.new_run_id(f"domain-verify-{inc.value}")
+        checking = self._replace(inc, domains_play.verifying(play, run_id))
+        assert checking.play is not None
+        player.start(VERIFY, inc.id, inc.name, checking.play, targets, run_id)
 
     def _members(self, inc: Incident, views: Sequence[NodeView]) -> list[NodeView]:
         return [v for v in views if v.labels.get(inc.key) == inc.value]
@@ -211,6 +377,51 @@ class DomainKeeper:
         names = [v.name for v in self._members(inc, views)]
         message = f"closed ({inc.closed_by}): {inc.why}; nodes still fenced go to their own ladders"
         self.send(lambda: self._mark(names, inc, "DomainIncidentClosed", message, "Normal"))
+        if inc.play is not None and inc.play.status == domains_play.DONE:
+            self._tell_closed(inc)
+
+    def _tell_closed(self, inc: Incident) -> None:
+        """The close of an incident whose playbook ran: what it did, which nodes returned
+        (email and chat, to whom the opening went)."""
+        assert inc.play is not None
+        cfg = self.by_key.get(inc.key)
+        closed = notify.DomainClosed(
+            name=inc.name,
+            incident_id=inc.id,
+            opened_at=inc.opened_at,
+            closed_at=inc.closed_at or "",
+            summary=inc.why,
+            play=inc.play.to_json(),
+            request_id=domains_play.request_id(inc.id),
+            cluster=self.cluster,
+        )
+        smtp = self.cfg.smtp
+        if smtp is not None:
+            to = cfg.to if cfg else ()
+
+            def email() -> None:
+                for attempt in range(SEND_TRIES):
+                    try:
+                        notify.send_domain_closed(closed, smtp, to)
+                        log.info("domain incident %s: closing email sent", inc.name)
+                        return
+                    except FleetmedicError as exc:
+                        log.warning("domain closing email not sent (try %d): %s", attempt + 1, exc)
+                        if self.stop().wait(smtp.retry_interval):
+                            return
+
+            self.send(email)
+        named = set(cfg.targets) if cfg and cfg.targets else None
+        where = f" on {self.cluster}" if self.cluster else ""
+        msg = chat.Message(
+            "breaker",
+            f"[fleetmedic] domain incident {inc.name}{where} closed: "
+            f"{len(inc.play.passed)} of {len(inc.play.nodes)} nodes returned",
+            inc.why[: chat.CHAT_LIMIT],
+        )
+        for target in self.cfg.notify.targets:
+            if target.name in named if named is not None else "breaker" in target.events:
+                self.send(functools.partial(self._deliver, target, msg, self.cfg.notify))
 
     # -- side effects (on the worker pool) -----------------------------------------------
     def _mark(self, names: list[str], inc: Incident, reason: str, message: str, kind: str) -> None:
@@ -266,6 +477,7 @@ class DomainKeeper:
             common=domains.common(fenced),
             evidence=evidence,
             cluster=self.cluster,
+            playbook=inc.play.playbook if inc.play else "",
         )
 
     def _send_email(self, page: notify.DomainIncident, to: Sequence[str]) -> None:

@@ -36,6 +36,7 @@ from fleetmedic.controller import sdnotify
 from fleetmedic.controller.breakerkeeper import BreakerKeeper
 from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.domainkeeper import DomainKeeper
+from fleetmedic.controller.domainplayer import DomainPlayer
 from fleetmedic.controller.execute import Executor
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
@@ -173,6 +174,17 @@ class Controller:
             send=self.workers.side_job,
             stop=lambda: self._stop,
             cluster=cluster,
+            player=DomainPlayer(
+                cfg,
+                recorder.write,
+                self.leadership.hold,
+                self.leadership.let_go,
+                self._wake.set,
+                clock,
+            )
+            if any(d.playbook for d in cfg.domains)
+            else None,
+            wake=self._wake.set,
         )
         self.switches = SwitchReader(
             kube, cfg, on_read=lambda s: self.metrics.paused.set(1 if s.paused else 0)
@@ -217,6 +229,7 @@ class Controller:
                     # quiet: nothing admitted, nothing under way, and no work ended while
                     # this cycle looked (its view of that node may predate the record)
                     quiet = not admitted and not self.busy() and not self.sweeping()
+                    quiet = quiet and not (self.domains.player and self.domains.player.active())
                     if once and quiet and finished == self.workers.finished:
                         break
                 else:
@@ -242,6 +255,8 @@ class Controller:
 
     def _on_lost(self) -> None:
         self.workers.cancel_running()
+        if self.domains.player:
+            self.domains.player.cancel()  # (its record says running: the next leader resumes)
         if self.sweeper:
             self.sweeper.cancel_running()
 
@@ -275,6 +290,8 @@ class Controller:
         if self.sweeper:
             self.sweeper.shutdown(grace)
         self.workers.shutdown(grace)
+        if self.domains.player:
+            self.domains.player.shutdown(grace)
         self.paperwork.close(grace)
         if not self.dry_run:
             self.leadership.resign()
@@ -302,7 +319,7 @@ class Controller:
         views = self.views()
         assignment = assign(views, self.cfg)
         self.metrics.observe(views, now)
-        incidents = self.domains.observe(views, now)  # (before the breakers: none is stale)
+        incidents = self.domains.observe(views, now, busy)  # (before the breakers: none is stale)
         for name, keeper in self.breakers.items():
             members = assignment.nodes_of(name)
             keeper.observe([v for v in views if v.name in members], now)

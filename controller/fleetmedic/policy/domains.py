@@ -17,6 +17,10 @@ says which incidents open, which close and which nodes are held.
 - **Settling.** A node newly fenced in a domain that could reach its threshold waits
   ``settle`` before its own rung starts, so the first node of a failing domain is not
   rebooted before its neighbours fence.
+- **The domain playbook** (``action: {playbook: ...}``): recorded in the incident
+  (:attr:`Incident.play`), run once over its fenced nodes, then the verify; its steps are
+  policy/domains_play.py. An incident whose playbook or verify is under way closes when
+  that ends (those that pass return, the rest go to their ladders), not before.
 - **Closing.** When no node of the domain is fenced any more (they passed), after
   ``release_after``, when the label is gone from every node or its key from the config,
   or by hand (``fleetmedic domain release``, on the record). The nodes' fences that
@@ -41,6 +45,7 @@ from fleetmedic.model.config import DomainConfig, quantity_of
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy.domainindex import Index as Index  # (re-exported: the callers keep one)
 from fleetmedic.policy.domainindex import fenced as fenced  # (re-exported)
+from fleetmedic.policy.domains_play import PENDING, Play, planned
 from fleetmedic.policy.history import parse_time, stamp
 
 RECORD_KEY = "domains"
@@ -64,6 +69,7 @@ class Incident:
     closed_at: str | None = None
     closed_by: str | None = None  # passed | release_after | gone | a person
     why: str = ""  # what opened it (or closed it)
+    play: Play | None = None  # the domain playbook's record (action: playbook; domains_play.py)
 
     @property
     def name(self) -> str:
@@ -81,6 +87,7 @@ class Incident:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["running"] = dict(self.running)
+        data["play"] = self.play.to_json() if self.play else None
         return {k: v for k, v in data.items() if v not in (None, "", {}, ())}
 
     @classmethod
@@ -98,9 +105,17 @@ class Incident:
                 closed_at=data.get("closed_at"),
                 closed_by=data.get("closed_by"),
                 why=str(data.get("why") or ""),
+                play=Play.from_json(data.get("play")),
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def playing(inc: Incident) -> bool:
+    """Its domain playbook started (running, verifying, or done and not yet closed): the
+    incident then closes when it ends (domains_play.py: ``finish``), not because its nodes
+    were returned meanwhile."""
+    return inc.play is not None and inc.play.status != PENDING
 
 
 def encode(incidents: Iterable[Incident]) -> str:
@@ -225,7 +240,7 @@ def review(
         elif not domain:
             why = f"no node carries {inc.name} any more"
             closed.append(dataclasses.replace(inc, closed_at=at, closed_by="gone", why=why))
-        elif not any(n in since for n in domain):
+        elif not any(n in since for n in domain) and not playing(inc):
             why = f"every node of {inc.name} passed"
             closed.append(dataclasses.replace(inc, closed_at=at, closed_by="passed", why=why))
         elif cfg.release_after and now - opened >= timedelta(seconds=cfg.release_after):
@@ -274,6 +289,7 @@ def review(
                     running=running,
                     why=f"{len(recent)} of {len(names)} nodes fenced within {cfg.window:g}s "
                     f"(threshold {need})",
+                    play=planned(cfg),
                 )
                 opened_now.append(inc)
                 open_names.add(inc.name)

@@ -73,7 +73,18 @@ def test_percent_threshold_durations_recipients_and_targets(tmp_path):
             "domains.0.threshold: must be a count (e.g. 3) or a percentage",
         ),
         ({"key": "not a label key!"}, "domains.0.key: must be a valid taint key"),
-        ({"key": CLIQUE, "action": "reboot-all"}, "domains.0.action: input should be 'hold'"),
+        (
+            {"key": CLIQUE, "action": "reboot-all"},
+            "domains.0.action: must be hold or {playbook: NAME.yml, timeout: DURATION}",
+        ),
+        (
+            {"key": CLIQUE, "action": {"playbook": "fm.yml", "timeout": "soon"}},
+            "domains.0.action: timeout: must be a duration",
+        ),
+        (
+            {"key": CLIQUE, "action": {"playbook": "fm.yml", "retries": 2}},
+            "domains.0.action: retries: unknown key",
+        ),
         ({"key": CLIQUE, "window": "soon"}, "domains.0.window: must be a duration"),
         ({"key": CLIQUE, "treshold": 3}, "domains.0.treshold: unknown key (did you mean"),
         ({"key": CLIQUE, "targets": ["nowhere"]}, "'nowhere' is not one of notify.targets"),
@@ -126,3 +137,31 @@ def test_config_check_says_a_bad_domains_value_in_one_line(tmp_path, domains, ex
     assert r.returncode == 2, (r.stdout, r.stderr)
     [line] = r.stderr.strip().splitlines()
     assert expected in line and "Traceback" not in r.stderr, line
+
+
+def test_a_playbook_action_has_the_ladder_playbooks_shape(tmp_path):
+    [d] = load(
+        tmp_path,
+        {"domains": [{"key": CLIQUE, "action": {"playbook": "fm.yml", "timeout": "30m"}}]},
+    ).domains
+    assert d.playbook is not None and (d.playbook.playbook, d.playbook.timeout) == ("fm.yml", 1800)
+    [hold] = load(tmp_path, {"domains": [{"key": CLIQUE}]}).domains
+    assert hold.playbook is None
+
+
+def test_a_domain_playbook_that_is_not_there_is_one_line_of_config_check(tmp_path):
+    from tests.unit.cli.test_config_check import fleetmedic, good, write
+
+    there = {"key": CLIQUE, "action": {"playbook": "domain_restart_services.yml"}}
+    ok = fleetmedic(
+        "config", "check", "--config", str(write(tmp_path, {**good(tmp_path), "domains": [there]}))
+    )
+    assert (ok.returncode, ok.stderr) == (0, ""), ok.stderr
+    gone = {"key": CLIQUE, "action": {"playbook": "no-such-domain-playbook.yml"}}
+    r = fleetmedic(
+        "config", "check", "--config", str(write(tmp_path, {**good(tmp_path), "domains": [gone]}))
+    )
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    [line] = r.stderr.strip().splitlines()
+    assert "missing file: domains.0.action.playbook: " in line, line
+    assert line.endswith("no-such-domain-playbook.yml"), line

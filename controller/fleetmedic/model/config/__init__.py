@@ -271,6 +271,11 @@ class Config(Section):
             if c.ladder.burnin.enabled
         ]
         wanted += [
+            (f"domains.{i}.action.playbook", self.ansible.playbook_dir / d.playbook.playbook)
+            for i, d in enumerate(self.domains)
+            if d.playbook is not None
+        ]
+        wanted += [
             ("ansible.config_file", self.ansible.config_file),
             (
                 "ansible.ssh_key",
