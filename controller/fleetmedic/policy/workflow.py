@@ -33,7 +33,8 @@ State (plain JSON, bounded)::
 - ``e``: events still inside the window: time (on clock ``c``, as the log wrote it)
   and place (``""`` for same-gpu);
 - ``f``: the floor: events at or before it were used up (they fenced, or they were
-  dropped to keep the state small) and never count again.
+  dropped to keep the state small) and never count again; it reaches ``burst`` past the
+  last used-up event, whose later lines were part of it.
 
 Replay-safe: an occurrence is identified by its own log time, so the same line read
 again after a restart lands within ``burst`` of an event kept at the same place, or at
@@ -176,14 +177,18 @@ def judge(state: Any, occ: Occurrence, spec: WorkflowSpec, *, boot: str) -> Verd
     events.sort()
     here.append(occ.when)
     fired = len(here) >= spec.count
+    # A used-up event's floor reaches ``burst`` past it: the lines within ``burst`` after it
+    # were that same event when first read, and must stay so when read again (without the
+    # margin, a replay after the fence counted such a line as a new event)
     if fired:
         # used up: these events never count again (a replay lands at or below the floor)
-        entry = {"c": occ.clock, "e": [], "f": max(t for t, _ in events)}
+        entry = {"c": occ.clock, "e": [], "f": max(t for t, _ in events) + spec.burst}
     else:
         dropped = events[:-MAX_EVENTS]
         events = events[-MAX_EVENTS:]
         if dropped:  # kept small: the oldest are used up, and a replay of them is ignored
-            floor = dropped[-1][0] if floor is None else max(floor, dropped[-1][0])
+            used = dropped[-1][0] + spec.burst
+            floor = used if floor is None else max(floor, used)
         entry = {"c": occ.clock, "e": events, "f": floor}
     hist[key] = entry
     if len(hist) > MAX_KEYS:

@@ -142,6 +142,18 @@ def test_recent_is_bounded():
     assert list(recent.by_gpu) == ["g6", "g7", "g8", "g9"]
 
 
+def test_a_line_of_the_fencing_event_read_again_after_the_fence_is_not_a_new_event():
+    """Found by the replay property: 199766 is the same event as 199756 (within burst);
+    an earlier-stamped line then fires, and a replay must not count 199766 as new."""
+    events = _events(
+        [(199756.0, (0, 0, 0), "g"), (199766.0, (0, 0, 0), "g"), (113360.0, (0, 0, 0), "g")]
+    )
+    state, first = feed(events)
+    assert [v.fired for v in first] == [False, False, True]
+    again, second = feed(events, state=state)
+    assert again == state and not any(v.changed for v in second)
+
+
 def test_malformed_state_is_a_clean_slate():
     for bad in (None, [], "x", {"boot": "b1", "h": []}, {"boot": "b1", "h": {"k": {"e": "x"}}}):
         v = judge(bad, occ("xid.13", 100, at(1, 1)), XID13, boot="b1")
