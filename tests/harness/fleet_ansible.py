@@ -16,6 +16,7 @@ ansible-runner's job timeout: a backstop on top of the inventory's ServerAlive o
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 from pathlib import Path
@@ -83,3 +84,23 @@ def run_ansible(
 def hosts_with(runner: ansible_runner.Runner, event: str) -> set[str]:
     """Hosts that had ``event`` (e.g. ``runner_on_unreachable``, ``runner_on_ok``)."""
     return {e["event_data"].get("host") for e in runner.events if e.get("event") == event}
+
+
+def failures(runner: ansible_runner.Runner) -> list[str]:
+    """The ``msg`` of every failed task, in order (what a role says when it fails)."""
+    return [
+        e["event_data"]["res"].get("msg", "")
+        for e in runner.events
+        if e.get("event") == "runner_on_failed"
+    ]
+
+
+def last_stdout(runner: ansible_runner.Runner) -> dict:
+    """The JSON the run's last successful task printed (a role's one result line)."""
+    out = [
+        e["event_data"]["res"]["stdout"]
+        for e in runner.events
+        if e.get("event") == "runner_on_ok"
+        and isinstance(e["event_data"]["res"].get("stdout"), str)
+    ]
+    return json.loads(out[-1])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.fleet_ansible import run_ansible
+from tests.harness.fleet_ansible import failures, last_stdout, run_ansible
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "burnin.yml"
@@ -61,24 +61,6 @@ def burn_in(fleet, node, busbw: float, evidence: Path):
         envvars={"FLEETMEDIC_EVIDENCE_DIR": str(evidence)},
         timeout=300,
     )
-
-
-def last_stdout(r) -> dict:
-    out = [
-        e["event_data"]["res"]["stdout"]
-        for e in r.events
-        if e.get("event") == "runner_on_ok"
-        and isinstance(e["event_data"]["res"].get("stdout"), str)
-    ]
-    return json.loads(out[-1])
-
-
-def failures(r) -> list[str]:
-    return [
-        e["event_data"]["res"].get("msg", "")
-        for e in r.events
-        if e.get("event") == "runner_on_failed"
-    ]
 
 
 def test_a_node_at_its_profile_passes(fleet, node, tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.fleet_ansible import run_ansible
+from tests.harness.fleet_ansible import failures, last_stdout, run_ansible
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "restore.yml"
@@ -37,24 +37,6 @@ def run(fleet, node, vendor: str, **extra):
         extravars={"fleetmedic_vendor": vendor, **extra},
         timeout=180,
     )
-
-
-def last_stdout(r) -> dict:
-    out = [
-        e["event_data"]["res"]["stdout"]
-        for e in r.events
-        if e.get("event") == "runner_on_ok"
-        and isinstance(e["event_data"]["res"].get("stdout"), str)
-    ]
-    return json.loads(out[-1])
-
-
-def failures(r) -> list[str]:
-    return [
-        e["event_data"]["res"].get("msg", "")
-        for e in r.events
-        if e.get("event") == "runner_on_failed"
-    ]
 
 
 def mig_scenario(node, gis: list[tuple[int, str, int]], name: str | None = None) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.fleet_ansible import hosts_with, run_ansible
+from tests.harness.fleet_ansible import failures, hosts_with, run_ansible
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "reset.yml"
@@ -43,14 +43,6 @@ def run_reset(fleet, node, vendor="nvidia", gpus=2, **extra):
         },
         timeout=240,
     )
-
-
-def failure_lines(r) -> list[str]:
-    return [
-        e["event_data"]["res"].get("msg", "")
-        for e in r.events
-        if e.get("event") == "runner_on_failed"
-    ]
 
 
 def stats(r, key: str) -> dict:
@@ -89,7 +81,7 @@ def test_a_reset_class_fault_is_cured_without_a_reboot(node):
     rid = f"reset-{uuid.uuid4().hex[:6]}"
 
     r = run_reset(node.fleet, node, fleetmedic_request_id=rid)
-    assert r.rc == 0, failure_lines(r)
+    assert r.rc == 0, failures(r)
     assert node.boots == boots and node.boot_id() == boot_id, "the node rebooted"
     gpus = nvml(node)["gpus"]
     assert [g.get("resets") for g in gpus] == [1, 1], "every GPU once (no -i: all)"
@@ -101,7 +93,7 @@ def test_a_reset_class_fault_is_cured_without_a_reboot(node):
 
     # the same request again (a controller that restarted): verify only, no second reset
     r = run_reset(node.fleet, node, fleetmedic_request_id=rid)
-    assert r.rc == 0, failure_lines(r)
+    assert r.rc == 0, failures(r)
     assert [g.get("resets") for g in nvml(node)["gpus"]] == [1, 1]
     assert stats(r, "fleetmedic_reset")[node.name]["reset"] is False
 
@@ -109,7 +101,7 @@ def test_a_reset_class_fault_is_cured_without_a_reboot(node):
 def test_one_gpu_is_reset_alone_when_named(node):
     set_nvml(node, {"gpus": [{}, {"ecc_volatile_uncorrected": 4}]})
     r = run_reset(node.fleet, node, fleetmedic_reset_gpus=[1])
-    assert r.rc == 0, failure_lines(r)
+    assert r.rc == 0, failures(r)
     assert [g.get("resets") for g in nvml(node)["gpus"]] == [None, 1]
 
 
@@ -118,7 +110,7 @@ def test_a_refused_reset_fails_the_node_with_one_line(node):
     boots = node.boots
     r = run_reset(node.fleet, node)
     assert r.rc == 2 and hosts_with(r, "runner_on_failed") == {node.name}
-    line = failure_lines(r)[-1]
+    line = failures(r)[-1]
     assert line == (
         f"{node.name}: nvidia-smi --gpu-reset failed (rc 255): "
         "GPU 00000000:28:00.0: In use by another client"
@@ -134,7 +126,7 @@ def test_a_lost_gpu_fails_the_reset(node):
     set_nvml(node, {"gpus": [{}, {"lost": True}]})
     r = run_reset(node.fleet, node)
     assert r.rc == 2
-    line = failure_lines(r)[-1]
+    line = failures(r)[-1]
     assert (
         "failed (rc 15): Unable to determine the device handle for GPU 00000000:28:00.0: " in line
     )
@@ -156,7 +148,7 @@ def test_the_fabric_manager_is_stopped_and_started_around_a_full_reset(node):
     pid_before = node.ssh("systemctl show -p MainPID --value nvidia-fabricmanager").stdout.strip()
 
     r = run_reset(node.fleet, node, fleetmedic_reset_gpus=[1])
-    assert r.rc == 0, failure_lines(r)
+    assert r.rc == 0, failures(r)
     doc = nvml(node)
     assert doc["nvswitch_resets"] == 1 and [g.get("resets") for g in doc["gpus"]] == [1, 1]
     assert node.ssh("systemctl is-active nvidia-fabricmanager").stdout.strip() == "active"
@@ -187,7 +179,7 @@ def test_a_run_after_a_crash_starts_the_fabric_manager_it_had_stopped(node):
     )
     set_nvml(node, {"nvswitch": True, "gpus": [{"persistence_mode": 0}, {"persistence_mode": 0}]})
     r = run_reset(node.fleet, node, fleetmedic_request_id="crashed-1")
-    assert r.rc == 0, failure_lines(r)
+    assert r.rc == 0, failures(r)
     assert node.ssh("systemctl is-active nvidia-fabricmanager").stdout.strip() == "active"
     assert [g.get("persistence_mode") for g in nvml(node)["gpus"]] == [1, 1]
 
@@ -201,7 +193,7 @@ def test_amd_reset_cures_a_hung_gpu_through_its_hive(node):
     (node.state_dir / "amd.json").write_text(json.dumps({"gpus": [{}, {"agent": False}]}))
     boots = node.boots
     r = run_reset(node.fleet, node, vendor="amd")
-    assert r.rc == 0, failure_lines(r)
+    assert r.rc == 0, failures(r)
     assert node.boots == boots
     assert [g.get("resets") for g in amd(node)["gpus"]] == [1, 1], "one reset, the whole hive"
     assert stats(r, "fleetmedic_check")[node.name]["status"] == "ok"
@@ -213,7 +205,7 @@ def test_amd_reset_failure_is_one_line_though_amd_smi_exits_0(node):
     )
     r = run_reset(node.fleet, node, vendor="amd")
     assert r.rc == 2
-    line = failure_lines(r)[-1]
+    line = failures(r)[-1]
     assert line == (
         f"{node.name}: amd-smi reset --gpureset -g 0 failed (rc 0): "
         "[AMDSMI_STATUS_IO] Unable to reset GPU (a reset covers the GPU's whole XGMI hive)"
@@ -223,6 +215,4 @@ def test_amd_reset_failure_is_one_line_though_amd_smi_exits_0(node):
 def test_without_a_vendor_the_play_says_what_to_set(node):
     r = run_reset(node.fleet, node, vendor="unknown")
     assert r.rc == 2
-    assert (
-        "GPU vendor is 'unknown': label the node fleetmedic.io/gpu-vendor" in failure_lines(r)[-1]
-    )
+    assert "GPU vendor is 'unknown': label the node fleetmedic.io/gpu-vendor" in failures(r)[-1]
