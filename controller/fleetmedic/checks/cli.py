@@ -24,12 +24,10 @@ from fleetmedic import clikit
 from fleetmedic.checks import hwprofile
 from fleetmedic.checks.base import CATEGORIES, CheckResult, exit_code, overall
 from fleetmedic.checks.config import CheckConfig
-from fleetmedic.checks.options import probe_options
+from fleetmedic.checks.options import DEFAULT_CONFIG, check_config_option, probe_options
 from fleetmedic.checks.runner import run_checks
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import read_yaml
-
-DEFAULT_CONFIG = Path("/etc/fleetmedic/check.yaml")
 
 
 def load_config_file(path: Path | None) -> dict[str, Any]:
@@ -111,16 +109,10 @@ def render_table(results: list[CheckResult]) -> str:
     default=None,
     help="Read RDMA ports from <ROOT>/class/infiniband instead of /sys (a captured tree).",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="FLEETMEDIC_CHECK_CONFIG",
-    default=DEFAULT_CONFIG,
-    show_default=True,
-    help="YAML with this node's check settings (a `checks:` section, or the settings at "
+@check_config_option(
+    "YAML with this node's check settings (a `checks:` section, or the settings at "
     "top level), e.g. written by the agent's installer from the Node's labels; "
-    "ignored if absent. Flags win.",
+    "ignored if absent. Flags win."
 )
 def check(
     as_json: bool,

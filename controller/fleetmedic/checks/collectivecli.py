@@ -25,8 +25,9 @@ import click
 from fleetmedic import clikit
 from fleetmedic.checks import collective, hwprofile
 from fleetmedic.checks.base import EXIT_CODES, CheckResult
-from fleetmedic.checks.cli import DEFAULT_CONFIG, load_config_file
+from fleetmedic.checks.cli import load_config_file
 from fleetmedic.checks.config import CheckConfig
+from fleetmedic.checks.options import check_config_option
 from fleetmedic.checks.proc import run_bounded
 from fleetmedic.errors import ConfigError
 
@@ -59,14 +60,8 @@ PROG = "fleetmedic collective"
 @click.option("--program", default="all_reduce_perf", show_default=True)
 @click.option("--timeout", type=clikit.Duration(minimum=1), default=600.0, show_default=True)
 @clikit.json_option("Print the result as JSON.")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="FLEETMEDIC_CHECK_CONFIG",
-    default=DEFAULT_CONFIG,
-    show_default=True,
-    help="The node's check settings (as `fleetmedic check`): hardware profiles, GPU count.",
+@check_config_option(
+    "The node's check settings (as `fleetmedic check`): hardware profiles, GPU count."
 )
 def collective_cmd(
     gpus: int | None,

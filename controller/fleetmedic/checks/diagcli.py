@@ -26,10 +26,11 @@ import click
 from fleetmedic import clikit
 from fleetmedic.checks import rvs as rvs_tool
 from fleetmedic.checks.base import EXIT_CODES, CheckResult, unknown, worst
-from fleetmedic.checks.cli import DEFAULT_CONFIG, load_config_file
+from fleetmedic.checks.cli import load_config_file
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.diag import DEFAULT_TIMEOUTS as DCGM_LEVELS
 from fleetmedic.checks.diag import run_dcgm
+from fleetmedic.checks.options import check_config_option
 from fleetmedic.checks.runner import fabric_checks, resolve_profile
 from fleetmedic.errors import ConfigError
 
@@ -80,15 +81,7 @@ def pick_vendor(dcgmi: str, rvs: str) -> str | None:
     help="Also check the RDMA ports (state; rate and count against the check config's "
     "hardware profile): the quarantine rung's run.",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="FLEETMEDIC_CHECK_CONFIG",
-    default=DEFAULT_CONFIG,
-    show_default=True,
-    help="The node's check settings (as `fleetmedic check`): read for --fabric only.",
-)
+@check_config_option("The node's check settings (as `fleetmedic check`): read for --fabric only.")
 def diag(
     level: int,
     vendor: str,

@@ -4,6 +4,7 @@ so the two commands take the same flags with the same meaning and limits."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -11,6 +12,9 @@ import click
 from fleetmedic import clikit
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_CONFIG = Path("/etc/fleetmedic/check.yaml")
+"""The node's check settings (written by the agent's installer); absent is fine."""
 
 _PROBE_OPTIONS = (
     click.option(
@@ -65,3 +69,17 @@ def probe_options(fn: F) -> F:
     for option in reversed(_PROBE_OPTIONS):
         fn = option(fn)
     return fn
+
+
+def check_config_option(help: str) -> Callable[[F], F]:
+    """--config: the node's check settings, as ``check``, ``diag`` and ``collective`` read
+    them (``help`` says what each command takes from them)."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        envvar="FLEETMEDIC_CHECK_CONFIG",
+        default=DEFAULT_CONFIG,
+        show_default=True,
+        help=help,
+    )
