@@ -11,7 +11,6 @@ live fleet owns are removed too.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -19,10 +18,9 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
-from tests.harness import fleet_cgroup
+from tests.harness import fleet_cgroup, procs
 from tests.harness import fleet_net as net
 
 FLEETS_ROOT = Path(os.environ.get("FLEETMEDIC_FLEETS", "/run/fleetmedic/fleets"))
@@ -239,15 +237,8 @@ def _octet_taken(octet: int, but: Path) -> bool:
     return False
 
 
-@contextmanager
 def fleets_lock():
-    FLEETS_ROOT.mkdir(parents=True, exist_ok=True)
-    with open(FLEETS_ROOT.parent / "fleets.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return procs.exclusive(FLEETS_ROOT, "fleets.lock")
 
 
 def read_record(fleet_dir: Path) -> dict | None:

@@ -14,7 +14,6 @@ harness's own sweep leaves these names alone.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -22,13 +21,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.harness import fleet_net as net
+from tests.harness import procs
 from tests.harness.fleet_sys import kill_and_wait, proc_alive
 
 MESH_ROOT = Path(os.environ.get("FLEETMEDIC_MESHES", "/run/fleetmedic/meshes"))
@@ -118,15 +117,8 @@ def plumb(netns: str, links: list[Link], share: Iterable[Any]) -> None:
     ipt(netns, "-A", "OUTPUT", "-j", "REJECT", "--reject-with", "icmp-admin-prohibited")
 
 
-@contextmanager
-def lock() -> Iterator[None]:
-    MESH_ROOT.mkdir(parents=True, exist_ok=True)
-    with open(MESH_ROOT.parent / "meshes.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def lock():
+    return procs.exclusive(MESH_ROOT, "meshes.lock")
 
 
 def read_record(d: Path) -> dict | None:

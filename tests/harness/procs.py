@@ -14,12 +14,14 @@ A cache key here is the one ``scripts/setup.d/NN-*.sh`` computes with
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import signal
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,3 +184,16 @@ def rss(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+@contextmanager
+def exclusive(root: Path, name: str) -> Iterator[None]:
+    """Hold the lock file ``root``'s parent/``name`` (creating ``root``): one harness part's
+    bring-up and sweep of stale leftovers at a time, across test workers."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / name, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

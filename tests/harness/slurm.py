@@ -54,7 +54,6 @@ Run ``python -m tests.harness.slurm up|down|status|cleanup`` for a cluster by ha
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import shutil
@@ -64,8 +63,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -468,15 +466,8 @@ def wait_for(ok: Any, timeout: float, what: str, proc: Proc) -> None:
         time.sleep(0.05)
 
 
-@contextmanager
-def lock() -> Iterator[None]:
-    SLURM_ROOT.mkdir(parents=True, exist_ok=True)
-    with open(SLURM_ROOT.parent / "slurm.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def lock():
+    return procs.exclusive(SLURM_ROOT, "slurm.lock")
 
 
 def read_record(d: Path) -> dict | None:
