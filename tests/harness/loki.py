@@ -544,6 +544,25 @@ class Tail:
         self.ws = websocket.create_connection(url, timeout=timeout)
         self.entries: list[Entry] = []
         self.dropped: list[dict] = []
+        self._await_first_frame(timeout)
+
+    def _await_first_frame(self, timeout: float) -> None:
+        """Return once Loki follows the query. Loki registers the tail with its
+        ingesters only after the websocket handshake, and its replay ends at the
+        handshake's time, so a line pushed in between would be in neither. Its first
+        frame (a batch, or the ping it sends every second once following) closes that
+        window; the product's tail (fleetmedic.adapters.loki.Tail) waits the same way."""
+        import websocket
+
+        self.ws.settimeout(timeout)
+        try:
+            opcode, frame = self.ws.recv_data_frame(control_frame=True)
+        except websocket.WebSocketTimeoutException as exc:
+            raise LokiError(f"tail: no frame from Loki within {timeout:g}s") from exc
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            raise LokiError(f"tail closed by Loki at once: {self.url}")
+        if opcode in (websocket.ABNF.OPCODE_TEXT, websocket.ABNF.OPCODE_BINARY):
+            self._take(frame.data)
 
     def __enter__(self) -> Tail:
         return self
@@ -565,8 +584,9 @@ class Tail:
             return []
         except websocket.WebSocketConnectionClosedException as exc:
             raise LokiError(f"tail closed by Loki: {self.url}") from exc
-        if not msg:
-            return []
+        return self._take(msg) if msg else []
+
+    def _take(self, msg: str | bytes) -> list[Entry]:
         data = json.loads(msg)
         self.dropped.extend(data.get("dropped_entries") or [])
         got = _entries(data.get("streams") or [])
