@@ -176,13 +176,10 @@ cache_connection: ~/.cache/fleetmedic-inventory
 cache_timeout: 300
 """
 
-import os
-import sys
-
 from ansible.errors import AnsibleError
-from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
 from ansible_collections.fleetmedic.fleet.plugins.module_utils.text import one_line
+from ansible_collections.fleetmedic.fleet.plugins.plugin_utils.node_inventory import NodeInventory
 
 try:
     from fleetmedic.errors import FleetmedicError
@@ -205,47 +202,18 @@ else:
     FLEETMEDIC_IMPORT_ERROR = None
 
 
-class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+class InventoryModule(NodeInventory):
     NAME = "fleetmedic.fleet.k8s_nodes"
-
-    def verify_file(self, path):
-        """Accept only readable files named *.k8s_nodes.yml or *.k8s_nodes.yaml."""
-        if super().verify_file(path) and path.endswith((".k8s_nodes.yml", ".k8s_nodes.yaml")):
-            return True
-        self.display.debug(
-            "k8s_nodes inventory filename must end with '.k8s_nodes.yml' or '.k8s_nodes.yaml'"
-        )
-        return False
+    SUFFIX = "k8s_nodes"
 
     def parse(self, inventory, loader, path, cache=True):
-        super().parse(inventory, loader, path, cache)
-        self._read_config_data(path)
-        if FLEETMEDIC_IMPORT_ERROR is not None:
-            raise AnsibleError(
-                "The fleetmedic.fleet.k8s_nodes inventory plugin needs the fleetmedic Python package in "
-                "the Python that runs Ansible (%s): %s"
-                % (sys.executable, one_line(FLEETMEDIC_IMPORT_ERROR))
-            )
+        self._start(inventory, loader, path, cache, FLEETMEDIC_IMPORT_ERROR)
         vocab = self._vocabulary()
         foreign = self._foreign_signals()
-
-        cache_key = self.get_cache_key(path)
-        use_cache = self.get_option("cache") and cache
-        update_cache = self.get_option("cache") and not cache
-        nodes = None
-        if use_cache:
-            try:
-                nodes = self._cache[cache_key]
-            except KeyError:
-                update_cache = True
-        kubeconfig = self._templated("kubeconfig")
-        if kubeconfig and not os.path.isabs(kubeconfig):
-            kubeconfig = os.path.join(os.path.dirname(os.path.abspath(path)), kubeconfig)
+        kubeconfig = self._path_option("kubeconfig", path)
         context = self._templated("context")
-        if nodes is None:
-            nodes = self._list_nodes(kubeconfig, context, self._templated("label_selector") or None)
-        if update_cache:
-            self._cache[cache_key] = nodes
+        selector = self._templated("label_selector")
+        nodes = self._nodes(path, cache, lambda: self._list_nodes(kubeconfig, context, selector))
         self._populate(nodes, vocab, foreign)
         # where these nodes came from, so the playbooks take their node Leases on that cluster
         if kubeconfig:
@@ -254,14 +222,6 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self.inventory.set_variable("all", "fleetmedic_kube_context", context)
 
     # -- options -------------------------------------------------------------
-    def _templated(self, option):
-        value = self.get_option(option)
-        if isinstance(value, str) and self.templar.is_template(value):
-            value = self.templar.template(value)
-        if option == "kubeconfig" and value:
-            value = os.path.expanduser(str(value))
-        return value or None
-
     def _vocabulary(self):
         custom = self.get_option("taint_names")
         try:

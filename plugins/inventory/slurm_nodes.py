@@ -106,14 +106,12 @@ groups:
   drained_by_nhc: fleetmedic_owner == 'foreign_nhc'
 """
 
-import os
 import re
-import sys
 
 from ansible.errors import AnsibleError
-from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
 from ansible_collections.fleetmedic.fleet.plugins.module_utils.text import one_line
+from ansible_collections.fleetmedic.fleet.plugins.plugin_utils.node_inventory import NodeInventory
 
 try:
     from fleetmedic.adapters.slurm import SlurmNode
@@ -142,55 +140,16 @@ def slurm_state(node):
     return node.state or "unknown"
 
 
-class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+class InventoryModule(NodeInventory):
     NAME = "fleetmedic.fleet.slurm_nodes"
-
-    def verify_file(self, path):
-        """Accept only readable files named *.slurm_nodes.yml or *.slurm_nodes.yaml."""
-        if super().verify_file(path) and path.endswith((".slurm_nodes.yml", ".slurm_nodes.yaml")):
-            return True
-        self.display.debug(
-            "slurm_nodes inventory filename must end with '.slurm_nodes.yml' or '.slurm_nodes.yaml'"
-        )
-        return False
+    SUFFIX = "slurm_nodes"
 
     def parse(self, inventory, loader, path, cache=True):
-        super().parse(inventory, loader, path, cache)
-        self._read_config_data(path)
-        if FLEETMEDIC_IMPORT_ERROR is not None:
-            raise AnsibleError(
-                "The fleetmedic.fleet.slurm_nodes inventory plugin needs the fleetmedic Python "
-                "package in the Python that runs Ansible (%s): %s"
-                % (sys.executable, one_line(FLEETMEDIC_IMPORT_ERROR))
-            )
-        conf = self._slurm_conf(path)
-        cache_key = self.get_cache_key(path)
-        use_cache = self.get_option("cache") and cache
-        update_cache = self.get_option("cache") and not cache
-        nodes = None
-        if use_cache:
-            try:
-                nodes = self._cache[cache_key]
-            except KeyError:
-                update_cache = True
-        if nodes is None:
-            nodes = self._list_nodes(conf)
-        if update_cache:
-            self._cache[cache_key] = nodes
-        self._populate(nodes)
+        self._start(inventory, loader, path, cache, FLEETMEDIC_IMPORT_ERROR)
+        conf = self._path_option("slurm_conf", path)
+        self._populate(self._nodes(path, cache, lambda: self._list_nodes(conf)))
         if conf:
             self.inventory.set_variable("all", "fleetmedic_slurm_conf", conf)
-
-    def _slurm_conf(self, path):
-        value = self.get_option("slurm_conf")
-        if isinstance(value, str) and self.templar.is_template(value):
-            value = self.templar.template(value)
-        if not value:
-            return None
-        value = os.path.expanduser(str(value))
-        if not os.path.isabs(value):
-            value = os.path.join(os.path.dirname(os.path.abspath(path)), value)
-        return value
 
     # -- the data source (the only seam unit tests replace) ------------------
     def _list_nodes(self, conf):
