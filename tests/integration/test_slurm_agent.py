@@ -223,3 +223,21 @@ def test_an_unreachable_slurmctld_is_one_line_exit_3(slurm_factory, node_env):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "error:" in lines[0] and "sinfo" in lines[0], r.stderr
     assert r.returncode == 3, (r.returncode, r.stderr)
+
+
+def test_gpu_strikes_fence_with_the_failing_check_as_the_finding(slurm, node_env, tmp_path):
+    _, _, once = node_env
+    (tmp_path / "nvml.json").write_text(
+        json.dumps(h100(2, **{"0": {"ecc_volatile_uncorrected": 3}}))
+    )
+    args = ("--vendor", "nvidia", "--expected-gpus", "2", "--strike-limit", "2")
+    first = _json(once("n3", *args, env=nvml_env(tmp_path)))
+    assert first["strikes"]["gpu"] == 1 and first["fenced"] is None and not reason(slurm, "n3")
+    second = _json(once("n3", *args, env=nvml_env(tmp_path)))
+    assert second["fenced"] == "reboot", second
+    why = reason(slurm, "n3")
+    assert why.startswith("fleetmedic: reboot: gpu problem: "), why
+    print(f"\nreason after 2 GPU strikes: {why}")
+    # the fence starts the count over, as on Kubernetes; the evidence stays in the record
+    assert json.loads(record(slurm, "n3")[keys.ANN_STRIKES])["gpu"] == 0
+    assert json.loads(record(slurm, "n3")[keys.ANN_LAST_RESULTS])["gpu"]["status"] == "problem"
