@@ -141,7 +141,10 @@ def _logging(level: str) -> None:
     epilog=clikit.epilog(
         "fleetmedic agent --node-name gpu-node-7 --interval 1m",
         "fleetmedic agent --node-name gpu-node-7 --once --once-timeout 10s",
-    ),
+        "fleetmedic agent --node-name n7 --slurm-conf /etc/slurm/slurm.conf",
+        codes=(0, 1, 2, 3),
+    )
+    + "\n  (1 only with --once --exit-fenced: the node carries our fence)",
 )
 @click.option(
     "--node-name",
@@ -260,8 +263,22 @@ def _logging(level: str) -> None:
     default="30s",
     help="With --once: how long to wait for the API server before giving up (exit 3).",
 )
+@click.option(
+    "--exit-fenced",
+    is_flag=True,
+    help="With --once: exit 1 when the node carries our fence after the run (fenced now or "
+    "before), else 0. For a Slurm Prolog: slurmctld then requeues the job and keeps our drain "
+    "reason (docs/slurm.md).",
+)
 @clikit.log_level_option
-def agent(config_path: Path, once: bool, once_timeout: float, log_level: str, **opts: Any) -> None:
+def agent(
+    config_path: Path,
+    once: bool,
+    once_timeout: float,
+    exit_fenced: bool,
+    log_level: str,
+    **opts: Any,
+) -> None:
     """Run the node agent: health checks, strikes and fencing of this node.
 
     Every --interval seconds it runs the GPU and network checks (only the network
@@ -320,6 +337,8 @@ def agent(config_path: Path, once: bool, once_timeout: float, log_level: str, **
                 }
             )
         )
+        if exit_fenced and not out.held and (out.fenced or out.before_repair):
+            sys.exit(clikit.EXIT_FINDINGS)
         return
     # The loop runs in a thread so SIGTERM is noticed at once, even mid-round.
     thread = threading.Thread(target=worker.run, name="fleetmedic-agent", daemon=True)
