@@ -241,3 +241,17 @@ def test_gpu_strikes_fence_with_the_failing_check_as_the_finding(slurm, node_env
     # the fence starts the count over, as on Kubernetes; the evidence stays in the record
     assert json.loads(record(slurm, "n3")[keys.ANN_STRIKES])["gpu"] == 0
     assert json.loads(record(slurm, "n3")[keys.ANN_LAST_RESULTS])["gpu"]["status"] == "problem"
+
+
+def test_an_extra_that_is_not_json_is_never_written_over(slurm, node_env):
+    """Someone keeps plain text in n3's Extra: our record cannot live beside it, so the
+    agent writes nothing there (no drain without its record), says so once and exits."""
+    kern, _, once = node_env
+    slurm.run("scontrol", "update", "nodename=n3", "extra=rack 12, row B")
+    append(kern, xid_line(code=79, uptime=180.0))
+    r = once("n3")
+    out = _json(r)
+    assert "Extra holds something else" in out["held"]
+    n3 = slurm.nodes()["n3"]
+    assert n3["extra"] == "rack 12, row B" and not n3["reason"]
+    assert len([ln for ln in r.stderr.splitlines() if "not writing n3" in ln]) == 1, r.stderr

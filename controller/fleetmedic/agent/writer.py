@@ -13,8 +13,10 @@ Slow-network is removed only by a passing network check.
 
 The writes go through a :class:`~fleetmedic.adapters.nodedocs.NodeDocs`: the Node itself
 on Kubernetes, a Slurm node's drain and Extra on Slurm (:mod:`fleetmedic.adapters.slurmdoc`).
-A Slurm node someone else drained refuses every write (ForeignDrain): the outcome is then
-``held`` (nothing fenced, nothing recorded) and the agent says so once.
+A Slurm node someone else drained refuses every write (ForeignDrain), and so does one whose
+Extra holds something not JSON (ForeignField: our record cannot live beside it): the
+outcome is then ``held`` (nothing fenced, nothing recorded) and the agent says so once,
+rather than retrying a write that can never succeed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from fleetmedic.adapters.nodedocs import NodeDocs
-from fleetmedic.adapters.slurm import ForeignDrain
+from fleetmedic.adapters.slurm import ForeignDrain, ForeignField
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.checks.base import CheckResult
@@ -231,7 +233,7 @@ class NodeWriter:
 
         try:
             node = self.kube.update_node(self.node_name, mutate)
-        except ForeignDrain as exc:
+        except (ForeignDrain, ForeignField) as exc:  # someone else's reason, or Extra
             return self._held(box["out"], str(exc))
         self._held_said = ""
         self.on_write()
