@@ -1,0 +1,175 @@
+"""The restore phase for operator-managed nodes through the controller: a kwok Node labelled
+``nvidia.com/mig.config`` (NVIDIA's mig-manager owns its MIG layout) mapped onto a fleet node
+that really reboots, real Ansible, ``fleetmedic run`` as a subprocess (SIGKILLed in one test),
+the real kube-apiserver. The controller hands the restore to mig-manager: it evicts the
+agent's pod on the node and waits for ``nvidia.com/mig.config.state=success``, then reads the
+layout back over SSH.
+
+The one stand-in is mig-manager itself (tests/harness/partition_operator.py): it manages GPU
+hardware, which the fleet fakes. It watches the real API server for its pod and label, and
+applies the layout to the node's fake GPUs through the fake nvidia-mig-parted over SSH, as
+the real agent's reconfigure script does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.harness import ctlenv, partitions
+from tests.harness.ctlbench import Benches, pool_name
+from tests.harness.ctlenv import annotation, history, wait_state, wait_until
+from tests.harness.partition_operator import CONFIG_LABEL, STATE_LABEL, MigManagerStandIn
+
+pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
+
+LAYOUT = "all-3g.40gb"
+CONFIGS = {
+    LAYOUT: [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}],
+    "all-disabled": [{"devices": "all", "mig-enabled": False}],
+}
+
+
+@pytest.fixture
+def bench(kube, fleet_factory, tmp_path):
+    benches = Benches(kube, fleet_factory, tmp_path)
+    agents: list[MigManagerStandIn] = []
+
+    def new(mode: str = "apply"):
+        b = benches.new(1, pool_name("po"))
+        node = b.fleet.node(1)
+        partitions.mig(node)  # the layout mig-manager made before the fault
+        name = f"{b.pool}-1"
+        b.make_nodes(
+            [name],
+            [node.address],
+            taints=[ctlenv.repair_taint("reboot")],
+            labels={CONFIG_LABEL: LAYOUT, STATE_LABEL: "success"},
+        )
+        # a namespace of this test's own: the API server is shared by the session
+        agent = MigManagerStandIn(kube, name, node, f"gpu-op-{b.pool}", CONFIGS, mode).start()
+        agents.append(agent)
+        return b, node, name, agent
+
+    yield new
+    for a in agents:
+        a.stop()
+        print(f"--- stand-in: pods {a.pods}, runs {a.runs}, errors {a.errors[-3:]}")
+    benches.stop_controllers(log_lines=80)
+    benches.delete_nodes()
+
+
+def operator_config(b, agent, wait: float = 300, **ladder):
+    """The pool's config with the mig-manager entry pointed at the stand-in's namespace (the
+    documented way to set an operator's namespace or pod labels)."""
+    mig_manager = {
+        "name": "mig-manager",
+        "config_label": CONFIG_LABEL,
+        "state_label": STATE_LABEL,
+        "failure": ["failed"],
+        "namespace": agent.namespace,
+        "pod_labels": {"app": "nvidia-mig-manager"},
+    }
+    restore = {"operators": [mig_manager], "operator_wait": wait}
+    return b.config(ladder={"restore": restore, **ladder})
+
+
+def test_a_mig_manager_node_rebooted_for_xid79_gets_its_instances_back_from_the_operator(bench):
+    b, node, name, agent = bench()
+    before = partitions.mig_devices(node)
+    assert len(before) == 4
+    ctlenv.xid79(node)
+    boots = node.boots
+    first_pod = agent.pods[-1]
+    proc = b.controller(operator_config(b, agent))
+    wait_state(b.kube, name, "healthy", proc, 300)
+    assert node.boots == boots + 1, "one reboot"
+    assert partitions.mig_devices(node) == before, "the same instances, the same MIG UUIDs"
+    # the operator applied it, once, from a new pod (the controller's trigger); the
+    # controller's playbook only read it back
+    assert partitions.mig_parted_applies(node) == [True]
+    assert len(agent.pods) == 2 and agent.pods[0] == first_pod, agent.pods
+    assert agent.runs[-1] == (LAYOUT, "success")
+    labels = ctlenv.node(b.kube, name)["metadata"]["labels"]
+    assert labels[STATE_LABEL] == "success" and labels[CONFIG_LABEL] == LAYOUT
+    rec = annotation(b.kube, name, "fleetmedic.io/partition-layout")
+    assert rec["labels"] == {CONFIG_LABEL: LAYOUT}
+    assert rec["handoff"]["pod"] == first_pod
+    [attempt] = history(b.kube, name)
+    assert (attempt["step"], attempt["result"], attempt["phase"]) == ("reboot", "pass", "verify")
+    assert (
+        f"restore: mig-manager applied {CONFIG_LABEL}={LAYOUT} (success in " in attempt["message"]
+    ), attempt["message"]
+    assert "after: GPU 0: MIG 3g.40gb x2; GPU 1: MIG 3g.40gb x2" in attempt["message"]
+    audits = [
+        json.loads(line[line.index("{") :])
+        for line in proc.log.read_text().splitlines()
+        if '"audit": true' in line
+    ]
+    done = [a["what"] for a in audits if a["node"] == name]
+    assert done == ["diagnose", "drain", "probe", "reboot", "restore", "verify"], done
+
+
+def test_an_operator_that_reports_failed_fails_the_rung_and_it_climbs(bench):
+    b, node, name, agent = bench()
+    why = "error applying MIG configuration: GPU 0: MIG mode change refused"
+    partitions.set_scenario_key(node, "fail", {"nvidia-mig-parted apply": why})
+    ctlenv.xid79(node)
+    proc = b.controller(operator_config(b, agent, order=["reboot", "manual"]))
+    wait_state(b.kube, name, "manual", proc, 300)
+    failed = history(b.kube, name)[0]
+    assert (failed["step"], failed["result"], failed["phase"]) == ("reboot", "fail", "restore")
+    assert (
+        f"mig-manager reported {STATE_LABEL}=failed applying {CONFIG_LABEL}={LAYOUT}"
+        in (failed["message"])
+    ), failed["message"]
+    assert agent.runs[-1] == (LAYOUT, "failed")
+    assert partitions.mig_parted_applies(node) == []
+
+
+def test_an_operator_that_never_answers_times_out_and_the_rung_climbs(bench):
+    b, node, name, agent = bench("silent")
+    ctlenv.xid79(node)
+    proc = b.controller(operator_config(b, agent, wait=20, order=["reboot", "manual"]))
+    wait_state(b.kube, name, "manual", proc, 300)
+    failed = history(b.kube, name)[0]
+    assert (failed["step"], failed["result"], failed["phase"]) == ("reboot", "fail", "restore")
+    assert (
+        f"mig-manager did not report {STATE_LABEL}=success for {CONFIG_LABEL}={LAYOUT} "
+        f"within 20s ({STATE_LABEL}: unset)" in failed["message"]
+    ), failed["message"]
+    assert len(agent.pods) == 2, "the pod was restarted once"
+    assert partitions.mig_parted_applies(node) == []
+
+
+def test_a_controller_killed_while_waiting_resumes_without_triggering_twice(bench):
+    b, node, name, agent = bench()
+    before = partitions.mig_devices(node)
+    ctlenv.xid79(node)
+    cfg = operator_config(b, agent)
+    first = b.controller(cfg, 1)
+
+    def handed_off():
+        return "handoff" in (annotation(b.kube, name, "fleetmedic.io/partition-layout") or {})
+
+    wait_until(handed_off, 240, "the hand-off to mig-manager", interval=0.1)
+    first.kill9()
+    # The trigger is recorded before the pod is evicted, so the kill lands either after the
+    # eviction (mig-manager then finishes while no controller runs, and the next one must not
+    # evict again) or between the two (the next one must evict the recorded pod). One
+    # restart either way.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if len(agent.runs) > 1 and agent.runs[-1][1] == "success":
+            break
+        time.sleep(0.2)
+    print(f"before the restart: pods {agent.pods}, runs {agent.runs}")
+    second = b.controller(cfg, 2)
+    wait_state(b.kube, name, "healthy", second, 240)
+    assert partitions.mig_devices(node) == before
+    assert len(agent.pods) == 2, f"one restart of the agent's pod, not two: {agent.pods}"
+    assert partitions.mig_parted_applies(node) == [True], "one application of the layout"
+    [attempt] = history(b.kube, name)
+    assert (attempt["step"], attempt["result"]) == ("reboot", "pass")
