@@ -64,7 +64,8 @@ class MigManagerStandIn:
         spec = {"version": "v1", "mig-configs": self.configs}
         (self.fleet_node.state_dir / "mig-parted-config.json").write_text(json.dumps(spec))
         self.kube.ensure_namespace(self.namespace)
-        self._step()  # the first pod and its first run, before the test goes on
+        self._step()  # the first pod, and (below) its first run, before the test goes on
+        self._step()
         self._thread.start()
         return self
 

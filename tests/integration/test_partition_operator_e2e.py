@@ -59,6 +59,7 @@ def bench(kube, fleet_factory, tmp_path):
         print(f"--- stand-in: pods {a.pods}, runs {a.runs}, errors {a.errors[-3:]}")
     benches.stop_controllers(log_lines=80)
     benches.delete_nodes()
+    assert not [e for a in agents for e in a.errors], "the stand-in hit errors (above)"
 
 
 def operator_config(b, agent, wait: float = 300, **ladder):
