@@ -192,3 +192,14 @@ def test_a_shutdown_while_waiting_is_the_executors_cancel(kube, setup):
     with pytest.raises(Gone):
         restore(ctl, kube, name, a, "e1-reboot1-v", cancel=cancel)
     assert record(kube, name)["handoff"]["rid"] == "e1-reboot1-v"
+
+
+def test_without_the_grants_the_rung_fails_in_one_line(kube, setup):
+    _ctl, name, _node, agent = setup
+    a = agent()
+    bare = connect(kube.kubeconfig_for_serviceaccount(NAMESPACE, "fleetmedic-no-grants"))
+    done = restore(bare, kube, name, a, "e1-reboot1-u")
+    assert done.failed is not None
+    assert done.failed.message.startswith("mig-manager restore not allowed: "), done.failed
+    assert "deploy/controller/rbac.yaml" in done.failed.message
+    assert len(a.pods) == 1, "nothing was restarted"

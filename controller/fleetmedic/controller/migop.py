@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetmedic.adapters.kube import Kube, TooManyRequests
-from fleetmedic.errors import TemporaryError
+from fleetmedic.errors import ForbiddenError, TemporaryError
 from fleetmedic.model import keys
 from fleetmedic.model.config.partition import PartitionOperatorConfig, RestoreConfig
 from fleetmedic.model.nodestate import NodeView
@@ -81,6 +81,25 @@ def restore(
     if found is None:
         return HandOff()
     op, value = found
+    try:
+        return _hand_off(kube, view, action, cfg, op, value, cancel, cancelled)
+    except ForbiddenError as exc:  # a grant taken away: the rung fails, not a retry forever
+        return _failed(
+            f"{op.name} restore not allowed: {exc} (deploy/controller/rbac.yaml grants "
+            "pods list, pods/eviction create and nodes patch)"
+        )
+
+
+def _hand_off(
+    kube: Kube,
+    view: NodeView,
+    action: Action,
+    cfg: RestoreConfig,
+    op: PartitionOperatorConfig,
+    value: str,
+    cancel: threading.Event,
+    cancelled: type[Exception],
+) -> HandOff:
     rid = str(action.hostvars.get("fleetmedic_request_id") or "")
     trigger = partition.handoff(view, rid)
     if trigger is None:
