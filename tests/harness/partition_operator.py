@@ -28,7 +28,7 @@ import json
 import shlex
 import threading
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 CONFIG_LABEL = "nvidia.com/mig.config"
@@ -40,6 +40,11 @@ YAML."""
 
 
 class MigManagerStandIn:
+    config_label = CONFIG_LABEL
+    state_label = STATE_LABEL
+    pod_labels: ClassVar[dict[str, str]] = POD_LABELS
+    pod_prefix = "nvidia-mig-manager"
+
     def __init__(
         self,
         kube,
@@ -61,13 +66,16 @@ class MigManagerStandIn:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> MigManagerStandIn:
-        spec = {"version": "v1", "mig-configs": self.configs}
-        (self.fleet_node.state_dir / "mig-parted-config.json").write_text(json.dumps(spec))
+        self._prepare()
         self.kube.ensure_namespace(self.namespace)
         self._step()  # the first pod, and (below) its first run, before the test goes on
         self._step()
         self._thread.start()
         return self
+
+    def _prepare(self) -> None:
+        spec = {"version": "v1", "mig-configs": self.configs}
+        (self.fleet_node.state_dir / "mig-parted-config.json").write_text(json.dumps(spec))
 
     def stop(self) -> None:
         self._stop.set()
@@ -90,14 +98,14 @@ class MigManagerStandIn:
         if not live:
             return  # the old pod is going: its successor comes once it is gone
         uid = live[0]["metadata"]["uid"]
-        value = self._labels().get(CONFIG_LABEL, "")
+        value = self._labels().get(self.config_label, "")
         if (uid, value) == self._seen:
             return  # the agent applies on its start and on a changed value, not otherwise
         self._seen = (uid, value)
         self._run(value)
 
     def _pods(self) -> list[dict]:
-        sel = quote(",".join(f"{k}={v}" for k, v in POD_LABELS.items()))
+        sel = quote(",".join(f"{k}={v}" for k, v in self.pod_labels.items()))
         where = quote(f"spec.nodeName={self.node_name}")
         path = f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={sel}&fieldSelector={where}"
         return self.kube.request("GET", path).get("items") or []
@@ -106,8 +114,8 @@ class MigManagerStandIn:
         [pod] = self.kube.make_pods(
             self.node_name,
             namespace=self.namespace,
-            prefix=f"nvidia-mig-manager-{uuid.uuid4().hex[:5]}",
-            labels=POD_LABELS,
+            prefix=f"{self.pod_prefix}-{uuid.uuid4().hex[:5]}",
+            labels=self.pod_labels,
             owner_kind="DaemonSet",
             spec={"terminationGracePeriodSeconds": 1},
             wait=False,
@@ -118,11 +126,11 @@ class MigManagerStandIn:
         node = self.kube.request("GET", f"/api/v1/nodes/{self.node_name}")
         return node["metadata"].get("labels") or {}
 
-    def _set_state(self, state: str) -> None:
+    def _set_state(self, state: str | None) -> None:
         self.kube.request(
             "PATCH",
             f"/api/v1/nodes/{self.node_name}",
-            {"metadata": {"labels": {STATE_LABEL: state}}},
+            {"metadata": {"labels": {self.state_label: state}}},
             content_type="application/merge-patch+json",
         )
 
@@ -138,5 +146,52 @@ class MigManagerStandIn:
             self._set_state("pending")
             p = self.fleet_node.ssh(f"nvidia-mig-parted apply {flags}", check=False)
             state = "success" if p.returncode == 0 else "failed"
+        self._set_state(state)
+        self.runs.append((value, state))
+
+
+DCM_CONFIG_LABEL = "dcm.amd.com/gpu-config-profile"
+DCM_STATE_LABEL = "dcm.amd.com/gpu-config-profile-state"
+
+
+class DeviceConfigManagerStandIn(MigManagerStandIn):
+    """The same STAND-IN for AMD's device config manager (ROCm/device-config-manager
+    ``cmd/deviceconfigmanager/main.go``, ``pkg/config_manager``): on start it removes its
+    state label, then for the profile its label names (``configs``: ``{name: {"compute":
+    "CPX", "memory": "NPS4"}}``) sets each GPU that differs, memory partition first, with
+    the driver reload a memory-partition change needs, through the node's fake amd-smi over
+    SSH (``amd-smi static --partition --json`` for the current ones, as DCM reads them
+    through amdsmi), and sets ``success`` or ``failure``."""
+
+    config_label = DCM_CONFIG_LABEL
+    state_label = DCM_STATE_LABEL
+    pod_labels: ClassVar[dict[str, str]] = {"app": "amdgpu-device-config-manager"}
+    pod_prefix = "amdgpu-device-config-manager"
+
+    def _prepare(self) -> None:
+        pass
+
+    def _run(self, value: str) -> None:
+        self._set_state(None)
+        want = self.configs.get(value)
+        if self.mode == "silent" or want is None:
+            self.runs.append((value, ""))
+            return
+        out = self.fleet_node.ssh("amd-smi static --partition --json").stdout
+        data = json.loads(out)
+        rows = data.get("gpu_data", []) if isinstance(data, dict) else data
+        have = [row.get("partition") or {} for row in rows]
+        mem, comp = shlex.quote(want["memory"]), shlex.quote(want["compute"])
+        memory = [i for i, p in enumerate(have) if p.get("memory_partition") != want["memory"]]
+        compute = [i for i, p in enumerate(have) if p.get("compute_partition") != want["compute"]]
+        steps = [f"amd-smi set -g {i} --memory-partition {mem}" for i in memory]
+        steps += ["amd-smi reset --reload-driver"] if memory else []
+        # (the reload may bring compute partitions back: set them all after one)
+        steps += [
+            f"amd-smi set -g {i} --compute-partition {comp}"
+            for i in (range(len(have)) if memory else compute)
+        ]
+        ok = all(self.fleet_node.ssh(c, check=False).returncode == 0 for c in steps)
+        state = "success" if ok else "failure"
         self._set_state(state)
         self.runs.append((value, state))

@@ -20,7 +20,14 @@ import pytest
 from tests.harness import ctlenv, partitions
 from tests.harness.ctlbench import Benches, pool_name
 from tests.harness.ctlenv import annotation, history, wait_state, wait_until
-from tests.harness.partition_operator import CONFIG_LABEL, STATE_LABEL, MigManagerStandIn
+from tests.harness.partition_operator import (
+    CONFIG_LABEL,
+    DCM_CONFIG_LABEL,
+    DCM_STATE_LABEL,
+    STATE_LABEL,
+    DeviceConfigManagerStandIn,
+    MigManagerStandIn,
+)
 
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
@@ -166,3 +173,62 @@ def test_a_controller_killed_while_waiting_resumes_without_triggering_twice(benc
     assert partitions.mig_parted_applies(node) == [True], "one application of the layout"
     [attempt] = history(b.kube, name)
     assert (attempt["step"], attempt["result"]) == ("reboot", "pass")
+
+
+def test_an_amd_node_through_a_reset_gets_cpx_nps4_back_from_the_device_config_manager(
+    kube, fleet_factory, tmp_path
+):
+    benches = Benches(kube, fleet_factory, tmp_path)
+    b = benches.new(1, pool_name("pa"))
+    node = b.fleet.node(1)
+    check = ctlenv.CHECK_YAML.replace("vendor: nvidia", "vendor: amd")
+    node.ssh(f"printf '%s' '{check}' > /etc/fleetmedic/check.yaml")
+    partitions.amd(node, "CPX", "NPS4")  # the layout DCM made before the fault
+    name = f"{b.pool}-1"
+    b.make_nodes(
+        [name],
+        [node.address],
+        taints=[ctlenv.repair_taint("reset")],
+        labels={
+            "fleetmedic.io/gpu-vendor": "amd",
+            DCM_CONFIG_LABEL: "cpx-nps4",
+            DCM_STATE_LABEL: "success",
+        },
+    )
+    profiles = {"cpx-nps4": {"compute": "CPX", "memory": "NPS4"}}
+    agent = DeviceConfigManagerStandIn(kube, name, node, f"amd-op-{b.pool}", profiles).start()
+    try:
+        assert agent.runs == [("cpx-nps4", "success")]  # in place: nothing set at its start
+        dcm = {
+            "name": "device-config-manager",
+            "config_label": DCM_CONFIG_LABEL,
+            "state_label": DCM_STATE_LABEL,
+            "failure": ["failure"],
+            "namespace": agent.namespace,
+            "pod_labels": {"app": "amdgpu-device-config-manager"},
+        }
+        cfg = b.config(ladder={"restore": {"operators": [dcm], "operator_wait": 300}})
+        boots = node.boots
+        proc = b.controller(cfg)
+        wait_state(b.kube, name, "healthy", proc, 300)
+        assert node.boots == boots, "a reset, no reboot"
+        gpus = json.loads((node.state_dir / "amd.json").read_text())["gpus"]
+        assert [g.get("resets") for g in gpus] == [1, 1], "the reset went through the hive"
+        assert [(g["compute_partition"], g["memory_partition"]) for g in gpus] == [
+            ("CPX", "NPS4")
+        ] * 2
+        assert [g.get("driver_reloads") for g in gpus] == [1, 1], "one reload, by DCM"
+        assert len(agent.pods) == 2 and agent.runs[-1] == ("cpx-nps4", "success")
+        [attempt] = history(b.kube, name)
+        assert (attempt["step"], attempt["result"]) == ("reset", "pass")
+        assert (
+            f"restore: device-config-manager applied {DCM_CONFIG_LABEL}=cpx-nps4 (success in"
+            in attempt["message"]
+        ), attempt["message"]
+        assert "after: GPU 0: CPX/NPS4; GPU 1: CPX/NPS4" in attempt["message"]
+    finally:
+        agent.stop()
+        print(f"--- stand-in: pods {agent.pods}, runs {agent.runs}, errors {agent.errors[-3:]}")
+        benches.stop_controllers(log_lines=80)
+        benches.delete_nodes()
+    assert not agent.errors, agent.errors
