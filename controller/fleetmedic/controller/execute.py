@@ -10,7 +10,9 @@ RUN        ``action.playbook`` on the node (ansible-runner), within    ok | fail
            the execution node ``executor`` routes the node to; the
            power_cycle phase also gets the node's BMC address and
            the credential files' paths (``bmc:``; none: failed,
-           without a run)
+           without a run); the restore phase of an operator-
+           managed node hands the layout to the GPU operator and
+           waits for it first (migop.py; failed: no run)
 PROBE      read /proc/sys/kernel/random/boot_id over SSH               ok (``boot_id``) | ...
 DRAIN      cordon, evict, wait for the pods to be gone (PDB-aware,     ok | blocked |
            ``force`` deletes what a PDB still protects after the       forbidden (no grant)
@@ -41,6 +43,8 @@ The caller leaves the in-flight marker as it is then, so the phase runs again la
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import re
 import threading
@@ -54,7 +58,7 @@ import yaml
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.controller import drain as drainmod
-from fleetmedic.controller import ledger
+from fleetmedic.controller import ledger, migop
 from fleetmedic.errors import (
     ConfigError,
     FleetmedicError,
@@ -67,6 +71,7 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy import partition
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
 from fleetmedic.policy.history import decode, of_episode, stamp
 from fleetmedic.policy.inflight import Escalated
@@ -128,6 +133,13 @@ class Executor:
         if isinstance(extra, str):
             log.warning("%s: %s not run: %s", view.name, action.phase, extra)
             return Outcome("failed", message=extra, task="bmc")
+        handed = migop.HandOff()
+        if action.phase == partition.PHASE:  # an operator-managed node: its operator first
+            restore = self.cfg.profile(action.profile).ladder.restore
+            handed = migop.restore(self.kube, view, action, restore, cancel, Cancelled)
+            if handed.failed:
+                return handed.failed
+            extra = {**extra, **handed.hostvars}
         self.on_run(1)
         try:
             # the controller holds the node Lease itself (loop.py); the playbooks take it only
@@ -144,7 +156,11 @@ class Executor:
             )
         finally:
             self.on_run(-1)
-        return self._host_outcome(result, view.name, cancel)
+        outcome = self._host_outcome(result, view.name, cancel)
+        if outcome.ok and handed.op:  # the history says who applied it (ladder.complete)
+            note = partition.operator_note(handed.op, handed.value, handed.waited, outcome.stdout)
+            outcome = dataclasses.replace(outcome, stdout=json.dumps({"note": note}))
+        return outcome
 
     def _phase_vars(self, action: Action, view: NodeView) -> dict[str, Any] | str:
         """Host variables a phase needs from the config; a string says why it cannot run."""

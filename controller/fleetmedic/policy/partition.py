@@ -17,15 +17,26 @@ resources its jobs no longer find. So:
   nothing was recorded, the phase is passed over without a run (:func:`needs_restore`), so
   a rung costs what it did before for the nodes that never used partitions.
 
+Operator-managed nodes (issue 30, part 2): a record that carries a GPU operator's layout
+label (``nvidia.com/mig.config`` for NVIDIA's mig-manager, ``dcm.amd.com/gpu-config-profile``
+for AMD's device config manager; ``ladder.restore.operators``) is handed to that operator
+instead of being applied over SSH: the operator re-applies its label's layout and would
+undo any other. :func:`operator_for` says which; controller/migop.py restarts its pod on the
+node and waits for its state label, after writing :func:`with_handoff` (the trigger, kept in
+the record before it happens, so a restarted controller never triggers twice); the
+playbook then only reads the layout back (``fleetmedic_partition_operator``).
+
 Pure: decoding and deciding only.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from fleetmedic.model import keys
+from fleetmedic.model.config.partition import PartitionOperatorConfig, RestoreConfig
 from fleetmedic.model.nodestate import NodeView
 
 PHASE = "restore"
@@ -104,5 +115,61 @@ def restored_note(stdout: str) -> str:
         return "restore: passed"
     if not isinstance(data, dict):
         return "restore: passed"
+    if isinstance(data.get("note"), str):  # an operator's restore (controller/migop.py)
+        return data["note"]
     verb = "applied" if data.get("applied") else "already in place"
     return f"restore: {verb}; before: {data.get('before', '?')}; after: {data.get('after', '?')}"
+
+
+def operator_for(
+    view: NodeView, ep: int, restore: RestoreConfig
+) -> tuple[PartitionOperatorConfig, str] | None:
+    """The operator that owns this episode's recorded layout, and the label value it applies
+    (None: the node is host-managed, had no partitions, or operators are turned off). The
+    labels recorded with the layout come first; an operator configured after the record was
+    made is found by the Node's labels now."""
+    if not restore.through_operator or not needs_restore(view, ep):
+        return None
+    recorded = (record(view) or {}).get("labels") or {}
+    for op in restore.operators:
+        value = recorded.get(op.config_label) or view.labels.get(op.config_label)
+        if value:
+            return op, str(value)
+    return None
+
+
+def handoff(view: NodeView, request_id: str) -> dict[str, Any] | None:
+    """This request's recorded trigger (``{"rid", "pod", "at"}``), or None: not triggered."""
+    h = (record(view) or {}).get("handoff")
+    return h if isinstance(h, dict) and h.get("rid") == request_id else None
+
+
+def with_handoff(raw: str | None, trigger: dict[str, Any]) -> str | None:
+    """The record annotation ``raw`` with ``trigger`` kept in it (None: no record there)."""
+    try:
+        rec = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("layout"), dict):
+        return None
+    return json.dumps({**rec, "handoff": trigger}, separators=(",", ":"))
+
+
+def operator_state(op: PartitionOperatorConfig, labels: Mapping[str, str]) -> str:
+    """``success``, ``failure`` or ``waiting`` from the operator's state label."""
+    state = labels.get(op.state_label)
+    if state == op.success:
+        return "success"
+    return "failure" if state in op.failure else "waiting"
+
+
+def operator_note(op: PartitionOperatorConfig, value: str, waited: float, stdout: str) -> str:
+    """The history's line for an operator restore that passed and read back the record."""
+    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        data = {}
+    after = data.get("after", "?") if isinstance(data, dict) else "?"
+    applied = f"{op.name} applied {op.config_label}={value} ({op.success} in {waited:.0f}s)"
+    return f"restore: {applied}; after: {after}"

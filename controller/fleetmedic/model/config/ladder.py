@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from fleetmedic.model.config.partition import RestoreConfig
 from fleetmedic.model.config.types import ConfigPath, Duration, Section
 from fleetmedic.model.vocabulary import REPAIR_STATES
 
@@ -324,6 +325,8 @@ class LadderConfig(Section):
     playbooks: PlaybooksConfig = PlaybooksConfig()
     burnin: BurnInConfig = BurnInConfig()
     """The burn-in before a repaired node returns (policy/burnin.py); off by default."""
+    restore: RestoreConfig = RestoreConfig()
+    """The restore phase's operator-managed path (model/config/partition.py)."""
     quarantine: QuarantineConfig = QuarantineConfig()
     """Deep diagnostics before a node repaired again for the same fault returns to service
     (policy/quarantine.py)."""
