@@ -214,3 +214,11 @@ class SlurmNodeDocs:
         if others_a != others_b:
             values[TAINTS_KEY] = _dumps(others_a) if others_a else None
         return (rung_a if rung_a != rung_b else None), values
+
+
+def connect(
+    conf: str | None, vocab: Vocabulary, *, prefix: str, timeout: float = 30.0
+) -> SlurmNodeDocs:
+    """The Slurm cluster's nodes as the writers' node documents. One instance serves every
+    writer of a process: it serializes their writes, as Slurm has no resourceVersion."""
+    return SlurmNodeDocs(Slurm(conf, prefix=prefix, timeout=timeout), vocab)

@@ -91,14 +91,12 @@ def _connect(cfg, opts: dict[str, Any]) -> tuple[NodeDocs, NodeDocs]:
     round never delays a fencing write), or the Slurm node (one adapter for both threads:
     it serializes their writes, as Slurm has no resourceVersion to do it)."""
     if cfg.slurm is not None:
-        from fleetmedic.adapters.slurm import Slurm, check_node_name
-        from fleetmedic.adapters.slurmdoc import SlurmNodeDocs
+        from fleetmedic.adapters import slurmdoc
+        from fleetmedic.adapters.slurm import check_node_name
 
         check_node_name(cfg.node_name)
         s = cfg.slurm
-        docs = SlurmNodeDocs(
-            Slurm(s.conf, prefix=s.reason_prefix, timeout=s.timeout), cfg.vocabulary()
-        )
+        docs = slurmdoc.connect(s.conf, cfg.vocabulary(), prefix=s.reason_prefix, timeout=s.timeout)
         return docs, docs
     from fleetmedic.adapters.kube import connect
 

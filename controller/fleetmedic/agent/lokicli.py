@@ -197,7 +197,9 @@ def loki(
         if slurm_conf is not None:
             if cursor_configmap:
                 raise ValueError("--cursor-configmap: a Slurm cluster has no ConfigMaps")
-            kube = slurm_docs(slurm_conf, slurm_reason_prefix, vocab)
+            from fleetmedic.adapters import slurmdoc
+
+            kube = slurmdoc.connect(slurm_conf, vocab, prefix=slurm_reason_prefix)
         else:
             if not in_pod(kubeconfig):
                 clikit.require_kubeconfig(kubeconfig, "--kubeconfig")
@@ -248,15 +250,6 @@ def loki(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     source.run(stop)
-
-
-def slurm_docs(conf: str, prefix: str, vocab: Any) -> Any:
-    """The Slurm cluster's nodes as the writers' NodeDocs (one adapter: it serializes the
-    writes, as Slurm has no resourceVersion). A bad prefix is a usage error."""
-    from fleetmedic.adapters.slurm import Slurm
-    from fleetmedic.adapters.slurmdoc import SlurmNodeDocs
-
-    return SlurmNodeDocs(Slurm(conf, prefix=prefix), vocab)
 
 
 def check_endpoint(endpoint: str) -> None:
