@@ -74,9 +74,9 @@ def restore(
     cancel: threading.Event,
     cancelled: type[Exception],
 ) -> HandOff:
-    # (``cancelled``: the executor's Cancelled, raised on shutdown or lost leadership; the
-    # in-flight marker stays running and the next leader resumes from the recorded trigger)
-    """Hand ``view``'s layout to its operator and wait (a host-managed node: nothing to do)."""
+    """Hand ``view``'s layout to its operator and wait (a host-managed node: nothing to do).
+    ``cancelled`` is the executor's Cancelled, raised on shutdown or lost leadership: the
+    in-flight marker stays running and the next leader resumes from the recorded trigger."""
     found = partition.operator_for(view, action.ep, cfg)
     if found is None:
         return HandOff()
