@@ -1,0 +1,235 @@
+"""The Slurm fleet (tests/harness/slurmfleet.py): fleet nodes that really reboot and are
+slurmd nodes of one real slurmctld. Both reboot paths a repair can take, as Slurm sees
+them:
+
+- ours: ``ansible-playbook -i <slurm_nodes inventory> playbooks/reboot.yml --limit N``
+  reboots a node we drained; slurmd registers again with the new boot time, the drain
+  and its reason stay, and ``state=resume`` returns the node to service;
+- Slurm's: ``scontrol reboot ASAP nextstate=resume reason=...`` runs RebootProgram in
+  the node, which reboots it like ``systemctl reboot``; slurmctld sees the new boot time
+  and resumes it itself.
+
+Each reboot test prints the seconds from the request to the node answering again in
+sinfo with its new boot time (the figure the report quotes).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from tests.harness.adhoc import cli_env, recap
+from tests.harness.fleet import ROOT
+
+pytestmark = [pytest.mark.slow]
+OUR_REASON = "fleetmedic: reboot: Xid 79 on GPU 0"
+
+
+@pytest.fixture
+def sf(slurm_fleet):
+    """The session's Slurm fleet, every node idle before and after the test."""
+    slurm_fleet.reset()
+    yield slurm_fleet
+    slurm_fleet.reset()
+
+
+def run_job(sf, node: str, *, gres: str = "gpu:2", timeout: float = 120) -> str:
+    """``sbatch --wait`` a job on ``node``; returns what it printed (read on the node)."""
+    out = f"/tmp/job-{uuid.uuid4().hex[:8]}.out"
+    sf.slurm.run(
+        "sbatch",
+        "--wait",
+        f"--gres={gres}",
+        "-w",
+        node,
+        "--chdir=/tmp",
+        "-o",
+        out,
+        "--wrap",
+        'echo "host=$(hostname) gpus=$CUDA_VISIBLE_DEVICES"',
+        timeout=timeout,
+    )
+    return sf.node(node).ssh(f"cat {out}").stdout.strip()
+
+
+def boot_id(sf, node: str) -> str:
+    return sf.node(node).boot_id()
+
+
+def test_nodes_are_fleet_nodes_and_slurmd_nodes(sf):
+    nodes = sf.slurm.nodes()
+    assert sorted(nodes) == ["node-1", "node-2", "node-3"]
+    for n in sf.fleet:
+        info = nodes[n.name]
+        assert info["address"] == n.address, "slurmctld reaches slurmd at the node's address"
+        assert info["state"] == "idle" and info["state_flags"] == []
+        assert info["gres"] == "gpu:2"
+        # slurmd runs inside the node (its systemd unit), not on the host
+        assert n.ssh("systemctl is-active slurmd").stdout.strip() == "active"
+        # the node's clock starts at its boot (the supervisor's record of it), not at the
+        # host's, and sinfo's boot time is that boot
+        uptime = float(n.ssh("cut -d' ' -f1 /proc/uptime").stdout)
+        booted = n.status()["since"]
+        assert abs(uptime - (time.time() - booted)) < 5, (uptime, booted)
+        assert abs(int(info["boot_time"]) - booted) < 5
+
+
+def test_a_gpu_job_runs_on_a_node(sf):
+    assert run_job(sf, "node-1") == "host=node-1 gpus=0,1"
+
+
+def test_restarting_slurmd_is_not_a_reboot(sf):
+    """The boot time is the node's, so a slurmd restart keeps it (``slurmd -b`` would not)."""
+    before = sf.sinfo("node-3")
+    sf.node(3).ssh("systemctl restart slurmd")
+    sf.wait_node(
+        "node-3",
+        lambda n: n["slurmd_start_time"] > before["slurmd_start_time"] and n["state"] == "idle",
+        "registered by the restarted slurmd",
+        timeout=120,
+    )
+    assert sf.boot_time("node-3") == before["boot_time"]
+
+
+def test_reboot_playbook_reboots_a_drained_node_and_slurm_sees_the_new_boot(sf, tmp_path):
+    node = "node-2"
+    sf.slurm.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={OUR_REASON}")
+    inv = sf.slurm_inventory(tmp_path / "inv")
+    graph = subprocess.run(
+        ["ansible-inventory", "-i", str(inv), "--graph"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    assert node in graph.split("@repair_reboot:")[1].split("@")[0], graph
+    before_boot, before_id = sf.boot_time(node), boot_id(sf, node)
+
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [
+            "ansible-playbook",
+            "-i",
+            str(inv),
+            str(ROOT / "playbooks" / "reboot.yml"),
+            "--limit",
+            node,
+            "-e",
+            "fleetmedic_node_lease=false fleetmedic_collect_evidence=false reboot_verify=false",
+            "-e",
+            "reboot_timeout=240",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(),
+        cwd=ROOT,
+    )
+    try:
+        sf.wait_rebooted(node, after=before_boot, timeout=240)
+        seen = time.monotonic() - t0
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-4000:]
+    assert recap(out)[node]["failed"] == 0
+    assert boot_id(sf, node) != before_id, "Ansible's reboot: a new boot_id"
+    info = sf.sinfo(node)
+    assert info["boot_time"] > before_boot
+    # Slurm kept our drain across the reboot: the node is ours to resume
+    assert info["state"] == "idle" and info["state_flags"] == ["DRAIN"], info
+    assert info["reason"] == OUR_REASON
+    for other in ("node-1", "node-3"):
+        assert sf.sinfo(other)["state_flags"] == [], "only the drained node was touched"
+    sf.slurm.run("scontrol", "update", f"nodename={node}", "state=resume")
+    assert run_job(sf, node) == f"host={node} gpus=0,1"
+    print(f"reboot.yml: new boot time in sinfo {seen:.1f} s after the run started")
+
+
+def test_scontrol_reboot_runs_reboot_program_and_slurm_resumes_the_node(sf):
+    node = "node-3"
+    before_boot, before_id, boots = sf.boot_time(node), boot_id(sf, node), sf.node(3).boots
+    t0 = time.monotonic()
+    sf.slurm.run("scontrol", "reboot", "ASAP", "nextstate=resume", f"reason={OUR_REASON}", node)
+    # slurmctld issues the reboot: DOWN+DRAIN+REBOOT_ISSUED with our reason while it runs
+    # (or, on a slow machine polled late, already back)
+    sf.wait_node(
+        node,
+        lambda n: "REBOOT_ISSUED" in n["state_flags"] or n["boot_time"] > before_boot,
+        "rebooting",
+        timeout=60,
+    )
+    # back in service by Slurm's own hand (nextstate=resume): idle, no drain, no reason
+    sf.wait_node(
+        node,
+        lambda n: n["boot_time"] > before_boot and n["state"] == "idle" and not n["state_flags"],
+        "resumed by slurmctld after its reboot",
+        timeout=240,
+    )
+    seen = time.monotonic() - t0
+    assert sf.sinfo(node)["reason"] == ""
+    assert boot_id(sf, node) != before_id, "RebootProgram really rebooted the node"
+    assert sf.node(3).boots == boots + 1, "one reboot"
+    assert "Node reboot request being processed" in sf.slurmd_log(node)
+    assert run_job(sf, node) == f"host={node} gpus=0,1"
+    print(f"scontrol reboot: node resumed with its new boot time {seen:.1f} s after the request")
+
+
+def _hold_job(sf, node: str, release: str) -> str:
+    """A job on ``node`` that runs until the file ``release`` appears on the node."""
+    job = sf.slurm.run(
+        "sbatch",
+        "--parsable",
+        "--gres=gpu:1",
+        "-w",
+        node,
+        "--chdir=/tmp",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        f"while [ ! -e {release} ]; do sleep 0.2; done",
+    ).strip()
+    sf.wait_node(node, lambda n: n["state"] in ("mixed", "allocated"), "running the job", 120)
+    return job
+
+
+def test_drain_waits_for_the_running_job(sf):
+    node, release = "node-1", f"/tmp/release-{uuid.uuid4().hex[:8]}"
+    job = _hold_job(sf, node, release)
+    sf.slurm.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={OUR_REASON}")
+    time.sleep(3)  # the job still runs: the node is draining, not drained
+    info = sf.sinfo(node)
+    assert info["state"] in ("mixed", "allocated") and "DRAIN" in info["state_flags"], info
+    assert "draining" in sf.slurm.run("sinfo", "-h", "-n", node, "-o", "%T")
+    assert job in sf.slurm.run("squeue", "-h", "-o", "%i", "-w", node)
+    sf.node(1).ssh(f"touch {release}")
+    sf.wait_node(
+        node, lambda n: n["state"] == "idle" and n["state_flags"] == ["DRAIN"], "drained", 120
+    )
+    assert sf.slurm.run("sinfo", "-h", "-n", node, "-o", "%T").strip() == "drained"
+    assert sf.sinfo(node)["reason"] == OUR_REASON
+
+
+def test_scontrol_reboot_asap_waits_for_the_running_job(sf):
+    node, release = "node-2", f"/tmp/release-{uuid.uuid4().hex[:8]}"
+    _hold_job(sf, node, release)
+    before_boot, before_id = sf.boot_time(node), boot_id(sf, node)
+    sf.slurm.run("scontrol", "reboot", "ASAP", "nextstate=resume", f"reason={OUR_REASON}", node)
+    time.sleep(3)  # the job runs on: no reboot yet, the node drains
+    info = sf.sinfo(node)
+    assert "REBOOT_REQUESTED" in info["state_flags"] and "DRAIN" in info["state_flags"], info
+    assert boot_id(sf, node) == before_id, "rebooted under a running job"
+    sf.node(2).ssh(f"touch {release}")
+    sf.wait_node(
+        node,
+        lambda n: n["boot_time"] > before_boot and n["state"] == "idle" and not n["state_flags"],
+        "rebooted after the job and resumed",
+        timeout=240,
+    )
+    assert boot_id(sf, node) != before_id
