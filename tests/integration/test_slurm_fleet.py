@@ -81,6 +81,17 @@ def test_a_gpu_job_runs_on_a_node(sf):
     assert run_job(sf, "node-1") == "host=node-1 gpus=0,1"
 
 
+def test_the_node_drains_itself_with_scontrol(sf):
+    """What an agent on a Slurm node does: the client tools in the node reach slurmctld
+    with the cluster's slurm.conf and munge (no Kubernetes)."""
+    p = sf.node(2).ssh(
+        "scontrol update nodename=$(hostname) state=drain reason='fleetmedic: reboot: Xid 79'"
+        " && sinfo -h -n $(hostname) -o '%T|%E'"
+    )
+    assert p.stdout.strip() == "drained|fleetmedic: reboot: Xid 79"
+    assert sf.sinfo("node-2")["reason"] == "fleetmedic: reboot: Xid 79"
+
+
 def test_restarting_slurmd_is_not_a_reboot(sf):
     """The boot time is the node's, so a slurmd restart keeps it (``slurmd -b`` would not)."""
     before = sf.sinfo("node-3")
