@@ -72,9 +72,26 @@ from tests.harness.slurm import SlurmCluster, SlurmError
 
 LAYER_SCRIPT = fl.ROOT / "scripts" / "setup.d" / "22-nodetree-slurm.sh"
 REBOOT_PROGRAM = "/usr/sbin/reboot"
+# slurmctld's boot time of a node is its own clock minus the node's uptime, both whole
+# seconds (the uptime rounded up), so it moves by a second when slurmd merely registers
+# again (measured: a slurmd restart, 1795736569 then 1795736568). A reboot moves it by
+# fleet_supervisor.FRESH_BOOT_GAP (3 s) or more.
+BOOT_TIME_JITTER = 1
 SLURMD_LOG = "/var/log/slurm/slurmd.log"
 
-__all__ = ["FleetCluster", "SlurmFleet", "SlurmFleetError", "start_slurm_fleet"]
+__all__ = [
+    "BOOT_TIME_JITTER",
+    "FleetCluster",
+    "SlurmFleet",
+    "SlurmFleetError",
+    "new_boot",
+    "start_slurm_fleet",
+]
+
+
+def new_boot(info: dict[str, Any], before: int) -> bool:
+    """sinfo's node ``info`` has a boot time of a later boot than ``before``."""
+    return int(info["boot_time"]) > before + BOOT_TIME_JITTER
 
 
 class SlurmFleetError(RuntimeError):
@@ -205,13 +222,13 @@ class SlurmFleet:
             time.sleep(0.2)
 
     def wait_rebooted(self, node: str, after: int, timeout: float = 180) -> float:
-        """Wait until slurmd on ``node`` has registered with a boot time later than
-        ``after`` and slurmctld hears it (not DOWN, not NOT_RESPONDING). Returns the
-        seconds waited."""
+        """Wait until slurmd on ``node`` has registered with the boot time of a later boot
+        than the one whose boot time was ``after`` (:func:`new_boot`), and slurmctld hears
+        it (not DOWN, not NOT_RESPONDING). Returns the seconds waited."""
         return self.wait_node(
             node,
             lambda n: (
-                int(n["boot_time"]) > after
+                new_boot(n, after)
                 and n["state"] not in ("down", "unknown")
                 and "NOT_RESPONDING" not in n["state_flags"]
             ),
@@ -424,7 +441,10 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - manual use
             print(f"Slurm fleet {a.name} down")
         else:
             sf = attach(a.name)
-            print(json.dumps({n: sf.sinfo(n) for n in sf.slurm.node_names}, indent=1)[:20000])
+            keys = ("address", "state", "state_flags", "reason", "boot_time", "gres")
+            nodes = sf.slurm.nodes()
+            info = {n: {k: nodes.get(n, {}).get(k) for k in keys} for n in sf.slurm.node_names}
+            print(json.dumps({"SLURM_CONF": str(sf.slurm.conf), "nodes": info}, indent=1))
     except (SlurmFleetError, FleetError, SlurmError) as exc:
         print(f"slurmfleet: error: {exc}", file=sys.stderr)
         return 1
