@@ -65,6 +65,7 @@ WORKER_GROUPS = {
     "tests/integration/test_loki_smoke.py": "loki",
     "tests/integration/test_loki_source.py": "loki",
     "tests/integration/test_loki_tail.py": "loki",
+    "tests/integration/test_slurm_loki.py": "loki",
     "tests/integration/test_storm.py": "loki",
     "tests/integration/test_mesh_smoke.py": "receptor",
     "tests/integration/test_receptor_executor.py": "receptor",

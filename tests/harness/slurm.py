@@ -136,6 +136,7 @@ class SlurmCluster:
     owned: bool = True
     daemons: dict[str, Proc] = field(default_factory=dict)
     start_seconds: float | None = None
+    extra_conf: str = ""  # slurm.conf lines of a test's own (Prolog=, HealthCheckProgram=)
 
     # -- paths and addresses ------------------------------------------------------
     @property
@@ -207,7 +208,7 @@ ReturnToService=2
 SlurmdTimeout={self.slurmd_timeout}
 {nodes}
 PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE State=UP
-"""
+{self.extra_conf}"""
 
     def slurmd_conf(self) -> str:
         """slurm.conf's lines for slurmd's own files: here every slurmd runs on this host,
@@ -604,10 +605,12 @@ def start_cluster(
     timeout: float = 90.0,
     slurmd_timeout: int = 30,
     gpus: int = 2,
+    extra_conf: str = "",
 ) -> SlurmCluster:
     """Start munged, slurmctld and ``nodes`` slurmd (``n1``..); wait until every node is
     up, each with ``gpus`` GPU GRES (device files of our own). ``slurmd_timeout`` is
     Slurm's SlurmdTimeout (a test that waits for a node to be noticed gone may lower it).
+    ``extra_conf``: lines appended to slurm.conf (a test's Prolog, HealthCheckProgram).
     On failure everything is torn down (logs stay) and SlurmError says where to look."""
     if os.geteuid() != 0:
         raise SlurmError("the Slurm test cluster needs root (network namespaces)")
@@ -629,6 +632,7 @@ def start_cluster(
         c.owned = owned
         c.slurmd_timeout = slurmd_timeout
         c.gpus = gpus
+        c.extra_conf = extra_conf
         c.save_record()  # before plumbing: a crash from here on is swept as stale
         try:
             plumb(c)

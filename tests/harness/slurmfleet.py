@@ -299,7 +299,13 @@ def slurm_lowerdir() -> str:
 
 
 def _start_control(
-    fleet: Fleet, *, owned: bool, gpus: int, slurmd_timeout: int, resume_timeout: int
+    fleet: Fleet,
+    *,
+    owned: bool,
+    gpus: int,
+    slurmd_timeout: int,
+    resume_timeout: int,
+    extra_conf: str,
 ) -> FleetCluster:
     """munged and slurmctld for ``fleet``'s nodes (run from start_fleet's prepare hook:
     the fleet's addresses exist, its nodes have not booted yet)."""
@@ -319,6 +325,7 @@ def _start_control(
             fleet=fleet,
             resume_timeout=resume_timeout,
         )
+        c.extra_conf = extra_conf
         c.save_record()
     try:
         sl.start_control(c)
@@ -340,10 +347,13 @@ def start_slurm_fleet(
     slurmd_timeout: int = 30,
     resume_timeout: int = 300,
     timeout: float = 120.0,
+    extra_conf: str = "",
 ) -> SlurmFleet:
     """Boot ``nodes`` fleet nodes running slurmd against a new slurmctld; wait until every
     node is up in sshd and idle in Slurm. ``slurmd_timeout`` is Slurm's SlurmdTimeout,
-    ``resume_timeout`` its ResumeTimeout (how long a reboot it issued may take). On
+    ``resume_timeout`` its ResumeTimeout (how long a reboot it issued may take).
+    ``extra_conf``: lines appended to slurm.conf (a Prolog or HealthCheckProgram, which
+    then runs inside the nodes, as on a real cluster). On
     failure both halves are torn down (logs stay) and the error says where to look."""
     if not shutil.which("unshare"):
         raise SlurmFleetError("unshare not found (util-linux); run: bash scripts/setup.sh")
@@ -363,6 +373,7 @@ def start_slurm_fleet(
                     gpus=gpus,
                     slurmd_timeout=slurmd_timeout,
                     resume_timeout=resume_timeout,
+                    extra_conf=extra_conf,
                 )
             )
         return NodeSetup(nspawn_args=holder[0].node_binds(node.name), fresh_boottime=True)

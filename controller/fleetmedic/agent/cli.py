@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from fleetmedic import clikit
+from fleetmedic.adapters.nodedocs import NodeDocs
 from fleetmedic.checks.options import probe_options
 from fleetmedic.errors import ConfigError, FleetmedicError
 
@@ -24,7 +25,7 @@ DEFAULT_CONFIG = Path("/etc/fleetmedic/agent.yaml")
 
 def _merge(cfg, opts: dict[str, Any]):
     """Flags over the config file (a flag that was not given changes nothing)."""
-    from fleetmedic.agent.config import AgentConfig
+    from fleetmedic.agent.config import AgentConfig, SlurmAgentConfig
 
     kernel = dataclasses.replace(
         cfg.kernel,
@@ -64,6 +65,13 @@ def _merge(cfg, opts: dict[str, Any]):
             if v is not None
         },
     )
+    slurm = cfg.slurm
+    given = {"conf": opts.get("slurm_conf"), "reason_prefix": opts.get("slurm_reason_prefix")}
+    if any(v is not None for v in given.values()):
+        slurm = dataclasses.replace(
+            slurm or SlurmAgentConfig(),
+            **{k: v for k, v in given.items() if v is not None},
+        )
     merged: AgentConfig = cfg.replace(
         node_name=opts["node_name"],
         interval=opts["interval"],
@@ -75,7 +83,35 @@ def _merge(cfg, opts: dict[str, Any]):
         metrics_port=opts["metrics_port"],
         events=False if opts["no_events"] else None,
     )
-    return dataclasses.replace(merged, kernel=kernel, checks=checks)
+    return dataclasses.replace(merged, kernel=kernel, checks=checks, slurm=slurm)
+
+
+def _connect(cfg, opts: dict[str, Any]) -> tuple[NodeDocs, NodeDocs]:
+    """Where the agent writes: the Node on Kubernetes (one connection per thread, so a slow
+    round never delays a fencing write), or the Slurm node (one adapter for both threads:
+    it serializes their writes, as Slurm has no resourceVersion to do it)."""
+    if cfg.slurm is not None:
+        from fleetmedic.adapters.slurm import Slurm, check_node_name
+        from fleetmedic.adapters.slurmdoc import SlurmNodeDocs
+
+        check_node_name(cfg.node_name)
+        s = cfg.slurm
+        docs = SlurmNodeDocs(
+            Slurm(s.conf, prefix=s.reason_prefix, timeout=s.timeout), cfg.vocabulary()
+        )
+        return docs, docs
+    from fleetmedic.adapters.kube import connect
+
+    why = clikit.check_node_name(cfg.node_name)
+    if why:
+        raise ConfigError(f"node name {why}")
+    in_cluster = in_pod(cfg.kubeconfig)
+    if not in_cluster:
+        named_by = "--kubeconfig" if opts["kubeconfig"] else "kubeconfig in the config"
+        clikit.require_kubeconfig(cfg.kubeconfig, named_by)
+    return connect(cfg.kubeconfig, in_cluster=in_cluster), connect(
+        cfg.kubeconfig, in_cluster=in_cluster
+    )
 
 
 def in_pod(kubeconfig: str | None) -> bool:
@@ -105,14 +141,17 @@ def _logging(level: str) -> None:
     epilog=clikit.epilog(
         "fleetmedic agent --node-name gpu-node-7 --interval 1m",
         "fleetmedic agent --node-name gpu-node-7 --once --once-timeout 10s",
-    ),
+        "fleetmedic agent --node-name n7 --slurm-conf /etc/slurm/slurm.conf",
+        codes=(0, 1, 2, 3),
+    )
+    + "\n  (1 only with --once --exit-fenced: the node carries our fence)",
 )
 @click.option(
     "--node-name",
     envvar="NODE_NAME",
-    type=clikit.NODE,
-    help="This node's Kubernetes Node name; the only Node the agent reads or writes. "
-    "Env NODE_NAME (the DaemonSet sets it from spec.nodeName).",
+    metavar="NODE",
+    help="This node's Kubernetes Node name (or Slurm node name with --slurm-conf); the only "
+    "node the agent reads or writes. Env NODE_NAME (the DaemonSet sets it from spec.nodeName).",
 )
 @click.option(
     "--config",
@@ -130,6 +169,20 @@ def _logging(level: str) -> None:
     default=None,
     show_default="the Pod's ServiceAccount in a cluster, else $KUBECONFIG or ~/.kube/config",
     help="Kubeconfig to use (the one cluster whose Node it writes).",
+)
+@click.option(
+    "--slurm-conf",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="This is a Slurm node: fence it through scontrol with this slurm.conf (a drain "
+    "with our reason, the record in the node's Extra) instead of the Kubernetes API.",
+)
+@click.option(
+    "--slurm-reason-prefix",
+    default=None,
+    metavar="PREFIX",
+    show_default="fleetmedic:",
+    help="With Slurm: the drain reason prefix we own (must match the controller's).",
 )
 @click.option(
     "--interval",
@@ -210,8 +263,22 @@ def _logging(level: str) -> None:
     default="30s",
     help="With --once: how long to wait for the API server before giving up (exit 3).",
 )
+@click.option(
+    "--exit-fenced",
+    is_flag=True,
+    help="With --once: exit 1 when the node carries our fence after the run (fenced now or "
+    "before), else 0. For a Slurm Prolog: slurmctld then requeues the job and keeps our drain "
+    "reason (docs/slurm.md).",
+)
 @clikit.log_level_option
-def agent(config_path: Path, once: bool, once_timeout: float, log_level: str, **opts: Any) -> None:
+def agent(
+    config_path: Path,
+    once: bool,
+    once_timeout: float,
+    exit_fenced: bool,
+    log_level: str,
+    **opts: Any,
+) -> None:
     """Run the node agent: health checks, strikes and fencing of this node.
 
     Every --interval seconds it runs the GPU and network checks (only the network
@@ -225,7 +292,6 @@ def agent(config_path: Path, once: bool, once_timeout: float, log_level: str, **
     because it is stopping (SIGTERM just stops it).
     """
     _logging(log_level)
-    from fleetmedic.adapters.kube import connect
     from fleetmedic.agent.config import AgentConfig
     from fleetmedic.agent.loop import Agent
 
@@ -237,15 +303,7 @@ def agent(config_path: Path, once: bool, once_timeout: float, log_level: str, **
         cfg = _merge(base, opts)
         if not cfg.node_name:
             raise ConfigError("no node name: pass --node-name or set NODE_NAME")
-        why = clikit.check_node_name(cfg.node_name)
-        if why:
-            raise ConfigError(f"node name {why}")
-        in_cluster = in_pod(cfg.kubeconfig)
-        if not in_cluster:
-            named_by = "--kubeconfig" if opts["kubeconfig"] else "kubeconfig in the config"
-            clikit.require_kubeconfig(cfg.kubeconfig, named_by)
-        kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
-        kernel_kube = connect(cfg.kubeconfig, in_cluster=in_cluster)
+        kube, kernel_kube = _connect(cfg, opts)
         stop = threading.Event()
         if once:  # a bounded wait, then one line naming the server (exit 3)
             clikit.wait_reachable(
@@ -261,7 +319,8 @@ def agent(config_path: Path, once: bool, once_timeout: float, log_level: str, **
         out = worker.run_once()
         if out is None:  # (the API server answered, then stopped answering for retry_cap)
             clikit.fail(
-                f"API server {kube.server} stopped answering within {cfg.retry_cap:g}s",
+                f"{'' if cfg.slurm else 'API server '}{kube.server} stopped answering "
+                f"within {cfg.retry_cap:g}s",
                 clikit.EXIT_UNREACHABLE,
                 "fleetmedic agent",
             )
@@ -274,9 +333,12 @@ def agent(config_path: Path, once: bool, once_timeout: float, log_level: str, **
                     "reason": out.decision.reason,
                     "kernel_findings_acted": worker.kernel.acted,
                     "kernel_findings_already_handled": worker.kernel.skipped,
+                    **({"held": out.held} if out.held else {}),
                 }
             )
         )
+        if exit_fenced and not out.held and (out.fenced or out.before_repair):
+            sys.exit(clikit.EXIT_FINDINGS)
         return
     # The loop runs in a thread so SIGTERM is noticed at once, even mid-round.
     thread = threading.Thread(target=worker.run, name="fleetmedic-agent", daemon=True)

@@ -27,6 +27,9 @@ Example file (every key optional)::
       fabric:                  # RDMA ports under <sysfs_root>/class/infiniband
         thresholds: {symbol_error: 1000}                   # growth per round, over defaults
         ignore: ["mlx5_*/2"]   # ports never cabled
+    slurm:                     # a Slurm node: fence through scontrol, no Kubernetes
+      conf: /etc/slurm/slurm.conf
+      reason_prefix: "fleetmedic:"
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from fleetmedic.checks.config import FORBID, CheckConfig
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import read_yaml, validate_dataclass
 from fleetmedic.model.config.types import Duration
+from fleetmedic.model.slurmreason import DEFAULT_PREFIX, check_prefix
 from fleetmedic.model.vocabulary import Vocabulary, preset
 from fleetmedic.scan.catalog import parse_threshold
 from fleetmedic.scan.xidcontext import load_workflows
@@ -94,12 +98,42 @@ class KernelWatchConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SlurmAgentConfig:
+    """The node is a Slurm node: the agent reads and fences it through the Slurm client
+    tools (``sinfo``, ``scontrol``) instead of the Kubernetes API
+    (:mod:`fleetmedic.adapters.slurmdoc`)."""
+
+    __pydantic_config__ = FORBID
+
+    conf: str | None = None
+    """The cluster's slurm.conf (``SLURM_CONF`` for the tools). None: the environment's
+    ``SLURM_CONF``, else Slurm's built-in default. A path that does not exist stops the
+    agent at start (scontrol itself would retry it for a minute)."""
+    reason_prefix: str = DEFAULT_PREFIX
+    """The drain reason prefix we own (``fleetmedic: <rung>: <finding>``). Must match the
+    controller's: a drain whose reason does not start with it is someone else's and the
+    agent never writes to that node."""
+    timeout: Duration = 30.0
+    """Longest wait for one Slurm tool. slurmctld answers in milliseconds; an unreachable
+    one makes ``sinfo`` give up by itself after about 9 s (measured), so this only bounds
+    a hung tool."""
+
+    def __post_init__(self) -> None:
+        try:
+            check_prefix(self.reason_prefix)
+        except ValueError as exc:
+            raise ConfigError(f"slurm.reason_prefix: {exc}") from None
+        if self.timeout <= 0:
+            raise ConfigError(f"slurm.timeout: must be > 0, got {self.timeout}")
+
+
+@dataclasses.dataclass(frozen=True)
 class AgentConfig:
     __pydantic_config__ = FORBID
 
     node_name: str = ""
-    """This node's Kubernetes name (the DaemonSet passes ``spec.nodeName``). The agent
-    reads and writes only this Node."""
+    """This node's Kubernetes name (the DaemonSet passes ``spec.nodeName``), or its Slurm
+    node name with ``slurm``. The agent reads and writes only this node."""
     interval: Duration = 60.0
     """Seconds from the start of one check round to the next. NVML reads are cheap, but
     each round also sends ``network.duration`` seconds of iperf3 traffic; a minute
@@ -129,6 +163,10 @@ class AgentConfig:
     """Where the metrics server listens (in a Pod, its own IP; on a host, choose)."""
     kernel: KernelWatchConfig = KernelWatchConfig()
     checks: CheckConfig = dataclasses.field(default_factory=CheckConfig)
+    slurm: SlurmAgentConfig | None = None
+    """None: the node is a Kubernetes Node. Set: it is a Slurm node, fenced by a drain with
+    our reason and its record kept in the node's Extra; ``kubeconfig`` and ``events`` are
+    then unused."""
 
     def __post_init__(self) -> None:
         if self.interval <= 0:

@@ -260,7 +260,7 @@ class KernelWatch:
                 out.before_repair,
                 out.raised,
             )
-        elif not out.fenced:
+        elif not out.fenced and not out.held:  # (held: the writer said why)
             log.info(
                 "kernel log: %s at line %d (%s); node already under repair (%s)",
                 describe(f),

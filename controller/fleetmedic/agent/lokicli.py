@@ -89,6 +89,21 @@ def watch() -> None:
     help="Kubeconfig to use (the cluster whose Nodes it fences).",
 )
 @click.option(
+    "--slurm-conf",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The nodes are Slurm nodes: fence them through scontrol with this slurm.conf (a "
+    "drain with our reason, the record in Extra) instead of the Kubernetes API. The cursor "
+    "is then a file (--cursor-file).",
+)
+@click.option(
+    "--slurm-reason-prefix",
+    default="fleetmedic:",
+    show_default=True,
+    metavar="PREFIX",
+    help="With --slurm-conf: the drain reason prefix we own (must match the controller's).",
+)
+@click.option(
     "--taints",
     default="default",
     show_default=True,
@@ -136,6 +151,8 @@ def loki(
     pod_queries: tuple[str, ...],
     node_labels: tuple[str, ...],
     kubeconfig: str | None,
+    slurm_conf: str | None,
+    slurm_reason_prefix: str,
     taints: str,
     mode: str,
     poll_interval: float,
@@ -158,7 +175,8 @@ def loki(
     _logging(log_level)
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from fleetmedic.adapters.kube import connect
+    from fleetmedic.adapters.kube import Kube, connect
+    from fleetmedic.adapters.nodedocs import NodeDocs
     from fleetmedic.agent.lokicursor import ConfigMapCursor, CursorStore, FileCursor
     from fleetmedic.agent.lokisource import (
         LokiMetrics,
@@ -175,11 +193,17 @@ def loki(
         if cursor_configmap and not (namespace and name):
             raise ValueError(f"--cursor-configmap wants NAMESPACE/NAME, got {cursor_configmap!r}")
         vocab = preset(taints)
-        if not in_pod(kubeconfig):
-            clikit.require_kubeconfig(kubeconfig, "--kubeconfig")
-        kube = connect(kubeconfig, in_cluster=in_pod(kubeconfig))
+        kube: NodeDocs
+        if slurm_conf is not None:
+            if cursor_configmap:
+                raise ValueError("--cursor-configmap: a Slurm cluster has no ConfigMaps")
+            kube = slurm_docs(slurm_conf, slurm_reason_prefix, vocab)
+        else:
+            if not in_pod(kubeconfig):
+                clikit.require_kubeconfig(kubeconfig, "--kubeconfig")
+            kube = connect(kubeconfig, in_cluster=in_pod(kubeconfig))
         store: CursorStore
-        if cursor_configmap:
+        if cursor_configmap and isinstance(kube, Kube):
             store = ConfigMapCursor(kube, namespace, name)
         else:
             check_creatable(cursor_file.parent)
@@ -224,6 +248,15 @@ def loki(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     source.run(stop)
+
+
+def slurm_docs(conf: str, prefix: str, vocab: Any) -> Any:
+    """The Slurm cluster's nodes as the writers' NodeDocs (one adapter: it serializes the
+    writes, as Slurm has no resourceVersion). A bad prefix is a usage error."""
+    from fleetmedic.adapters.slurm import Slurm
+    from fleetmedic.adapters.slurmdoc import SlurmNodeDocs
+
+    return SlurmNodeDocs(Slurm(conf, prefix=prefix), vocab)
 
 
 def check_endpoint(endpoint: str) -> None:

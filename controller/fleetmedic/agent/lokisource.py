@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from fleetmedic.adapters.kube import Kube
 from fleetmedic.adapters.loki import Entry, LokiClient
+from fleetmedic.adapters.nodedocs import NodeDocs
 from fleetmedic.agent.kernelwatch import describe, merged_thresholds
 from fleetmedic.agent.lokicursor import ConfigMapCursor as ConfigMapCursor  # (re-exported)
 from fleetmedic.agent.lokicursor import Cursor, CursorStore
@@ -119,8 +119,9 @@ class LokiSourceConfig:
                 object.__setattr__(self, name, default)
 
 
-def node_writers(kube: Kube, vocab: Vocabulary) -> Callable[[str], NodeWriter]:
-    """The source's ``writer_for``: one NodeWriter per node, made when first needed."""
+def node_writers(kube: NodeDocs, vocab: Vocabulary) -> Callable[[str], NodeWriter]:
+    """The source's ``writer_for``: one NodeWriter per node, made when first needed. ``kube``
+    is the cluster's nodes: the API server, or a Slurm cluster (adapters/slurmdoc.py)."""
     writers: dict[str, NodeWriter] = {}
     return lambda node: writers.setdefault(node, NodeWriter(kube, node, vocab))
 
@@ -324,7 +325,9 @@ class LokiSource:
                 describe(f),
                 node,
                 f.action,
-                f"fenced repair={out.fenced}" if out.fenced else "already under repair",
+                f"fenced repair={out.fenced}"
+                if out.fenced
+                else ("not written (someone else's drain)" if out.held else "already under repair"),
             )
             return
         verdict = self.flows.judge(

@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.nodedocs import NodeDocs
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import AgentConfig
 from fleetmedic.agent.kernelwatch import KernelWatch
@@ -95,6 +95,8 @@ def summary_line(results: list[CheckResult], out: Outcome, limit: int) -> str:
         parts.append(f"{cat} {status}" + (f" ({', '.join(bad)})" if bad else ""))
     s = out.decision.strikes
     fenced = f"; fenced repair={out.fenced}" if out.fenced else ""
+    if out.held:
+        fenced = "; nothing written (someone else's drain)"
     return (
         f"{'; '.join(parts) or 'no checks'}; strikes gpu {s.gpu}/{limit}, "
         f"network {s.network}/{limit}{fenced}"
@@ -105,9 +107,9 @@ class Agent:
     def __init__(
         self,
         cfg: AgentConfig,
-        kube: Kube,
+        kube: NodeDocs,
         *,
-        kernel_kube: Kube | None = None,
+        kernel_kube: NodeDocs | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         self.cfg = cfg
@@ -116,7 +118,7 @@ class Agent:
         self.retrier = Retrier(self.stop, cap=cfg.retry_cap, on_attempt=self.beat)
         self.metrics = AgentMetrics()
 
-        def writer(k: Kube) -> NodeWriter:
+        def writer(k: NodeDocs) -> NodeWriter:
             return NodeWriter(
                 k,
                 cfg.node_name,
@@ -128,7 +130,8 @@ class Agent:
 
         self.writer = writer(kube)
         # its own connection, so a slow round never delays a fencing write
-        kernel_writer = self.writer if kernel_kube is None else writer(kernel_kube)
+        # (one store for both, as Slurm's: one writer, so a refusal is said once)
+        kernel_writer = self.writer if kernel_kube in (None, kube) else writer(kernel_kube)
         self.kernel = KernelWatch(
             cfg.kernel,
             kernel_writer,

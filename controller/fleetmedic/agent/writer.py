@@ -10,6 +10,13 @@ Fences only go up: a kernel-log finding stronger than the node's repair taint ra
 it in the same write (:func:`fleetmedic.policy.fenceup.raised`), even while the
 controller works the node; nothing here lowers or removes a repair taint.
 Slow-network is removed only by a passing network check.
+
+The writes go through a :class:`~fleetmedic.adapters.nodedocs.NodeDocs`: the Node itself
+on Kubernetes, a Slurm node's drain and Extra on Slurm (:mod:`fleetmedic.adapters.slurmdoc`).
+A Slurm node someone else drained refuses every write (ForeignDrain), and so does one whose
+Extra holds something not JSON (ForeignField: our record cannot live beside it): the
+outcome is then ``held`` (nothing fenced, nothing recorded) and the agent says so once,
+rather than retrying a write that can never succeed.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.nodedocs import NodeDocs
+from fleetmedic.adapters.slurm import ForeignDrain, ForeignField
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.checks.base import CheckResult
@@ -47,10 +55,13 @@ class Outcome:
     before_slow: bool
     raised: str | None = None  # the stronger repair state this write raised the fence to
     marked: Mark | None = None  # the finding this write recorded as the node's last-finding
+    held: str | None = None  # why nothing was written (a Slurm node someone else drained)
 
     @property
     def fenced(self) -> str | None:
         """The repair step this write put on the node (a new fence, or a raised one)."""
+        if self.held:
+            return None
         if self.raised:
             return self.raised
         return self.decision.repair if self.before_repair is None and self.decision.repair else None
@@ -58,6 +69,8 @@ class Outcome:
     @property
     def slow_network_changed(self) -> bool | None:
         want = self.decision.slow_network
+        if self.held:
+            return None
         return want if want is not None and want != self.before_slow else None
 
 
@@ -68,7 +81,7 @@ def observations(results: Iterable[CheckResult]) -> list[Observation]:
 class NodeWriter:
     def __init__(
         self,
-        kube: Kube,
+        kube: NodeDocs,
         node_name: str,
         vocab: Vocabulary,
         *,
@@ -84,6 +97,7 @@ class NodeWriter:
         self.events = events
         self.clock = clock
         self.on_write = on_write  # metrics: a successful write
+        self._held_said = ""
 
     def read(self) -> dict:
         return self.kube.get_node(self.node_name)
@@ -217,11 +231,22 @@ class NodeWriter:
             box["out"] = out
             return changed
 
-        node = self.kube.update_node(self.node_name, mutate)
+        try:
+            node = self.kube.update_node(self.node_name, mutate)
+        except (ForeignDrain, ForeignField) as exc:  # someone else's reason, or Extra
+            return self._held(box["out"], str(exc))
+        self._held_said = ""
         self.on_write()
         out = dataclasses.replace(box["out"], node=node)
         self._report(out)
         return out
+
+    def _held(self, out: Outcome, why: str) -> Outcome:
+        """Nothing was written: someone else owns the node's state. One line per change."""
+        if why != self._held_said:
+            log.warning("not writing %s: %s", self.node_name, why)
+            self._held_said = why
+        return dataclasses.replace(out, raised=None, marked=None, held=why)
 
     def _report(self, out: Outcome) -> None:
         d = out.decision

@@ -9,8 +9,9 @@ The state is plain JSON::
 
 - ``t``: the times (on clock ``c``, as the log wrote them) of the occurrences still
   inside the window;
-- ``f``: the floor: occurrences at or before it were counted into a threshold that
-  already fenced the node, and are never counted again.
+- ``f``: the floor: occurrences at or before it (or within ``burst`` after it: the
+  same event) were counted into a threshold that already fenced the node, and are never
+  counted again.
 
 Why a restart neither forgets nor double-counts: the counts live on the Node, and an
 occurrence is identified by its own log time, so the same line read again after a
@@ -82,7 +83,9 @@ def add(state: Any, *, boot: str, key: str, when: float, clock: str, limit: Limi
     too_old = newest is not None and when <= newest - limit.window  # outside any window we keep
     if (
         too_old
-        or (floor is not None and when <= floor)
+        # the floor's own burst was counted with it (a line folded into the crossing
+        # event, read again once the kept times are gone, is not a new occurrence)
+        or (floor is not None and when <= floor + limit.burst)
         or any(abs(t - when) <= limit.burst for t in times)
     ):
         return Added(fresh, False, False, len(times))

@@ -86,3 +86,9 @@ def test_a_node_with_its_own_boot_time_boots_in_a_time_namespace():
     host_uptime = float(Path("/proc/uptime").read_text().split()[0])
     assert -host_uptime <= offset <= -host_uptime + 1  # the clock starts near 0, never below
     assert cmd[3] == "systemd-nspawn" and cmd[-1] == "--bind-ro=/a"
+
+
+def test_a_tests_own_lines_reach_the_fleet_conf():
+    _, fc = _clusters()
+    fc.extra_conf = "Prolog=/usr/local/sbin/fleetmedic-slurm-check"
+    assert fc.slurm_conf().rstrip().endswith("Prolog=/usr/local/sbin/fleetmedic-slurm-check")

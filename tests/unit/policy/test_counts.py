@@ -53,6 +53,15 @@ def test_after_crossing_the_counted_lines_never_count_again():
     assert crossed == [False, False, True]
 
 
+def test_a_line_folded_into_the_crossing_burst_never_counts_on_a_replay():
+    # 19811 is within the burst of 19801; 16203 then crosses (floor 19801). On a replay
+    # the kept times are gone, so only the floor can say 19811 was that event's line.
+    once, crossed = feed([16222, 19801, 19811, 16203])
+    assert crossed == [False, False, False, True]
+    twice, crossed = feed([16222, 19801, 19811, 16203], once)
+    assert not any(crossed) and twice == once
+
+
 def test_a_new_boot_starts_from_zero():
     state, _ = feed([100, 200])
     _, crossed = feed([300], state, boot="b2")

@@ -1,0 +1,111 @@
+"""deploy/slurm/fleetmedic-slurm-check as the real slurmd's Prolog and HealthCheckProgram
+(tests/harness/slurm.py, a cluster of its own with those slurm.conf lines): a healthy
+node runs the job; a failing GPU (fake NVML) is drained by the prolog with OUR reason and
+the job requeued; an Xid 79 in a node's kernel log is drained by the periodic health
+check. Only the GPUs are fake."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from tests.harness.agentenv import FAKES, FLEETMEDIC, ROOT, banner, h100, wait_until, xid_line
+
+SCRIPT = ROOT / "deploy" / "slurm" / "fleetmedic-slurm-check"
+
+
+def _setup(tmp_path: Path, nodes: tuple[str, ...], conf: Path) -> Path:
+    """The script beside its env file, and per node a fake NVML scenario, a kernel log
+    and a boot id (what a real node has). SLURM_CONFIG is named, as a site whose
+    slurm.conf is not /etc/slurm/slurm.conf must: the health check gets no SLURM_CONF."""
+    d = tmp_path / "slurmcheck"
+    d.mkdir()
+    script = d / SCRIPT.name
+    shutil.copy(SCRIPT, script)
+    for n in nodes:
+        (d / n).mkdir()
+        (d / n / "nvml.json").write_text(json.dumps(h100(2)))
+        (d / n / "kern.log").write_text(banner() + "[    1.000000] kernel: clean boot\n")
+        (d / n / "boot_id").write_text(f"{uuid.uuid4()}\n")
+    (d / "fleetmedic-slurm.env").write_text(
+        f"FLEETMEDIC={FLEETMEDIC}\nSLURM_CONFIG={conf}\n"
+        f"export LD_LIBRARY_PATH={FAKES / 'lib'}\n"
+        f"export FLEETMEDIC_FAKE_NVML={d}/${{node}}/nvml.json\n"
+        f'FLEETMEDIC_ARGS="--vendor nvidia --expected-gpus 2 --kernel-log {d}/${{node}}/kern.log '
+        f'--boot-id-file {d}/${{node}}/boot_id --log-level info"\n'
+    )
+    return d
+
+
+def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
+    script = tmp_path / "slurmcheck" / SCRIPT.name
+    c = slurm_factory(
+        nodes=2,
+        extra_conf=f"Prolog={script}\nHealthCheckProgram={script}\nHealthCheckInterval=5\n",
+    )
+    d = _setup(tmp_path, ("n1", "n2"), c.conf)
+    out = tmp_path / "job-%j.out"
+
+    # healthy: the prolog passes and the job runs
+    job = c.run("sbatch", "--parsable", "-w", "n1", "-o", str(out), "--wrap", "echo ran").strip()
+    done = tmp_path / f"job-{job}.out"
+    wait_until("the job to run", lambda: done.exists() and "ran" in done.read_text(), 60, 0.2)
+    assert not c.nodes()["n1"]["reason"]
+
+    # a failing GPU: the prolog fences at once with our reason, Slurm requeues the job
+    (d / "n1" / "nvml.json").write_text(
+        json.dumps(h100(2, **{"1": {"ecc_volatile_uncorrected": 2}}))
+    )
+    t0 = time.monotonic()
+    job = c.run("sbatch", "--parsable", "-w", "n1", "-o", "/dev/null", "--wrap", "true").strip()
+    wait_until(
+        "the prolog's drain",
+        lambda: c.nodes()["n1"]["reason"].startswith("fleetmedic: reboot: gpu problem: "),
+        60,
+        0.1,
+    )
+    print(f"\nsbatch -> prolog drain visible: {time.monotonic() - t0:.2f} s")
+    n1 = c.nodes()["n1"]
+    assert "DRAIN" in n1["state_flags"] and "nvidia.ecc" in n1["reason"], n1["reason"]
+    assert (
+        json.loads(json.loads(n1["extra"])["fleetmedic"]["fleetmedic.io/last-results"])["gpu"][
+            "status"
+        ]
+        == "problem"
+    )
+    wait_until(
+        "the job requeued",
+        lambda: "requeued" in c.run("squeue", "-h", "-j", job, "-o", "%r"),
+        30,
+        0.2,
+    )
+    time.sleep(6)  # a health check round later, the reason is still ours
+    assert c.nodes()["n1"]["reason"].startswith("fleetmedic: reboot: gpu problem: ")
+
+    # the periodic health check follows n2's kernel log: an Xid 79 drains it
+    with open(d / "n2" / "kern.log", "a") as f:
+        f.write(xid_line(code=79, bus=0x3B, uptime=200.0))
+    t0 = time.monotonic()
+    wait_until(
+        "the health check's drain",
+        lambda: c.nodes()["n2"]["reason"].startswith("fleetmedic: reboot: xid.79 0000:3b:00"),
+        60,
+        0.2,
+    )
+    print(f"Xid line -> health check drain visible: {time.monotonic() - t0:.2f} s")
+
+
+def test_a_broken_fleetmedic_never_fails_the_prolog(slurm_factory, tmp_path):
+    """fleetmedic cannot run (a wrong SLURM_CONFIG in the env file): the script exits 0,
+    so the job runs and no "Prolog error" drain lands on the node."""
+    c = slurm_factory(nodes=1, extra_conf=f"Prolog={tmp_path / 'slurmcheck' / SCRIPT.name}\n")
+    d = _setup(tmp_path, ("n1",), c.conf)
+    with open(d / "fleetmedic-slurm.env", "a") as f:
+        f.write("SLURM_CONFIG=/nonexistent/slurm.conf\n")
+    out = tmp_path / "job.out"
+    c.run("sbatch", "-o", str(out), "--wrap", "echo ran")
+    wait_until("the job to run", lambda: out.exists() and "ran" in out.read_text(), 60, 0.2)
+    assert not c.nodes()["n1"]["reason"]
