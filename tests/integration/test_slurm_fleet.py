@@ -15,6 +15,7 @@ sinfo with its new boot time (the figure the report quotes).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import uuid
@@ -22,6 +23,7 @@ import uuid
 import pytest
 
 from tests.harness.adhoc import cli_env, recap
+from tests.harness.agentenv import xid_line
 from tests.harness.fleet import ROOT
 from tests.harness.slurmfleet import BOOT_TIME_JITTER, new_boot
 
@@ -259,3 +261,41 @@ def test_slurmctld_crash_and_restart_the_nodes_come_back_and_our_drain_stays(sf)
     assert all(sf.sinfo(n)["state"] == "idle" for n in ("node-2", "node-3"))
     assert run_job(sf, "node-2") == "host=node-2 gpus=0,1", "slurmd in the nodes found it again"
     print(f"slurmctld SIGKILL to every node answering again: {seconds:.1f} s")
+
+
+AGENT = (
+    "fleetmedic agent --node-name $(hostname) --slurm-conf /etc/slurm/slurm.conf"
+    " --config /dev/null --kernel-log /var/lib/fleetmedic-test/kern.log --vendor none --once"
+)
+
+
+def test_the_agent_in_the_node_drains_it_and_slurms_reboot_cures_it(sf):
+    """The issue's first scenario without the controller: the real agent, inside the node,
+    reads an Xid 79 and drains its node through scontrol with our reason; Slurm's reboot
+    (RebootProgram) then reboots the node, slurmctld resumes it, and the agent, run again
+    in the new boot, leaves it in service (the Xid line is the last boot's)."""
+    node = sf.node(1)
+    with open(node.kern_log, "a") as f:
+        f.write(xid_line(code=79, bus=0x3B, uptime=42.5))
+    out = json.loads(node.ssh(AGENT, timeout=120).stdout)
+    assert out["kernel_findings_acted"] == 1, out
+    info = sf.sinfo(node.name)
+    assert "DRAIN" in info["state_flags"]
+    reason = info["reason"]
+    assert reason.startswith("fleetmedic: reboot: xid.79 0000:3b:00"), reason
+
+    before_boot, before_id = info["boot_time"], node.boot_id()
+    sf.slurm.run("scontrol", "reboot", "ASAP", "nextstate=resume", f"reason={reason}", node.name)
+    sf.wait_node(
+        node.name,
+        lambda n: new_boot(n, before_boot) and n["state"] == "idle" and not n["state_flags"],
+        "rebooted by Slurm and resumed",
+        timeout=240,
+    )
+    node.wait_ssh(60)
+    assert node.boot_id() != before_id
+    again = json.loads(node.ssh(AGENT, timeout=120).stdout)
+    # not even "already handled": the line is before this boot's kernel banner
+    assert again["kernel_findings_acted"] == 0 and again["kernel_findings_already_handled"] == 0
+    assert sf.sinfo(node.name)["state_flags"] == [], "the cured node stays in service"
+    assert run_job(sf, node.name) == f"host={node.name} gpus=0,1"
