@@ -299,3 +299,30 @@ def test_the_agent_in_the_node_drains_it_and_slurms_reboot_cures_it(sf):
     assert again["kernel_findings_acted"] == 0 and again["kernel_findings_already_handled"] == 0
     assert sf.sinfo(node.name)["state_flags"] == [], "the cured node stays in service"
     assert run_job(sf, node.name) == f"host={node.name} gpus=0,1"
+
+
+def test_a_slow_reboot_is_seen_down_and_the_node_comes_back_still_ours(slurm_fleet_factory):
+    """Real hosts take minutes to reboot, longer than SlurmdTimeout: slurmctld marks the
+    node DOWN meanwhile. Our drain and reason stay through that, so the node comes back
+    IDLE+DRAIN, still ours to resume (ReturnToService=2 brings it back from DOWN)."""
+    sf = slurm_fleet_factory(1, slurmd_timeout=10)
+    node = sf.node(1)
+    sf.slurm.run(
+        "scontrol", "update", f"nodename={node.name}", "state=drain", f"reason={OUR_REASON}"
+    )
+    before = sf.boot_time(node.name)
+    node.set_boot_delay(30)
+    node.ssh("systemctl reboot", check=False)
+    sf.wait_node(
+        node.name,
+        lambda n: n["state"] == "down" or "NOT_RESPONDING" in n["state_flags"],
+        "seen gone by slurmctld",
+        timeout=120,
+    )
+    gone = sf.sinfo(node.name)
+    assert "DRAIN" in gone["state_flags"] and gone["reason"] == OUR_REASON, gone
+    sf.wait_rebooted(node.name, before, timeout=240)
+    node.set_boot_delay(0)
+    back = sf.sinfo(node.name)
+    assert back["state"] == "idle" and back["state_flags"] == ["DRAIN"], back
+    assert back["reason"] == OUR_REASON
