@@ -169,6 +169,8 @@ def test_reboot_playbook_reboots_a_drained_node_and_slurm_sees_the_new_boot(sf, 
 
 def test_scontrol_reboot_runs_reboot_program_and_slurm_resumes_the_node(sf):
     node = "node-3"
+    extra = '{"fleetmedic": {"rung": "reboot"}}'  # a repair record, as the adapter keeps it
+    sf.slurm.run("scontrol", "update", f"nodename={node}", f"extra={extra}")
     before_boot, before_id, boots = sf.boot_time(node), boot_id(sf, node), sf.node(3).boots
     t0 = time.monotonic()
     sf.slurm.run("scontrol", "reboot", "ASAP", "nextstate=resume", f"reason={OUR_REASON}", node)
@@ -189,11 +191,35 @@ def test_scontrol_reboot_runs_reboot_program_and_slurm_resumes_the_node(sf):
     )
     seen = time.monotonic() - t0
     assert sf.sinfo(node)["reason"] == ""
+    assert sf.sinfo(node)["extra"] == extra, "the record survives Slurm's reboot"
     assert boot_id(sf, node) != before_id, "RebootProgram really rebooted the node"
     assert sf.node(3).boots == boots + 1, "one reboot"
     assert "Node reboot request being processed" in sf.slurmd_log(node)
     assert run_job(sf, node) == f"host={node} gpus=0,1"
     print(f"scontrol reboot: node resumed with its new boot time {seen:.1f} s after the request")
+
+
+def test_scontrol_reboot_nextstate_down_keeps_the_node_out_until_we_resume_it(sf):
+    """For a reboot that must be verified before the node takes jobs again: 22.05 allows
+    only nextstate=resume or down (not drain). With down the node comes back DOWN, no
+    DRAIN flag, with our reason and Slurm's notes after it, so it is still ours; it stays
+    out of service (ReturnToService=2 does not return it) until ``state=resume``."""
+    node = "node-1"
+    sf.slurm.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={OUR_REASON}")
+    before_boot = sf.boot_time(node)
+    sf.slurm.run("scontrol", "reboot", "ASAP", "nextstate=down", f"reason={OUR_REASON}", node)
+    sf.wait_node(
+        node,
+        lambda n: new_boot(n, before_boot) and "REBOOT_ISSUED" not in n["state_flags"],
+        "back from Slurm's reboot",
+        timeout=240,
+    )
+    time.sleep(3)  # and it stays out of service
+    info = sf.sinfo(node)
+    assert info["state"] == "down" and info["state_flags"] == [], info
+    assert info["reason"] == f"{OUR_REASON} : reboot issued : reboot complete"
+    sf.slurm.run("scontrol", "update", f"nodename={node}", "state=resume")
+    assert run_job(sf, node) == f"host={node} gpus=0,1"
 
 
 def _hold_job(sf, node: str, release: str) -> str:
