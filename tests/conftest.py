@@ -28,6 +28,7 @@ pytest_plugins = [
         "tests.harness.loki_fixtures",
         "tests.harness.mesh_fixtures",
         "tests.harness.slurm_fixtures",
+        "tests.harness.slurmfleet_fixtures",
     )
     if __import__("importlib.util").util.find_spec(p) is not None
 ]

@@ -104,6 +104,11 @@ class NodeSetup:
     """Extra environment of ``systemd-nspawn`` (e.g. ``SYSTEMD_NSPAWN_*`` switches)."""
     own_cgroup: bool = False
     """Start the node from cgroups of its own (fleet_cgroup), e.g. for a kubelet."""
+    fresh_boottime: bool = False
+    """Boot the node in a time namespace of its own, so that its boot time is the moment
+    each boot starts (``/proc/uptime`` starts near 0), as on a real host. A plain node
+    shows the host's boot time at every boot; slurmctld decides from a node's boot time
+    whether it rebooted (tests/harness/slurmfleet.py)."""
 
 
 @dataclass
@@ -412,13 +417,16 @@ def start_fleet(
     # 2 CPUs has kept one waiting over 30 s, which is load, not a failed boot)
     prefix: str = "fleet",
     prepare: Callable[[Fleet, Node], NodeSetup | None] | None = None,
+    lower: str | None = None,
 ) -> Fleet:
     """Boot ``nodes`` nodes and wait until every sshd answers.
 
     ``prepare(fleet, node)`` runs for each node after its root is mounted and its
     identity written, before the first boot: it may write files into
     ``node.dir / "root"`` and return a :class:`NodeSetup` (or None: a plain node).
-    The kubelet node (tests/harness/kubelet.py) is made this way.
+    The kubelet node (tests/harness/kubelet.py) is made this way. ``lower`` is an overlay
+    lowerdir to boot the nodes from instead of the node tree's (the Slurm fleet puts a
+    layer with slurmd over it: scripts/setup.d/22-nodetree-slurm.sh).
 
     ``name`` defaults to ``<prefix>-<pid>-<n>``. ``owned``: the fleet is torn down by its
     supervisor when this process dies (pytest); ``False`` keeps it up until ``down``
@@ -426,7 +434,7 @@ def start_fleet(
     everything is torn down except the logs, and FleetError says where they are.
     """
     _preflight()
-    lower = _nodetree()
+    lower = lower or _nodetree()
     name = name or f"{prefix}-{os.getpid()}-{next(_serial)}"
     if not _NAME_RE.match(name):
         raise FleetError(f"bad fleet name {name!r}: use 1-24 of [a-z0-9-]")
@@ -544,6 +552,8 @@ def _prepare(fleet: Fleet, rec: dict, prepare: Callable[[Fleet, Node], NodeSetup
             continue
         nrec["nspawn_args"] = list(setup.nspawn_args)
         nrec["nspawn_env"] = dict(setup.env)
+        if setup.fresh_boottime:
+            nrec["fresh_boottime"] = True
         if setup.own_cgroup:
             nrec["cgroups"] = fleet_cgroup.create(f"fleetmedic-{fleet.name}-{node.name}")
         _write_record(fleet.dir, rec)  # after each node: a failure still tears down its cgroups

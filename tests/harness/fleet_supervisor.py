@@ -39,6 +39,12 @@ from tests.harness import fleet_cgroup, fleet_net, fleet_sys
 
 REBOOT_RC = 133
 STOP_GRACE = 10.0
+# A node with a boot time of its own stays down this long on a reboot. slurmctld takes a
+# reboot it asked for as done once the node's boot time (whole seconds: its clock minus
+# an uptime rounded up) is after the request; a node that is back within a second or
+# two can report a boot time before the request and wait until ResumeTimeout (measured:
+# back 1.3 s after the request, boot time 1 s before it). Real hosts take minutes.
+FRESH_BOOT_GAP = 3.0
 
 
 def log(msg: str) -> None:
@@ -98,7 +104,14 @@ class NodeLoop(threading.Thread):
         fakes = Path(f["checkout"]) / "tests" / "fakes" / "build"
         if fakes.is_dir():
             cmd.append(f"--bind-ro={fakes}:/opt/fleetmedic-fakes")
-        return cmd + list(n.get("nspawn_args", ()))
+        cmd += list(n.get("nspawn_args", ()))
+        if n.get("fresh_boottime"):
+            # A time namespace whose CLOCK_BOOTTIME starts now: the node's uptime and boot
+            # time are this boot's. unshare execs nspawn (no fork), so the pid is nspawn's
+            # and the new namespace applies from that exec on. The offset may not make the
+            # clock negative, hence whole seconds rounded down.
+            cmd = ["unshare", "--time", f"--boottime={-_uptime()}", *cmd]
+        return cmd
 
     def boot_once(self) -> int:
         fleet_net.set_node_eth0(self.fleet["octet"], self.node["name"], up=True)
@@ -206,6 +219,8 @@ class NodeLoop(threading.Thread):
                 log(f"{name}: reboot")
                 self.crashes = 0
                 self.status("rebooting")
+                if self.node.get("fresh_boottime"):
+                    self.stop.wait(FRESH_BOOT_GAP)
             elif rc == 0:
                 log(f"{name}: powered off")
                 self.crashes = 0
@@ -228,6 +243,10 @@ def _children(pid: int) -> list[int]:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except (OSError, ValueError):
         return []
+
+
+def _uptime() -> int:
+    return int(float(Path("/proc/uptime").read_text().split()[0]))
 
 
 def _read_float(path: Path) -> float:

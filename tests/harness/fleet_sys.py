@@ -162,8 +162,14 @@ def teardown_resources(
     if rec and not by_supervisor:
         stop_process(rec.get("supervisor"), timeout=20)  # it powers the nodes off cleanly
     nodes = (rec or {}).get("nodes", [])
+    # A dead fleet's subnet was free and a fleet started since may have it, with the same
+    # netns, veth and bridge names: those are not ours (as in leftovers). Sweeping them
+    # once tore down a live fleet's nodes mid-test.
+    reused = bool(rec) and "octet" in rec and _octet_taken(rec["octet"], fleet_dir)
+    if reused:
+        log(f"{fleet_dir.name}: its subnet is another live fleet's now; leaving its network")
     pids = procs_referencing(fleet_dir)
-    for n in nodes:
+    for n in nodes if not reused else ():
         pids += net.netns_pids(n["netns"])
     stuck = kill_and_wait(sorted(set(pids) - {os.getpid()}))
     if stuck:
@@ -173,9 +179,10 @@ def teardown_resources(
         stuck_cg = fleet_cgroup.remove(n.get("cgroups", []))
         if stuck_cg:
             log(f"{fleet_dir.name}: cgroups left: {', '.join(stuck_cg)}")
-        net.delete_netns(n["netns"])
-        net.delete_link(n["veth"])
-    if rec and "octet" in rec:
+        if not reused:
+            net.delete_netns(n["netns"])
+            net.delete_link(n["veth"])
+    if rec and "octet" in rec and not reused:
         net.delete_link(net.bridge_name(rec["octet"]))
     if mounts_under(fleet_dir):
         log(f"{fleet_dir.name}: mounts left, not removing {fleet_dir}")

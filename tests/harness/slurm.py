@@ -189,9 +189,8 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={self.munge_socket}
 StateSaveLocation={self.state_dir}
-SlurmdSpoolDir={d}/spool/%n
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/spool/slurmd-%n.pid
+{self.slurmd_conf()}
 # No cgroups here (v1 hybrid without a usable hierarchy for Slurm), no accounting.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -210,6 +209,14 @@ SlurmdTimeout={self.slurmd_timeout}
 {nodes}
 PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE State=UP
 {self.extra_conf}"""
+
+    def slurmd_conf(self) -> str:
+        """slurm.conf's lines for slurmd's own files: here every slurmd runs on this host,
+        so each has its spool and pid file under the cluster's directory. (The Slurm
+        fleet, whose slurmd run inside the nodes, keeps them on the node and adds its
+        RebootProgram: tests/harness/slurmfleet.py.)"""
+        d = self.dir
+        return f"SlurmdSpoolDir={d}/spool/%n\nSlurmdPidFile={d}/spool/slurmd-%n.pid"
 
     def gres_conf(self) -> str:
         """GPUs without GPUs: ``File=`` must name character devices (a regular file is "not
@@ -570,6 +577,23 @@ def plumb(c: SlurmCluster) -> None:
             raise SlurmError(f"ip -n {ns} -batch: {net.one_line(p.stderr)}")
 
 
+def start_control(c: SlurmCluster) -> None:
+    """The cluster's files (munge key, gres.conf, GPU devices) and its control side:
+    munged, then slurmctld on a free port (slurm.conf written). The slurmd come after."""
+    d = c.dir
+    for sub, mode in (("mungekey", 0o700), ("munge", 0o755), ("state", 0o700)):
+        (d / sub).mkdir(mode=mode)
+    for p in (SLURM_ROOT, d):
+        p.chmod(0o755)  # munged refuses a socket under a directory others may write
+    key = d / "mungekey" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    (d / "gres.conf").write_text(c.gres_conf())
+    c.make_gpu_devices()
+    c.start_munged()
+    c.start_ctld_on_a_free_port()
+
+
 _serial = iter(range(1, 10**6))
 
 
@@ -616,17 +640,7 @@ def start_cluster(
             teardown(c._record(), remove_dir=False)
             raise
     try:
-        for sub, mode in (("mungekey", 0o700), ("munge", 0o755), ("state", 0o700)):
-            (d / sub).mkdir(mode=mode)
-        for p in (SLURM_ROOT, d):
-            p.chmod(0o755)  # munged refuses a socket under a directory others may write
-        key = d / "mungekey" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o600)
-        (d / "gres.conf").write_text(c.gres_conf())
-        c.make_gpu_devices()
-        c.start_munged()
-        c.start_ctld_on_a_free_port()
+        start_control(c)
         for node in c.node_names:
             c.start_slurmd(node)
         c.wait_ready(timeout)
