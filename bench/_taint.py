@@ -3,6 +3,8 @@ when its repair taint comes and goes, and a nearest-rank percentile."""
 
 from __future__ import annotations
 
+import json
+import statistics
 import threading
 import time
 
@@ -58,6 +60,33 @@ def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile (so the p99 of 50 trials is the slowest one)."""
     ordered = sorted(values)
     return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+def report(
+    title: str, latencies: list[float], baseline: float, baseline_text: str, baseline_key: str
+) -> float:
+    """Print a latency bench's figures: percentiles, the ratio to the baseline measured in
+    the same run (``baseline_text`` says what it is), then one JSON line (the baseline as
+    ``baseline_key``). Returns the p99."""
+    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+    print(f"{title}, {len(latencies)} trials:")
+    print(
+        f"  p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   "
+        f"max {max(latencies) * 1000:7.1f} ms   mean {statistics.mean(latencies) * 1000:7.1f} ms"
+    )
+    print(f"  baseline: {baseline_text} {baseline * 1000:.1f} ms")
+    print(f"  ratio to the baseline: p50 {p50 / baseline:.1f}x, p99 {p99 / baseline:.1f}x")
+    figures = {
+        "trials": len(latencies),
+        "p50_s": round(p50, 4),
+        "p99_s": round(p99, 4),
+        "max_s": round(max(latencies), 4),
+        baseline_key: round(baseline, 4),
+        "p50_ratio": round(p50 / baseline, 2),
+        "p99_ratio": round(p99 / baseline, 2),
+    }
+    print(json.dumps(figures))
+    return p99
 
 
 def untaint(cluster, watch: TaintWatch, node: str, timeout: float = 10.0) -> None:

@@ -25,7 +25,6 @@ printed as a ratio to it, so it does not depend on the machine.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
-from _taint import percentile  # noqa: E402
+from _taint import report  # noqa: E402
 
 from tests.harness.agentenv import FLEETMEDIC, AgentProcess, append, banner, xid_line  # noqa: E402
 from tests.harness.slurm import start_cluster  # noqa: E402
@@ -124,26 +123,12 @@ def main() -> int:
             agent.stop()
     finally:
         cluster.stop()
-    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
-    print(f"Xid 79 line -> our drain visible in sinfo, {len(latencies)} trials:")
-    print(
-        f"  p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   "
-        f"max {max(latencies) * 1000:7.1f} ms   mean {statistics.mean(latencies) * 1000:7.1f} ms"
-    )
-    print(f"  baseline: one bare scontrol update {baseline * 1000:.1f} ms (median of 20)")
-    print(f"  ratio to the baseline: p50 {p50 / baseline:.1f}x, p99 {p99 / baseline:.1f}x")
-    print(
-        json.dumps(
-            {
-                "trials": len(latencies),
-                "p50_s": round(p50, 4),
-                "p99_s": round(p99, 4),
-                "max_s": round(max(latencies), 4),
-                "scontrol_update_s": round(baseline, 4),
-                "p50_ratio": round(p50 / baseline, 2),
-                "p99_ratio": round(p99 / baseline, 2),
-            }
-        )
+    p99 = report(
+        "Xid 79 line -> our drain visible in sinfo",
+        latencies,
+        baseline,
+        "one bare scontrol update (median of 20)",
+        "scontrol_update_s",
     )
     if args.keep:
         print(f"  work dir: {work}")

@@ -29,7 +29,6 @@ floor of the figure: a /dev/kmsg source wakes on the record instead.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
-from _taint import TaintWatch, percentile, untaint  # noqa: E402
+from _taint import TaintWatch, report, untaint  # noqa: E402
 
 from tests.harness.agentenv import (  # noqa: E402
     AgentProcess,
@@ -115,29 +114,13 @@ def main() -> int:
             watch.stop.set()
         finally:
             agent.stop()
-    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
-    print(
-        f"Xid 79 line -> repair taint visible through the API, {len(latencies)} trials "
-        f"(agent file poll {args.poll or 0.1:g}s):"
-    )
-    print(
-        f"  p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   "
-        f"max {max(latencies) * 1000:7.1f} ms   mean {statistics.mean(latencies) * 1000:7.1f} ms"
-    )
-    print(f"  baseline: one node PATCH round trip {baseline * 1000:.1f} ms (median of 50)")
-    print(f"  ratio to the baseline: p50 {p50 / baseline:.1f}x, p99 {p99 / baseline:.1f}x")
-    print(
-        json.dumps(
-            {
-                "trials": len(latencies),
-                "p50_s": round(p50, 4),
-                "p99_s": round(p99, 4),
-                "max_s": round(max(latencies), 4),
-                "patch_rtt_s": round(baseline, 4),
-                "p50_ratio": round(p50 / baseline, 2),
-                "p99_ratio": round(p99 / baseline, 2),
-            }
-        )
+    p99 = report(
+        f"Xid 79 line -> repair taint visible through the API (agent file poll "
+        f"{args.poll or 0.1:g}s)",
+        latencies,
+        baseline,
+        "one node PATCH round trip (median of 50)",
+        "patch_rtt_s",
     )
     if args.keep:
         print(f"  work dir: {work}")
