@@ -514,6 +514,23 @@ def _preflight() -> None:
     for tool in ("systemd-nspawn", "ip", "ssh", "ssh-keygen", "mount"):
         if not shutil.which(tool):
             raise FleetError(f"{tool} not found; run: bash scripts/setup.sh")
+    _raise_inotify_instances()
+
+
+INOTIFY_INSTANCES = 8192
+"""Every node's systemd runs as the host's root and takes inotify instances from root's
+one budget (``fs.inotify.max_user_instances``, 128 by default). Fleets, benches and
+Molecule nodes side by side exhausted it: a node's systemd then logged "Too many open
+files" for inotify and never started sshd (CI run, a Slurm fleet node, 120 s)."""
+
+
+def _raise_inotify_instances() -> None:
+    knob = Path("/proc/sys/fs/inotify/max_user_instances")
+    try:
+        if int(knob.read_text()) < INOTIFY_INSTANCES:
+            knob.write_text(str(INOTIFY_INSTANCES))
+    except (OSError, ValueError) as exc:
+        log(f"could not raise fs.inotify.max_user_instances: {exc}")
 
 
 def _nodetree() -> str:
