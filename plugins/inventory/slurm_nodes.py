@@ -19,7 +19,7 @@ description:
     V(foreign_nhc) (C(NHC:)), V(foreign_hyperpod) (C(Action:Reboot), C(Action:Replace)),
     V(foreign_soperator) (C([node_problem]), C([hardware_problem])), V(foreign_slinky)
     (C(slurm-operator:)), and V(foreign_other) for any other reason (a human's, Slurm's own
-    C(Not responding)). The ownership rule is C(fleetmedic.policy.slurmowner), the one the
+    C(Not responding)). The ownership rule is C(fleetmedic.model.slurmowner), the one the
     controller uses.
   - A node with no reason is in V(healthy).
   - Every node is also in C(slurm_<state>) for its Slurm state as C(sinfo) names it
@@ -118,7 +118,7 @@ try:
     from fleetmedic.errors import FleetmedicError
     from fleetmedic.model.slurmreason import parse_reason
     from fleetmedic.model.vocabulary import REPAIR_STATES
-    from fleetmedic.policy.slurmowner import Owner, owner
+    from fleetmedic.model.slurmowner import Owner, owner
 except ImportError as _exc:  # reported by parse(), so ansible-doc still works without it
     FLEETMEDIC_IMPORT_ERROR = _exc
 else:

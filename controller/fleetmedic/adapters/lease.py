@@ -15,7 +15,7 @@ import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Store
 from fleetmedic.errors import ConflictError, NotFoundError
 
 MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -53,7 +53,7 @@ def node_lease_name(node: str, prefix: str = "fleetmedic-node-") -> str:
 class Lease:
     """One named Lease held by ``holder`` for ``duration`` seconds at a time."""
 
-    def __init__(self, kube: Kube, namespace: str, name: str, holder: str, duration: int) -> None:
+    def __init__(self, kube: Store, namespace: str, name: str, holder: str, duration: int) -> None:
         self.kube, self.namespace, self.name = kube, namespace, name
         self.holder, self.duration = holder, duration
         self._mine: dict | None = None  # the Lease as we last wrote it, while we hold it

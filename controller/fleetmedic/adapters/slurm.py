@@ -301,17 +301,22 @@ class Slurm:
         self._run("scontrol", *args)
         return reason
 
-    def unfence(self, name: str) -> bool:
-        """Resume ``name`` when it is drained (or down) with our reason. False when there
-        is nothing to resume; ForeignDrain when the reason is someone else's (never
-        resumed). The record stays: the caller clears what it no longer needs."""
+    def unfence(self, name: str, record: Mapping[str, str | None] | None = None) -> bool:
+        """Resume ``name`` when it is drained (or down) with our reason, merging ``record``
+        into its repair record in the same update (so a crash keeps or loses both). False
+        when there is nothing to resume; ForeignDrain when the reason is someone else's
+        (never resumed). The rest of the record stays: the caller clears what it no longer
+        needs."""
         node = self.node(name)
         if not (node.drain or node.state == "down"):
             return False
         if not is_ours(node.reason, self.prefix):
             self._refuse_foreign(node, "resumed")
             return False  # down with no reason at all: not ours to resume either
-        self._run("scontrol", "update", f"nodename={node.name}", "state=resume")
+        args = ["update", f"nodename={node.name}", "state=resume"]
+        if record:
+            args.append(f"extra={self._extra_with(node, record)}")
+        self._run("scontrol", *args)
         return True
 
     def jobs(self, name: str) -> list[str]:

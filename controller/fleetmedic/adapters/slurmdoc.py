@@ -51,6 +51,8 @@ from fleetmedic.model.slurmreason import parse_reason
 from fleetmedic.model.vocabulary import REPAIR_STATES, Vocabulary
 
 RANK = {state: n for n, state in enumerate(REPAIR_STATES)}
+NO_FINDING = "fleetmedic agent"
+"""The finding of a fence whose edit wrote no evidence."""
 TAINTS_KEY = "taints"
 """Record key of our taints that are not a repair rung (slow-network, maintenance)."""
 
@@ -96,7 +98,7 @@ def finding_of(annotations: Mapping[str, str], before: Mapping[str, str]) -> str
         for cat, entry in sorted(results.items() if isinstance(results, dict) else ())
         if isinstance(entry, dict) and entry.get("status") in ("problem", "unknown")
     ]
-    return "; ".join(bad) or "fleetmedic agent"
+    return "; ".join(bad) or NO_FINDING
 
 
 class SlurmNodeDocs:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Store
 from fleetmedic.adapters.loki import Entry
 from fleetmedic.errors import NotFoundError
 
@@ -116,7 +116,7 @@ class ConfigMapCursor:
     patch), so whichever controller leads resumes where the last leader stopped. Written
     only when the cursor moved: an idle cluster costs no API writes."""
 
-    kube: Kube
+    kube: Store
     namespace: str
     name: str
     key: str = "loki-cursor"

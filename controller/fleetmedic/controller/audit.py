@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetmedic import logcontext
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.policy.actions import Action, Kind, Outcome
 
 log = logging.getLogger("fleetmedic.audit")
@@ -37,7 +37,7 @@ def record(
     outcome: str,
     *,
     run_id: str | None = None,
-    kube: Kube | None = None,
+    kube: Cluster | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Log one audit line (and post it as an Event when ``kube`` is given); returns it."""
@@ -67,7 +67,7 @@ def record(
 
 
 def of_action(
-    who: str, action: Action, outcome: Outcome, run_id: str | None, kube: Kube | None
+    who: str, action: Action, outcome: Outcome, run_id: str | None, kube: Cluster | None
 ) -> dict[str, Any]:
     """The audit line of an executed action (a playbook phase, a drain, a probe, an email)."""
     what = WHAT.get(action.kind, str(action.kind))

@@ -15,7 +15,7 @@ from datetime import datetime
 from threading import Event
 
 from fleetmedic.adapters import notify
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.switches import pause_configmap, read_switches
 from fleetmedic.errors import FleetmedicError
@@ -34,7 +34,7 @@ class BreakerKeeper:
     def __init__(
         self,
         cfg: Config,
-        kube: Kube,
+        kube: Cluster,
         metrics: Metrics,
         *,
         dry_run: bool,

@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from fleetmedic import clikit
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model import config as configmod
 from fleetmedic.model.config import Config
@@ -109,7 +110,12 @@ def load_config(path: Path | None) -> Config:
     return configmod.load(path)
 
 
-def connect(cfg: Config, kubeconfig: str | None):
+def connect(cfg: Config, kubeconfig: str | None) -> Cluster:
+    """The cluster ``cfg`` serves: its API server, or (``kind: slurm``) its slurmctld."""
+    if cfg.kind == "slurm":
+        if kubeconfig:
+            raise ConfigError("--kubeconfig: this cluster is `kind: slurm` (no API server)")
+        return connect_slurm(cfg)
     from fleetmedic.adapters.kube import connect as kube_connect
 
     if kubeconfig:
@@ -127,6 +133,25 @@ def connect(cfg: Config, kubeconfig: str | None):
     if path is None:
         clikit.require_kubeconfig(None, "KUBECONFIG")
     return kube_connect(str(path) if path else None, cfg.kube.context)
+
+
+def connect_slurm(cfg: Config) -> Cluster:
+    """The Slurm cluster through its client tools, with the file store and events file
+    under ``slurm.state_dir`` (model/config/slurm.py)."""
+    from fleetmedic.adapters.filestore import FileStore
+    from fleetmedic.adapters.slurm import Slurm
+    from fleetmedic.adapters.slurmcluster import SlurmCluster
+
+    settings = cfg.slurm_settings()
+    slurm = Slurm(settings.conf, prefix=settings.reason_prefix, timeout=settings.timeout)
+    return SlurmCluster(
+        slurm,
+        cfg.vocabulary(),
+        FileStore(settings.state_dir / "store"),
+        partitions=settings.partitions,
+        poll_interval=settings.poll_interval,
+        events=settings.state_dir / "events.jsonl",
+    )
 
 
 def now() -> datetime:

@@ -23,7 +23,7 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
 
 if TYPE_CHECKING:
-    from fleetmedic.adapters.kube import Kube
+    from fleetmedic.adapters.cluster import Cluster
     from fleetmedic.policy.profiles import Assignment
 
 
@@ -207,7 +207,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
 
 
 def _sweep_items(
-    kube: Kube,
+    kube: Cluster,
     cfg: Config,
     vs: list[NodeView],
     at: datetime,
@@ -291,7 +291,7 @@ def _incident_groups(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _domain_review(kube: Kube, cfg: Config, vs: list[NodeView], at: datetime) -> Any:
+def _domain_review(kube: Cluster, cfg: Config, vs: list[NodeView], at: datetime) -> Any:
     """The domains as the next cycle would see them: the incidents on the record, and
     fences as recent as their state-since stamps say (this command has no memory of
     when each node fenced; a fence without a stamp does not count)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy.condition import wanted
@@ -19,7 +19,7 @@ from fleetmedic.policy.condition import wanted
 log = logging.getLogger(__name__)
 
 
-def publish(kube: Kube, view: NodeView, now: datetime | None = None) -> bool:
+def publish(kube: Cluster, view: NodeView, now: datetime | None = None) -> bool:
     """Write the condition ``view`` should carry, if it differs; True if one was written."""
     cond = wanted(view, now or datetime.now(UTC))
     if cond is None:

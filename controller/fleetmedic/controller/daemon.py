@@ -27,8 +27,10 @@ from fleetmedic.controller.cli import connect
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model.config import Config
 
-if TYPE_CHECKING:  # (imported when the daemon starts, not for --help)
-    from fleetmedic.adapters.kube import Kube
+if TYPE_CHECKING:
+    from fleetmedic.adapters.cluster import (
+        Cluster,  # (imported when the daemon starts, not for --help)
+    )
     from fleetmedic.controller.loop import Controller, Sidecar
     from fleetmedic.controller.metrics import Metrics
 
@@ -54,7 +56,7 @@ def serve(
     dry_run: bool,
     log_level: str = "info",
     once_timeout: float = 30.0,
-    sidecars: Callable[[Config, Kube, Metrics], Sequence[Sidecar]] = lambda c, k, m: (),
+    sidecars: Callable[[Config, Cluster, Metrics], Sequence[Sidecar]] = lambda c, k, m: (),
 ) -> None:
     """Run the remediation controller until a signal (or, with ``once``, until done): one
     loop, or one per cluster of ``clusters:`` (each in a thread of its own).
@@ -204,7 +206,7 @@ def _run_cluster(
         controller = make()  # (a stopped loop's worker pool is gone: a fresh one)
 
 
-def reach(kube: Kube, cfg: Config, timeout: float | None) -> None:
+def reach(kube: Cluster, cfg: Config, timeout: float | None) -> None:
     """Wait until the cluster's API server answers one small list (which also checks
     kube.label_selector there). ``timeout`` None: as long as it takes."""
     clikit.wait_reachable(

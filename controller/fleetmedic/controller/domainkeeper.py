@@ -32,7 +32,7 @@ from datetime import datetime
 from threading import Event
 
 from fleetmedic.adapters import chat, notify, runner
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller.domainplayer import RUN, VERIFY, DomainPlayer, Done
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.switches import pause_configmap
@@ -58,7 +58,7 @@ class DomainKeeper:
     def __init__(
         self,
         cfg: Config,
-        kube: Kube,
+        kube: Cluster,
         metrics: Metrics,
         *,
         dry_run: bool,

@@ -56,7 +56,7 @@ from typing import Any
 import yaml
 
 from fleetmedic.adapters import notify, runner
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller import drain as drainmod
 from fleetmedic.controller import ledger, migop
 from fleetmedic.errors import (
@@ -87,7 +87,7 @@ class Cancelled(TemporaryError):
 @dataclass
 class Executor:
     cfg: Config
-    kube: Kube
+    kube: Cluster
     cluster: str = ""
     on_run: Callable[[int], None] = lambda delta: None  # runs in flight, for the gauge
 

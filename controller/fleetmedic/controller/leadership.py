@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.adapters.lease import Lease, node_lease_name
 from fleetmedic.controller import sdnotify
 from fleetmedic.errors import FleetmedicError, PermanentError
@@ -39,7 +39,7 @@ def default_identity() -> str:
 class Leadership:
     def __init__(
         self,
-        kube: Kube,
+        kube: Cluster,
         cfg: LeaderElectionConfig,
         identity: str,
         *,

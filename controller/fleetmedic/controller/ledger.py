@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller.switches import pause_configmap
 from fleetmedic.errors import ConflictError, FleetmedicError, TemporaryError
 from fleetmedic.model.config import Config
@@ -24,7 +24,7 @@ TRIES = 5
 
 
 def reserve(
-    kube: Kube, cfg: Config, profile: str, node: str, ep: int, now: datetime
+    kube: Cluster, cfg: Config, profile: str, node: str, ep: int, now: datetime
 ) -> Reservation:
     """Reserve ``node``'s replacement in ``profile``'s day (``cfg``: that profile's
     config). Raises TemporaryError when the record cannot be read or written: without it

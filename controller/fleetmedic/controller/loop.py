@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 
 from fleetmedic import logcontext
 from fleetmedic.adapters import runner
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller import sdnotify
 from fleetmedic.controller.breakerkeeper import BreakerKeeper
 from fleetmedic.controller.chatter import Chatter
@@ -88,7 +88,7 @@ class Controller:
     def __init__(
         self,
         cfg: Config,
-        kube: Kube,
+        kube: Cluster,
         *,
         identity: str | None = None,
         dry_run: bool = False,

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from fleetmedic.adapters.kube import Kube, TooManyRequests
+from fleetmedic.adapters.cluster import Cluster
+from fleetmedic.adapters.kube import TooManyRequests
 from fleetmedic.errors import ForbiddenError, TemporaryError
 from fleetmedic.model import keys
 from fleetmedic.model.config.partition import PartitionOperatorConfig, RestoreConfig
@@ -67,7 +68,7 @@ class HandOff:
 
 
 def restore(
-    kube: Kube,
+    kube: Cluster,
     view: NodeView,
     action: Action,
     cfg: RestoreConfig,
@@ -91,7 +92,7 @@ def restore(
 
 
 def _hand_off(
-    kube: Kube,
+    kube: Cluster,
     view: NodeView,
     action: Action,
     cfg: RestoreConfig,
@@ -149,7 +150,7 @@ def _selector(op: PartitionOperatorConfig) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(op.pod_labels.items()))
 
 
-def _agent_pods(kube: Kube, node: str, op: PartitionOperatorConfig) -> list[dict]:
+def _agent_pods(kube: Cluster, node: str, op: PartitionOperatorConfig) -> list[dict]:
     """The agent's pods on ``node`` that are not being deleted (one LIST, narrowed to the
     node by field selector, as the drain's)."""
     pods, _ = kube.list_pods_on_node(node)
@@ -162,7 +163,7 @@ def _agent_pods(kube: Kube, node: str, op: PartitionOperatorConfig) -> list[dict
     ]
 
 
-def _record(kube: Kube, node: str, op: PartitionOperatorConfig, trigger: dict) -> None:
+def _record(kube: Cluster, node: str, op: PartitionOperatorConfig, trigger: dict) -> None:
     """Step 1: the trigger into the record, the stale state label off, in one write."""
 
     def mutate(n: dict) -> bool:
@@ -178,7 +179,7 @@ def _record(kube: Kube, node: str, op: PartitionOperatorConfig, trigger: dict) -
     kube.update_node(node, mutate)
 
 
-def _restart(kube: Kube, node: str, op: PartitionOperatorConfig, trigger: dict) -> None:
+def _restart(kube: Cluster, node: str, op: PartitionOperatorConfig, trigger: dict) -> None:
     """Step 2: evict the recorded pod if it is still there and not going."""
     for p in _agent_pods(kube, node, op):
         if p["metadata"]["uid"] == trigger.get("pod"):
@@ -187,7 +188,7 @@ def _restart(kube: Kube, node: str, op: PartitionOperatorConfig, trigger: dict) 
 
 
 def _timeout_line(
-    kube: Kube,
+    kube: Cluster,
     node: str,
     op: PartitionOperatorConfig,
     value: str,

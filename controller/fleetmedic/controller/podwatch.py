@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller.watcher import NodeWatcher
 from fleetmedic.policy.sweep import wants_gpu
 
@@ -27,7 +27,7 @@ def _kept(pod: dict) -> tuple[str, bool]:
 class GpuPodWatcher(NodeWatcher[tuple[str, bool]]):
     what = "pod"
 
-    def __init__(self, kube: Kube, watch_timeout: int = 300) -> None:
+    def __init__(self, kube: Cluster, watch_timeout: int = 300) -> None:
         super().__init__(kube, watch_timeout=watch_timeout, transform=_kept)
 
     def _list_pages(self) -> Iterator[tuple[list[dict], str]]:
@@ -46,7 +46,7 @@ class GpuPodWatcher(NodeWatcher[tuple[str, bool]]):
         return {node for node, gpu in self.snapshot().values() if gpu and node}
 
 
-def gpu_nodes_now(kube: Kube) -> set[str]:
+def gpu_nodes_now(kube: Cluster) -> set[str]:
     """The same set from one paged LIST and no cache (for `fleetmedic plan`)."""
     kept = (_kept(pod) for page, _rv in kube.list_pod_pages(ACTIVE_BOUND) for pod in page)
     return {node for node, gpu in kept if gpu and node}

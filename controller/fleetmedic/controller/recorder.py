@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller import audit, conditions
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.errors import TemporaryError
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 class Recorder:
     def __init__(
         self,
-        kube: Kube,
+        kube: Cluster,
         vocab: Vocabulary,
         keep: Callable[[dict], NodeView],
         metrics: Metrics,
@@ -100,7 +100,7 @@ class Recorder:
 
 
 def write_by_hand(
-    kube: Kube,
+    kube: Cluster,
     upd: Update,
     vocab: Vocabulary,
     foreign: Iterable[ForeignSignal],

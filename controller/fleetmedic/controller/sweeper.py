@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from fleetmedic.adapters import runner
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller.leadership import Leadership
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.podwatch import GpuPodWatcher
@@ -57,7 +57,7 @@ class Sweeper:
     def __init__(
         self,
         cfg: Config,
-        kube: Kube,
+        kube: Cluster,
         leadership: Leadership,
         put: Callable[[dict], NodeView],
         metrics: Metrics,

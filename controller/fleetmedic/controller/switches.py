@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from fleetmedic.adapters.kube import Kube
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
@@ -39,7 +39,7 @@ def pause_configmap(cfg: Config) -> tuple[str, str] | None:
     return (namespace, name) if name else None
 
 
-def read_switches(kube: Kube, cfg: Config) -> Switches:
+def read_switches(kube: Cluster, cfg: Config) -> Switches:
     config_pause = "paused by config (safety.pause)" if cfg.safety.pause else None
     ref = pause_configmap(cfg)
     cm = kube.get_config_map(*ref) if ref else None
@@ -67,7 +67,7 @@ class SwitchReader:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: Cluster,
         cfg: Config,
         every: float = 5.0,
         on_read: Callable[[Switches], None] = lambda s: None,

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from fleetmedic import logcontext
-from fleetmedic.adapters.kube import Expired, Kube
+from fleetmedic.adapters.cluster import Cluster
+from fleetmedic.adapters.kube import Expired
 from fleetmedic.backoff import Backoff
 from fleetmedic.errors import FleetmedicError, PermanentError
 
@@ -41,7 +42,7 @@ def _keep(node: dict) -> Any:
 class NodeWatcher(Generic[T]):
     def __init__(
         self,
-        kube: Kube,
+        kube: Cluster,
         label_selector: str | None = None,
         watch_timeout: int = 300,
         retry_delay: float = 2.0,

@@ -4,7 +4,7 @@
 
 One format, here at the bottom layer, so the adapter that writes it, the adapter's guard
 that refuses to resume a node whose reason is not ours, and the ownership policy
-(policy/slurmowner.py) can never disagree. The prefix is configurable (a site may run two
+(model/slurmowner.py) can never disagree. The prefix is configurable (a site may run two
 fleetmedic installations, or want its own word); the default is ``fleetmedic:``.
 
 A reason is ours only while it starts with our prefix, exactly: if someone edits it, the

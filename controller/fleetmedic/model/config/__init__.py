@@ -52,6 +52,7 @@ from fleetmedic.model.config.sections import (
     SmtpConfig,
     TaintsConfig,
 )
+from fleetmedic.model.config.slurm import ClusterKind, SlurmConfig
 from fleetmedic.model.config.sources import LokiConfig, SourcesConfig
 from fleetmedic.model.config.sweep import SweepConfig
 from fleetmedic.model.config.types import (
@@ -107,6 +108,12 @@ __all__ = [
 
 
 class Config(Section):
+    kind: ClusterKind = "kubernetes"
+    """What schedules the nodes: `kubernetes` (the `kube` section says where) or `slurm`
+    (the `slurm` section; a drain with our reason is the taint, see slurm.py)."""
+    slurm: SlurmConfig | None = None
+    """How the controller reaches a `kind: slurm` cluster. Unset with `kind: slurm`: the
+    defaults (SLURM_CONF from the environment, every node)."""
     kube: KubeConfig = KubeConfig()
     taints: TaintsConfig = TaintsConfig()
     foreign_signals: tuple[ForeignSignalConfig, ...] = DEFAULT_FOREIGN
@@ -207,6 +214,29 @@ class Config(Section):
             if d.to and self.smtp is None:
                 raise ValueError(f"domains.{i}.to: set, but there is no `smtp:` section")
         return self
+
+    @model_validator(mode="after")
+    def _slurm_fits(self) -> Config:
+        if self.kind != "slurm":
+            if self.slurm is not None and not self.clusters:
+                raise ValueError("slurm: set, but kind is kubernetes (add `kind: slurm`)")
+            if self.ladder.reboot_via == "slurm":
+                raise ValueError("ladder.reboot_via: slurm needs `kind: slurm`")
+            return self
+        # what the loop would need from Kubernetes and a Slurm node does not have
+        unsupported = [
+            ("sweep", self.sweep is not None and self.sweep.enabled, "sweeps need pods"),
+            ("domains", bool(self.domains), "domains group nodes by Kubernetes labels"),
+            ("ladder.order: replace", "replace" in self.ladder.order, "replace deletes the Node"),
+        ]
+        for what, present, why in unsupported:
+            if present:
+                raise ValueError(f"kind: slurm: {what} is not supported on Slurm ({why})")
+        return self
+
+    def slurm_settings(self) -> SlurmConfig:
+        """The `slurm` section, or its defaults."""
+        return self.slurm or SlurmConfig()
 
     def profile(self, name: str) -> Config:
         """The effective config of profile ``name`` (``default``: this one)."""
@@ -348,12 +378,15 @@ def _build_clusters(cfg: Config, data: Mapping[str, Any], source: str, base: Pat
         raise ConfigError(f"{source}: clusters: the name {dup!r} is used twice")
     top = {k: v for k, v in data.items() if k != "clusters"}
     for i, c in enumerate(cfg.clusters):
-        own_dirs = {
+        own_dirs: dict[str, Any] = {
             "ansible": {
                 "run_dir": str(cfg.ansible.run_dir / c.name),
                 "evidence_dir": str(cfg.ansible.evidence_dir / c.name),
             }
         }
+        if (c.kind or cfg.kind) == "slurm":
+            state = (c.slurm or {}).get("state_dir") or (cfg.slurm_settings().state_dir / c.name)
+            own_dirs["slurm"] = {"state_dir": str(state)}
         merged = deep_merge(deep_merge(top, c.overrides()), own_dirs)  # (lists replace)
         sub = parse(merged, f"{source}: clusters.{i} ({c.name})", base)
         for member in (sub, *sub._profiles.values()):

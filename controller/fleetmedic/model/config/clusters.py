@@ -20,13 +20,15 @@ Unset: one cluster, the top-level ``kube``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fleetmedic.model.config.types import Section
 
 OVERRIDABLE = (
+    "kind",
+    "slurm",
     "kube",
     "ladder",
     "safety",
@@ -46,8 +48,13 @@ class ClusterConfig(Section):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
     """Shown in logs, `fleetmedic status`, the `cluster` metric label and `--cluster`;
     lowercase letters, digits and dashes (at most 40)."""
-    kube: dict[str, Any]
-    """Merged over the top-level `kube`: at least this cluster's kubeconfig or context."""
+    kind: Literal["kubernetes", "slurm"] | None = None
+    """Unset: the top level's `kind`. A `slurm` cluster needs no `kube` (see slurm.py)."""
+    slurm: dict[str, Any] | None = None
+    """Merged over the top-level `slurm`: this Slurm cluster's slurm.conf, partitions."""
+    kube: dict[str, Any] | None = None
+    """Merged over the top-level `kube`: at least this cluster's kubeconfig or context
+    (required for a Kubernetes cluster)."""
     ladder: dict[str, Any] | None = None
     """Merged over the top-level `ladder` (e.g. longer reboot timeouts on bare metal)."""
     safety: dict[str, Any] | None = None
@@ -67,6 +74,12 @@ class ClusterConfig(Section):
     """Replaces (not merges) the top-level profiles for this cluster."""
     bmc: dict[str, Any] | None = None
     """Merged over the top-level `bmc` (e.g. this site's BMC credentials or address label)."""
+
+    @model_validator(mode="after")
+    def _kube_for_kubernetes(self) -> ClusterConfig:
+        if self.kind != "slurm" and self.kube is None:
+            raise ValueError("needs `kube:` (or `kind: slurm`)")
+        return self
 
     def overrides(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in OVERRIDABLE if getattr(self, k) is not None}

@@ -1,4 +1,4 @@
-"""Ownership of Slurm drains (policy/slurmowner.py) and our reason's format
+"""Ownership of Slurm drains (model/slurmowner.py) and our reason's format
 (model/slurmreason.py)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from fleetmedic.model.slurmreason import (
     parse_reason,
 )
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy.slurmowner import FOREIGN_PREFIXES, Owner, may_resume, owner
+from fleetmedic.model.slurmowner import FOREIGN_PREFIXES, Owner, may_resume, owner
 
 
 @pytest.mark.parametrize(
