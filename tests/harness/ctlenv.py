@@ -348,7 +348,9 @@ def free_port() -> int:
 def write_config(
     workdir: Path, kube, fleet, pool: str, smtp=None, overrides: Mapping[str, Any] | None = None
 ) -> Path:
-    """The controller config for one test pool; ``overrides`` merge into the data."""
+    """The controller config for one test pool; ``overrides`` merge into the data.
+    ``kube`` None: no `kube` section (a `kind: slurm` config says its cluster in
+    ``overrides``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {
         "kube": {"kubeconfig": kube.kubeconfig, "label_selector": f"{POOL_LABEL}={pool}"},
@@ -405,6 +407,8 @@ def write_config(
             "retry_interval": 5,
             "timeout": 10,
         }
+    if kube is None:
+        del data["kube"]
     _merge(data, overrides or {})
     path = workdir / "controller.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

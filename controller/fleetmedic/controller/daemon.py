@@ -262,7 +262,13 @@ def preflight_problems(cfg: Config, create: bool = True) -> list[str]:
         except ConfigError as exc:
             if "No such file" not in str(exc):  # (missing_files said so already)
                 problems.append(str(exc))
-    for d in (cfg.ansible.run_dir, cfg.ansible.evidence_dir):
+    dirs = [cfg.ansible.run_dir, cfg.ansible.evidence_dir]
+    if cfg.kind == "slurm":
+        slurm = cfg.slurm_settings()
+        if slurm.conf is not None and not slurm.conf.is_file():
+            problems.append(f"slurm.conf: {slurm.conf}: no such file")
+        dirs.append(slurm.state_dir)
+    for d in dirs:
         if create:
             try:
                 d.mkdir(parents=True, exist_ok=True)

@@ -48,6 +48,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,7 +59,9 @@ import yaml
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller import drain as drainmod
-from fleetmedic.controller import ledger, migop
+from fleetmedic.adapters.slurm import SAVE_WINDOW_S
+from fleetmedic.adapters.slurmcluster import SlurmCluster
+from fleetmedic.controller import ledger, migop, slurmdrain, slurmreboot
 from fleetmedic.errors import (
     ConfigError,
     FleetmedicError,
@@ -71,10 +74,11 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.model.slurmreason import format_reason
 from fleetmedic.policy import partition
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
-from fleetmedic.policy.history import decode, of_episode, stamp
-from fleetmedic.policy.inflight import Escalated
+from fleetmedic.policy.history import decode, of_episode, parse_time, stamp
+from fleetmedic.policy.inflight import Escalated, InFlight
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +137,8 @@ class Executor:
         if isinstance(extra, str):
             log.warning("%s: %s not run: %s", view.name, action.phase, extra)
             return Outcome("failed", message=extra, task="bmc")
+        if action.phase == "reboot" and self._slurm_reboots(action):
+            return self._slurm_reboot(action, view, cancel)
         handed = migop.HandOff()
         if action.phase == partition.PHASE:  # an operator-managed node: its operator first
             restore = self.cfg.profile(action.profile).ladder.restore
@@ -226,8 +232,57 @@ class Executor:
             return Outcome(LOST, result.run_id, host.message, host.task)
         return Outcome(host.status, result.run_id, host.message, host.task, stdout=host.stdout)
 
+    # -- Slurm's reboot (ladder.reboot_via: slurm) ----------------------------
+    def _slurm_reboots(self, action: Action) -> bool:
+        via = self.cfg.profile(action.profile).ladder.reboot_via
+        return via == "slurm" and isinstance(self.kube, SlurmCluster)
+
+    def _slurm_reboot(self, action: Action, view: NodeView, cancel: threading.Event) -> Outcome:
+        """``scontrol reboot ASAP nextstate=down`` through the site's RebootProgram, and the
+        wait for the new boot (slurmreboot.py). The request time is the in-flight record's
+        ``since`` (written, in Extra, before this phase started), so a resumed controller
+        passes the same time and never asks twice."""
+        assert isinstance(self.kube, SlurmCluster)
+        slurm = self.kube.slurm
+        fl = InFlight.decode(view.annotations.get(keys.ANN_IN_FLIGHT))
+        since = parse_time(fl.since) if fl else None
+        requested_at = since.timestamp() if since else time.time()
+        # a slurmctld crash within its save window could keep the reboot but lose the record
+        wait = SAVE_WINDOW_S - (time.time() - requested_at)
+        if wait > 0 and cancel.wait(wait):
+            raise Cancelled(f"{view.name}: reboot through Slurm abandoned before it was asked")
+        reason = format_reason("reboot", f"rebooting through Slurm ({action.reason})", slurm.prefix)
+        self.on_run(1)
+        try:
+            done = slurmreboot.reboot(
+                slurm,
+                view.name,
+                reason=reason,
+                timeout=action.timeout or self.cfg.ansible.job_timeout,
+                requested_at=requested_at,
+                cancel=cancel,
+            )
+        finally:
+            self.on_run(-1)
+        log.info("%s: reboot through Slurm: %s (%s)", view.name, done.status, done.message)
+        if done.status == "cancelled":
+            raise Cancelled(f"{view.name}: reboot through Slurm: {done.message}")
+        return Outcome(done.status, message=done.message, task="slurm reboot")
+
     # -- drain --------------------------------------------------------------
-    def _drain(self, action: Action, *_: object) -> Outcome:
+    def _drain(self, action: Action, _view: NodeView, _run: object, cancel: threading.Event) -> Outcome:
+        if isinstance(self.kube, SlurmCluster):  # the jobs, not pods (slurmdrain.py)
+            slurm_done = slurmdrain.drain(
+                self.kube.slurm,
+                action.node,
+                self.cfg.profile(action.profile).safety.drain,
+                timeout=action.timeout or self.cfg.profile(action.profile).safety.drain.timeout,
+                force_blocked=action.force,
+                cancel=cancel,
+            )
+            if slurm_done.cancelled and not slurm_done.complete:
+                raise Cancelled(f"{action.node}: drain abandoned (stopping)")
+            return Outcome(slurm_done.status, message=slurm_done.message)
         done = drainmod.drain(
             self.kube,
             action.node,

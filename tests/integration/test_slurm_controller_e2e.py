@@ -1,0 +1,279 @@
+"""The controller's loop on a Slurm cluster, end to end (issue 28): ``fleetmedic run`` with
+``kind: slurm`` as a real subprocess against a real slurmctld 22.05 whose slurmd nodes are
+test-fleet nodes (real sshd, real reboots: tests/harness/slurmfleet.py), real Ansible,
+a real SMTP sink. The only stand-ins are the GPUs (fake NVML) and the kernel log (a file).
+
+Each test asserts what Slurm itself shows (sinfo's state, flags, reason, boot time, the
+record in Extra) and what a person would check: a job runs on the repaired node, another
+tool's drain is untouched, one email.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.harness import ctlenv
+from tests.harness.ctlbench import fast_playbooks, pool_name
+from tests.harness.ctlenv import ControllerProcess, wait_until
+from tests.harness.slurmfleet import new_boot
+from tests.harness.smtp import body_text
+
+pytestmark = [pytest.mark.slow]
+
+NHC = "NHC: check_hw_ib: mlx5_0 port 1 is down"
+AGENT = (
+    "fleetmedic agent --node-name $(hostname) --slurm-conf /etc/slurm/slurm.conf"
+    " --config /dev/null --kernel-log /var/lib/fleetmedic-test/kern.log --vendor none --once"
+)
+
+
+@pytest.fixture
+def sf(slurm_fleet):
+    """The session's Slurm fleet, prepared for the checks, every node idle before/after."""
+    slurm_fleet.reset()
+    ctlenv.prepare_nodes(slurm_fleet.fleet)
+    yield slurm_fleet
+    slurm_fleet.reset()
+
+
+class Run:
+    """Controllers started by one test, stopped at its end (their log shown on failure)."""
+
+    def __init__(self, sf, workdir: Path) -> None:
+        self.sf, self.workdir, self.procs = sf, workdir, []
+
+    def config(self, smtp=None, **overrides) -> Path:
+        slurm = {
+            "conf": str(self.sf.slurm.conf),
+            "poll_interval": 1,
+            "state_dir": str(self.workdir / "state"),
+        }
+        over = {"kind": "slurm", "slurm": slurm, **overrides}
+        return ctlenv.write_config(self.workdir, None, self.sf.fleet, "slurm", smtp, over)
+
+    def start(self, config: Path) -> ControllerProcess:
+        p = ControllerProcess(config, self.workdir / f"controller-{len(self.procs)}.log")
+        self.procs.append(p.start())
+        return p
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.stop()
+
+
+@pytest.fixture
+def run(sf, tmp_path):
+    r = Run(sf, tmp_path)
+    yield r
+    r.stop()
+    for p in r.procs:  # (captured: pytest shows it when the test failed)
+        print(f"--- {p.log}\n{p.tail(120)}")
+
+
+def record(sf, node: str) -> dict[str, str]:
+    extra = sf.sinfo(node)["extra"]
+    return (json.loads(extra).get("fleetmedic") or {}) if extra else {}
+
+
+def history(sf, node: str) -> list[dict]:
+    return json.loads(record(sf, node).get("fleetmedic.io/history") or "[]")
+
+
+def in_service(n: dict) -> bool:
+    return n["state"] == "idle" and not n["state_flags"] and not n["reason"]
+
+
+def run_job(sf, node: str, timeout: float = 120) -> str:
+    out = f"/tmp/job-{uuid.uuid4().hex[:8]}.out"
+    sf.slurm.run(
+        "sbatch", "--wait", "--gres=gpu:2", "-w", node, "--chdir=/tmp", "-o", out,
+        "--wrap", 'echo "host=$(hostname)"', timeout=timeout,
+    )  # fmt: skip
+    return sf.node(node).ssh(f"cat {out}").stdout.strip()
+
+
+def agent_drains_xid79(sf, index: int) -> str:
+    """The real agent inside the node reads a Xid 79 and drains the node with our reason."""
+    node = sf.node(index)
+    ctlenv.xid79(node)  # `fleetmedic check` fails until the next boot
+    out = json.loads(node.ssh(AGENT, timeout=120).stdout)
+    assert out["kernel_findings_acted"] == 1, out
+    reason = sf.sinfo(node.name)["reason"]
+    assert reason.startswith("fleetmedic: reboot: xid.79"), reason
+    return node.name
+
+
+def test_xid79_is_rebooted_verified_and_resumed_and_a_foreign_drain_is_untouched(sf, run):
+    """The issue's first two scenarios: n1 drained by the agent for Xid 79 is rebooted by
+    our role, verified over SSH and resumed, and a job then runs on it; n2, drained by NHC,
+    is never touched (reason, Extra and state as NHC left them), also in `status`."""
+    n2 = sf.node(2).name
+    sf.slurm.run("scontrol", "update", f"nodename={n2}", "state=drain", f"reason={NHC}")
+    n1 = agent_drains_xid79(sf, 1)
+    boot_before, id_before = sf.boot_time(n1), sf.node(1).boot_id()
+    cfg = run.config()
+    proc = run.start(cfg)
+    sf.wait_node(n1, in_service, "repaired and resumed", timeout=420)
+    assert proc.alive, proc.tail()
+    assert sf.node(1).boot_id() != id_before, "rebooted by our role"
+    assert new_boot(sf.sinfo(n1), boot_before), "slurmd registered the new boot"
+    steps = [(h.get("step"), h.get("result")) for h in history(sf, n1)]
+    assert ("reboot", "pass") in steps, steps
+    assert run_job(sf, n1) == f"host={n1}"
+    info = sf.sinfo(n2)
+    assert info["reason"] == NHC and "DRAIN" in info["state_flags"] and info["extra"] == ""
+    status = ctlenv.cli(cfg, "status", "--all", "--json")
+    assert status.returncode == 0, status.stderr
+    rows = {r["name"]: r for r in json.loads(status.stdout)}
+    assert rows[n1]["state"] == "healthy" and rows[n2]["state"] == "healthy", rows
+
+
+def test_the_drain_waits_for_a_running_job_then_slurm_reboots_the_node(sf, run):
+    """n3 runs a job when the agent drains it: the controller waits (DRAINING) until the
+    job ends by itself, then reboots through Slurm (reboot_via: slurm: RebootProgram,
+    nextstate=down), verifies and resumes. The job completed; the node booted once."""
+    n3 = sf.node(3).name
+    job = sf.slurm.run(
+        "sbatch", "--parsable", "-w", n3, "--chdir=/tmp", "--wrap", "sleep 25"
+    ).strip()  # fmt: skip
+    sf.wait_node(n3, lambda n: n["state"] in ("allocated", "mixed"), "running the job", 60)
+    agent_drains_xid79(sf, 3)
+    boot_before = sf.boot_time(n3)
+    started = time.time()
+    run.start(run.config(ladder={"reboot_via": "slurm"}, safety={"drain": {"timeout": 120}}))
+    sf.wait_node(n3, in_service, "repaired through Slurm and resumed", timeout=480)
+    assert time.time() - started >= 15, "the node was taken before the job ended"
+    state = sf.slurm.run("sacct", "-n", "-X", "-j", job, "-o", "State", check=False)
+    squeue = sf.slurm.run("squeue", "-h", "-j", job, check=False)
+    assert "RUNNING" not in squeue
+    assert "CANCELLED" not in state and "REQUEUED" not in state, state
+    assert new_boot(sf.sinfo(n3), boot_before)
+    steps = [(h.get("step"), h.get("result")) for h in history(sf, n3)]
+    assert ("reboot", "pass") in steps, steps
+
+
+def test_a_node_no_reboot_cures_climbs_to_manual_with_one_email(sf, run, smtp_sink, tmp_path):
+    """A GPU lost for good: reboot, then reimage (a stand-in reinstall play), then manual,
+    with exactly one email naming the Slurm node; the node stays drained with our reason."""
+    node = sf.node(1)
+    ctlenv.gpu_lost(node)
+    n1 = node.name
+    sf.slurm.run(
+        "scontrol", "update", f"nodename={n1}", "state=drain",
+        "reason=fleetmedic: reboot: gpu 1 lost",
+    )  # fmt: skip
+    cfg = run.config(
+        smtp_sink,
+        ladder={
+            "order": ["reboot", "reimage", "manual"],
+            "playbooks": {"reinstall_nvidia": {"playbook": "noop-reinstall.yml", "timeout": 60}},
+        },
+    )
+    noop = [{"name": "Reinstall stand-in", "hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Nothing to reinstall here", "ansible.builtin.command": "true",
+         "changed_when": False}]}]  # fmt: skip
+    (tmp_path / "playbooks" / "noop-reinstall.yml").write_text(yaml.safe_dump(noop))
+    run.start(cfg)
+    wait_until(lambda: sf.sinfo(n1)["reason"].startswith("fleetmedic: manual: "), 600, "manual")
+    smtp_sink.wait_for(1, timeout=120)
+    time.sleep(5)  # (a second email would come right after the first)
+    assert len(smtp_sink.messages) == 1
+    assert n1 in body_text(smtp_sink.messages[0])
+    steps = [h.get("step") for h in history(sf, n1)]
+    assert "reboot" in steps and "reimage" in steps, steps
+    assert "DRAIN" in sf.sinfo(n1)["state_flags"], "still out of service"
+
+
+def test_sigkill_and_a_slurmctld_restart_mid_reboot_reboot_exactly_once(sf, run):
+    """The controller is SIGKILLed while the reboot phase runs, slurmctld is killed and
+    restarted, a new controller starts: the node is rebooted once (one new boot id),
+    verified and resumed, and nothing of its record is lost."""
+    n1 = agent_drains_xid79(sf, 1)
+    node = sf.node(1)
+    boots = [node.boot_id()]
+    banners_before = node.kern_log.read_text().count("Linux version 6.1.0-fleetmedic-test")
+    cfg = run.config()
+    first = run.start(cfg)
+
+    def rebooting() -> bool:
+        flight = record(sf, n1).get("fleetmedic.io/in-flight") or "{}"
+        f = json.loads(flight)
+        return f.get("phase") == "reboot" and f.get("status") == "running"
+
+    wait_until(rebooting, 240, "the reboot phase running")
+    first.kill9()
+    sf.slurm.restart_ctld(kill=True)
+    run.start(cfg)
+    sf.wait_node(n1, in_service, "repaired and resumed after the restarts", timeout=480)
+    boots.append(node.boot_id())
+    assert boots[0] != boots[1]
+    reboots = [h for h in history(sf, n1) if h.get("step") == "reboot"]
+    assert [h.get("result") for h in reboots] == ["pass"], reboots
+    banners = node.kern_log.read_text().count("Linux version 6.1.0-fleetmedic-test")
+    assert banners == banners_before + 1, f"{banners - banners_before} boots (one wanted)"
+
+
+def test_one_controller_serves_a_kubernetes_and_a_slurm_cluster(sf, run, kube, tmp_path):
+    """Mixed fleets: one `fleetmedic run` with a Kubernetes cluster and a Slurm cluster,
+    a repair in each (fast stand-in plays: this is about the loop, not reboots). Log lines,
+    the audit lines and `status` name the cluster; each keeps its own state where its kind
+    keeps it (the Node's annotations; the Slurm node's Extra)."""
+    pool = pool_name("mixed")
+    [k8s_node] = ctlenv.register(
+        kube,
+        sf.fleet,
+        pool,
+        nodes=[sf.node(2)],
+        taints={f"{pool}-2": [ctlenv.repair_taint("reboot")]},
+    )
+    n1 = sf.node(1).name
+    sf.slurm.run(
+        "scontrol", "update", f"nodename={n1}", "state=drain", "reason=fleetmedic: reboot: test"
+    )
+    slurm = {"conf": str(sf.slurm.conf), "poll_interval": 1, "state_dir": str(tmp_path / "st")}
+    cfg = ctlenv.write_config(
+        tmp_path,
+        kube,
+        sf.fleet,
+        pool,
+        overrides={
+            "ansible": {"playbook_dir": fast_playbooks(tmp_path)},
+            "ladder": {"reboot": {"phases": ["drain", "verify"]}},
+            "clusters": [
+                {"name": "k8s", "kube": {"kubeconfig": str(kube.kubeconfig)}},
+                {"name": "hpc", "kind": "slurm", "slurm": slurm},
+            ],
+        },
+    )
+    try:
+        _mixed(sf, run, kube, cfg, k8s_node, n1)
+    finally:
+        kube.request("DELETE", f"/api/v1/nodes/{k8s_node}")
+
+
+def _mixed(sf, run, kube, cfg: Path, k8s_node: str, n1: str) -> None:
+    proc = run.start(cfg)
+    sf.wait_node(n1, in_service, "repaired in the Slurm cluster", timeout=180)
+
+    def k8s_repaired() -> bool:
+        assert proc.alive, proc.tail(40)
+        return [(a["step"], a["result"]) for a in ctlenv.history(kube, k8s_node)] == [
+            ("reboot", "pass")
+        ] and not ctlenv.node(kube, k8s_node)["spec"].get("taints")
+
+    wait_until(k8s_repaired, 180, "the Kubernetes node repaired")
+    assert [(h["step"], h["result"]) for h in history(sf, n1)] == [("reboot", "pass")]
+    log = proc.log.read_text()
+    assert f"[k8s] {k8s_node}: " in log and f"[hpc] {n1}: " in log, proc.tail(40)
+    audits = [json.loads(line[line.index("{") :]) for line in log.splitlines() if '"audit"' in line]
+    assert {(a["cluster"], a["node"]) for a in audits} >= {("k8s", k8s_node), ("hpc", n1)}
+    status = ctlenv.cli(cfg, "status", "--all", "--json")
+    assert status.returncode == 0, status.stderr
+    seen = {(r["cluster"], r["name"]) for r in json.loads(status.stdout)}
+    assert {("k8s", k8s_node), ("hpc", n1)} <= seen
