@@ -340,6 +340,14 @@ class FileStore:
                 f"{what}: {path} is not an object of this store (metadata.name and "
                 "resourceVersion); repair or remove it"
             )
+        data, spec = obj.get("data", {}), obj.get("spec", {})
+        if not isinstance(spec, dict) or not (
+            isinstance(data, dict) and all(isinstance(v, str) for v in data.values())
+        ):
+            raise StoreCorrupt(
+                f"{what}: {path}: spec must be an object and data an object of strings; "
+                "repair or remove it"
+            )
         return obj
 
     @contextlib.contextmanager

@@ -290,6 +290,14 @@ def test_a_corrupt_config_map_is_an_error_not_absent(store, tmp_path):
         store.patch_config_map_data(NS, "cm", {"a": "1"})
 
 
+def test_a_hand_edited_config_map_with_a_number_is_an_error(store, tmp_path):
+    made = store.patch_config_map_data(NS, "cm", {"pause": "false"})
+    path = tmp_path / "store" / NS / "configmaps" / "cm"
+    path.write_text(json.dumps(dict(made, data={"pause": True})))
+    with pytest.raises(StoreCorrupt, match="data an object of strings"):
+        store.get_config_map(NS, "cm")
+
+
 def test_a_symlinked_object_is_not_followed(store, tmp_path):
     outside = tmp_path / "outside.json"
     outside.write_text(json.dumps({"metadata": {"name": "cm", "resourceVersion": "1"}}))
