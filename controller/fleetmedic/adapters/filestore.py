@@ -1,46 +1,42 @@
 """Leases and ConfigMaps in a directory, for a fleet with no Kubernetes API server.
 
-A Slurm-only fleet keeps each node's repair state on the node (Slurm's ``Extra``), but the
-controller also needs what :class:`~fleetmedic.adapters.kube.Kube` gives it through Leases
-(the leader lock, per-node locks: :mod:`fleetmedic.adapters.lease`) and ConfigMaps (the pause
-switch, the breaker, domain incidents, the replacements ledger). :class:`FileStore` has
-Kube's six methods for those, with the API server's semantics, so those callers run
-unchanged on it:
+A Slurm-only fleet keeps node state on the node (Slurm's ``Extra``), but the controller also
+uses Leases (leader lock, per-node locks: :mod:`fleetmedic.adapters.lease`) and ConfigMaps
+(pause switch, breaker, domain incidents, replacements ledger). :class:`FileStore` has the
+six methods of :class:`~fleetmedic.adapters.kube.Kube` those callers use, with the API
+server's semantics (tests/integration/test_store_contract.py runs the same scenarios on
+both and compares):
 
-- every write is a compare-and-swap: ``replace_lease`` and ``patch_config_map_data`` with a
-  ``resourceVersion`` raise :class:`~fleetmedic.errors.ConflictError` when the object moved,
-  ``create_lease`` raises it when the Lease exists (the API server's 409);
-- a missing object is :class:`~fleetmedic.errors.NotFoundError` (``get_config_map``: None),
-  except that ``replace_lease`` creates a missing Lease, as the API server's PUT does;
-  a bad name or body is :class:`~fleetmedic.errors.PermanentError` (its 422/400);
-- objects come back in the API server's shape: ``metadata.resourceVersion`` (a decimal
-  string that grows, store-wide as etcd's revision does, even when an object is removed by
-  hand and made again), ``uid``, ``creationTimestamp``, Lease times as MicroTime in UTC,
-  null fields left out; a write that changes nothing keeps the resourceVersion.
+- writes are compare-and-swaps on ``metadata.resourceVersion`` (ConflictError when it
+  moved; ``create_lease`` on an existing Lease too); a write that changes nothing keeps it;
+- missing: NotFoundError (``get_config_map``: None); ``replace_lease`` creates a missing
+  Lease, as the API server's PUT does; a bad name or body: PermanentError (its 400/422);
+- objects look like the API server's: a resourceVersion that grows store-wide (as etcd's
+  revision, so an object removed by hand and made again never reuses one), ``uid``,
+  ``creationTimestamp``, Lease times as UTC MicroTime, null fields left out.
 
-One difference, on purpose: ``patch_config_map_data`` without a ``resource_version`` creates
-a missing ConfigMap (Kube's cannot, for RBAC: it is shipped as a manifest, and here no one
-ships one). :meth:`FileStore.ensure_config_map` makes one up front, for readers that want it
-to exist (the replacements ledger refuses to count without it).
+One difference, on purpose: a patch without ``resource_version`` creates a missing
+ConfigMap (Kube's never does: RBAC cannot limit ``create`` by name, so the ConfigMap ships as
+a manifest, and here no one ships one). :meth:`FileStore.ensure_config_map` makes it at
+start, for readers that need it to exist (the replacements ledger).
 
-Layout: ``<root>/<namespace>/leases/<name>`` and ``<root>/<namespace>/configmaps/<name>``,
-one JSON object per file (no suffix: a Lease name may be 253 characters, a file name 255).
-Names are checked as Kubernetes checks them (namespace: DNS-1123 label; name: subdomain), so
-none can leave ``root``. Crash safety: an object is written to ``.tmp`` beside it, fsynced
-and renamed over the old one, then the directory is fsynced; a writer killed at any point
-leaves the old object or the new one, never a torn one (a stray ``.tmp`` is never read and
-is overwritten by the next write). Readers take no lock (a rename is atomic); writers
-read-compare-write under an ``fcntl.flock`` on ``<root>/.lock``, which also holds the
-revision counter. So two controller processes on one host get the API server's CAS. Across
-hosts the directory must be shared on a filesystem whose flock works between hosts (NFSv4,
-CephFS, Lustre with ``flock``); otherwise leader election between two bastions is unsafe:
-run one bastion. A file that cannot be read or parsed is an error naming it
-(:class:`StoreCorrupt`), never "absent": an unreadable leader Lease treated as free would
-make two leaders.
+Layout: ``<root>/<namespace>/{leases,configmaps}/<name>``, one JSON object per file (no
+suffix: a name may have 253 characters, a file name 255). Names are checked as Kubernetes
+checks them, so none leaves ``root``. A write goes to ``.tmp`` beside the object, is fsynced,
+renamed over it, and the directory fsynced: a writer killed at any point leaves the old
+object or the new, never a torn one. Readers take no lock (a rename is atomic); writers
+read-compare-write under ``fcntl.flock`` on ``<root>/.lock`` (which keeps the revision
+counter), so controller processes on one host get the API server's guarantees. Across
+bastions (untested here) the directory must be shared with flock coherent between hosts,
+reads that see another host's rename at once (not NFS's default attribute cache) and agreed
+clocks; otherwise leader election between bastions is unsafe: run one bastion. A file that
+cannot be read or parsed is :class:`StoreCorrupt` naming it, never "absent": an unreadable
+leader Lease taken as free would make two leaders.
 
-Hand-written: the leader-election libraries (python's ``kubernetes.leaderelection``, pylocks,
-filelock) either need an API server or give a plain mutex with no resourceVersion, so
-none gives Lease/ConfigMap compare-and-swap on files; this module is that and nothing else.
+Hand-written because no well-kept library gives Lease/ConfigMap compare-and-swap on files:
+``kubernetes.leaderelection`` needs an API server, filelock and fasteners are plain mutexes
+without versioned objects, and SQLite would give transactions but none of the semantics
+above (most of this module) while hiding each object from ``cat``, ``jq`` and ``rm``.
 """
 
 from __future__ import annotations
@@ -144,7 +140,8 @@ def _lease_spec(what: str, spec: object) -> dict:
         if value is None:
             continue
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise PermanentError(f"{what}: spec.{field}: must be a {kind.__name__}")
+            a = "an integer" if kind is int else "a string"
+            raise PermanentError(f"{what}: spec.{field}: must be {a}")
         out[field] = _microtime(what, field, str(value)) if field in _LEASE_TIMES else value
     if out.get("leaseDurationSeconds", 1) <= 0:
         raise PermanentError(f"{what}: spec.leaseDurationSeconds: must be greater than 0")
@@ -356,7 +353,9 @@ class FileStore:
         other too); yields its descriptor, whose content is the revision counter."""
         try:
             self._mkdirs(self.root)
-            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(
+                self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
         except OSError as exc:
             raise TemporaryError(
                 f"{what}: cannot open {self.root}/.lock: {exc.strerror}", 5.0

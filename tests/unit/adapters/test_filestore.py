@@ -124,7 +124,7 @@ def test_versions_grow_store_wide_even_for_an_object_made_again(store, tmp_path)
     "spec, message",
     [
         ({"leaseDurationSeconds": 0}, "greater than 0"),
-        ({"leaseDurationSeconds": "30"}, "must be a int"),
+        ({"leaseDurationSeconds": "30"}, "must be an integer"),
         ({"leaseTransitions": -1}, "greater than or equal to 0"),
         ({"renewTime": "yesterday"}, "not an RFC 3339 time"),
         ({"renewTime": "2026-11-27T03:04:05"}, "no time zone"),
