@@ -343,6 +343,22 @@ class Slurm:
         self._run("scontrol", "update", f"nodename={node.name}", f"extra={text}")
         return SlurmNode.from_json({"name": node.name, "extra": text}).record
 
+    def reboot(self, name: str, reason: str, nextstate: str = "down") -> None:
+        """Ask slurmctld to reboot ``name`` through the site's RebootProgram: ``scontrol
+        reboot ASAP nextstate=<nextstate> reason=<reason> <name>``. ``reason`` must be ours
+        (ValueError otherwise) and so must the node's current reason, if any
+        (ForeignDrain). ``down`` (default) keeps the node out of service after the boot
+        until :meth:`unfence`, so our checks run first; 22.05 refuses ``drain`` there."""
+        if nextstate not in ("down", "resume"):
+            raise ValueError(f"nextstate {nextstate!r}: Slurm 22.05 takes down or resume")
+        if not is_ours(reason, self.prefix) or not reason.isprintable():
+            raise ValueError(f"refused reboot reason {reason!r}: not one of ours")
+        node = self.node(name)
+        self._refuse_foreign(node, "rebooted")
+        self._run(
+            "scontrol", "reboot", "ASAP", f"nextstate={nextstate}", f"reason={reason}", node.name
+        )
+
 
 def _error(what: str, stderr: str) -> Exception:
     msg = f"{what}: {one_line(stderr, 200)}"
