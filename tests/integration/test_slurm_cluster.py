@@ -112,9 +112,13 @@ def test_foreign_drains_and_derived_labels_refuse_every_write(slurm, cluster):
     cluster.update_node("n3", lambda n: fence(n, "reboot"))
     slurm.run("scontrol", "update", "nodename=n3", "state=drain", "reason=fleetmedic: hold (ops)")
     assert cluster.get_node("n3")["metadata"]["labels"][OWNER_LABEL] == "foreign"
+    # no repair taint of ours is shown there: the loop's "resume" edit writes nothing...
+    cluster.update_node("n3", unfence)
+    # ... and any write that would change the node is refused
     with pytest.raises(ForeignDrain):
-        cluster.update_node("n3", unfence)
-    assert "DRAIN" in slurm.nodes()["n3"]["state_flags"]
+        cluster.update_node("n3", lambda n: nodeedit.set_annotation(n, keys.ANN_STATE_SINCE, "x"))
+    info = slurm.nodes()["n3"]
+    assert "DRAIN" in info["state_flags"] and info["reason"] == "fleetmedic: hold (ops)"
     with pytest.raises(PermanentError, match="labels are derived"):
         cluster.update_node("n1", lambda n: nodeedit.set_label(n, "team", "a"))
     with pytest.raises(NotFoundError):

@@ -47,7 +47,7 @@ from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode, check_node
 from fleetmedic.adapters.slurmdoc import NO_FINDING, SlurmNodeDocs, finding_of, foreign
 from fleetmedic.errors import NotFoundError, PermanentError
 from fleetmedic.model import keys
-from fleetmedic.model.slurmowner import owner
+from fleetmedic.model.slurmowner import Owner, owner
 from fleetmedic.model.slurmreason import parse_reason
 from fleetmedic.model.vocabulary import Vocabulary
 
@@ -91,6 +91,8 @@ class SlurmCluster(SlurmNodeDocs):
         rung = self.vocab.repair_state_of(doc["spec"]["taints"])
         labels[keys.LABEL_STATE] = rung or "healthy"
         who = owner(node.reason, self.slurm.prefix)
+        if who == Owner.OURS and rung is None:  # our prefix, edited after it: theirs now
+            who = Owner.FOREIGN
         if who.foreign:
             labels[OWNER_LABEL] = who.value
         doc["metadata"]["labels"] = labels
