@@ -53,13 +53,14 @@ from collections.abc import Callable
 
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode
 from fleetmedic.controller.drain import DrainResult, shown
-from fleetmedic.errors import PermanentError, one_line
+from fleetmedic.errors import PermanentError, TemporaryError, one_line
 from fleetmedic.model.config.safety import DrainConfig
 from fleetmedic.model.slurmreason import parse_reason
 
 log = logging.getLogger(__name__)
 POLL = 5.0
 """Seconds between two ``squeue -w`` while a drain waits (see the module doc)."""
+UNKNOWN = "unknown"  # sinfo's state of a node slurmctld has not heard from since it started
 REQUEUE_WAIT = 60.0
 """How long requeued jobs get to leave the node (COMPLETING while their epilog runs)."""
 _REQUEUE_REFUSAL = re.compile(r"scontrol requeue (\S+): (.*)")  # Slurm.requeue's error line
@@ -109,7 +110,15 @@ def drain_message(r: SlurmDrainResult) -> str:
 
 
 def check_ours(node: SlurmNode, prefix: str) -> None:
-    """ForeignDrain unless ``node`` carries our drain (see the module doc)."""
+    """ForeignDrain unless ``node`` carries our drain (see the module doc); TemporaryError
+    while slurmctld does not know the node's state (UNKNOWN, no flags, no boot time:
+    measured for a second or more after a slurmctld restart; the reason may be missing
+    then, so nothing can be judged)."""
+    if node.state == UNKNOWN:
+        raise TemporaryError(
+            f"Slurm node {node.name}: state unknown to slurmctld (restarted?): try again",
+            delay=5,
+        )
     held = node.drain or node.state == "down"
     if held and parse_reason(node.reason, prefix):
         return
@@ -230,6 +239,8 @@ def _wait_gone(
         if cancel.wait(max(0.0, min(poll, deadline - now, next_progress - now))):
             break
         n = slurm.node(node)
+        if n.state == UNKNOWN:
+            continue  # slurmctld restarted and has not heard from the node yet: ask again
         check_ours(n, slurm.prefix)
         looks_drained = n.drained and "COMPLETING" not in n.flags
         if only is not None or looks_drained or clock() >= min(deadline, next_progress):

@@ -11,6 +11,11 @@ slurmctld does with it, measured on 22.05.8 (tests/integration/test_slurm_fleet.
   (:func:`~fleetmedic.model.slurmreason.parse_reason` reads the same rung), and out of
   service until ``state=resume`` (:meth:`Slurm.unfence`), so verify runs first. 22.05
   refuses ``nextstate=drain``; ``resume`` would put the node back before our checks.
+- But a DOWN node without DRAIN goes back in service, its reason cleared, as soon as its
+  slurmd registers again (``ReturnToService=2``; measured after a slurmd restart and after
+  a slurmctld restart). So once the node is back this step drains it again with our reason
+  (``state=drain``: DOWN+DRAIN, and IDLE+DRAIN after any re-registration, still ours). The
+  window left is one poll.
 - If the node is not back within slurmctld's ``ResumeTimeout``, slurmctld sets it DOWN with
   its own reason ``reboot timed out``. That reason is not ours: by the ownership rule the
   node is no longer ours to repair or resume, and this step says so.
@@ -52,7 +57,7 @@ import time
 from collections.abc import Callable
 
 from fleetmedic.adapters.slurm import Slurm, SlurmNode
-from fleetmedic.controller.slurmdrain import check_ours
+from fleetmedic.controller.slurmdrain import UNKNOWN, check_ours
 from fleetmedic.errors import PermanentError, TemporaryError, one_line
 from fleetmedic.model.slurmreason import parse_reason
 
@@ -140,6 +145,8 @@ def reboot(
     deadline = start + timeout
     w = _Wait(slurm, node, ours.rung, now() if requested_at is None else requested_at)
     n = slurm.node(node)
+    if n.state == UNKNOWN:  # slurmctld restarted: wait until it hears from the node
+        n = w.until(lambda m: m.state != UNKNOWN, deadline, cancel, clock, poll) or n
     check_ours(n, slurm.prefix)
     w.before = n.boot_time
     if requested_at is not None and is_new_boot(n.boot_time, w.at):
@@ -212,8 +219,9 @@ class _Wait:
 
     def settled(self, n: SlurmNode) -> bool:
         """Nothing more to wait for: back, or no longer ours (Slurm's ``reboot timed
-        out``, someone's edit)."""
-        return self.back(n) or not self.ours(n)
+        out``, someone's edit). A node slurmctld has not heard from since it restarted
+        (UNKNOWN, its reason not shown yet) is not judged."""
+        return n.state != UNKNOWN and (self.back(n) or not self.ours(n))
 
     def until(
         self,
@@ -254,6 +262,11 @@ class _Wait:
                     f"{one_line(n.reason, 80)!r}: not ours, so the node is no longer ours "
                     "to repair or resume; a human must look"
                 )
+            elif not n.reason and not n.drain:
+                why = (
+                    "Slurm put the node back in service without our reason before verify "
+                    f"(ReturnToService on a re-registration): {describe(n)}"
+                )
             else:
                 why = f"the node's reason is no longer ours at rung {self.rung}: {describe(n)}"
             return self.result("failed", why, seconds)
@@ -263,6 +276,14 @@ class _Wait:
         if not (n.state == "down" or n.drain):
             why = f"rebooted, but back in service before verify: {describe(n)}"
             return self.result("failed", why, seconds)
+        # nextstate=down leaves the node DOWN without the DRAIN flag, and with
+        # ReturnToService=2 any later registration of its slurmd (a slurmd or slurmctld
+        # restart) puts it back in service and clears our reason before verify
+        # (measured); drained again it comes back IDLE+DRAIN, still ours
+        mine = parse_reason(base_reason(n.reason), self.slurm.prefix)
+        assert mine is not None
+        if not n.drain:
+            self.slurm.fence(self.node, mine.rung, mine.finding)
         was = "?" if self.before is None else self.before
         return self.result(
             "ok", f"rebooted through Slurm: boot time {was} -> {n.boot_time}", seconds
