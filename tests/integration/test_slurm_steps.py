@@ -254,3 +254,37 @@ def test_a_slurmctld_crash_mid_reboot_loses_nothing_and_reboots_once(sf, slurm):
     assert node.boots == boots + 1, "one reboot"
     assert slurm.node(node.name).reason == OURS
     print(f"after a slurmctld crash mid-reboot: {resumed.message} ({resumed.seconds:.1f} s)")
+
+
+def test_a_reboot_that_does_not_happen_fails_and_the_node_stays_out(
+    slurm_fleet_factory,
+):
+    """Our own timeout fails the step in one line. A RebootProgram that does not reboot
+    (a BMC call that failed): slurmctld gives up after ResumeTimeout and would return the
+    node to service (ReturnToService=2); the step drains it again and fails."""
+    sf = slurm_fleet_factory(1, resume_timeout=10)
+    slurm = Slurm(sf.slurm.conf)
+    node = sf.node(1)
+    slurm.fence(node.name, "reboot", FINDING)
+    node.ssh("mount --bind /bin/true /usr/sbin/reboot")  # RebootProgram does nothing
+    before_id = node.boot_id()
+    requested_at = time.time()
+    first = slurmreboot.reboot(
+        slurm, node.name, reason=OURS, timeout=3, requested_at=requested_at, poll=POLL
+    )
+    assert first.status == "failed" and first.issued, first
+    assert first.message.startswith("no new boot within 3s of the reboot request: "), first
+    second = slurmreboot.reboot(
+        slurm, node.name, reason=OURS, timeout=180, requested_at=requested_at, poll=POLL
+    )
+    assert second.status == "failed" and not second.issued, second
+    assert second.message.startswith("Slurm gave up on the reboot (ResumeTimeout)"), second
+    assert f"'{OURS} : reboot issued : reboot timed out'" in second.message
+    assert node.boot_id() == before_id
+    print(f"Slurm's own timeout seen {second.seconds:.1f} s into the second call")
+    # drained again: slurmd answering again (ReturnToService=2) does not return it
+    node.ssh("systemctl restart slurmd")
+    sf.wait_node(node.name, lambda n: n["state"] == "idle", "registered again", 120)
+    time.sleep(3)
+    info = slurm.node(node.name)
+    assert info.flags == {"DRAIN"} and info.reason == OURS, info

@@ -16,9 +16,15 @@ slurmctld does with it, measured on 22.05.8 (tests/integration/test_slurm_fleet.
   a slurmctld restart). So once the node is back this step drains it again with our reason
   (``state=drain``: DOWN+DRAIN, and IDLE+DRAIN after any re-registration, still ours). The
   window left is one poll.
-- If the node is not back within slurmctld's ``ResumeTimeout``, slurmctld sets it DOWN with
-  its own reason ``reboot timed out``. That reason is not ours: by the ownership rule the
-  node is no longer ours to repair or resume, and this step says so.
+- If RebootProgram did not reboot the node (a failed BMC call) and it still answers with
+  its old boot, slurmctld gives up after ``ResumeTimeout`` (checked periodically: 29 s with
+  ResumeTimeout=10): DOWN, DRAIN cleared, reason ``<ours> : reboot issued : reboot timed
+  out``, and with ``ReturnToService=2`` the node was back in service, reason cleared,
+  4 s later (measured): a sick node taking jobs. So this step drains it again at once and
+  fails in one line; the window left is one poll (:data:`POLL`): a site with
+  ``ReturnToService=2`` has no guard from Slurm here. A node that stays gone (a slow
+  boot) is not timed out by slurmctld (measured: ResumeTimeout=10, back after 60 s, the
+  reboot completed normally).
 
 When has the node rebooted? slurmctld's boot time of a node is its own clock minus the
 node's uptime, in whole seconds (the uptime rounded up), so a node that merely registers
@@ -68,9 +74,10 @@ BOOT_TIME_JITTER = 1
 """Seconds a boot time moves when slurmd merely registers again (measured: a slurmd
 restart, 1795736569 then 1795736568)."""
 REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
-SLURM_NOTES = (" : reboot issued", " : reboot complete")
-"""What slurmctld appends to the reason of a node it reboots, in this order."""
-TIMED_OUT = "reboot timed out"  # slurmctld's reason after ResumeTimeout
+SLURM_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out")
+"""What slurmctld appends to the reason of a node it reboots (issued, then complete or
+timed out)."""
+TIMED_OUT = "reboot timed out"  # slurmctld's note after ResumeTimeout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +228,7 @@ class _Wait:
         """Nothing more to wait for: back, or no longer ours (Slurm's ``reboot timed
         out``, someone's edit). A node slurmctld has not heard from since it restarted
         (UNKNOWN, its reason not shown yet) is not judged."""
-        return n.state != UNKNOWN and (self.back(n) or not self.ours(n))
+        return n.state != UNKNOWN and (self.back(n) or not self.ours(n) or TIMED_OUT in n.reason)
 
     def until(
         self,
@@ -250,11 +257,25 @@ class _Wait:
             status, message, self.at, self.before, after, self.issued, seconds=seconds
         )
 
+    def redrain(self, n: SlurmNode) -> None:
+        """Drain ``n`` again with our reason (without Slurm's notes) unless it is drained."""
+        mine = parse_reason(base_reason(n.reason), self.slurm.prefix)
+        if mine is not None and not n.drain:
+            self.slurm.fence(self.node, mine.rung, mine.finding)
+
     def judge(self, timeout: float, seconds: float) -> RebootResult:
         n = self.last
         if self.error or n is None:
             why = f"slurmctld did not answer at the end of the reboot wait: {self.error}"
             return self.result("lost", why, seconds)
+        if self.ours(n) and TIMED_OUT in n.reason and not self.back(n):
+            self.redrain(n)
+            why = (
+                f"Slurm gave up on the reboot (ResumeTimeout) without a new boot "
+                f"({one_line(n.reason, 160)!r}); drained again with our reason, or Slurm "
+                "would return the node to service (ReturnToService)"
+            )
+            return self.result("failed", why, seconds)
         if not self.ours(n):
             if TIMED_OUT in n.reason and parse_reason(n.reason, self.slurm.prefix) is None:
                 why = (
@@ -280,10 +301,7 @@ class _Wait:
         # ReturnToService=2 any later registration of its slurmd (a slurmd or slurmctld
         # restart) puts it back in service and clears our reason before verify
         # (measured); drained again it comes back IDLE+DRAIN, still ours
-        mine = parse_reason(base_reason(n.reason), self.slurm.prefix)
-        assert mine is not None
-        if not n.drain:
-            self.slurm.fence(self.node, mine.rung, mine.finding)
+        self.redrain(n)
         was = "?" if self.before is None else self.before
         return self.result(
             "ok", f"rebooted through Slurm: boot time {was} -> {n.boot_time}", seconds
