@@ -9,7 +9,9 @@ PodDisruptionBudget protects):
 1. The node must carry our drain (DRAIN or DOWN, with a reason of ours and a rung we know).
    Anything else is refused in one line (:class:`~fleetmedic.adapters.slurm.ForeignDrain`,
    nothing written): a node drained on someone else's reason is theirs, and this step never
-   adds a drain (fencing is the fence's job, with its finding in the reason).
+   adds a drain (fencing is the fence's job, with its finding in the reason). A node whose
+   state slurmctld does not know yet (UNKNOWN, right after a slurmctld restart, shown
+   without its reason) is a TemporaryError: try again.
 2. Wait until no job is left on the node, up to ``timeout``, logging the jobs it waits
    for every ``progress_interval``. The node is read every :data:`POLL` seconds (which
    also notices a drain that changed hands: ForeignDrain, nothing requeued); the jobs are
@@ -59,7 +61,7 @@ from fleetmedic.model.slurmreason import parse_reason
 
 log = logging.getLogger(__name__)
 POLL = 5.0
-"""Seconds between two ``squeue -w`` while a drain waits (see the module doc)."""
+"""Seconds between two reads of the node while a drain waits (see the module doc)."""
 UNKNOWN = "unknown"  # sinfo's state of a node slurmctld has not heard from since it started
 REQUEUE_WAIT = 60.0
 """How long requeued jobs get to leave the node (COMPLETING while their epilog runs)."""

@@ -172,16 +172,18 @@ def reboot(
             )
             or n
         )
+    if cancel.is_set():
+        return w.result("cancelled", "reboot abandoned (the controller is stopping)", 0.0)
     if n.flags & REBOOT_FLAGS:
         log.info("%s: a reboot is already pending (%s): not asking again", node, describe(n))
+    elif is_new_boot(n.boot_time, w.at):
+        log.info("%s: rebooted since the request (%s): not asking again", node, describe(n))
     elif not responding(n):
         # slurmd runs RebootProgram, so Slurm cannot reboot a node whose slurmd does not
         # answer; and one that does not answer may be rebooting already: never ask then
         w.last = n
         why = f"not responding ({describe(n)}): no reboot asked (Slurm reboots through slurmd)"
         return w.result("failed", why, clock() - start)
-    elif is_new_boot(n.boot_time, w.at):
-        log.info("%s: rebooted since the request (%s): not asking again", node, describe(n))
     else:
         check_ours(n, slurm.prefix)
         try:
