@@ -66,6 +66,7 @@ def test_slurms_notes_keep_the_reason_ours_at_the_same_rung():
     assert got is not None and got.rung == "reboot"
     assert base_reason(after) == OURS
     assert base_reason(f"{OURS} : reboot issued") == OURS
+    assert base_reason(f"{OURS} : reboot issued : reboot timed out") == OURS
     assert base_reason(OURS) == OURS
     assert parse_reason("reboot timed out") is None
 

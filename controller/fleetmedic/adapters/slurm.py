@@ -49,6 +49,11 @@ are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.
   draining node at once, so the node is drained, and puts it back in the queue; Slurm holds
   a requeued batch job for about two minutes (its EligibleTime was 121 s after the
   requeue), so it starts again elsewhere only then.
+- Rebooting through Slurm (:meth:`Slurm.reboot`): ``scontrol reboot ASAP nextstate=down
+  reason=<ours> N``. The node goes DRAIN+REBOOT_REQUESTED, DOWN+DRAIN+REBOOT_ISSUED with
+  ``<reason> : reboot issued``, and after the boot DOWN (no flags) with ``<reason> : reboot
+  issued : reboot complete``, ours at every step; also from DOWN (a second reboot).
+  22.05 refuses ``nextstate=drain``. controller/slurmreboot.py waits for it.
 - ``scontrol update state=resume`` on a node that is not drained fails (rc 1, "Invalid
   node state specified"): :meth:`Slurm.unfence` does not call it then. Extra accepted a
   70,000-character value; the record is capped at :data:`RECORD_MAX` all the same.

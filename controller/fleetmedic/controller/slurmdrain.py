@@ -9,7 +9,9 @@ PodDisruptionBudget protects):
 1. The node must carry our drain (DRAIN or DOWN, with a reason of ours and a rung we know).
    Anything else is refused in one line (:class:`~fleetmedic.adapters.slurm.ForeignDrain`,
    nothing written): a node drained on someone else's reason is theirs, and this step never
-   adds a drain (fencing is the fence's job, with its finding in the reason).
+   adds a drain (fencing is the fence's job, with its finding in the reason). A node whose
+   state slurmctld does not know yet (UNKNOWN, right after a slurmctld restart, shown
+   without its reason) is a TemporaryError: try again.
 2. Wait until no job is left on the node, up to ``timeout``, logging the jobs it waits
    for every ``progress_interval``. The node is read every :data:`POLL` seconds (which
    also notices a drain that changed hands: ForeignDrain, nothing requeued); the jobs are
@@ -53,13 +55,14 @@ from collections.abc import Callable
 
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode
 from fleetmedic.controller.drain import DrainResult, shown
-from fleetmedic.errors import PermanentError, one_line
+from fleetmedic.errors import PermanentError, TemporaryError, one_line
 from fleetmedic.model.config.safety import DrainConfig
 from fleetmedic.model.slurmreason import parse_reason
 
 log = logging.getLogger(__name__)
 POLL = 5.0
-"""Seconds between two ``squeue -w`` while a drain waits (see the module doc)."""
+"""Seconds between two reads of the node while a drain waits (see the module doc)."""
+UNKNOWN = "unknown"  # sinfo's state of a node slurmctld has not heard from since it started
 REQUEUE_WAIT = 60.0
 """How long requeued jobs get to leave the node (COMPLETING while their epilog runs)."""
 _REQUEUE_REFUSAL = re.compile(r"scontrol requeue (\S+): (.*)")  # Slurm.requeue's error line
@@ -109,7 +112,15 @@ def drain_message(r: SlurmDrainResult) -> str:
 
 
 def check_ours(node: SlurmNode, prefix: str) -> None:
-    """ForeignDrain unless ``node`` carries our drain (see the module doc)."""
+    """ForeignDrain unless ``node`` carries our drain (see the module doc); TemporaryError
+    while slurmctld does not know the node's state (UNKNOWN, no flags, no boot time:
+    measured for a second or more after a slurmctld restart; the reason may be missing
+    then, so nothing can be judged)."""
+    if node.state == UNKNOWN:
+        raise TemporaryError(
+            f"Slurm node {node.name}: state unknown to slurmctld (restarted?): try again",
+            delay=5,
+        )
     held = node.drain or node.state == "down"
     if held and parse_reason(node.reason, prefix):
         return
@@ -230,6 +241,8 @@ def _wait_gone(
         if cancel.wait(max(0.0, min(poll, deadline - now, next_progress - now))):
             break
         n = slurm.node(node)
+        if n.state == UNKNOWN:
+            continue  # slurmctld restarted and has not heard from the node yet: ask again
         check_ours(n, slurm.prefix)
         looks_drained = n.drained and "COMPLETING" not in n.flags
         if only is not None or looks_drained or clock() >= min(deadline, next_progress):

@@ -11,9 +11,20 @@ slurmctld does with it, measured on 22.05.8 (tests/integration/test_slurm_fleet.
   (:func:`~fleetmedic.model.slurmreason.parse_reason` reads the same rung), and out of
   service until ``state=resume`` (:meth:`Slurm.unfence`), so verify runs first. 22.05
   refuses ``nextstate=drain``; ``resume`` would put the node back before our checks.
-- If the node is not back within slurmctld's ``ResumeTimeout``, slurmctld sets it DOWN with
-  its own reason ``reboot timed out``. That reason is not ours: by the ownership rule the
-  node is no longer ours to repair or resume, and this step says so.
+- But a DOWN node without DRAIN goes back in service, its reason cleared, as soon as its
+  slurmd registers again (``ReturnToService=2``; measured after a slurmd restart and after
+  a slurmctld restart). So once the node is back this step drains it again with our reason
+  (``state=drain``: DOWN+DRAIN, and IDLE+DRAIN after any re-registration, still ours). The
+  window left is one poll.
+- If RebootProgram did not reboot the node (a failed BMC call) and it still answers with
+  its old boot, slurmctld gives up after ``ResumeTimeout`` (checked periodically: 29 s with
+  ResumeTimeout=10): DOWN, DRAIN cleared, reason ``<ours> : reboot issued : reboot timed
+  out``, and with ``ReturnToService=2`` the node was back in service, reason cleared,
+  4 s later (measured): a sick node taking jobs. So this step drains it again at once and
+  fails in one line; the window left is one poll (:data:`POLL`): a site with
+  ``ReturnToService=2`` has no guard from Slurm here. A node that stays gone (a slow
+  boot) is not timed out by slurmctld (measured: ResumeTimeout=10, back after 60 s, the
+  reboot completed normally).
 
 When has the node rebooted? slurmctld's boot time of a node is its own clock minus the
 node's uptime, in whole seconds (the uptime rounded up), so a node that merely registers
@@ -52,7 +63,7 @@ import time
 from collections.abc import Callable
 
 from fleetmedic.adapters.slurm import Slurm, SlurmNode
-from fleetmedic.controller.slurmdrain import check_ours
+from fleetmedic.controller.slurmdrain import UNKNOWN, check_ours
 from fleetmedic.errors import PermanentError, TemporaryError, one_line
 from fleetmedic.model.slurmreason import parse_reason
 
@@ -63,9 +74,10 @@ BOOT_TIME_JITTER = 1
 """Seconds a boot time moves when slurmd merely registers again (measured: a slurmd
 restart, 1795736569 then 1795736568)."""
 REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
-SLURM_NOTES = (" : reboot issued", " : reboot complete")
-"""What slurmctld appends to the reason of a node it reboots, in this order."""
-TIMED_OUT = "reboot timed out"  # slurmctld's reason after ResumeTimeout
+SLURM_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out")
+"""What slurmctld appends to the reason of a node it reboots (issued, then complete or
+timed out)."""
+TIMED_OUT = "reboot timed out"  # slurmctld's note after ResumeTimeout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +152,8 @@ def reboot(
     deadline = start + timeout
     w = _Wait(slurm, node, ours.rung, now() if requested_at is None else requested_at)
     n = slurm.node(node)
+    if n.state == UNKNOWN:  # slurmctld restarted: wait until it hears from the node
+        n = w.until(lambda m: m.state != UNKNOWN, deadline, cancel, clock, poll) or n
     check_ours(n, slurm.prefix)
     w.before = n.boot_time
     if requested_at is not None and is_new_boot(n.boot_time, w.at):
@@ -158,16 +172,18 @@ def reboot(
             )
             or n
         )
+    if cancel.is_set():
+        return w.result("cancelled", "reboot abandoned (the controller is stopping)", 0.0)
     if n.flags & REBOOT_FLAGS:
         log.info("%s: a reboot is already pending (%s): not asking again", node, describe(n))
+    elif is_new_boot(n.boot_time, w.at):
+        log.info("%s: rebooted since the request (%s): not asking again", node, describe(n))
     elif not responding(n):
         # slurmd runs RebootProgram, so Slurm cannot reboot a node whose slurmd does not
         # answer; and one that does not answer may be rebooting already: never ask then
         w.last = n
         why = f"not responding ({describe(n)}): no reboot asked (Slurm reboots through slurmd)"
         return w.result("failed", why, clock() - start)
-    elif is_new_boot(n.boot_time, w.at):
-        log.info("%s: rebooted since the request (%s): not asking again", node, describe(n))
     else:
         check_ours(n, slurm.prefix)
         try:
@@ -212,8 +228,9 @@ class _Wait:
 
     def settled(self, n: SlurmNode) -> bool:
         """Nothing more to wait for: back, or no longer ours (Slurm's ``reboot timed
-        out``, someone's edit)."""
-        return self.back(n) or not self.ours(n)
+        out``, someone's edit). A node slurmctld has not heard from since it restarted
+        (UNKNOWN, its reason not shown yet) is not judged."""
+        return n.state != UNKNOWN and (self.back(n) or not self.ours(n) or TIMED_OUT in n.reason)
 
     def until(
         self,
@@ -242,17 +259,36 @@ class _Wait:
             status, message, self.at, self.before, after, self.issued, seconds=seconds
         )
 
+    def redrain(self, n: SlurmNode) -> None:
+        """Drain ``n`` again with our reason (without Slurm's notes) unless it is drained."""
+        mine = parse_reason(base_reason(n.reason), self.slurm.prefix)
+        if mine is not None and not n.drain:
+            self.slurm.fence(self.node, mine.rung, mine.finding)
+
     def judge(self, timeout: float, seconds: float) -> RebootResult:
         n = self.last
         if self.error or n is None:
             why = f"slurmctld did not answer at the end of the reboot wait: {self.error}"
             return self.result("lost", why, seconds)
+        if self.ours(n) and TIMED_OUT in n.reason and not self.back(n):
+            self.redrain(n)
+            why = (
+                f"Slurm gave up on the reboot (ResumeTimeout) without a new boot "
+                f"({one_line(n.reason, 160)!r}); drained again with our reason, or Slurm "
+                "would return the node to service (ReturnToService)"
+            )
+            return self.result("failed", why, seconds)
         if not self.ours(n):
             if TIMED_OUT in n.reason and parse_reason(n.reason, self.slurm.prefix) is None:
                 why = (
                     "Slurm gave up on the reboot (ResumeTimeout) and set its own reason "
                     f"{one_line(n.reason, 80)!r}: not ours, so the node is no longer ours "
                     "to repair or resume; a human must look"
+                )
+            elif not n.reason and not n.drain:
+                why = (
+                    "Slurm put the node back in service without our reason before verify "
+                    f"(ReturnToService on a re-registration): {describe(n)}"
                 )
             else:
                 why = f"the node's reason is no longer ours at rung {self.rung}: {describe(n)}"
@@ -263,6 +299,11 @@ class _Wait:
         if not (n.state == "down" or n.drain):
             why = f"rebooted, but back in service before verify: {describe(n)}"
             return self.result("failed", why, seconds)
+        # nextstate=down leaves the node DOWN without the DRAIN flag, and with
+        # ReturnToService=2 any later registration of its slurmd (a slurmd or slurmctld
+        # restart) puts it back in service and clears our reason before verify
+        # (measured); drained again it comes back IDLE+DRAIN, still ours
+        self.redrain(n)
         was = "?" if self.before is None else self.before
         return self.result(
             "ok", f"rebooted through Slurm: boot time {was} -> {n.boot_time}", seconds
