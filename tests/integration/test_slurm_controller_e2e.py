@@ -131,7 +131,10 @@ def test_xid79_is_rebooted_verified_and_resumed_and_a_foreign_drain_is_untouched
     status = ctlenv.cli(cfg, "status", "--all", "--json")
     assert status.returncode == 0, status.stderr
     rows = {r["name"]: r for r in json.loads(status.stdout)}
-    assert rows[n1]["state"] == "healthy" and rows[n2]["state"] == "healthy", rows
+    assert rows[n1]["state"] == "healthy" and rows[n1]["fenced_by"] == "", rows[n1]
+    assert rows[n2]["state"] == "healthy" and rows[n2]["fenced_by"] == "foreign_nhc", rows[n2]
+    table = ctlenv.cli(cfg, "status").stdout  # (without --all: a foreign drain is shown)
+    assert n2 in table and "foreign_nhc" in table, table
 
 
 def test_the_drain_waits_for_a_running_job_then_slurm_reboots_the_node(sf, run):

@@ -54,7 +54,7 @@ from fleetmedic.model.vocabulary import Vocabulary
 log = logging.getLogger(__name__)
 
 PARTITION_LABEL = "partition.slurm.fleetmedic.io/"
-OWNER_LABEL = "fleetmedic.io/slurm-owner"
+OWNER_LABEL = keys.LABEL_SLURM_OWNER
 EVENTS_KEPT = 5000
 """Lines of the events file kept when it is rewritten (about 1 MB): the recent history of
 every node, as the API server keeps Events for an hour."""
