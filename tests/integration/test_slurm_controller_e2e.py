@@ -191,6 +191,17 @@ def test_a_node_no_reboot_cures_climbs_to_manual_with_one_email(sf, run, smtp_si
     steps = [h.get("step") for h in history(sf, n1)]
     assert "reboot" in steps and "reimage" in steps, steps
     assert "DRAIN" in sf.sinfo(n1)["state_flags"], "still out of service"
+    # the on-call engineer replaces the GPU and releases the node: Slurm resumes it
+    ctlenv.healthy(node)
+    r = ctlenv.cli(cfg, "release", n1)
+    assert r.returncode == 0, r.stderr
+    sf.wait_node(n1, in_service, "released and resumed", timeout=60)
+    assert history(sf, n1)[-1]["result"] == "released"
+    time.sleep(3)  # (three polls: a released node is not picked up again)
+    assert in_service(sf.sinfo(n1)) and len(smtp_sink.messages) == 1
+    r = ctlenv.cli(cfg, "release", "no-such-node")
+    assert r.returncode != 0 and r.stderr.startswith("fleetmedic: error: ")
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("when", ["phase-begun", "rebooting"])
