@@ -101,6 +101,16 @@ def test_a_drain_past_its_timeout_is_blocked_and_with_force_the_job_is_requeued(
     job = hold_job(sf, node, release)
     slurm.fence(node, "reboot", FINDING)
 
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    t0 = time.monotonic()
+    cut = slurmdrain.drain(
+        slurm, node, SETTINGS, timeout=240, force_blocked=True, cancel=stop, poll=5.0
+    )
+    assert time.monotonic() - t0 < 4, "a stop ends the wait at once, not at the next poll"
+    assert cut.status == "cancelled" and cut.cancelled and cut.blocked == (job,)
+    assert job_state(sf, job) == "RUNNING", "nothing requeued on the way out"
+
     held = slurmdrain.drain(slurm, node, SETTINGS, timeout=3, force_blocked=False, poll=POLL)
     assert held.status == "blocked" and held.blocked == (job,)
     assert held.message.startswith(f"1 Slurm job(s) still running: {job}; "), held.message

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetmedic.adapters.slurm import ForeignDrain, SlurmNode
+from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode
 from fleetmedic.controller.slurmdrain import SlurmDrainResult, _refusal, check_ours
 from fleetmedic.controller.slurmreboot import BOOT_TIME_JITTER, base_reason, is_new_boot
 from fleetmedic.model.slurmreason import parse_reason
@@ -135,3 +135,18 @@ def test_the_refusing_job_is_read_from_the_adapters_error_line():
     line = "scontrol requeue 17: Requested operation is presently disabled for job 17"
     assert _refusal(line) == ("17", "Requested operation is presently disabled for job 17")
     assert _refusal("something else") == ("?", "something else")
+
+
+# -- the adapter's reboot refuses before any tool runs ----------------------------------------
+@pytest.mark.parametrize(
+    ("reason", "nextstate", "why"),
+    [
+        ("NHC: check_hw_ib failed", "down", "not one of ours"),
+        (f"{OURS}\nRebootProgram=/bin/sh", "down", "not one of ours"),
+        (OURS, "drain", "takes down or resume"),
+    ],
+)
+def test_the_adapter_refuses_a_reboot_that_is_not_ours(tmp_path, reason, nextstate, why):
+    slurm = Slurm(bin_dir=tmp_path)  # no tool there: a refusal must come before any run
+    with pytest.raises(ValueError, match=why):
+        slurm.reboot("n1", reason, nextstate)
