@@ -45,7 +45,7 @@ from pathlib import Path
 from fleetmedic.adapters.cluster import Store
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode, check_node_name
 from fleetmedic.adapters.slurmdoc import NO_FINDING, SlurmNodeDocs, finding_of, foreign
-from fleetmedic.errors import NotFoundError, PermanentError
+from fleetmedic.errors import NotFoundError, PermanentError, TemporaryError
 from fleetmedic.model import keys
 from fleetmedic.model.slurmowner import Owner, owner
 from fleetmedic.model.slurmreason import parse_reason
@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 
 PARTITION_LABEL = "partition.slurm.fleetmedic.io/"
 OWNER_LABEL = keys.LABEL_SLURM_OWNER
+UNKNOWN = "unknown"
+"""A restarted slurmctld shows its nodes UNKNOWN (boot time 0, and once no reason at all)
+until their slurmd registers again (measured, 22.05). Such a node is not judged: the watch
+keeps its last document and writes to it wait (TemporaryError), so a drain of ours that
+slurmctld has not shown again yet is never taken for no drain."""
 EVENTS_KEPT = 5000
 """Lines of the events file kept when it is rewritten (about 1 MB): the recent history of
 every node, as the API server keeps Events for an hour."""
@@ -105,7 +110,11 @@ class SlurmCluster(SlurmNodeDocs):
         version = self._version()  # (before the read: see the module doc)
         self.reads += 1
         nodes = self.slurm.nodes(self.partitions or None)
-        return {n.name: self.node_document(n, version) for n in nodes}, version
+        docs = {n.name: self.node_document(n, version) for n in nodes}
+        for n in nodes:
+            if n.state == UNKNOWN and n.name in self._seen:
+                docs[n.name] = self._seen[n.name]  # (see UNKNOWN)
+        return docs, version
 
     def _one(self, name: str) -> SlurmNode:
         node = self.slurm.node(check_node_name(name))
@@ -158,6 +167,12 @@ class SlurmCluster(SlurmNodeDocs):
         """The difference of ``mutate``'s edit as one Slurm update (see the module doc)."""
         with self._lock:
             node = self._one(name)
+            if node.state == UNKNOWN:
+                raise TemporaryError(
+                    f"Slurm node {name}: slurmctld does not know its state yet (restarted?); "
+                    "nothing written, trying again later",
+                    delay=5,
+                )
             before = self.node_document(node, self._version())
             after = copy.deepcopy(before)
             if mutate(after) is False or _unversioned(after) == _unversioned(before):
