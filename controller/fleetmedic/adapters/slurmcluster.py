@@ -73,7 +73,7 @@ class SlurmCluster(SlurmNodeDocs):
         store: Store,
         *,
         partitions: tuple[str, ...] = (),
-        poll_interval: float = 20.0,
+        poll_interval: float = 30.0,
         events: Path | None = None,
     ) -> None:
         super().__init__(slurm, vocab)

@@ -15,7 +15,7 @@ def test_a_slurm_cluster_with_defaults_and_with_settings():
     cfg = parse({"kind": "slurm"}, "t", None)
     s = cfg.slurm_settings()
     assert (s.conf, s.partitions, s.reason_prefix) == (None, (), "fleetmedic:")
-    assert s.poll_interval == 20 and s.state_dir == Path("/var/lib/fleetmedic/slurm")
+    assert s.poll_interval == 30 and s.state_dir == Path("/var/lib/fleetmedic/slurm")
     cfg = parse(
         {
             "kind": "slurm",
