@@ -207,10 +207,11 @@ def test_a_node_no_reboot_cures_climbs_to_manual_with_one_email(sf, run, smtp_si
 @pytest.mark.parametrize("when", ["phase-begun", "rebooting"])
 def test_sigkill_and_a_slurmctld_restart_mid_reboot_reboot_exactly_once(sf, run, when):
     """The controller is SIGKILLed as soon as the reboot phase has begun, or while the node
-    reboots; slurmctld is killed and restarted, a new controller starts: the node is rebooted once (one new boot id),
-    verified and resumed, and nothing of its record is lost. (slurmctld saves an update
-    up to 4.8 s after it answers: the executor starts a disruptive phase only once the
-    record that says it began is saved, execute.Executor._slurm_saved.)"""
+    reboots; slurmctld is killed and restarted, a new controller starts: the node is
+    rebooted once (one new boot id), verified and resumed, and nothing of its record is
+    lost. (slurmctld saves an update up to 4.8 s after it answers: the executor starts a
+    disruptive phase only once the record that says it began is saved,
+    execute.Executor._slurm_saved.)"""
     n1 = agent_drains_xid79(sf, 1)
     node = sf.node(1)
     boots = [node.boot_id()]
@@ -299,3 +300,26 @@ def _mixed(sf, run, kube, cfg: Path, k8s_node: str, n1: str) -> None:
     assert status.returncode == 0, status.stderr
     seen = {(r["cluster"], r["name"]) for r in json.loads(status.stdout)}
     assert {("k8s", k8s_node), ("hpc", n1)} <= seen
+
+
+def test_a_job_that_outlasts_the_drain_is_requeued_when_the_profile_says_force(sf, run):
+    """The other choice of the issue's n3: the job runs past `safety.drain.timeout` and the
+    profile says `pdb_blocked: force`, so the controller requeues it (Slurm puts it back in
+    the queue) and the repair goes ahead; the node is rebooted, verified and resumed."""
+    n3 = sf.node(3).name
+    job = sf.slurm.run(
+        "sbatch", "--parsable", "--requeue", "-w", n3, "--chdir=/tmp", "--wrap", "sleep 600"
+    ).strip()  # fmt: skip
+    sf.wait_node(n3, lambda n: n["state"] in ("allocated", "mixed"), "running the job", 60)
+    agent_drains_xid79(sf, 3)
+    id_before = sf.node(3).boot_id()
+    run.start(run.config(safety={"drain": {"timeout": 5, "pdb_blocked": "force"}}))
+    sf.wait_node(n3, in_service, "repaired after the requeue and resumed", timeout=420)
+    assert sf.node(3).boot_id() != id_before
+    requeued = sf.slurm.run("scontrol", "show", "job", job)
+    assert "Restarts=1" in requeued, requeued  # requeued once, by us
+    # the drain's audit line says what it did
+    log = run.procs[0].log.read_text().splitlines()
+    audits = [json.loads(line[line.index("{") :]) for line in log if '"audit"' in line]
+    drained = [a.get("message", "") for a in audits if a["what"] == "drain"]
+    assert any(f"1 requeued ({job})" in m for m in drained), drained
