@@ -92,12 +92,16 @@ class SlurmCluster(SlurmNodeDocs):
 
     def node_document(self, node: SlurmNode, version: str) -> dict:
         doc = self.document(node)
-        labels = {f"{PARTITION_LABEL}{p}": "true" for p in node.partitions}
-        rung = self.vocab.repair_state_of(doc["spec"]["taints"])
-        labels[keys.LABEL_STATE] = rung or "healthy"
         who = owner(node.reason, self.slurm.prefix)
-        if who == Owner.OURS and rung is None:  # our prefix, edited after it: theirs now
-            who = Owner.FOREIGN
+        if who == Owner.OURS and parse_reason(node.reason, self.slurm.prefix) is None:
+            who = Owner.FOREIGN  # our prefix, edited after it: theirs now
+        return self._dressed(doc, node, version, who)
+
+    def _dressed(self, doc: dict, node: SlurmNode, version: str, who: Owner = Owner.NONE) -> dict:
+        """``doc`` with what this adapter derives: labels, the address, the version."""
+        rung = self.vocab.repair_state_of(doc["spec"]["taints"])
+        labels = {f"{PARTITION_LABEL}{p}": "true" for p in node.partitions}
+        labels[keys.LABEL_STATE] = rung or "healthy"
         if who.foreign:
             labels[OWNER_LABEL] = who.value
         doc["metadata"]["labels"] = labels
@@ -210,20 +214,8 @@ class SlurmCluster(SlurmNodeDocs):
                     self.slurm.fence(name, new_rung, finding, values or None)
                 elif values:
                     self.slurm.record(name, values)
-            written = _plain(after, derived=before)
-            return self._as_written(node, written)
-
-    def _as_written(self, node: SlurmNode, written: dict) -> dict:
-        """The document our write left, without reading the cluster again (a full sinfo)."""
-        rung = self.vocab.repair_state_of(written["spec"]["taints"])
-        doc = copy.deepcopy(written)
-        labels = {f"{PARTITION_LABEL}{p}": "true" for p in node.partitions}
-        labels[keys.LABEL_STATE] = rung or "healthy"
-        doc["metadata"]["labels"] = labels
-        doc["metadata"]["resourceVersion"] = self._version()
-        if node.address:
-            doc["status"] = {"addresses": [{"type": "InternalIP", "address": node.address}]}
-        return doc
+            # the document as written, without reading the cluster again (a full sinfo)
+            return self._dressed(_plain(after, derived=before), node, self._version())
 
     def set_node_condition(self, name: str, condition: dict) -> dict:
         """Slurm nodes have no conditions: the reason and the record say it all."""

@@ -74,7 +74,7 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.model.slurmreason import format_reason
+from fleetmedic.model.slurmreason import format_reason, parse_reason
 from fleetmedic.policy import partition
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
 from fleetmedic.policy.history import decode, of_episode, parse_time, stamp
@@ -82,6 +82,11 @@ from fleetmedic.policy.inflight import Escalated, InFlight
 from fleetmedic.policy.ladder import DISRUPTIVE_PHASES
 
 log = logging.getLogger(__name__)
+
+
+REBOOT_TIMEOUT_FLOOR = 30.0
+"""Seconds a resumed reboot through Slurm still gets when its timeout ran out while no
+controller watched: enough to see the new boot that likely happened meanwhile."""
 
 
 class Cancelled(TemporaryError):
@@ -264,14 +269,18 @@ class Executor:
         passes the same time and never asks twice."""
         assert isinstance(self.kube, SlurmCluster)
         slurm = self.kube.slurm
-        reason = format_reason("reboot", f"rebooting through Slurm ({action.reason})", slurm.prefix)
+        # the reason keeps the finding the node was fenced for (the record keeps the rest)
+        fenced = parse_reason(slurmreboot.base_reason(slurm.node(view.name).reason), slurm.prefix)
+        finding = fenced.finding if fenced else f"rebooting through Slurm ({action.reason})"
+        # a resumed phase gets what is left of its timeout (the request time is the first's)
+        left = (action.timeout or self.cfg.ansible.job_timeout) - (time.time() - requested_at)
         self.on_run(1)
         try:
             done = slurmreboot.reboot(
                 slurm,
                 view.name,
-                reason=reason,
-                timeout=action.timeout or self.cfg.ansible.job_timeout,
+                reason=format_reason("reboot", finding, slurm.prefix),
+                timeout=max(REBOOT_TIMEOUT_FLOOR, left),
                 requested_at=requested_at,
                 cancel=cancel,
             )
