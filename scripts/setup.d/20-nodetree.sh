@@ -13,7 +13,7 @@
 # debootstrap's default when none is found); no host name is written here.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-CACHE="${FLEETMEDIC_CACHE:-/var/cache/fleetmedic}"
+CACHE="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}"
 SUITE=bookworm
 # python3-apt: Ansible's apt module needs it on the target, and nodes cannot reach a mirror.
 PACKAGES=(systemd systemd-sysv dbus openssh-server python3 python3-venv python3-apt sudo

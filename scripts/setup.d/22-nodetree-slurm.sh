@@ -13,7 +13,7 @@
 #                                   not built
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CACHE="${FLEETMEDIC_CACHE:-/var/cache/fleetmedic}"
+CACHE="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}"
 # slurm-client: scontrol/sinfo on the node (an agent that fences through scontrol).
 PACKAGES=(slurmd slurm-client)
 log() { printf '[nodetree-slurm] %s\n' "$*" >&2; }

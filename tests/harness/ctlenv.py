@@ -353,7 +353,11 @@ def write_config(
     ``overrides``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     data: dict[str, Any] = {
-        "kube": {"kubeconfig": kube.kubeconfig, "label_selector": f"{POOL_LABEL}={pool}"},
+        "kube": (
+            {"kubeconfig": kube.kubeconfig, "label_selector": f"{POOL_LABEL}={pool}"}
+            if kube is not None
+            else {}
+        ),
         "ladder": {
             "playbooks": {
                 "diagnose": {"playbook": "diagnose.yml", "timeout": 180},

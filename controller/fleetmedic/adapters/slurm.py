@@ -49,6 +49,11 @@ are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.
   draining node at once, so the node is drained, and puts it back in the queue; Slurm holds
   a requeued batch job for about two minutes (its EligibleTime was 121 s after the
   requeue), so it starts again elsewhere only then.
+- Rebooting through Slurm (:meth:`Slurm.reboot`): ``scontrol reboot ASAP nextstate=down
+  reason=<ours> N``. The node goes DRAIN+REBOOT_REQUESTED, DOWN+DRAIN+REBOOT_ISSUED with
+  ``<reason> : reboot issued``, and after the boot DOWN (no flags) with ``<reason> : reboot
+  issued : reboot complete``, ours at every step; also from DOWN (a second reboot).
+  22.05 refuses ``nextstate=drain``. controller/slurmreboot.py waits for it.
 - ``scontrol update state=resume`` on a node that is not drained fails (rc 1, "Invalid
   node state specified"): :meth:`Slurm.unfence` does not call it then. Extra accepted a
   70,000-character value; the record is capped at :data:`RECORD_MAX` all the same.
@@ -342,6 +347,22 @@ class Slurm:
         text = self._extra_with(node, values)
         self._run("scontrol", "update", f"nodename={node.name}", f"extra={text}")
         return SlurmNode.from_json({"name": node.name, "extra": text}).record
+
+    def reboot(self, name: str, reason: str, nextstate: str = "down") -> None:
+        """Ask slurmctld to reboot ``name`` through the site's RebootProgram: ``scontrol
+        reboot ASAP nextstate=<nextstate> reason=<reason> <name>``. ``reason`` must be ours
+        (ValueError otherwise) and so must the node's current reason, if any
+        (ForeignDrain). ``down`` (default) keeps the node out of service after the boot
+        until :meth:`unfence`, so our checks run first; 22.05 refuses ``drain`` there."""
+        if nextstate not in ("down", "resume"):
+            raise ValueError(f"nextstate {nextstate!r}: Slurm 22.05 takes down or resume")
+        if not is_ours(reason, self.prefix) or not reason.isprintable():
+            raise ValueError(f"refused reboot reason {reason!r}: not one of ours")
+        node = self.node(name)
+        self._refuse_foreign(node, "rebooted")
+        self._run(
+            "scontrol", "reboot", "ASAP", f"nextstate={nextstate}", f"reason={reason}", node.name
+        )
 
 
 def _error(what: str, stderr: str) -> Exception:

@@ -45,16 +45,21 @@ from pathlib import Path
 from fleetmedic.adapters.cluster import Store
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode, check_node_name
 from fleetmedic.adapters.slurmdoc import NO_FINDING, SlurmNodeDocs, finding_of, foreign
-from fleetmedic.errors import NotFoundError, PermanentError
+from fleetmedic.errors import NotFoundError, PermanentError, TemporaryError
 from fleetmedic.model import keys
-from fleetmedic.model.slurmowner import owner
+from fleetmedic.model.slurmowner import Owner, owner
 from fleetmedic.model.slurmreason import parse_reason
 from fleetmedic.model.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
 PARTITION_LABEL = "partition.slurm.fleetmedic.io/"
-OWNER_LABEL = "fleetmedic.io/slurm-owner"
+OWNER_LABEL = keys.LABEL_SLURM_OWNER
+UNKNOWN = "unknown"
+"""A restarted slurmctld shows its nodes UNKNOWN (boot time 0, and once no reason at all)
+until their slurmd registers again (measured, 22.05). Such a node is not judged: the watch
+keeps its last document and writes to it wait (TemporaryError), so a drain of ours that
+slurmctld has not shown again yet is never taken for no drain."""
 EVENTS_KEPT = 5000
 """Lines of the events file kept when it is rewritten (about 1 MB): the recent history of
 every node, as the API server keeps Events for an hour."""
@@ -68,7 +73,7 @@ class SlurmCluster(SlurmNodeDocs):
         store: Store,
         *,
         partitions: tuple[str, ...] = (),
-        poll_interval: float = 20.0,
+        poll_interval: float = 30.0,
         events: Path | None = None,
     ) -> None:
         super().__init__(slurm, vocab)
@@ -87,10 +92,16 @@ class SlurmCluster(SlurmNodeDocs):
 
     def node_document(self, node: SlurmNode, version: str) -> dict:
         doc = self.document(node)
-        labels = {f"{PARTITION_LABEL}{p}": "true" for p in node.partitions}
-        rung = self.vocab.repair_state_of(doc["spec"]["taints"])
-        labels[keys.LABEL_STATE] = rung or "healthy"
         who = owner(node.reason, self.slurm.prefix)
+        if who == Owner.OURS and parse_reason(node.reason, self.slurm.prefix) is None:
+            who = Owner.FOREIGN  # our prefix, edited after it: theirs now
+        return self._dressed(doc, node, version, who)
+
+    def _dressed(self, doc: dict, node: SlurmNode, version: str, who: Owner = Owner.NONE) -> dict:
+        """``doc`` with what this adapter derives: labels, the address, the version."""
+        rung = self.vocab.repair_state_of(doc["spec"]["taints"])
+        labels = {f"{PARTITION_LABEL}{p}": "true" for p in node.partitions}
+        labels[keys.LABEL_STATE] = rung or "healthy"
         if who.foreign:
             labels[OWNER_LABEL] = who.value
         doc["metadata"]["labels"] = labels
@@ -103,7 +114,11 @@ class SlurmCluster(SlurmNodeDocs):
         version = self._version()  # (before the read: see the module doc)
         self.reads += 1
         nodes = self.slurm.nodes(self.partitions or None)
-        return {n.name: self.node_document(n, version) for n in nodes}, version
+        docs = {n.name: self.node_document(n, version) for n in nodes}
+        for n in nodes:
+            if n.state == UNKNOWN and n.name in self._seen:
+                docs[n.name] = self._seen[n.name]  # (see UNKNOWN)
+        return docs, version
 
     def _one(self, name: str) -> SlurmNode:
         node = self.slurm.node(check_node_name(name))
@@ -156,6 +171,12 @@ class SlurmCluster(SlurmNodeDocs):
         """The difference of ``mutate``'s edit as one Slurm update (see the module doc)."""
         with self._lock:
             node = self._one(name)
+            if node.state == UNKNOWN:
+                raise TemporaryError(
+                    f"Slurm node {name}: slurmctld does not know its state yet (restarted?); "
+                    "nothing written, trying again later",
+                    delay=5,
+                )
             before = self.node_document(node, self._version())
             after = copy.deepcopy(before)
             if mutate(after) is False or _unversioned(after) == _unversioned(before):
@@ -193,20 +214,8 @@ class SlurmCluster(SlurmNodeDocs):
                     self.slurm.fence(name, new_rung, finding, values or None)
                 elif values:
                     self.slurm.record(name, values)
-            written = _plain(after, derived=before)
-            return self._as_written(node, written)
-
-    def _as_written(self, node: SlurmNode, written: dict) -> dict:
-        """The document our write left, without reading the cluster again (a full sinfo)."""
-        rung = self.vocab.repair_state_of(written["spec"]["taints"])
-        doc = copy.deepcopy(written)
-        labels = {f"{PARTITION_LABEL}{p}": "true" for p in node.partitions}
-        labels[keys.LABEL_STATE] = rung or "healthy"
-        doc["metadata"]["labels"] = labels
-        doc["metadata"]["resourceVersion"] = self._version()
-        if node.address:
-            doc["status"] = {"addresses": [{"type": "InternalIP", "address": node.address}]}
-        return doc
+            # the document as written, without reading the cluster again (a full sinfo)
+            return self._dressed(_plain(after, derived=before), node, self._version())
 
     def set_node_condition(self, name: str, condition: dict) -> dict:
         """Slurm nodes have no conditions: the reason and the record say it all."""

@@ -100,6 +100,8 @@ def serve(
             reach(connect(member, kubeconfig), member, once_timeout if once else None)
     for member in members:
         make(member)
+        if member.kind == "slurm" and not dry_run:
+            _ensure_pause_configmap(current[member.cluster_name].kube, member)
     for member in members if not once else ():
         name = member.cluster_name
         for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
@@ -163,6 +165,19 @@ def serve(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _ensure_pause_configmap(cluster: Cluster, cfg: Config) -> None:
+    """On a file store nobody ships the pause ConfigMap (deploy/controller does on
+    Kubernetes); the breaker, domains and the replacements ledger patch it with a
+    resourceVersion, so it must exist: made empty at start."""
+    from fleetmedic.adapters.filestore import FileStore
+    from fleetmedic.adapters.slurmcluster import SlurmCluster
+    from fleetmedic.controller.switches import pause_configmap
+
+    ref = pause_configmap(cfg)
+    if ref and isinstance(cluster, SlurmCluster) and isinstance(cluster.store, FileStore):
+        cluster.store.ensure_config_map(*ref)
 
 
 CLUSTER_RETRY = 30.0  # seconds before a cluster whose loop failed is started again

@@ -58,9 +58,9 @@ import yaml
 
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.controller import drain as drainmod
 from fleetmedic.adapters.slurm import SAVE_WINDOW_S
 from fleetmedic.adapters.slurmcluster import SlurmCluster
+from fleetmedic.controller import drain as drainmod
 from fleetmedic.controller import ledger, migop, slurmdrain, slurmreboot
 from fleetmedic.errors import (
     ConfigError,
@@ -74,13 +74,19 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.model.slurmreason import format_reason
+from fleetmedic.model.slurmreason import format_reason, parse_reason
 from fleetmedic.policy import partition
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
 from fleetmedic.policy.history import decode, of_episode, parse_time, stamp
 from fleetmedic.policy.inflight import Escalated, InFlight
+from fleetmedic.policy.ladder import DISRUPTIVE_PHASES
 
 log = logging.getLogger(__name__)
+
+
+REBOOT_TIMEOUT_FLOOR = 30.0
+"""Seconds a resumed reboot through Slurm still gets when its timeout ran out while no
+controller watched: enough to see the new boot that likely happened meanwhile."""
 
 
 class Cancelled(TemporaryError):
@@ -137,8 +143,10 @@ class Executor:
         if isinstance(extra, str):
             log.warning("%s: %s not run: %s", view.name, action.phase, extra)
             return Outcome("failed", message=extra, task="bmc")
-        if action.phase == "reboot" and self._slurm_reboots(action):
-            return self._slurm_reboot(action, view, cancel)
+        if action.phase in DISRUPTIVE_PHASES and isinstance(self.kube, SlurmCluster):
+            requested_at = self._slurm_saved(view, cancel)
+            if action.phase == "reboot" and self._slurm_reboots(action):
+                return self._slurm_reboot(action, view, cancel, requested_at)
         handed = migop.HandOff()
         if action.phase == partition.PHASE:  # an operator-managed node: its operator first
             restore = self.cfg.profile(action.profile).ladder.restore
@@ -237,28 +245,42 @@ class Executor:
         via = self.cfg.profile(action.profile).ladder.reboot_via
         return via == "slurm" and isinstance(self.kube, SlurmCluster)
 
-    def _slurm_reboot(self, action: Action, view: NodeView, cancel: threading.Event) -> Outcome:
+    @staticmethod
+    def _slurm_saved(view: NodeView, cancel: threading.Event) -> float:
+        """Wait until slurmctld has saved the in-flight record this phase started with, and
+        return when it was written. slurmctld answers an update before it saves it (up to
+        4.8 s later, measured: adapters/slurm.py); a slurmctld crash in between would lose
+        the record that says this phase ran, and the next controller would run it again
+        (a second reboot). The record's ``since`` is when it was written."""
+        fl = InFlight.decode(view.annotations.get(keys.ANN_IN_FLIGHT))
+        since = parse_time(fl.since) if fl else None
+        written = since.timestamp() if since else time.time()
+        wait = SAVE_WINDOW_S - (time.time() - written)
+        if wait > 0 and cancel.wait(wait):
+            raise Cancelled(f"{view.name}: stopping before the disruptive phase began")
+        return written
+
+    def _slurm_reboot(
+        self, action: Action, view: NodeView, cancel: threading.Event, requested_at: float
+    ) -> Outcome:
         """``scontrol reboot ASAP nextstate=down`` through the site's RebootProgram, and the
         wait for the new boot (slurmreboot.py). The request time is the in-flight record's
-        ``since`` (written, in Extra, before this phase started), so a resumed controller
+        (saved before this phase began: :meth:`_slurm_saved`), so a resumed controller
         passes the same time and never asks twice."""
         assert isinstance(self.kube, SlurmCluster)
         slurm = self.kube.slurm
-        fl = InFlight.decode(view.annotations.get(keys.ANN_IN_FLIGHT))
-        since = parse_time(fl.since) if fl else None
-        requested_at = since.timestamp() if since else time.time()
-        # a slurmctld crash within its save window could keep the reboot but lose the record
-        wait = SAVE_WINDOW_S - (time.time() - requested_at)
-        if wait > 0 and cancel.wait(wait):
-            raise Cancelled(f"{view.name}: reboot through Slurm abandoned before it was asked")
-        reason = format_reason("reboot", f"rebooting through Slurm ({action.reason})", slurm.prefix)
+        # the reason keeps the finding the node was fenced for (the record keeps the rest)
+        fenced = parse_reason(slurmreboot.base_reason(slurm.node(view.name).reason), slurm.prefix)
+        finding = fenced.finding if fenced else f"rebooting through Slurm ({action.reason})"
+        # a resumed phase gets what is left of its timeout (the request time is the first's)
+        left = (action.timeout or self.cfg.ansible.job_timeout) - (time.time() - requested_at)
         self.on_run(1)
         try:
             done = slurmreboot.reboot(
                 slurm,
                 view.name,
-                reason=reason,
-                timeout=action.timeout or self.cfg.ansible.job_timeout,
+                reason=format_reason("reboot", finding, slurm.prefix),
+                timeout=max(REBOOT_TIMEOUT_FLOOR, left),
                 requested_at=requested_at,
                 cancel=cancel,
             )
@@ -270,7 +292,9 @@ class Executor:
         return Outcome(done.status, message=done.message, task="slurm reboot")
 
     # -- drain --------------------------------------------------------------
-    def _drain(self, action: Action, _view: NodeView, _run: object, cancel: threading.Event) -> Outcome:
+    def _drain(
+        self, action: Action, _view: NodeView, _run: object, cancel: threading.Event
+    ) -> Outcome:
         if isinstance(self.kube, SlurmCluster):  # the jobs, not pods (slurmdrain.py)
             slurm_done = slurmdrain.drain(
                 self.kube.slurm,

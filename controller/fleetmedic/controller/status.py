@@ -66,6 +66,9 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         fenced_by = "fleetmedic"
     else:  # another tool's signal we have not acted on (yet), or none
         fenced_by = ",".join(sorted({s.tool for s in v.foreign}))
+    slurm_owner = v.labels.get(keys.LABEL_SLURM_OWNER)  # someone else's Slurm drain
+    if slurm_owner and not v.in_repair:
+        fenced_by = slurm_owner
     swept = LastSweep.of(v)
     return {
         "name": v.name,
@@ -79,7 +82,8 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         "episode": ep or None,
         "attempts": attempts,
         "last_finding": last_finding(v, attempts),
-        "foreign_signals": list(v.foreign_signals),
+        "foreign_signals": list(v.foreign_signals)
+        + ([f"Slurm drain ({slurm_owner}): not ours, never touched"] if slurm_owner else []),
         "unschedulable": v.unschedulable,
         "address": v.address,
         "vendor": v.vendor,

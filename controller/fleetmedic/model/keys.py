@@ -11,6 +11,9 @@ PREFIX = "fleetmedic.io/"
 LABEL_VENDOR = PREFIX + "gpu-vendor"  # nvidia | amd | none
 LABEL_EXPECTED_GPUS = PREFIX + "expected-gpus"  # integer, e.g. "8"
 LABEL_STATE = PREFIX + "state"  # healthy | reboot | reimage | manual
+LABEL_SLURM_OWNER = "fleetmedic.io/slurm-owner"
+"""On a Slurm node someone else drained: who (``foreign_nhc``, ...; model/slurmowner.py).
+Derived from the reason by adapters/slurmcluster.py, never written."""
 
 # fleetmedic's own NodeCondition (status.conditions[].type): its verdict for tools and
 # dashboards that read conditions (NPD + Draino, the autoscaler, `kubectl describe node`)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fleetmedic.model.slurmowner import FOREIGN_PREFIXES, Owner, may_resume, owner
 from fleetmedic.model.slurmreason import (
     FINDING_MAX,
     OurReason,
@@ -15,7 +16,6 @@ from fleetmedic.model.slurmreason import (
     parse_reason,
 )
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.model.slurmowner import FOREIGN_PREFIXES, Owner, may_resume, owner
 
 
 @pytest.mark.parametrize(

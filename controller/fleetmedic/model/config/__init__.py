@@ -388,6 +388,8 @@ def _build_clusters(cfg: Config, data: Mapping[str, Any], source: str, base: Pat
             state = (c.slurm or {}).get("state_dir") or (cfg.slurm_settings().state_dir / c.name)
             own_dirs["slurm"] = {"state_dir": str(state)}
         merged = deep_merge(deep_merge(top, c.overrides()), own_dirs)  # (lists replace)
+        if merged.get("kind", "kubernetes") != "slurm":
+            merged.pop("slurm", None)  # (the top level's, for the Slurm clusters beside it)
         sub = parse(merged, f"{source}: clusters.{i} ({c.name})", base)
         for member in (sub, *sub._profiles.values()):
             member._cluster_name = c.name
