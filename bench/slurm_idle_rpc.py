@@ -18,9 +18,9 @@ They are idle with no reason: a healthy fleet, nothing for the controller to do.
 What is measured (``--measure``):
 
 - ``controller`` (the default): ``fleetmedic run --config`` with ``kind: slurm`` (partition
-  ``gpu``, ``poll_interval`` 20 s, a ``state_dir`` of its own, leader election on, no
-  SMTP), as deploy runs it. Its window starts once slurmctld has seen its first read and
-  ``--settle`` seconds more have passed (start-up done).
+  ``gpu``, the default ``poll_interval`` unless ``--poll`` says, a ``state_dir`` of its
+  own, leader election on, no SMTP), as deploy runs it. Its window starts once
+  slurmctld has seen its first read and ``--settle`` seconds more have passed.
 - ``node-source``: the controller's informer alone, ``controller.watcher.NodeWatcher`` on
   ``adapters.slurmcluster.SlurmCluster`` (the same ``sinfo --json`` poll) in a process
   of its own: what the loop adds on top of it is then not measured.
@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
 
+from fleetmedic.model.config.slurm import DEFAULT_POLL  # noqa: E402
 from tests.harness.ctlenv import ControllerProcess, free_port  # noqa: E402
 from tests.harness.slurm import SlurmError  # noqa: E402
 from tests.harness.slurmbig import (  # noqa: E402
@@ -159,7 +160,7 @@ def call_costs(cluster: BigSlurmCluster, calls: int) -> dict[str, dict]:
     }
 
 
-def controller_config(cluster: BigSlurmCluster, work: Path, poll: float) -> Path:
+def controller_config(cluster: BigSlurmCluster, work: Path, poll: float | None) -> Path:
     """``kind: slurm`` for the big cluster's partition; the rest at its defaults but for
     the paths (everything under ``work``) and a metrics port of its own."""
     data = {
@@ -168,7 +169,6 @@ def controller_config(cluster: BigSlurmCluster, work: Path, poll: float) -> Path
             "conf": str(cluster.conf),
             "partitions": [PARTITION],
             "reason_prefix": "fleetmedic:",
-            "poll_interval": poll,
             "state_dir": str(work / "state"),
         },
         "ansible": {
@@ -179,6 +179,8 @@ def controller_config(cluster: BigSlurmCluster, work: Path, poll: float) -> Path
         },
         "metrics": {"address": "127.0.0.1", "port": free_port()},
     }
+    if poll is not None:
+        data["slurm"]["poll_interval"] = poll
     path = work / "controller.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -283,7 +285,7 @@ def measure(nodes: int, args, work: Path) -> dict:
             proc.start()
             alive, tail = (lambda: proc.alive), proc.tail
         else:
-            proc = NodeSource(cluster, d / "node-source.log", args.poll)
+            proc = NodeSource(cluster, d / "node-source.log", args.poll or DEFAULT_POLL)
             alive, tail = (lambda: proc.alive), proc.tail
         try:
             t0 = time.monotonic()
@@ -345,7 +347,9 @@ def main() -> int:
     )
     ap.add_argument("--settle", type=float, default=30.0, help="seconds after the first read")
     ap.add_argument("--startup", type=float, default=120.0, help="longest wait for a first read")
-    ap.add_argument("--poll", type=float, default=20.0, help="the controller's poll_interval")
+    ap.add_argument(
+        "--poll", type=float, help="the controller's poll_interval (default: its own default)"
+    )
     ap.add_argument("--calls", type=int, default=3, help="calls per tool for the cost per call")
     ap.add_argument("--measure", choices=("controller", "node-source"), default="controller")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -371,7 +375,15 @@ def main() -> int:
             import shutil
 
             shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps({"measured": args.measure, "poll_interval_s": args.poll, "runs": results}))
+    print(
+        json.dumps(
+            {
+                "measured": args.measure,
+                "poll_interval_s": args.poll or DEFAULT_POLL,
+                "runs": results,
+            }
+        )
+    )
     smallest = min(results, key=lambda r: r["nodes"])
     largest = max(results, key=lambda r: r["nodes"])
     one_read = (smallest["rpcs_per_read"] or 0) * 60.0 / smallest["window_s"]
@@ -404,7 +416,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    if args.smoke:  # (a 10 s poll: the 6/min budget is the 20 s poll's)
+    if args.smoke:  # (a 10 s poll: the 6/min budget is for the default poll)
         targets = [("a read in the window, figures finite", True)]
     return _common.verdict(targets, args.smoke)
 
