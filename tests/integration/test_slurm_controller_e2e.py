@@ -135,6 +135,11 @@ def test_xid79_is_rebooted_verified_and_resumed_and_a_foreign_drain_is_untouched
     assert rows[n2]["state"] == "healthy" and rows[n2]["fenced_by"] == "foreign_nhc", rows[n2]
     table = ctlenv.cli(cfg, "status").stdout  # (without --all: a foreign drain is shown)
     assert n2 in table and "foreign_nhc" in table, table
+    # the node's timeline: its attempts from Extra, its Events from the state directory
+    hist = ctlenv.cli(cfg, "history", n1, "--json")
+    assert hist.returncode == 0, hist.stderr
+    said = json.dumps(json.loads(hist.stdout))
+    assert "Repaired" in said and "reboot" in said, said[:2000]
 
 
 def test_the_drain_waits_for_a_running_job_then_slurm_reboots_the_node(sf, run):
