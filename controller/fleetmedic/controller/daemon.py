@@ -27,10 +27,8 @@ from fleetmedic.controller.cli import connect
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model.config import Config
 
-if TYPE_CHECKING:
-    from fleetmedic.adapters.cluster import (
-        Cluster,  # (imported when the daemon starts, not for --help)
-    )
+if TYPE_CHECKING:  # (imported when the daemon starts, not for --help)
+    from fleetmedic.adapters.cluster import Cluster
     from fleetmedic.controller.loop import Controller, Sidecar
     from fleetmedic.controller.metrics import Metrics
 
