@@ -287,3 +287,26 @@ def test_a_reboot_that_does_not_happen_fails_and_the_node_stays_out(
     time.sleep(3)
     info = slurm.node(node.name)
     assert info.flags == {"DRAIN"} and info.reason == OURS, info
+
+
+def test_a_node_slurm_returned_to_service_after_our_reboot_is_ours_again(sf, slurm):
+    """Seen in CI under load: the reboot happened while no controller watched, and Slurm
+    put the node back in service without our reason (ReturnToService=2 when its slurmd
+    registered after a slurmctld crash). The next call with the recorded request time
+    drains it again with our reason and asks for no other reboot."""
+    node = sf.node(2)
+    slurm.fence(node.name, "reboot", FINDING)
+    requested_at = time.time()
+    boots = node.boots
+    slurm.reboot(node.name, OURS)
+    sf.wait_rebooted(node.name, int(requested_at), 120)
+    # what ReturnToService=2 does on a registration: back in service, reason gone
+    sf.slurm.run("scontrol", "update", f"nodename={node.name}", "state=resume", check=False)
+    sf.wait_node(node.name, lambda n: n["state"] == "idle" and not n["state_flags"], "up", 60)
+    resumed = slurmreboot.reboot(
+        slurm, node.name, reason=OURS, timeout=60, requested_at=requested_at, poll=POLL
+    )
+    assert resumed.status == "ok" and not resumed.issued, resumed
+    assert node.boots == boots + 1, "one reboot"
+    back = slurm.node(node.name)
+    assert back.drain and back.reason == OURS, back

@@ -154,6 +154,19 @@ def reboot(
     n = slurm.node(node)
     if n.state == UNKNOWN:  # slurmctld restarted: wait until it hears from the node
         n = w.until(lambda m: m.state != UNKNOWN, deadline, cancel, clock, poll) or n
+    if (
+        requested_at is not None
+        and not n.reason
+        and not n.drain
+        and n.state != "down"
+        and is_new_boot(n.boot_time, w.at)
+    ):
+        # rebooted while no controller watched, and Slurm put it back in service without
+        # our reason (ReturnToService=2 on its registration, seen after a slurmctld crash
+        # under load): ours again before verify, with no reboot asked
+        log.info("%s: rebooted and returned to service by Slurm: drained again", node)
+        slurm.fence(node, ours.rung, ours.finding)
+        n = slurm.node(node)
     check_ours(n, slurm.prefix)
     w.before = n.boot_time
     if requested_at is not None and is_new_boot(n.boot_time, w.at):
