@@ -1,0 +1,130 @@
+"""Fault families read from the drivers' own sources: every error line of a family, as data.
+
+The catalog files name the families and what each calls for (``families:`` in
+``xid_catalog.yaml`` and ``amdgpu_catalog.yaml``: an id, an action, the error path and
+the sources); the members come from the driver sources, derived by
+``scripts/derive_families.py`` into ``source_nvidia.yaml`` / ``source_amdgpu.yaml``
+(each member: the source file, the function that prints it, the print level and the
+format string, for the release named in the file). A family becomes one catalog
+:class:`~fleetmedic.scan.catalog.Rule` whose regex is built from its members' formats:
+
+- NVIDIA lines carry the printing function (``NVRM: kfspPollForQueueEmpty_IMPL: ...``,
+  newer drivers ``NVRM: GPU0 rpcRmApiFree_GSP: ...``); a member matches its format's
+  leading text after *any* function name, because functions are renamed between
+  releases (``kfspPollForResponse_IMPL`` became ``kfspWaitForResponse``) while the
+  message they print stays;
+- amdgpu's ``dev_err`` lines carry no function, so a member matches its format alone.
+
+A format's conversions (``%d``, ``0x%08x``, ``%s`` ...) match any text: the literal
+words of the format are what identify it, and what a newer or older driver keeps.
+Formats with fewer than :data:`MIN_LITERAL` literal characters identify nothing and
+were left out when the list was derived.
+
+:func:`member_line` turns a member back into a log line the driver would print;
+``tests/unit/scan/test_scan_families.py`` feeds every member through the scanner, so a
+family cannot silently lose a member when a rule or the catalog changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MIN_LITERAL = 12
+_CONVERSION = re.compile(r"%[-+ #0]*(?:\d+|\*)?(?:\.\d+)?(?:hh|h|ll|l|L|q|j|z|t)?([diouxXcspfeEgG%])")
+_HAL_SUFFIX = re.compile(r"_(?:IMPL|KERNEL|HAL|[A-Z]{2}\d{3}[A-Z]?)$")
+_FILL = {"d": "1", "i": "1", "u": "1", "o": "1", "x": "1f", "X": "1F", "c": "x", "s": "x"}
+_FILL |= {"p": "0", "f": "1.0", "e": "1.0", "E": "1.0", "g": "1", "G": "1", "%": "%"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Member:
+    """One error line of a family: where the driver prints it, and its format."""
+
+    file: str
+    function: str
+    level: str
+    format: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Family:
+    """A family as the catalog names it, with its members from the source list."""
+
+    name: str
+    rule_id: str
+    vendor: str
+    path: str
+    action: str
+    members: tuple[Member, ...]
+    by_function: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SourceList:
+    """One derived file: which repository and release it was read from, and the families."""
+
+    vendor: str
+    repository: str
+    release: str
+    commit: str
+    families: Mapping[str, tuple[str, tuple[Member, ...]]]  # name -> (path, members)
+
+
+def parse_source_list(data: Mapping[str, Any]) -> SourceList:
+    """The derived file's content (``{vendor: {repository, release, commit, families}}``)."""
+    ((vendor, body),) = data.items()
+    families = {}
+    for name, fam in (body.get("families") or {}).items():
+        members = tuple(
+            Member(str(m["file"]), str(m["function"]), str(m["level"]), str(m["format"]))
+            for m in fam.get("members") or ()
+        )
+        families[str(name)] = (str(fam["path"]), members)
+    return SourceList(
+        str(vendor),
+        str(body.get("repository", "")),
+        str(body["release"]),
+        str(body["commit"]),
+        families,
+    )
+
+
+def base_function(name: str) -> str:
+    """The function without its HAL suffix: ``kgspBootstrap_GH100`` -> ``kgspBootstrap``."""
+    return _HAL_SUFFIX.sub("", name)
+
+
+def format_regex(fmt: str) -> str:
+    """A regex for the leading text of ``fmt``: literals escaped, conversions as ``.*?``;
+    it stops after the last literal run, so trailing values never decide."""
+    out = []
+    pos = 0
+    for match in _CONVERSION.finditer(fmt):
+        out.append(re.escape(fmt[pos : match.start()]))
+        out.append("%" if match.group(1) == "%" else ".*?")
+        pos = match.end()
+    out.append(re.escape(fmt[pos:]))
+    text = "".join(out)
+    while text.endswith(".*?"):
+        text = text[: -len(".*?")]
+    # runs of spaces in a format are often padding: any whitespace matches
+    return re.sub(r"(?:\\ )+", r"\\s+", text)
+
+
+def family_regex(family: Family) -> str:
+    """One regex for every member of ``family`` (see the module doc)."""
+    alternatives = "|".join(sorted({format_regex(m.format) for m in family.members}))
+    if not family.by_function:
+        return f"(?:{alternatives})"
+    return rf"\b[A-Za-z_]\w*(?:\(\))?:\s+(?:{alternatives})"
+
+
+def member_line(family: Family, member: Member, pci: str = "0000:03:00.0") -> str:
+    """A kernel message the driver prints for ``member`` (its conversions filled in)."""
+    text = _CONVERSION.sub(lambda m: _FILL[m.group(1)], member.format)
+    if family.by_function:
+        return f"NVRM: {member.function}: {text}"
+    return f"amdgpu {pci}: amdgpu: {text}"
