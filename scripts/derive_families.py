@@ -287,7 +287,7 @@ def _functions(text: str) -> list[tuple[int, str]]:
         if line.startswith("{") and candidate:
             out.append((offset, candidate))
             candidate = None
-        elif line.startswith(("}", "#")) or line.rstrip().endswith(";") and line[:1].isalpha():
+        elif line.startswith(("}", "#")) or (line.rstrip().endswith(";") and line[:1].isalpha()):
             candidate = None if line.rstrip().endswith(";") else candidate
         offset += len(line)
     return out
@@ -351,8 +351,7 @@ def derive(gitdir: str, ref: str, families: tuple[Family, ...], macros: tuple[st
                     and re.fullmatch(fam.functions, p.function or "")
                     and re.search(fam.formats, p.format)
                     and not re.search(fam.excluded, p.format)
-                    and len(re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[hlLqjzt]*[a-zA-Z]", "", p.format))
-                    >= 12
+                    and len(re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[hlLqjzt]*[a-zA-Z]", "", p.format)) >= 12
                 ):
                     members.append(p)
         seen = set()
@@ -392,7 +391,9 @@ def nvswitch_sxids(gitdir: str, ref: str) -> list[tuple[int, str, str]]:
     seen: dict[str, set[str]] = {}
     macros = "|".join(sorted(_REPORTS, key=len, reverse=True))
     call = re.compile(rf"\b({macros})\s*\(\s*(?:\w+\s*,\s*)?(?:\w+\s*,\s*)?_(HW_\w+)")
-    for path in files(gitdir, ref, ("src/common/nvswitch/kernel/**.c", "src/common/nvswitch/kernel/**.h")):
+    for path in files(
+        gitdir, ref, ("src/common/nvswitch/kernel/**.c", "src/common/nvswitch/kernel/**.h")
+    ):
         for match in call.finditer(git(gitdir, "show", f"{ref}:{path}")):
             seen.setdefault(match.group(2), set()).add(_REPORTS[match.group(1)])
     out = []

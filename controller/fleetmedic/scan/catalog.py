@@ -43,6 +43,8 @@ from fleetmedic.scan import families as fammod
 from fleetmedic.scan.finding import ACTION_RANK, ACTIONS
 
 FILES = ("xid_catalog.yaml", "sxid_catalog.yaml", "amdgpu_catalog.yaml", "workload_catalog.yaml")
+SOURCE_LISTS = ("source_nvidia.yaml", "source_amdgpu.yaml", "source_nvswitch.yaml")
+"""The lists derived from the driver sources (scripts/derive_families.py) the catalog reads."""
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster start-up
 
@@ -89,7 +91,7 @@ class Rule:
     vendor: str
     kind: str
     requires: str
-    match: re.Pattern[str]
+    match: re.Pattern[str] | fammod.FamilyPattern
     unless: re.Pattern[str] | None
     action: str
     bucket: str | None
@@ -98,6 +100,9 @@ class Rule:
     description: str
     sources: tuple[str, ...]
     continued_by: re.Pattern[str] | None = None
+    awaits_process: bool = False
+    """The report names its process on a follow-up line (newer amdgpu page faults): the
+    scanner holds the finding for that line (context workflows judge by process)."""
     by_status: Mapping[int, str] = dataclasses.field(default_factory=dict)
     """The driver's status code on the line (``status=0x..``) -> action; a status not
     listed gives ``status_default`` (a line without a status keeps ``action``)."""
@@ -111,6 +116,7 @@ class Join:
     line when that one matches ``tail`` and carries no driver literal of its own."""
 
     id: str
+    requires: str  # a literal every head contains (the head regex runs only then)
     head: re.Pattern[str]
     tail: re.Pattern[str]
     literals: tuple[str, ...]
@@ -271,8 +277,16 @@ def parse_threshold(where: str, key: str, raw: Any) -> Threshold:
 
 
 def _thresholds(file: str, data: Mapping[str, Any]) -> dict[str, Threshold]:
-    raw = data.get("thresholds") or {}
-    return {str(k): parse_threshold(f"fault catalog {file}", str(k), v) for k, v in raw.items()}
+    """A count the catalog ships must cite where it comes from (an operator's own counts in
+    the agent config need not): a count without a published source fences healthy nodes."""
+    out = {}
+    for key, raw in (data.get("thresholds") or {}).items():
+        entry = dict(raw) if isinstance(raw, Mapping) else raw
+        if isinstance(entry, dict):
+            _sources(file, {"id": f"threshold {key}", **entry}, data["sources"])
+            entry.pop("source", None)
+        out[str(key)] = parse_threshold(f"fault catalog {file}", str(key), entry)
+    return out
 
 
 def _fail(file: str, what: str) -> ConfigError:
@@ -402,8 +416,9 @@ def _load_sxids(name: str, data: Mapping[str, Any], base: Path | None) -> dict[s
             raise _fail(name, f"SXid {code} departs from its severity's action without a `why`")
         if ACTION_RANK[action] < ACTION_RANK[floor] and floor in FENCING_ACTIONS:
             raise _fail(
-                name, f"SXid {code} action {action!r} is below its severity's {floor!r}: "
-                "an entry may raise the driver's word, never lower a fence"
+                name,
+                f"SXid {code} action {action!r} is below its severity's {floor!r}: "
+                "an entry may raise the driver's word, never lower a fence",
             )
         if ACTION_RANK[action] > ACTION_RANK[floor]:
             raises[code] = str(entry["why"])
@@ -423,9 +438,9 @@ def _load_sxids(name: str, data: Mapping[str, Any], base: Path | None) -> dict[s
     if data.get("driver_list"):
         listed = _read_plain(base, str(data["driver_list"]))
         for row in next(iter(listed.values())).get("sxids") or ():
-            word = printed.get(str(row["severity"]).lower())
-            if word is not None:
-                driver[int(row["code"])] = (str(row["name"]), word)
+            said = printed.get(str(row["severity"]).lower())
+            if said is not None:
+                driver[int(row["code"])] = (str(row["name"]), said)
     return {
         "sxids": sxids,
         "sxid_severity_actions": severities,
@@ -512,6 +527,7 @@ def _load_rules(
                     if entry.get("continued_by")
                     else None
                 ),
+                awaits_process=bool(entry.get("awaits_process", False)),
                 **_status_actions(name, entry),
             )
         )
@@ -559,7 +575,7 @@ def _load_families(file: str, data: Mapping[str, Any], base: Path | None) -> dic
                 vendor=str(section.get("vendor", "nvidia")),
                 kind=str(section["kind"]),
                 requires=str(section["requires"]),
-                match=re.compile(fammod.family_regex(family)),
+                match=fammod.FamilyPattern(family),
                 unless=_regex(file, entry, entry["unless"]) if entry.get("unless") else None,
                 action=family.action,
                 bucket=entry.get("bucket"),
@@ -582,6 +598,7 @@ def _load_joins(file: str, data: Mapping[str, Any]) -> tuple[Join, ...]:
     return tuple(
         Join(
             str(entry["id"]),
+            str(entry["requires"]),
             _regex(file, entry, entry["head"]),
             _regex(file, entry, entry["tail"]),
             tuple(str(x) for x in entry.get("literals") or ()),
@@ -640,7 +657,9 @@ def load(directory: str | None = None) -> Catalog:
         parts["source_lists"] = {**nv_families["lists"], **amd_families["lists"]}
         parts["joins"] = tuple(j for name in FILES for j in _load_joins(name, files[name]))
         parts["device_aliases"] = {
-            str(k): str(v) for name in FILES for k, v in (files[name].get("device_aliases") or {}).items()
+            str(k): str(v)
+            for name in FILES
+            for k, v in (files[name].get("device_aliases") or {}).items()
         }
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"fault catalog: malformed entry ({type(exc).__name__}: {exc})") from None

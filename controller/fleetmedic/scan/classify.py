@@ -122,7 +122,9 @@ def _nvlink5(xid: nvidia.XidLine, catalog: Catalog) -> tuple[str, str, str]:
     return by_word, "WORKFLOW_NVLINK5_ERR", f"xid.{xid.code}.undecoded"
 
 
-def _decode_status(row: Any, status: int | None, severity: str | None, catalog: Catalog) -> str | None:
+def _decode_status(
+    row: Any, status: int | None, severity: str | None, catalog: Catalog
+) -> str | None:
     def one(value: int) -> str | None:
         bucket = row.status.get(value)
         if bucket == "IGNORE" and severity == "fatal" and value in row.promotable:

@@ -10,7 +10,7 @@ and ``name`` (the task's ``comm``, at most 15 characters) may hold spaces,
 quotes and parentheses. NVSwitch SXids look like::
 
     nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt
-    nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 10002, Severity 1 Engine instance 00 Sub-engine instance 00
+    nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 10002, Severity 1 Engine instance 00 ...
 
 The NVSwitch driver writes the severity itself (src/common/nvswitch/kernel/inc/
 intr_nvswitch.h: ``Fatal,``, ``Non-fatal,`` or ``Correctable,`` after the code; the

@@ -178,7 +178,7 @@ class Scanner:
                 )
             out += self._emit_pending() + self._process(head, head_line, head_text)
         for join in self.catalog.joins:
-            if join.head.search(record.message):
+            if join.requires in record.message and join.head.search(record.message):
                 self._held = (lineno, record, text, join)
                 return out + self._emit_pending()
         return out + self._process(record, lineno, text)
@@ -223,7 +223,7 @@ class Scanner:
         if self._joins(finding, message, lineno):
             return out
         rule = self._rules.get(finding.rule)
-        if rule is not None and rule.continued_by is not None and finding.pid is None:
+        if rule is not None and rule.awaits_process and finding.pid is None:
             self._pending = finding  # its next line may name the process
             return out
         if self.dedup is not None and not self.dedup.admit(finding, self.boot_key):
