@@ -42,7 +42,13 @@ from fleetmedic.model.actions import FENCING_ACTIONS
 from fleetmedic.scan import families as fammod
 from fleetmedic.scan.finding import ACTION_RANK, ACTIONS
 
-FILES = ("xid_catalog.yaml", "sxid_catalog.yaml", "amdgpu_catalog.yaml", "workload_catalog.yaml")
+FILES = (
+    "xid_catalog.yaml",
+    "sxid_catalog.yaml",
+    "amdgpu_catalog.yaml",
+    "workload_catalog.yaml",
+    "fabricmanager_catalog.yaml",
+)
 SOURCE_LISTS = ("source_nvidia.yaml", "source_amdgpu.yaml", "source_nvswitch.yaml")
 """The lists derived from the driver sources (scripts/derive_families.py) the catalog reads."""
 
@@ -653,6 +659,8 @@ def load(directory: str | None = None) -> Catalog:
         parts["rules"] += _load_rules(
             FILES[3], work["rules"], work["sources"], "nvidia", None, None
         )
+        fm = files[FILES[4]]
+        parts["rules"] += _load_rules(FILES[4], fm["rules"], fm["sources"], "nvidia", None, None)
         parts["families"] = nv_families["families"] + amd_families["families"]
         parts["source_lists"] = {**nv_families["lists"], **amd_families["lists"]}
         parts["joins"] = tuple(j for name in FILES for j in _load_joins(name, files[name]))
