@@ -2,8 +2,8 @@
 
 The row says the node's state, since when, what is under way, this episode's attempts,
 the last finding, the driver errors no catalog rule knows (the agent's safety net: how
-many this boot, and the last line), on fleets that sweep when the node was last swept and the result, and
-for a node that went through the quarantine rung its last recommendation;
+many this boot, and the last line), on fleets that sweep when the node was last swept
+and the result, and for a node that went through the quarantine rung its last recommendation;
 ``render_status`` lays rows out as the table an on-call engineer reads, ``--json`` prints
 the rows themselves.
 """
