@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -214,10 +215,14 @@ class Catalog:
     def rules_for(self, message: str) -> tuple[Rule, ...]:
         """Rules whose ``requires`` literal (or an alias of it) occurs in ``message``, in
         catalog order."""
-        present = {lit for alias, lit in self.device_aliases.items() if alias in message}
-        return tuple(
-            rule for rule in self.rules if rule.requires in message or rule.requires in present
-        )
+        present = {lit for lit in self._literals if lit in message}
+        present |= {lit for alias, lit in self.device_aliases.items() if alias in message}
+        return tuple(rule for rule in self.rules if rule.requires in present)
+
+    @functools.cached_property
+    def _literals(self) -> frozenset[str]:
+        """The distinct ``requires`` literals (tested once each per message)."""
+        return frozenset(rule.requires for rule in self.rules)
 
     @property
     def triggers(self) -> tuple[str, ...]:

@@ -100,21 +100,29 @@ def base_function(name: str) -> str:
     return _HAL_SUFFIX.sub("", name)
 
 
+_CONVERSION_REGEX = {"s": r".{0,120}?", "c": r".?", "%": "%"}
+r"""What a conversion matches: a number is one token (``[-+.\w]*``: ``0x1f``, ``-110``,
+``1.0``), a string up to 120 characters; bounded and space-free where possible, so the
+search stays linear on long lines."""
+
+
 def format_regex(fmt: str) -> str:
-    """A regex for the leading text of ``fmt``: literals escaped, conversions as ``.*?``;
-    it stops after the last literal run, so trailing values never decide."""
+    """A regex for the leading text of ``fmt``: literals escaped, conversions as above;
+    it stops after the last literal run (trailing values never decide), and starts at the
+    first literal (a leading value would only slow the search down)."""
     out = []
     pos = 0
     for match in _CONVERSION.finditer(fmt):
         out.append(re.escape(fmt[pos : match.start()]))
-        out.append("%" if match.group(1) == "%" else ".*?")
+        out.append(_CONVERSION_REGEX.get(match.group(1), r"[-+.\w]*"))
         pos = match.end()
     out.append(re.escape(fmt[pos:]))
-    text = "".join(out)
-    while text.endswith(".*?"):
-        text = text[: -len(".*?")]
+    while out and out[-1] in ("", *_CONVERSION_REGEX.values(), r"[-+.\w]*"):
+        out.pop()
+    while out and out[0] in ("", r".{0,120}?", r".?", r"[-+.\w]*"):
+        out.pop(0)
     # runs of spaces in a format are often padding: any whitespace matches
-    return re.sub(r"(?:\\ )+", r"\\s+", text)
+    return re.sub(r"(?:\\ )+", r"\\s+", "".join(out))
 
 
 def member_regex(family: Family, member: Member) -> str:
@@ -129,6 +137,17 @@ def literal_key(fmt: str) -> str:
     return max((r.strip() for r in runs), key=len, default="")
 
 
+_LAST: list = ["", frozenset()]  # the last message and its words
+
+
+def _words(text: str) -> frozenset[str]:
+    """The words of a message (the last one kept: every family asks for the same message
+    in turn, one after the other)."""
+    if _LAST[0] is not text:
+        _LAST[0], _LAST[1] = text, frozenset(_WORD.findall(text))
+    return _LAST[1]
+
+
 class FamilyPattern:
     """A family's members as one matcher. Each member is indexed by the longest word of
     its longest literal run; a line's words pick the few members it can be, and only
@@ -140,19 +159,25 @@ class FamilyPattern:
 
     def __init__(self, family: Family) -> None:
         self.index: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
-        seen: set[str] = set()
+        members: dict[str, str] = {}  # regex -> its literal key
         for m in family.members:
-            text = member_regex(family, m)
-            if text in seen:
-                continue
-            seen.add(text)
-            key = literal_key(m.format)
+            members.setdefault(member_regex(family, m), literal_key(m.format))
+        # index each member by the rarest word of its key (the longest among equals):
+        # a line's common words ("failed") then pick few members to try
+        counts: dict[str, int] = {}
+        for key in members.values():
+            for word in set(_WORD.findall(key)):
+                counts[word] = counts.get(word, 0) + 1
+        for text, key in members.items():
             words = _WORD.findall(key) or [""]
-            self.index.setdefault(max(words, key=len), []).append((key, re.compile(text)))
+            pick = min(words, key=lambda w: (counts.get(w, 0), -len(w)))
+            self.index.setdefault(pick, []).append((key, re.compile(text)))
+        seen = members
         self.pattern = "|".join(sorted(seen))
+        self.words = frozenset(self.index)
 
     def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
-        for word in set(_WORD.findall(text)) & self.index.keys():
+        for word in _words(text) & self.words:
             for key, regex in self.index[word]:
                 if key in text:
                     found = regex.search(text, pos)

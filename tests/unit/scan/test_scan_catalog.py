@@ -82,7 +82,7 @@ def test_sxid_severities():
 
 
 def test_rules_have_sources_and_triggers():
-    assert {rule.kind for rule in CAT.rules} == {"nvrm", "amdgpu", "nccl", "cuda"}
+    assert {rule.kind for rule in CAT.rules} == {"nvrm", "amdgpu", "nccl", "cuda", "fabricmanager"}
     for rule in CAT.rules:
         assert rule.sources
         assert any(t in rule.requires for t in CAT.triggers)

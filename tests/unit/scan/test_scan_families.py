@@ -102,8 +102,10 @@ def test_an_rpc_line_without_a_status_resets_like_xid_119():
 
 def test_format_regexes_stop_at_the_last_literal_and_pick_a_long_key():
     assert format_regex("failed to wait for GFW boot complete: 0x%x VBIOS version %s") == (
-        r"failed\s+to\s+wait\s+for\s+GFW\s+boot\s+complete:\s+0x.*?\s+VBIOS\s+version\s+"
+        r"failed\s+to\s+wait\s+for\s+GFW\s+boot\s+complete:\s+0x[-+.\w]*\s+VBIOS\s+version\s+"
     )
+    # a leading value would only slow the search: the regex starts at the first literal
+    assert format_regex("%s(0x%04x) aborted; SMU still servicing msg").startswith(r"\(0x")
     assert literal_key("RAS records:%d exceed threshold:%d") == "exceed threshold:"
 
 
