@@ -78,7 +78,9 @@ def prescan(path: str) -> Prescan:
                     out = Prescan(n, segment_id(text, n))
                     continue
             for finding in scanner.feed(raw.rstrip(b"\r\n"), n):
-                out.seen.setdefault(fingerprint(finding), []).append(n)
+                out.seen.setdefault(fingerprint(finding), []).append(finding.line)
+        for finding in scanner.flush():  # a report held for a next line that is not there yet
+            out.seen.setdefault(fingerprint(finding), []).append(finding.line)
     return out
 
 
