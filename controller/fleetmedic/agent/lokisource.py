@@ -174,7 +174,8 @@ class LokiSource:
         self.client = client or LokiClient(cfg.endpoint, tenant=cfg.tenant)
         self.metrics = metrics or LokiMetrics(CollectorRegistry())
         self.scanner_proto = Scanner()
-        triggers = self.scanner_proto.triggers
+        # Loki filters line by line: a cut record's second half comes by its own literals
+        triggers = (*self.scanner_proto.triggers, *self.scanner_proto.catalog.cut_tails)
         self.queries = [with_filter(q, triggers) for q in (*cfg.kernel_queries, *cfg.pod_queries)]
         self.cursor = Cursor()
         self._cursor_loaded = False  # loaded by the first poll (the store may be remote)

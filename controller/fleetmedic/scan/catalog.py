@@ -229,12 +229,25 @@ class Catalog:
         """Literal substrings of which every classifiable line contains one."""
         found = [TRIGGER_NVRM, TRIGGER_SXID]
         literals = [rule.requires for rule in self.rules] + [n.requires for n in self.net]
-        literals += [lit for join in self.joins for lit in join.literals]
         literals += list(self.device_aliases)
         for literal in literals:
             if not any(t in literal for t in found):
                 found.append(literal)
         return tuple(found)
+
+    @property
+    def cut_heads(self) -> tuple[str, ...]:
+        """Literals of which the first half of every cut record (``joins``) contains one:
+        the bulk pre-filter passes the line after such a line on too, so the second
+        half needs no trigger of its own."""
+        return tuple(dict.fromkeys(join.requires for join in self.joins))
+
+    @property
+    def cut_tails(self) -> tuple[str, ...]:
+        """Literals of which the second half of every cut record contains one: a source
+        that cannot ask for the line after a cut head (a LogQL line filter) asks for
+        these besides :attr:`triggers`."""
+        return tuple(dict.fromkeys(lit for join in self.joins for lit in join.literals))
 
     def net_for(self, message: str) -> NetRule | None:
         """The safety-net entry whose driver literal ``message`` contains, if any."""

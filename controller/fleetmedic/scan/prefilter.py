@@ -45,6 +45,7 @@ def candidates(
     chunk_size: int = CHUNK_SIZE,
     limit: int | None = None,
     engine: str | None = None,
+    follow: Sequence[bytes] = (),
 ) -> Generator[tuple[int, bytes], None, int]:
     """Yield ``(line_number, line)`` for every line that contains a trigger.
 
@@ -53,14 +54,22 @@ def candidates(
     file). ``engine`` picks the literal search (:mod:`fleetmedic.scan.literals`;
     default: the fastest installed); every engine gives the same results. The
     generator's return value (``StopIteration.value``) is the number of lines read.
+
+    ``follow``: a yielded line that contains one of these literals also brings the
+    line after it, trigger or not (a record the log cut in two: its second half need
+    not carry a driver literal, and searching for what such halves say would cost
+    the literal search of every line). With ``limit``, that line may lie past the
+    limit; it is read, yielded, and not counted in the return value.
     """
     if not 0 < chunk_size <= literals_mod.MAX_SCAN:
         raise ValueError(f"chunk_size must be 1..{literals_mod.MAX_SCAN} bytes, not {chunk_size}")
     finder = literals_mod.finder(triggers, engine)
     count, exact = finder.count_lines, finder.exact
     literals = [t for t in dict.fromkeys(triggers) if t]
+    follows = [t for t in dict.fromkeys(follow) if t]
     base = 0
     tail = b""
+    wanted = False  # the line that starts next was asked for by the line before it
     remaining = limit
     read = _chunk_reader(stream, chunk_size)
     while True:
@@ -70,33 +79,61 @@ def candidates(
             remaining -= len(data)
         if not data:
             if tail:
-                if any(t in tail for t in literals):
+                if wanted or any(t in tail for t in literals):
                     yield base + 1, tail
+                    wanted = any(f in tail for f in follows)
                 base += 1
+            if wanted and limit is not None:
+                after = stream.readline(MAX_LINE)
+                if after:
+                    yield base + 1, after.rstrip(b"\n")
             return base
         first = data.find(b"\n")
         if first == -1:
             tail += bytes(data)
             if len(tail) >= MAX_LINE:
-                if any(t in tail for t in literals):
+                if wanted or any(t in tail for t in literals):
                     yield base + 1, tail
+                    wanted = any(f in tail for f in follows)
                 base += 1
                 tail = b""
             continue
         head = tail + data[:first] if tail else bytes(data[:first])
-        if any(t in head for t in literals):
+        if wanted or any(t in head for t in literals):
             yield base + 1, head
+            wanted = any(f in head for f in follows)
         base += 1
         start = first + 1
         end = data.rfind(b"\n") + 1
+        forced = -1  # the start of a line asked for by the line before it
+        if wanted and start < end:
+            forced, wanted = start, False
+        hits = finder.line_starts(data, start, end)
         counted = start
-        for line_start in finder.line_starts(data, start, end):
-            line = bytes(data[line_start : data.find(b"\n", line_start, end)])
-            if not exact and not any(t in line for t in literals):
+        index = 0
+        while True:
+            hit = hits[index] if index < len(hits) else end
+            asked = 0 <= forced <= hit
+            if asked:
+                line_start, forced = forced, -1
+                index += hit == line_start
+            elif hit < end:
+                line_start = hit
+                index += 1
+            else:
+                break
+            line_end = data.find(b"\n", line_start, end)
+            line = bytes(data[line_start:line_end])
+            if not (asked or exact or any(t in line for t in literals)):
                 continue  # a key matched, the whole trigger did not
             base += count(data, counted, line_start)
             counted = line_start
             yield base + 1, line
+            if follows and any(f in line for f in follows):
+                if line_end + 1 < end:
+                    forced = line_end + 1
+                else:
+                    wanted = True  # it starts in the next chunk
         base += count(data, counted, end)
         tail = bytes(data[end:])
 
@@ -136,11 +173,16 @@ def _ranges(path: str, parts: int) -> list[tuple[int, int]]:
 
 
 def _scan_range(
-    path: str, start: int, stop: int, triggers: Sequence[bytes], engine: str | None
+    path: str,
+    start: int,
+    stop: int,
+    triggers: Sequence[bytes],
+    engine: str | None,
+    follow: Sequence[bytes],
 ) -> tuple[list[tuple[int, bytes]], int]:
     with open(path, "rb") as handle:
         handle.seek(start)
-        generator = candidates(handle, triggers, limit=stop - start, engine=engine)
+        generator = candidates(handle, triggers, limit=stop - start, engine=engine, follow=follow)
         found = []
         while True:
             try:
@@ -150,11 +192,17 @@ def _scan_range(
 
 
 def candidates_parallel(
-    path: str, triggers: Sequence[bytes], workers: int, engine: str | None = None
+    path: str,
+    triggers: Sequence[bytes],
+    workers: int,
+    engine: str | None = None,
+    follow: Sequence[bytes] = (),
 ) -> Generator[tuple[int, bytes], None, int]:
     """Like :func:`candidates` on a whole file, with the passes split over ``workers`` processes.
 
-    Results come in file order. The return value is the file's line count.
+    Results come in file order. The return value is the file's line count. A line
+    that ``follow`` asks for past a range's end comes from that range's worker (the
+    next range's may yield it too, as a candidate of its own: it comes out once).
     Uses ``fork``; call it from a process without threads (the CLI).
     """
     from concurrent.futures import ProcessPoolExecutor  # only the CLI on big files needs these
@@ -162,11 +210,16 @@ def candidates_parallel(
 
     ranges = _ranges(path, workers)
     with ProcessPoolExecutor(max_workers=len(ranges), mp_context=get_context("fork")) as pool:
-        futures = [pool.submit(_scan_range, path, a, b, list(triggers), engine) for a, b in ranges]
-        base = 0
+        futures = [
+            pool.submit(_scan_range, path, a, b, list(triggers), engine, list(follow))
+            for a, b in ranges
+        ]
+        base = last = 0
         for future in futures:
             found, lines = future.result()
             for lineno, line in found:
-                yield base + lineno, line
+                if base + lineno > last:
+                    last = base + lineno
+                    yield last, line
             base += lines
     return base
