@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from fleetmedic import logcontext
 from fleetmedic.adapters import runner
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.controller import sdnotify
+from fleetmedic.controller import channels, sdnotify
 from fleetmedic.controller.breakerkeeper import BreakerKeeper
 from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.domainkeeper import DomainKeeper
@@ -40,10 +40,11 @@ from fleetmedic.controller.domainplayer import DomainPlayer
 from fleetmedic.controller.execute import Executor
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
+from fleetmedic.controller.outbox import Outbox
 from fleetmedic.controller.paperwork import Paperwork
 from fleetmedic.controller.recorder import Recorder
 from fleetmedic.controller.sweeper import Sweeper
-from fleetmedic.controller.switches import SwitchReader
+from fleetmedic.controller.switches import SwitchReader, pause_configmap
 from fleetmedic.controller.watcher import NodeWatcher, wait_synced
 from fleetmedic.controller.work import NodeWork
 from fleetmedic.controller.workers import Workers
@@ -118,7 +119,15 @@ class Controller:
             on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
         )
         cluster = cfg.cluster_name or ""  # (named in emails and chat with `clusters:`)
-        self.chatter = Chatter(cfg, lambda: self._stop, cluster=cluster)
+        self.outbox = Outbox(
+            cfg,
+            channels.CHANNELS,
+            stop=lambda: self._stop,
+            store=None if self.dry_run else kube,
+            ref=pause_configmap(cfg),
+            acting=self.acting,
+        )
+        self.chatter = Chatter(cfg, lambda: self._stop, cluster=cluster, outbox=self.outbox)
         self.paperwork = Paperwork(cfg.cluster_name)
         recorder = Recorder(
             kube,
@@ -159,8 +168,7 @@ class Controller:
                 kube,
                 self.metrics,
                 dry_run=self.dry_run,
-                send=self.workers.side_job,
-                stop=lambda: self._stop,
+                outbox=self.outbox,
                 profile=name,
                 on_trip=self.chatter.breaker,
             )
@@ -172,7 +180,7 @@ class Controller:
             self.metrics,
             dry_run=self.dry_run,
             send=self.workers.side_job,
-            stop=lambda: self._stop,
+            outbox=self.outbox,
             cluster=cluster,
             player=DomainPlayer(
                 cfg,
@@ -267,6 +275,7 @@ class Controller:
         for keeper in self.breakers.values():
             keeper.restore()
         self.domains.restore()
+        self.outbox.restore()
 
     def wake(self) -> None:
         self._wake.set()
