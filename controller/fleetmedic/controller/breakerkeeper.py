@@ -19,7 +19,8 @@ from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller import channels
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.outbox import Outbox
-from fleetmedic.controller.switches import pause_configmap, read_switches
+from fleetmedic.controller.parts import Look, Part
+from fleetmedic.controller.switches import Switches, pause_configmap, read_switches
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
@@ -167,3 +168,53 @@ class BreakerKeeper:
                 exc,
             )
             return False
+
+
+class Breakers(Part):
+    """Every profile's breaker, as one part of the loop (controller/parts.py)."""
+
+    name = "breakers"
+
+    def __init__(
+        self,
+        cfg: Config,
+        kube: Cluster,
+        metrics: Metrics,
+        *,
+        dry_run: bool,
+        outbox: Outbox,
+        on_trip: Callable[[str, list[str], int, float], None],
+    ) -> None:
+        self.keepers = {
+            name: BreakerKeeper(
+                cfg.profile(name),
+                kube,
+                metrics,
+                dry_run=dry_run,
+                outbox=outbox,
+                profile=name,
+                on_trip=on_trip,
+            )
+            for name in cfg.profile_names()
+        }
+
+    def restore(self) -> None:
+        for keeper in self.keepers.values():
+            keeper.restore()
+
+    def observe(self, look: Look) -> None:
+        for name, keeper in self.keepers.items():
+            members = look.assignment.nodes_of(name)
+            keeper.observe([v for v in look.views if v.name in members], look.now)
+
+    def any_open(self) -> bool:
+        return any(k.open for k in self.keepers.values())
+
+    def reasons(self) -> dict[str, str | None]:
+        """Why each profile's automation is stopped (for budget.admit), or None."""
+        return {name: k.reason for name, k in self.keepers.items()}
+
+    def adopt_resets(self, switches: Switches, now: datetime) -> None:
+        """A human's ``fleetmedic breaker reset`` on the pause ConfigMap, per profile."""
+        for name, keeper in self.keepers.items():
+            keeper.adopt_reset(switches.breaker_of(name), now)

@@ -37,6 +37,7 @@ from fleetmedic.controller.domainplayer import RUN, VERIFY, DomainPlayer, Done
 from fleetmedic.controller.domainrecord import CLOSED_KEPT, IncidentStore
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.outbox import Outbox
+from fleetmedic.controller.parts import Look, Part
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import nodeedit
 from fleetmedic.model.config import Config, DomainConfig
@@ -51,9 +52,12 @@ PLAY_RETRY = 30.0  # seconds before a domain playbook that could not start is tr
 EMPTY = domains.NONE
 
 
-class DomainKeeper:
+class DomainKeeper(Part):
     """``send`` runs a job off the main loop (the nodes' records); ``outbox`` takes the
-    messages."""
+    messages. One part of the loop (controller/parts.py): its review of the cycle is
+    :attr:`last`, which the plan reads."""
+
+    name = "domains"
 
     def __init__(
         self,
@@ -154,7 +158,21 @@ class DomainKeeper:
         return self.store.save((*self.closed, *self.incidents), still_open)
 
     # -- every cycle ---------------------------------------------------------------------
-    def observe(
+    def observe(self, look: Look) -> None:
+        self.review(look.views, look.now, look.busy)
+
+    def active(self) -> bool:
+        return self.player is not None and self.player.active()
+
+    def cancel(self) -> None:
+        if self.player is not None:
+            self.player.cancel()  # (its record says running: the next leader resumes)
+
+    def shutdown(self, grace: float) -> None:
+        if self.player is not None:
+            self.player.shutdown(grace)
+
+    def review(
         self, views: Sequence[NodeView], now: datetime, busy: Collection[str] = ()
     ) -> Review:
         """One look (every cycle). ``busy``: nodes with ladder work under way in this

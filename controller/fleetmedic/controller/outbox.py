@@ -58,6 +58,7 @@ from typing import Any
 from fleetmedic import logcontext
 from fleetmedic.adapters.cluster import Store
 from fleetmedic.backoff import Backoff
+from fleetmedic.controller.parts import Part
 from fleetmedic.errors import ConfigError, FleetmedicError, one_line
 from fleetmedic.model.config import Config
 from fleetmedic.policy.history import parse_time, stamp
@@ -132,8 +133,9 @@ def deliver_now(cfg: Config, letter: Letter, channels: Mapping[str, Channel]) ->
     return channel.send(cfg, letter)
 
 
-class Outbox:
-    """The retrying, persisted queue of letters (see the module doc).
+class Outbox(Part):
+    """The retrying, persisted queue of letters (see the module doc); a part of the loop
+    (controller/parts.py).
 
     ``store`` and ``ref``: where the record lives (the pause ConfigMap); None keeps letters
     in memory only. ``stop``: the controller's stop event (read late: ``run`` replaces
@@ -159,8 +161,10 @@ class Outbox:
         self._thread: threading.Thread | None = None
         self._said_memory = False
 
+    name = "outbox"
+
     # -- the part's lifecycle ------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, stop: threading.Event | None = None) -> None:
         with self._cond:
             if self._thread is None:
                 self._thread = logcontext.thread(self._run, name="fleetmedic-outbox")
