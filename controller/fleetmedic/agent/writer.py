@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from fleetmedic.adapters.nodedocs import NodeDocs
-from fleetmedic.adapters.slurm import ForeignDrain, ForeignField
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.checks.base import CheckResult
+from fleetmedic.errors import ForeignDrain, ForeignField
 from fleetmedic.model import keys
 from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import counts, fenceup, workflow

@@ -28,8 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.kube import Expired, TooManyRequests
-from fleetmedic.errors import ForbiddenError, TemporaryError
+from fleetmedic.errors import Expired, ForbiddenError, TemporaryError, TooManyRequests
 from fleetmedic.model import keys, nodeedit
 from fleetmedic.model.config.safety import DrainConfig
 from fleetmedic.policy.drainplan import Fate, PodPlan, Rules, plan, refusal_hint

@@ -37,8 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.kube import TooManyRequests
-from fleetmedic.errors import ForbiddenError, TemporaryError
+from fleetmedic.errors import ForbiddenError, TemporaryError, TooManyRequests
 from fleetmedic.model import keys
 from fleetmedic.model.config.partition import PartitionOperatorConfig, RestoreConfig
 from fleetmedic.model.nodestate import NodeView

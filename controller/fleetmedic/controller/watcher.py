@@ -23,10 +23,9 @@ from typing import Any, Generic, TypeVar
 
 from fleetmedic import logcontext
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.kube import Expired
 from fleetmedic.backoff import Backoff
 from fleetmedic.controller.parts import Part
-from fleetmedic.errors import FleetmedicError, PermanentError
+from fleetmedic.errors import Expired, FleetmedicError, PermanentError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView, own_annotations
 from fleetmedic.model.nodestate import view as view_of
