@@ -96,6 +96,11 @@ class Kube:
         self.coordination = client.CoordinationV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
 
+    @property
+    def pods(self) -> Kube:
+        """The pod calls below: a capability only Kubernetes has (adapters/cluster.py)."""
+        return self
+
     # -- plumbing ---------------------------------------------------------
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call ``fn`` for its raw JSON; map every failure into our errors."""

@@ -19,7 +19,7 @@ The controller loop, for each node it has no run in progress for (in this proces
   ``REPLACE``: hand the node to its cloud (delete the Node, or terminate its instance
   through the Auto Scaling group); ``Outcome("held", retry_at=...)`` when the pool's day
   of replacements is spent.
-- Writes go through ``Kube.update_node(name, upd.apply_for(vocab))``; a
+- Writes go through ``Cluster.update_node(name, upd.apply_for(vocab))``; a
   :class:`~fleetmedic.policy.actions.Stale` from it means "decide again".
 - Post ``upd.events`` on the Node after a successful write.
 
