@@ -78,7 +78,6 @@ from fleetmedic.policy import partition
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
 from fleetmedic.policy.history import decode, of_episode, stamp
 from fleetmedic.policy.inflight import Escalated
-from fleetmedic.policy.ladder import DISRUPTIVE_PHASES
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ class Executor:
         if isinstance(extra, str):
             log.warning("%s: %s not run: %s", view.name, action.phase, extra)
             return Outcome("failed", message=extra, task="bmc")
-        if action.phase in DISRUPTIVE_PHASES:
+        if action.disruptive:  # (a repair verb: the phases of policy/phases/repair.py)
             requested_at = self.kube.settle(view, cancel)
             if action.phase == "reboot":
                 rebooted = self._reboot(action, view, cancel, requested_at)
