@@ -120,14 +120,21 @@ class Rule:
 class Join:
     """A record the log cut in two (``joins`` in the catalog): a line matching ``head``
     (the driver stopped mid-message, or an author wrapped it) is joined with the next
-    line when that one matches ``tail`` and carries no driver literal of its own."""
+    line when that one continues it (:meth:`continues`) and carries no driver literal of
+    its own."""
 
     id: str
     requires: str  # a literal every head contains (the head regex runs only then)
     head: re.Pattern[str]
     tail: re.Pattern[str]
-    literals: tuple[str, ...]
+    literals: tuple[str, ...]  # one of them is in every second half (``tail`` runs then)
     sources: tuple[str, ...]
+
+    def continues(self, message: str) -> bool:
+        """Is ``message`` this record's second half? It must hold one of ``literals``
+        too: that is what a source filtered line by line (Loki) asks for, so every
+        source joins the same records."""
+        return any(lit in message for lit in self.literals) and bool(self.tail.search(message))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

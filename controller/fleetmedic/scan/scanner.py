@@ -202,7 +202,7 @@ class Scanner:
         self._held = None
         head_line, head, head_text, join = held
         record = parser.parse(text)
-        if join.tail.search(record.message):
+        if join.continues(record.message):
             return self._emit_pending() + self._joined(head, head_line, head_text, record)
         return self._emit_pending() + self._process(head, head_line, head_text)
 
@@ -221,7 +221,7 @@ class Scanner:
             head_line, head, head_text, join = held
             if (
                 lineno == head_line + 1
-                and join.tail.search(record.message)
+                and join.continues(record.message)
                 and not any(lit in record.message for lit in self.triggers)
             ):
                 return self._emit_pending() + self._joined(head, head_line, head_text, record)
@@ -360,15 +360,7 @@ class Scanner:
             hint_line, hint_pci = self._hint
             if 0 <= lineno - hint_line <= _HINT_LINES:
                 pci = hint_pci
-        return dataclasses.replace(
-            found,
-            line=lineno,
-            pci=pci,
-            timestamp=record.timestamp,
-            time=record.time,
-            clock=record.clock,
-            boot_id=self.boot_id,
-        )
+        return found.placed(lineno, pci, record.timestamp, record.time, record.clock, self.boot_id)
 
     def scan(self, lines: Iterable[str | bytes]) -> Iterator[Finding]:
         """Findings from an iterable of lines (a list, a file, a follower), lazily."""

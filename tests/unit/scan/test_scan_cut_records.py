@@ -115,6 +115,25 @@ def test_a_cut_record_is_one_finding_wherever_the_chunks_fall(name, record):
         assert [(f.rule, f.action, f.line) for f in found] == expected, chunk
 
 
+def test_a_second_half_without_its_literals_is_joined_on_no_path():
+    """A line that matches a cut record's tail but holds none of its literals is not the
+    second half anywhere: the Loki source (which asks Loki for the literals) would never
+    see it, so the kernel paths must not join it either."""
+    head = WRAPPED_154[0]
+    lines = [NOISE, head, "[  931.482800] 0x2 Node Reboot Required", NOISE]
+    catalog = load_catalog()
+    unknown = ("xid.154.unknown", catalog.xid154_unknown_action, 2)
+    found = Scanner(dedup=False).scan(lines)
+    assert [(f.rule, f.action, f.line) for f in found] == [unknown]
+    data = ("\n".join(lines) + "\n").encode()
+    found = Scanner(dedup=False).scan_binary(io.BytesIO(data))
+    assert [(f.rule, f.action, f.line) for f in found] == [unknown]
+    # the same record with its literal is one finding, read from its new value
+    lines[2] = "[  931.482800] 0x2 (Node Reboot Required)"
+    found = Scanner(dedup=False).scan(lines)
+    assert [(f.rule, f.action, f.line) for f in found] == [("xid.154.0x2", "reboot", 2)]
+
+
 def test_the_kernel_scan_searches_for_no_second_half():
     """What the second halves say ("failed to send", "(None)", ...) are common words: as
     trigger literals they cost the literal search of every line (issue 39's scan speed)."""
