@@ -82,6 +82,7 @@ def serve(
     # loop) and its sidecars, which act while the cluster's current loop leads
     metrics_of = {m.cluster_name: metricsmod.Metrics() for m in members}
     current: dict[str | None, Controller] = {}
+    leading: dict[str | None, dict[str, Any]] = {}  # Leadership options per cluster
 
     def make(member: Config) -> Controller:
         c = Controller(
@@ -89,6 +90,7 @@ def serve(
             connect(member, kubeconfig),
             dry_run=dry_run,
             metrics=metrics_of[member.cluster_name],
+            **leading.get(member.cluster_name, {}),
         )
         current[member.cluster_name] = c
         return c
@@ -97,9 +99,9 @@ def serve(
         for member in members:
             reach(connect(member, kubeconfig), member, once_timeout if once else None)
     for member in members:
-        make(member)
         if member.kind == "slurm" and not dry_run:
-            _ensure_pause_configmap(current[member.cluster_name].kube, member)
+            leading[member.cluster_name] = _prepare_slurm(member, connect(member, kubeconfig))
+        make(member)
     for member in members if not once else ():
         name = member.cluster_name
         for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
@@ -165,17 +167,15 @@ def serve(
     os._exit(code)
 
 
-def _ensure_pause_configmap(cluster: Cluster, cfg: Config) -> None:
-    """On a file store nobody ships the pause ConfigMap (deploy/controller does on
-    Kubernetes); the breaker, domains and the replacements ledger patch it with a
-    resourceVersion, so it must exist: made empty at start."""
-    from fleetmedic.adapters.filestore import FileStore
-    from fleetmedic.adapters.slurmcluster import SlurmCluster
-    from fleetmedic.controller.switches import pause_configmap
+def _prepare_slurm(cfg: Config, cluster: Cluster) -> dict[str, Any]:
+    """A Slurm cluster's start-up (controller/slurmha.py: its store checked and its pause
+    ConfigMap made, the controller claims on slurmctld read); the Leadership options its
+    loop runs with (one identity for the claim and the Lease)."""
+    from fleetmedic.controller import slurmha
+    from fleetmedic.controller.leadership import default_identity
 
-    ref = pause_configmap(cfg)
-    if ref and isinstance(cluster, SlurmCluster) and isinstance(cluster.store, FileStore):
-        cluster.store.ensure_config_map(*ref)
+    identity = cfg.leader_election.identity or default_identity()
+    return {"identity": identity, **slurmha.prepare(cfg, cluster, identity)}
 
 
 CLUSTER_RETRY = 30.0  # seconds before a cluster whose loop failed is started again

@@ -95,7 +95,11 @@ class Controller:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
         watch_timeout: int = 300,
+        observe_leases: bool = False,
+        leader_guard: Callable[[], None] | None = None,
     ) -> None:
+        """``observe_leases`` and ``leader_guard``: the Leadership options a cluster kind
+        asks for (a Slurm cluster's controllers on several bastions: controller/slurmha.py)."""
         self.cfg, self.kube, self.clock = cfg, kube, clock
         self.dry_run = dry_run or cfg.dry_run
         self.identity = identity or cfg.leader_election.identity or default_identity()
@@ -116,6 +120,8 @@ class Controller:
             on_gained=self._on_gained,
             on_lost=self._on_lost,
             on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+            observe=observe_leases,
+            guard=leader_guard,
         )
         cluster = cfg.cluster_name or ""  # (named in emails and chat with `clusters:`)
         self.chatter = Chatter(cfg, lambda: self._stop, cluster=cluster)
