@@ -20,6 +20,14 @@ What each version looks like, as the real tools printed it here:
   ``{"set": bool, "infinite": bool, "number": int}``; an unknown name answers rc 0 with no
   nodes and the warning "No nodes to dump". (24.11's ``sinfo --json`` prints sinfo's
   grouped lines, not one record per node: the node read is scontrol's.)
+  **A resumed node keeps its last reason** in 24.11.5 (measured: ``state=resume`` leaves
+  ``IDLE`` with the old reason, ``reason=`` does not clear it, and ``reason=X`` on an idle
+  node sets one), where 22.05 clears it and ignores a reason on a node in service. A
+  reason on a node in service is therefore a leftover, not a drain: the parser drops it
+  (with its user and time), so a node NHC drained and resumed is not "someone else's"
+  forever, and ours is not "still fenced". A reason counts while the node is out of
+  service: DRAIN, FAIL or a reboot flag, or a base state other than idle, allocated,
+  mixed or completing (down, unknown, future, ...).
 
 :func:`list_argv` says which command reads every node for a Slurm release (from
 ``scontrol --version``), and :data:`DATA_PARSERS` which data_parser versions to ask for,
@@ -147,15 +155,22 @@ def _v38(n: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+IN_SERVICE = frozenset({"idle", "allocated", "mixed", "completing"})
+OUT_OF_SERVICE_FLAGS = frozenset({"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
+
+
 def _data_parser(n: Mapping[str, Any]) -> dict[str, Any]:
     """data_parser/v0.0.40-42: the state list split into the base state and its flags,
-    times unwrapped from their set/infinite/number objects."""
+    times unwrapped from their set/infinite/number objects, and the reason a node in
+    service keeps from before its resume dropped (see the module doc)."""
     out = _common(n)
     words = _words(n, "state")
     out["state"] = words[0].lower() if words else ""
     out["state_flags"] = words[1:]
     out["reason_changed_at"] = _number(n.get("reason_changed_at"), "reason_changed_at")
     out["boot_time"] = _number(n.get("boot_time"), "boot_time")
+    if out["state"] in IN_SERVICE and not OUT_OF_SERVICE_FLAGS.intersection(out["state_flags"]):
+        out.update(reason="", reason_set_by_user="", reason_changed_at=0)
     return out
 
 

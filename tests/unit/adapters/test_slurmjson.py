@@ -161,3 +161,41 @@ def test_a_missing_data_parser_is_recognized():
         "scontrol: error: data_parser_g_new: failure loading plugins"
     )
     assert slurmjson.missing_parser(said) and not slurmjson.missing_parser("Invalid node name")
+
+
+def test_a_reason_24_11_keeps_on_a_resumed_node_is_a_leftover_not_a_drain():
+    """Measured on 24.11.5: NHC drained n2, then resumed it; scontrol still shows NHC's
+    reason on the idle node (22.05 clears it on resume). Read as 22.05 would show it: no
+    reason, so the node is neither someone else's nor fenced."""
+    raw = json.loads(text("24.11.5-show-node-resumed.json"))["nodes"][0]
+    assert raw["state"] == ["IDLE"] and raw["reason"].startswith("NHC: ")
+    [n2] = slurmjson.node_list(text("24.11.5-show-node-resumed.json"), "t")
+    assert (n2["state"], n2["reason"], n2["reason_set_by_user"], n2["reason_changed_at"]) == (
+        "idle",
+        "",
+        "",
+        0,
+    )
+
+
+@pytest.mark.parametrize(
+    "state,kept",
+    [
+        (["IDLE", "DRAIN"], True),
+        (["MIXED", "DRAIN"], True),
+        (["DOWN"], True),
+        (["DOWN", "NOT_RESPONDING"], True),
+        (["IDLE", "REBOOT_REQUESTED"], True),
+        (["UNKNOWN"], True),
+        (["IDLE", "FAIL"], True),
+        (["IDLE"], False),
+        (["ALLOCATED"], False),
+        (["IDLE", "NOT_RESPONDING"], False),
+        (["MIXED", "PLANNED"], False),
+    ],
+)
+def test_which_states_keep_their_reason(state, kept):
+    doc = json.loads(text("24.11.5-show-node-resumed.json"))
+    doc["nodes"][0]["state"] = state
+    [n2] = slurmjson.node_list(json.dumps(doc), "t")
+    assert bool(n2["reason"]) is kept
