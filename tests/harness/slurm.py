@@ -164,6 +164,11 @@ class SlurmCluster:
         """How fleetmedic reads every node of this release (what its errors name)."""
         return "sinfo --json" if self.version == "22.05" else "show node"
 
+    def marked_down(self, reason: str) -> str:
+        """``reason`` as this release shows it once slurmctld marked the node DOWN (not
+        responding): 24.11 appends its own words (measured), 22.05 leaves it."""
+        return reason if self.version == "22.05" else f"{reason} : Not responding"
+
     def exe(self, tool: str, *args: str) -> list[str]:
         """The argv that runs ``tool`` (a daemon or a client) of this cluster's release."""
         return self.root.argv(tool, *args) if self.root else [tool, *args]

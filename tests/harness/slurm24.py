@@ -11,15 +11,18 @@ keeps Debian 12's. Every 24.11 process of the test clusters (munged, slurmctld, 
 the client tools) runs chrooted into one overlay of the tree,
 ``/run/fleetmedic/slurm24/<key>/merged`` (the tree read-only below, one writable layer
 above), in which the clusters' directory (/run/fleetmedic/slurm), /tmp (tests' scripts and
-job files) and the host's /etc/hosts appear at their own paths, with /proc, /sys (slurmd
-reads cgroups and the topology there) and /dev. So slurm.conf's paths, the munge sockets
-and the GPU device files are the same inside and out, and a client tool runs as ``chroot
-<merged> <tool>``: the wrappers in :attr:`Root.bin_dir`, which a test puts first on PATH
-(as a bastion with Slurm 24.11 installed has them; the fixtures do it for every test of
-the 24.11 parameter) or hands to ``Slurm(bin_dir=...)``. Each cluster keeps its own files
-in its own directory, as on the host; the root is shared so that one PATH reaches every
-24.11 cluster, and it stays mounted (``python -m tests.harness.slurm cleanup`` unmounts it
-when no 24.11 cluster lives).
+job files), this checkout (read-only: the fake GPU libraries) and the host's /etc/hosts
+appear at their own paths, with /proc, /sys (slurmd reads cgroups and the topology there)
+and /dev. The checkout's ``controller`` is also at /opt/fleetmedic/src, where the tree's
+``/usr/local/bin/fleetmedic`` (:data:`FLEETMEDIC`, Python 3.13) finds it: what a prolog
+or health check that slurmd runs starts, as on a Debian 13 node. So slurm.conf's paths,
+the munge sockets and the GPU device files are the same inside and out, and a client
+tool runs as ``chroot <merged> <tool>``: the wrappers in :attr:`Root.bin_dir`, which a
+test puts first on PATH (as a bastion with Slurm 24.11 installed has them; the fixtures
+do it for every test of the 24.11 parameter) or hands to ``Slurm(bin_dir=...)``. Each
+cluster keeps its own files in its own directory, as on the host; the root is shared so
+that one PATH reaches every 24.11 cluster, and it stays mounted (``python -m
+tests.harness.slurm cleanup`` unmounts it when no 24.11 cluster lives).
 
 /sys is a recursive bind made a slave at once, so an unmount there never propagates to the
 host's. :func:`unmount_root` unmounts everything and checks before anything below the
@@ -49,6 +52,7 @@ VERSIONS = ("22.05", "24.11")
 node tree."""
 TREE_SCRIPT = fl.ROOT / "scripts" / "setup.d" / "24-nodetree-trixie.sh"
 CLUSTERS = Path(os.environ.get("FLEETMEDIC_SLURM", "/run/fleetmedic/slurm"))  # slurm.SLURM_ROOT
+FLEETMEDIC = "/usr/local/bin/fleetmedic"  # the tree's, on its own Python
 ROOTS = CLUSTERS.parent / "slurm24"
 CLIENT_TOOLS = (
     "sacct",
@@ -125,6 +129,14 @@ class Root:
                 inside.mkdir(parents=True, exist_ok=True)
                 _run("mount", "--bind", str(path), str(inside))
                 _run("mount", "--make-private", str(inside))
+            for path, inside in (
+                (fl.ROOT, m / str(fl.ROOT).lstrip("/")),
+                (fl.ROOT / "controller", m / "opt" / "fleetmedic" / "src"),
+            ):
+                inside.mkdir(parents=True, exist_ok=True)
+                _run("mount", "--bind", str(path), str(inside))
+                _run("mount", "-o", "remount,bind,ro", str(inside))
+                _run("mount", "--make-private", str(inside))
             hosts = m / "etc" / "hosts"
             hosts.touch()
             _run("mount", "--bind", "-o", "ro", "/etc/hosts", str(hosts))
@@ -144,10 +156,10 @@ class Root:
 
 
 def shared_root() -> Root:
-    """The 24.11 root of this checkout's tree, mounted on first use (under a lock: every
-    test worker shares it)."""
+    """The 24.11 root of this checkout and its tree, mounted on first use (under a lock:
+    every test worker of the checkout shares it)."""
     lower = tree_lowerdir()
-    key = hashlib.sha256(lower.encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{lower}\n{fl.ROOT}".encode()).hexdigest()[:12]  # (per checkout)
     root = Root(ROOTS / key)
     with procs.exclusive(ROOTS, "slurm24.lock"):
         if not root.mounted:

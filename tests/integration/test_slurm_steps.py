@@ -176,7 +176,11 @@ def test_reboot_through_slurm_keeps_the_node_ours_until_we_resume_it(sf, slurm):
     node.ssh("systemctl restart slurmd")
     sf.wait_node(node.name, lambda n: n["state"] == "idle", "registered again", 120)
     info = slurm.node(node.name)
-    assert info.flags == {"DRAIN"} and info.reason == OURS, info
+    assert info.flags == {"DRAIN"} and info.reason.startswith(OURS), info
+    if sf.slurm.version == "22.05":
+        assert info.reason == OURS, info  # (Slurm returned it to service; the step drained it)
+    # 24.11 keeps DRAIN through its own "reboot timed out" (measured): nothing had to
+    # drain it again, so Slurm's words stay after ours
 
     # the same call again with the recorded request time (a controller that restarted
     # after the reboot): no second reboot
@@ -290,7 +294,11 @@ def test_a_reboot_that_does_not_happen_fails_and_the_node_stays_out(
     sf.wait_node(node.name, lambda n: n["state"] == "idle", "registered again", 120)
     time.sleep(3)
     info = slurm.node(node.name)
-    assert info.flags == {"DRAIN"} and info.reason == OURS, info
+    assert info.flags == {"DRAIN"} and info.reason.startswith(OURS), info
+    if sf.slurm.version == "22.05":
+        assert info.reason == OURS, info  # (Slurm returned it to service; the step drained it)
+    # 24.11 keeps DRAIN through its own "reboot timed out" (measured): nothing had to
+    # drain it again, so Slurm's words stay after ours
 
 
 def test_a_node_slurm_returned_to_service_after_our_reboot_is_ours_again(sf, slurm):
