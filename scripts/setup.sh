@@ -19,6 +19,7 @@
 #   make test   all of it: the demo's parts plus the kubelet node's binaries (9 min),
 #               Loki and promtool (18 min, 725 CPU-s), Receptor stock and patched, the
 #               agent's OCI image and ansible-test's virtualenvs (3 min each, in the
+#               background), the Debian 13 tree for Slurm 24.11 (6-16 min cold, in the
 #               background), with fleetmedic[test]: 54 min cold here; then the stages.
 # Both reuse the content-keyed caches in /var/cache/fleetmedic: with them built, a fresh
 # checkout's setup is the pip install (about 3 min), a second run about a second.

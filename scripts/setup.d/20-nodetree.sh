@@ -11,20 +11,10 @@
 #   20-nodetree.sh --print    print the overlay lowerdir; exit 1 if not built
 # The Debian mirror is read from this machine's apt sources at run time (or
 # debootstrap's default when none is found); no host name is written here.
-# FLEETMEDIC_NODETREE_SUITE=trixie builds a Debian 13 tree beside it (24-nodetree-trixie.sh:
-# the Slurm 24.11 nodes), with its own key, lock and directory (nodetree-trixie-<K>), from
-# the same mirror; its venv gets the wheels of the tree's Python (3.13), not the host's.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}"
-SUITE="${FLEETMEDIC_NODETREE_SUITE:-bookworm}"
-# the suite this machine's apt sources name (the mirror is looked up by it)
-HOST_SUITE="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
-case $SUITE in
-  bookworm) TAG=nodetree ;;
-  trixie) TAG=nodetree-trixie ;;
-  *) printf '[nodetree] error: FLEETMEDIC_NODETREE_SUITE: bookworm or trixie, not %s\n' "$SUITE" >&2; exit 2 ;;
-esac
+SUITE=bookworm
 # python3-apt: Ansible's apt module needs it on the target, and nodes cannot reach a mirror.
 PACKAGES=(systemd systemd-sysv dbus openssh-server python3 python3-venv python3-apt sudo
           iproute2 iputils-ping iperf3 procps ca-certificates less)
@@ -43,9 +33,9 @@ with open(sys.argv[1], "rb") as f:
 EOF
 }
 
-KEY="$( { echo "$SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-12)"
+KEY="$( { printf '%s\n' "${PACKAGES[@]}"; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-12)"
 VKEY="$( { echo "$KEY"; deps; } | sha256sum | cut -c1-12)"
-DIR="$CACHE/$TAG-$KEY"
+DIR="$CACHE/nodetree-$KEY"
 ROOTFS="$DIR/rootfs"
 VENV="$DIR/venv-$VKEY"
 
@@ -56,10 +46,9 @@ if [[ ${1:-} == --print ]]; then
 fi
 [[ $(id -u) == 0 ]] || die "must run as root"
 
-# The Debian archive's URI from the machine's apt sources (its bookworm entry, not
-# -security), if any: the same archive serves trixie.
+# The bookworm (not -security) URI from the machine's apt sources, if any.
 mirror() {
-  "$PY" - "$HOST_SUITE" <<'EOF'
+  "$PY" - "$SUITE" <<'EOF'
 import glob, sys
 suite = sys.argv[1]
 for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
@@ -146,25 +135,10 @@ build_venv() {
   # Same versions as the controller's .venv when it exists.
   : > "$tmp/constraints.txt"
   [[ -x $ROOT/.venv/bin/pip ]] && "$ROOT/.venv/bin/pip" freeze --exclude-editable > "$tmp/constraints.txt"
+  log "node venv: building wheels for $(wc -l < "$tmp/requirements.txt") deps on the host; log: $tmp.log"
   # Wheels come from the host's configured index; the node installs offline from them.
-  local node_py host_py
-  node_py="$(chroot "$ROOTFS" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-  host_py="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-  if [[ $node_py == "$host_py" ]]; then
-    log "node venv: building wheels for $(wc -l < "$tmp/requirements.txt") deps on the host; log: $tmp.log"
-    "$PY" -m pip wheel -q --wheel-dir "$tmp/wheels" -r "$tmp/requirements.txt" \
-      -c "$tmp/constraints.txt" >"$tmp.log" 2>&1 || die "pip wheel failed; see $tmp.log"
-  else
-    # Another Python in the tree (trixie's 3.13): its binary wheels, downloaded by the host
-    # (the tree has no compiler; every dependency publishes such wheels).
-    log "node venv: downloading Python $node_py wheels for $(wc -l < "$tmp/requirements.txt") deps; log: $tmp.log"
-    local tags=() t
-    for t in manylinux2014 manylinux_2_17 manylinux_2_28 manylinux_2_34; do tags+=(--platform "${t}_x86_64"); done
-    "$PY" -m pip download -q --only-binary=:all: --python-version "$node_py" --implementation cp \
-      --abi "cp${node_py/./}" --abi abi3 --abi none "${tags[@]}" --platform any \
-      --dest "$tmp/wheels" -r "$tmp/requirements.txt" -c "$tmp/constraints.txt" >"$tmp.log" 2>&1 \
-      || die "pip download failed; see $tmp.log"
-  fi
+  "$PY" -m pip wheel -q --wheel-dir "$tmp/wheels" -r "$tmp/requirements.txt" \
+    -c "$tmp/constraints.txt" >"$tmp.log" 2>&1 || die "pip wheel failed; see $tmp.log"
   mount -t overlay overlay -o "lowerdir=$ROOTFS,upperdir=$tmp/upper,workdir=$tmp/work" "$tmp/merged"
   mkdir -p "$tmp/merged/tmp/wheels"
   mount --bind "$tmp/wheels" "$tmp/merged/tmp/wheels"
@@ -189,7 +163,7 @@ build_venv() {
 # Remove cached trees/venvs of other keys unless a running fleet still uses them.
 prune() {
   local d
-  for d in "$CACHE/$TAG"-[0-9a-f]* "$DIR"/venv-*; do
+  for d in "$CACHE"/nodetree-* "$DIR"/venv-*; do
     [[ -d $d && $d != "$DIR" && $d != "$VENV" ]] || continue
     if grep -qF "$d" /proc/self/mountinfo; then continue; fi
     log "removing old $d"; rm -rf "$d"
@@ -197,7 +171,7 @@ prune() {
 }
 
 mkdir -p "$CACHE"
-exec 9>"$CACHE/.$TAG.lock"; flock 9
+exec 9>"$CACHE/.nodetree.lock"; flock 9
 if [[ -d $ROOTFS && -d $VENV ]]; then
   log "cached: $DIR (venv-$VKEY)"
 else

@@ -11,18 +11,11 @@
 #   22-nodetree-slurm.sh            build what is missing (builds the node tree first)
 #   22-nodetree-slurm.sh --print    print the Slurm fleet's overlay lowerdir; exit 1 if
 #                                   not built
-# With FLEETMEDIC_NODETREE_SUITE=trixie (24-nodetree-trixie.sh) the layer goes over the
-# Debian 13 tree and holds Slurm 24.11: slurmctld, slurmrestd and munge too (the 24.11
-# cluster runs every daemon from the tree), from the trixie suite of the mirror the tree
-# was bootstrapped from (its own sources.list, written by debootstrap: the host's
-# sources name bookworm only).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}"
 # slurm-client: scontrol/sinfo on the node (an agent that fences through scontrol).
 PACKAGES=(slurmd slurm-client)
-SUITE="${FLEETMEDIC_NODETREE_SUITE:-bookworm}"
-[[ $SUITE == bookworm ]] || PACKAGES+=(slurmctld slurmrestd munge)
 log() { printf '[nodetree-slurm] %s\n' "$*" >&2; }
 die() { printf '[nodetree-slurm] error: %s\n' "$*" >&2; exit 1; }
 
@@ -62,15 +55,9 @@ build_layer() {
   trap 'cleanup_mounts "$tmp"' EXIT
   mount -t overlay overlay -o "lowerdir=$lower,upperdir=$tmp/upper,workdir=$tmp/work" "$tmp/merged"
   local m="$tmp/merged"
-  if [[ $SUITE == bookworm ]]; then
-    # The host's enabled Debian sources, for this build only (the tree keeps its own).
-    cp /etc/apt/sources.list.d/*.sources "$tmp/sources/" 2>/dev/null || true
-    [[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$tmp/sources/host.list"
-  else
-    # The tree's own sources: the suite it was bootstrapped as, from the same mirror.
-    cp "$m/etc/apt/sources.list" "$tmp/sources/tree.list" \
-      || die "the $SUITE tree has no /etc/apt/sources.list"
-  fi
+  # The host's enabled Debian sources, for this build only (the tree keeps its own).
+  cp /etc/apt/sources.list.d/*.sources "$tmp/sources/" 2>/dev/null || true
+  [[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$tmp/sources/host.list"
   mkdir -p "$m/tmp/apt-sources" "$m/tmp/apt-lists/partial"
   mount --bind "$tmp/sources" "$m/tmp/apt-sources"
   mount -t proc proc "$m/proc"
@@ -89,12 +76,6 @@ build_layer() {
   rm -f "$m/usr/sbin/policy-rc.d"
   # The node uses the Slurm cluster's munged (its socket is bound in), not one of its own.
   ln -sfn /dev/null "$m/etc/systemd/system/munge.service"
-  # The 24.11 layer also holds the cluster's own daemons, run from the host, never at a
-  # node's boot.
-  local unit
-  for unit in slurmctld.service slurmrestd.service; do
-    [[ $SUITE == bookworm ]] || ln -sfn /dev/null "$m/etc/systemd/system/$unit"
-  done
   # slurmd starts at boot once /etc/slurm/slurm.conf is there (the harness binds it in).
   mkdir -p "$m/etc/systemd/system/multi-user.target.wants"
   ln -sfn /lib/systemd/system/slurmd.service "$m/etc/systemd/system/multi-user.target.wants/slurmd.service"
@@ -114,7 +95,7 @@ build_layer() {
   log "Slurm node layer ready in $((SECONDS - t0)) s: $LAYER ($(du -sm "$LAYER" | cut -f1) MB)"
 }
 
-exec 8>"$CACHE/.nodetree-slurm-$SUITE.lock"; flock 8
+exec 8>"$CACHE/.nodetree-slurm.lock"; flock 8
 if [[ -d $LAYER ]]; then
   log "cached: $LAYER"
 else

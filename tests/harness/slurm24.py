@@ -75,7 +75,7 @@ class Slurm24Error(RuntimeError):
 
 
 def tree_lowerdir() -> str:
-    """The Debian 13 tree's overlay lowerdir (Slurm layer, venv, rootfs), built first if
+    """The Debian 13 tree's overlay lowerdir (venv layer, rootfs), built first if
     this checkout's key has none (once, minutes; concurrent callers wait on its lock)."""
     p = subprocess.run(["bash", str(TREE_SCRIPT), "--print"], capture_output=True, text=True)
     if p.returncode != 0:

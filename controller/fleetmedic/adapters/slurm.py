@@ -4,7 +4,10 @@ a drain of ours), and keep the node's repair record on the node itself.
 It drives the Slurm client tools on the bastion with a ``SLURM_CONF`` (``sinfo --json``
 to read, ``scontrol update`` to write), as argv lists, never through a shell; node names
 are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.05.8
-(slurmctld and slurmd from apt, tests/integration/test_slurm_adapter.py):
+(slurmctld and slurmd from apt, tests/integration/test_slurm_adapter.py), and run against
+24.11.5 too: from 23.02 on, nodes are read with ``scontrol --json=<data_parser> show
+node``, and every answer is parsed by the version it declares (adapters/slurmjson.py,
+which also says what 24.11 does differently):
 
 - Reading: ``sinfo --json`` (openapi v0.0.38) carries every field used here: ``state``,
   ``state_flags`` (DRAIN, NOT_RESPONDING, REBOOT_REQUESTED, ...), ``reason``,

@@ -13,6 +13,7 @@ import pytest
 from fleetmedic.adapters.filestore import FileStore
 from fleetmedic.adapters.lease import MICROTIME, Lease, Observer
 from fleetmedic.controller.leadership import Leadership
+from fleetmedic.errors import ConfigError, TemporaryError
 from fleetmedic.model.config.sections import LeaderElectionConfig
 
 NS = "fleetmedic"
@@ -127,3 +128,41 @@ def test_without_observe_a_leader_never_inherits(store):
     b = Leadership(store, CFG, "b")  # type: ignore[arg-type]
     assert b.leading() and b.predecessor == "a"
     assert not b.hold("n1")  # a's node Lease is waited out as before
+
+
+def test_a_guard_that_refuses_stops_the_leader_and_gives_the_lease_up(store):
+    """The cluster claim (controller/slurmha.py) runs as Leadership's guard after each take
+    or renewal: a PermanentError there stops acting at once (on_lost), frees the Lease
+    for a rightly configured standby, and is raised to end the loop in one line."""
+    said: list[str] = []
+    verdict: list[BaseException | None] = [None]
+
+    def guard() -> None:
+        if verdict[0] is not None:
+            raise verdict[0]
+
+    a = Leadership(  # type: ignore[arg-type]
+        store, CFG, "a", guard=guard, on_gained=lambda: said.append("gained"),
+        on_lost=lambda: said.append("lost"),
+    )  # fmt: skip
+    assert a.leading() and said == ["gained"]
+    verdict[0] = TemporaryError("slurmctld down")  # cannot check now: keeps leading
+    a._next_renew = 0.0
+    assert a.leading() and said == ["gained"]
+    verdict[0] = ConfigError("another controller (x) acts on this Slurm cluster")
+    a._next_renew = 0.0
+    with pytest.raises(ConfigError, match="another controller"):
+        a.leading()
+    assert said == ["gained", "lost"] and not a.is_leading
+    assert store.get_lease(NS, CFG.lease_name)["spec"].get("holderIdentity") is None
+
+
+def test_a_guard_refusing_the_first_take_frees_the_lease_without_on_lost(store):
+    def guard() -> None:
+        raise ConfigError("refused")
+
+    lost: list[int] = []
+    a = Leadership(store, CFG, "a", guard=guard, on_lost=lambda: lost.append(1))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        a.leading()
+    assert not lost and store.get_lease(NS, CFG.lease_name)["spec"].get("holderIdentity") is None
