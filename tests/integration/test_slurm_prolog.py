@@ -71,6 +71,7 @@ def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
         lambda: c.nodes()["n1"]["reason"].startswith("fleetmedic: reboot: gpu problem: "),
         60,
         0.1,
+        on_timeout=lambda: f"n1: {c.nodes()['n1']}",
     )
     print(f"\nsbatch -> prolog drain visible: {time.monotonic() - t0:.2f} s")
     n1 = c.nodes()["n1"]
