@@ -25,6 +25,7 @@ from typing import Any
 
 from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.adapters.filestore import FileStore, shared_problem
+from fleetmedic.adapters.slurm import SlurmNode
 from fleetmedic.adapters.slurmclaim import read_claims, write_claim
 from fleetmedic.adapters.slurmcluster import SlurmCluster
 from fleetmedic.controller.switches import pause_configmap
@@ -33,6 +34,7 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.controllerclaim import RENEW_EVERY, Claim, conflict
 
 log = logging.getLogger(__name__)
+RETRY_FAILED_WRITE = 60.0  # seconds before a claim that could not be written is tried again
 
 
 class ClaimGuard:
@@ -50,26 +52,24 @@ class ClaimGuard:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cluster, self.store_id, self.identity, self.elected = (
-            cluster,
-            store_id,
-            identity,
-            elected,
-        )
+        self.cluster, self.store_id = cluster, store_id
+        self.identity, self.elected = identity, elected
         self.clock, self.monotonic = clock, monotonic
         self._due = 0.0
         self.written_on: str | None = None  # the node our claim is on, once written
 
-    def check(self) -> None:
-        """ConfigError when another controller's fresh claim forbids acting."""
-        nodes = self.cluster.slurm.nodes(self.cluster.partitions or None)
-        why = conflict(
+    def _refusal(self, nodes: list[SlurmNode]) -> str | None:
+        return conflict(
             read_claims(nodes),
             store=self.store_id,
             holder=self.identity,
             elected=self.elected,
             now=self.clock(),
         )
+
+    def check(self) -> None:
+        """ConfigError when another controller's fresh claim forbids acting."""
+        why = self._refusal(self.cluster.slurm.nodes(self.cluster.partitions or None))
         if why:
             raise ConfigError(why)
 
@@ -77,17 +77,18 @@ class ClaimGuard:
         if self.monotonic() < self._due:
             return
         nodes = self.cluster.slurm.nodes(self.cluster.partitions or None)
-        why = conflict(
-            read_claims(nodes),
-            store=self.store_id,
-            holder=self.identity,
-            elected=self.elected,
-            now=self.clock(),
-        )
+        why = self._refusal(nodes)
         if why:
             raise ConfigError(f"stopped acting: {why}")
         claim = Claim(self.store_id, self.identity, self.elected, self.clock())
-        node = write_claim(self.cluster.slurm, nodes, claim)
+        try:
+            node = write_claim(self.cluster.slurm, nodes, claim)
+        except FleetmedicError as exc:
+            # only another controller's claim stops this one; a write that failed (an Extra
+            # someone changed meanwhile, slurmctld busy) is tried again in a minute
+            log.warning("could not write the controller claim on slurmctld: %s", exc)
+            self._due = self.monotonic() + RETRY_FAILED_WRITE
+            return
         if node != self.written_on:
             log.info("claimed this Slurm cluster for store %s on node %s", self.store_id[:8], node)
             self.written_on = node
@@ -122,6 +123,4 @@ def prepare(cfg: Config, cluster: Cluster, identity: str) -> dict[str, Any]:
         )
     except ConfigError as exc:
         raise ConfigError(f"refusing to start: {exc}") from None
-    except FleetmedicError:
-        raise
     return {"observe_leases": True, "leader_guard": guard}
