@@ -20,17 +20,22 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fleetmedic import clikit, logcontext
+from fleetmedic import clikit, kinds, logcontext
 from fleetmedic.backoff import Backoff
 from fleetmedic.controller import sdnotify
-from fleetmedic.controller.cli import connect
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model.config import Config
 
 if TYPE_CHECKING:  # (imported when the daemon starts, not for --help)
     from fleetmedic.adapters.cluster import Cluster
-    from fleetmedic.controller.loop import Controller, Sidecar
+    from fleetmedic.controller.loop import Controller
     from fleetmedic.controller.metrics import Metrics
+
+
+Sidecar = Callable[[threading.Event, Callable[[], bool]], None]
+"""A detector run beside the loop (the Loki source), on a thread of its own, as
+``sidecar(stop, acting)``: until ``stop``, changing the cluster only while ``acting()``
+(:meth:`Controller.acting`; serve starts them)."""
 
 
 def _setup_logging(level: str) -> None:
@@ -84,10 +89,10 @@ def serve(
     current: dict[str | None, Controller] = {}
     leading: dict[str | None, dict[str, Any]] = {}  # Leadership options per cluster
 
-    def make(member: Config) -> Controller:
+    def make(member: Config, cluster: Cluster | None = None) -> Controller:
         c = Controller(
             member,
-            connect(member, kubeconfig),
+            cluster or kinds.connect(member, kubeconfig),
             dry_run=dry_run,
             metrics=metrics_of[member.cluster_name],
             **leading.get(member.cluster_name, {}),
@@ -97,11 +102,12 @@ def serve(
 
     if once or not cfg.clusters:  # (before any loop exists: nothing to stop on failure)
         for member in members:
-            reach(connect(member, kubeconfig), member, once_timeout if once else None)
+            reach(kinds.connect(member, kubeconfig), member, once_timeout if once else None)
     for member in members:
-        if member.kind == "slurm" and not dry_run:
-            leading[member.cluster_name] = _prepare_slurm(member, connect(member, kubeconfig))
-        make(member)
+        cluster = kinds.connect(member, kubeconfig)
+        if not dry_run:  # (the kind's start-up preparation: Slurm's store, pause and claim)
+            leading[member.cluster_name] = _prepare(member, cluster)
+        make(member, cluster)
     for member in members if not once else ():
         name = member.cluster_name
         for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
@@ -167,15 +173,13 @@ def serve(
     os._exit(code)
 
 
-def _prepare_slurm(cfg: Config, cluster: Cluster) -> dict[str, Any]:
-    """A Slurm cluster's start-up (controller/slurmha.py: its store checked and its pause
-    ConfigMap made, the controller claims on slurmctld read); the Leadership options its
-    loop runs with (one identity for the claim and the Lease)."""
-    from fleetmedic.controller import slurmha
+def _prepare(cfg: Config, cluster: Cluster) -> dict[str, Any]:
+    """The kind's start-up preparation; the Controller options its loop runs with (one
+    identity for the kind's own claims and the leader Lease)."""
     from fleetmedic.controller.leadership import default_identity
 
     identity = cfg.leader_election.identity or default_identity()
-    return {"identity": identity, **slurmha.prepare(cfg, cluster, identity)}
+    return {"identity": identity, **kinds.for_config(cfg).prepare(cluster, cfg, identity)}
 
 
 CLUSTER_RETRY = 30.0  # seconds before a cluster whose loop failed is started again
@@ -276,11 +280,9 @@ def preflight_problems(cfg: Config, create: bool = True) -> list[str]:
             if "No such file" not in str(exc):  # (missing_files said so already)
                 problems.append(str(exc))
     dirs = [cfg.ansible.run_dir, cfg.ansible.evidence_dir]
-    if cfg.kind == "slurm":
-        slurm = cfg.slurm_settings()
-        if slurm.conf is not None and not slurm.conf.is_file():
-            problems.append(f"slurm.conf: {slurm.conf}: no such file")
-        dirs.append(slurm.state_dir)
+    kind_problems, kind_dirs = kinds.for_config(cfg).preflight(cfg)  # (slurm.conf, its store)
+    problems += kind_problems
+    dirs += kind_dirs
     for d in dirs:
         if create:
             try:

@@ -18,7 +18,7 @@ Lease's expiry is judged by this process's clock (adapters/lease.py's Observer),
 leader that took over from a dead one takes that one's node Leases at once instead of
 waiting them out: the dead leader stopped acting before its leader Lease could expire.
 ``guard``, when given, runs after every take or renewal of the leader Lease (the cluster
-claim on slurmctld, controller/slurmha.py); a PermanentError from it means another
+claim on slurmctld, kinds/slurmha.py); a PermanentError from it means another
 controller acts on this cluster: this one stops leading for good and raises it.
 """
 

@@ -11,7 +11,7 @@ controller that finds a fresh claim of another store refuses to start (and one t
 it while acting stops), in one line.
 
 Pure: the claim's encoding and the rule. Reading and writing it is
-adapters/slurmclaim.py; when it runs is controller/slurmha.py.
+adapters/slurmclaim.py; when it runs is kinds/slurmha.py.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def test_without_observe_a_leader_never_inherits(store):
 
 
 def test_a_guard_that_refuses_stops_the_leader_and_gives_the_lease_up(store):
-    """The cluster claim (controller/slurmha.py) runs as Leadership's guard after each take
+    """The cluster claim (kinds/slurmha.py) runs as Leadership's guard after each take
     or renewal: a PermanentError there stops acting at once (on_lost), frees the Lease
     for a rightly configured standby, and is raised to end the loop in one line."""
     said: list[str] = []

@@ -1,4 +1,4 @@
-"""controller/slurmha.py's ClaimGuard, the rules around the claim's reads and writes (the
+"""kinds/slurmha.py's ClaimGuard, the rules around the claim's reads and writes (the
 real reads and writes on slurmctld are tests/integration/test_slurm_ha.py's): it writes
 every RENEW_EVERY seconds, a write that fails never stops the controller, and another
 store's fresh claim does."""
@@ -10,8 +10,8 @@ import json
 import pytest
 
 from fleetmedic.adapters.slurm import SlurmNode
-from fleetmedic.controller.slurmha import RETRY_FAILED_WRITE, ClaimGuard
 from fleetmedic.errors import ConfigError, PermanentError
+from fleetmedic.kinds.slurmha import RETRY_FAILED_WRITE, ClaimGuard
 from fleetmedic.model.controllerclaim import CLAIM_KEY, RENEW_EVERY, Claim
 
 

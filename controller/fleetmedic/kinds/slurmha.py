@@ -28,7 +28,6 @@ from fleetmedic.adapters.filestore import FileStore, shared_problem
 from fleetmedic.adapters.slurm import SlurmNode
 from fleetmedic.adapters.slurmclaim import read_claims, write_claim
 from fleetmedic.adapters.slurmcluster import SlurmCluster
-from fleetmedic.controller.switches import pause_configmap
 from fleetmedic.errors import ConfigError, FleetmedicError, TemporaryError
 from fleetmedic.model.config import Config
 from fleetmedic.model.controllerclaim import RENEW_EVERY, Claim, conflict
@@ -107,7 +106,7 @@ def prepare(cfg: Config, cluster: Cluster, identity: str) -> dict[str, Any]:
     problem = shared_problem(store.root)
     if problem:
         raise ConfigError(f"slurm.state_dir: {problem}")
-    ref = pause_configmap(cfg)
+    ref = cfg.safety.pause_ref()
     if ref:
         # nobody ships the pause ConfigMap here, and the breaker, domains and the
         # replacements ledger patch it with a resourceVersion: made empty at start
