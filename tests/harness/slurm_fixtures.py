@@ -1,10 +1,13 @@
 """pytest fixtures for the real Slurm cluster (see tests/harness/slurm.py).
 
-Every Slurm fixture runs its tests once per Slurm release (``slurm_version``, a session
-parameter: ``22.05``, Debian 12's on the host, and ``24.11``, Debian 13's from its node
-tree, tests/harness/slurm24.py), with the release in the test's id
-(``test_x[slurm-24.11]``). While a 24.11 test runs, the 24.11 client tools come first on
-PATH (as on a bastion with 24.11 installed), so what the test runs (``fleetmedic``,
+Every test of a Slurm fixture has its release in its id (``slurm_version``, a session
+parameter: ``test_x[slurm-22.05]``). It runs on ``22.05`` (Debian 12's, on the host), and
+also on ``24.11`` (Debian 13's, from its node tree: tests/harness/slurm24.py) when it is
+marked ``@pytest.mark.every_slurm``: the tests where the release changes what happens
+(JSON parsing, reasons, drain and resume, reboots, HA). The others test our code above
+the adapter, which a second release would only run again (CI time: docs/slurm.md,
+"Support matrix"). While a 24.11 test runs, the 24.11 client tools come first on PATH (as
+on a bastion with 24.11 installed), so what the test runs (``fleetmedic``,
 ``ansible-inventory``, the adapter) talks to its cluster with that release's tools.
 
 ``slurm`` (session): a started :class:`~tests.harness.slurm.SlurmCluster` with three
@@ -54,7 +57,21 @@ def _start(nodes: int, **kwargs) -> SlurmCluster:
         pytest.fail(f"test Slurm cluster: {exc}", pytrace=False)
 
 
-@pytest.fixture(scope="session", params=slurm24.VERSIONS, ids=lambda v: f"slurm-{v}")
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every release for a test marked ``every_slurm``, the first (22.05) for the rest."""
+    if "slurm_version" not in metafunc.fixturenames:
+        return
+    every = metafunc.definition.get_closest_marker("every_slurm") is not None
+    metafunc.parametrize(
+        "slurm_version",
+        slurm24.VERSIONS if every else slurm24.VERSIONS[:1],
+        ids=lambda v: f"slurm-{v}",
+        indirect=True,
+        scope="session",
+    )
+
+
+@pytest.fixture(scope="session")
 def slurm_version(request) -> str:
     """The Slurm release of the test (session-wide, so each worker runs one at a time)."""
     return request.param

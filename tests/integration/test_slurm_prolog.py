@@ -12,6 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.harness import slurm24
 from tests.harness.agentenv import FAKES, FLEETMEDIC, ROOT, banner, h100, wait_until, xid_line
 from tests.harness.slurm import SlurmCluster
@@ -45,6 +47,7 @@ def _setup(tmp_path: Path, nodes: tuple[str, ...], c: SlurmCluster) -> Path:
     return d
 
 
+@pytest.mark.every_slurm
 def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
     script = tmp_path / "slurmcheck" / SCRIPT.name
     c = slurm_factory(

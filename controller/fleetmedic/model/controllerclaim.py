@@ -36,7 +36,7 @@ clocks may differ by minutes without changing the outcome."""
 
 @dataclass(frozen=True)
 class Claim:
-    store: str  # the identity of the claimant's lease store (FileStore.store_id)
+    store: str  # the identity of the claimant's lease store (its store_id file)
     holder: str  # the claimant's controller identity
     elected: bool  # leader election on: others with the same store may stand by
     at: float  # epoch seconds, by the claimant's clock
