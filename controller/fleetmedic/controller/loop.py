@@ -38,6 +38,7 @@ from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.domainkeeper import DomainKeeper
 from fleetmedic.controller.domainplayer import DomainPlayer
 from fleetmedic.controller.execute import Executor
+from fleetmedic.controller.handoff import Responder
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.paperwork import Paperwork
@@ -51,8 +52,8 @@ from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView, own_annotations
 from fleetmedic.model.nodestate import view as view_of
-from fleetmedic.policy import budget, domains
-from fleetmedic.policy.actions import Action, Kind
+from fleetmedic.policy import budget, domains, handoff
+from fleetmedic.policy.actions import Action, Kind, Update
 from fleetmedic.policy.plan import Decision, Plan, actionable, decide_all, make_plan
 from fleetmedic.policy.profiles import Assignment, assign
 
@@ -126,8 +127,23 @@ class Controller:
             self.watcher.put,
             self.metrics,
             lambda: self._stop,
-            on_written=self.chatter.written,
+            on_written=self._written,
             later=self.paperwork.post,
+        )
+        # NVSentinel's hand-off (controller/handoff.py): it hears the Recorder's writes
+        self.handoff = (
+            Responder(
+                cfg,
+                kube,
+                self.watcher.snapshot,
+                recorder.write,
+                self.acting,
+                clock,
+                dry_run=self.dry_run,
+                watch_timeout=watch_timeout,
+            )
+            if cfg.nvsentinel.enabled
+            else None
         )
         executor = Executor(
             cfg, kube, cluster=cluster, on_run=lambda d: self.metrics.in_flight.inc(d)
@@ -206,6 +222,8 @@ class Controller:
         conflict = assign(self.views(), self.cfg).error()
         if conflict:
             raise ConfigError(f"profiles: {conflict}")
+        if self.handoff:
+            self.handoff.start(stop)
         acting = not self.dry_run
         if not self.leadership.elected or not acting:
             self._restore_breakers()
@@ -248,10 +266,18 @@ class Controller:
         return not self.dry_run and self.leadership.is_leading
 
     def _relay(self, stop: threading.Event) -> None:
-        """Wake the main loop on every informer event."""
+        """Wake the main loop (and the hand-off's worker) on every informer event."""
         while not stop.is_set():
             if self.watcher.wait_for_change(1.0):
                 self._wake.set()
+                if self.handoff:
+                    self.handoff.poke()
+
+    def _written(self, upd: Update, view: NodeView) -> None:
+        """What the Recorder wrote goes to those who report it: chat, NVSentinel."""
+        self.chatter.written(upd, view)
+        if self.handoff:
+            self.handoff.written(upd, view)
 
     def _on_lost(self) -> None:
         self.workers.cancel_running()
@@ -290,6 +316,8 @@ class Controller:
         if self.sweeper:
             self.sweeper.shutdown(grace)
         self.workers.shutdown(grace)
+        if self.handoff:
+            self.handoff.shutdown(grace)
         if self.domains.player:
             self.domains.player.shutdown(grace)
         self.paperwork.close(grace)
@@ -323,7 +351,8 @@ class Controller:
         for name, keeper in self.breakers.items():
             members = assignment.nodes_of(name)
             keeper.observe([v for v in views if v.name in members], now)
-        plan = self._plan(views, now, busy, set(backoff) | sweeping, assignment, incidents)
+        owned = handoff.holds(views, self.cfg)  # (NVSentinel works on them: one owner)
+        plan = self._plan(views, now, busy, set(backoff) | sweeping, assignment, incidents, owned)
         wait = IDLE_WAKE
         settle = domains.next_due(incidents, now)
         if settle is not None:
@@ -338,7 +367,7 @@ class Controller:
         self._say(plan)
         if self.sweeper:
             admitted = {a.node for a in plan.admission.admitted}
-            skip = set(busy) | set(backoff) | admitted | set(incidents.held)  # (not mid-incident)
+            skip = set(busy) | set(backoff) | admitted | set(incidents.held) | set(owned)
             self._sweep(views, now, assignment, skip, sweeping)
         if self.dry_run:
             return wait, 0
@@ -360,6 +389,7 @@ class Controller:
         backoff: set[str],
         assignment: Assignment,
         incidents: domains.Review = domains.NONE,
+        owned: dict[str, str] | None = None,
     ) -> Plan:
         slots = [n for n, a in busy.items() if a.new_work or a.step in budget.WORKING_STEPS]
         decisions = decide_all(
@@ -385,7 +415,7 @@ class Controller:
             paused=paused,
             breaker_reason={name: k.reason for name, k in self.breakers.items()},
             assignment=assignment,
-            holds=domains.holds(incidents),
+            holds={**(owned or {}), **domains.holds(incidents)},
             count_once=domains.grouped(incidents),
         )
 

@@ -100,6 +100,10 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
     n = NodeCtx(view, now, cfg)
     if view.annotations.get(keys.ANN_PAUSE) == "true":
         return n.action(Kind.NONE, f"paused by the {keys.ANN_PAUSE} annotation on the node")
+    if keys.ANN_HOLD in view.annotations:
+        held = view.annotation_json(keys.ANN_HOLD)
+        why = held.get("why") if isinstance(held, dict) else None
+        return n.action(Kind.NONE, f"held for a human: {why or view.annotations[keys.ANN_HOLD]}")
     try:
         fl = InFlight.decode(n.raw)
     except ValueError as exc:
@@ -396,6 +400,8 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
     extra = diagnose.hostvars(cfg) if fl.phase == diagnose.PHASE else {}
     if fl.phase == partition.PHASE:
         extra = partition.hostvars(view, fl.ep)
+    if fl.phase == "reset":
+        extra = _reset_targets(view)
     return n.action(
         Kind.RUN,
         f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
@@ -406,6 +412,15 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         disruptive=fl.phase in DISRUPTIVE_PHASES,
         **ctx,
     )
+
+
+def _reset_targets(view: NodeView) -> dict:
+    """The GPUs this episode's reset is for (``fleetmedic.io/reset-gpus``: UUIDs or PCI bus
+    ids, e.g. from NVSentinel's request, policy/handoff.py); none named: every GPU."""
+    gpus = view.annotation_json(keys.ANN_RESET_GPUS)
+    if not isinstance(gpus, list) or not gpus:
+        return {}
+    return {"fleetmedic_reset_gpu_ids": [str(g) for g in gpus]}
 
 
 def _notice(action: Action) -> bool:
