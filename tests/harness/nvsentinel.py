@@ -133,6 +133,7 @@ class NVSentinel:
     def __init__(self, kube, *, uncordon_on_complete: bool = True, poll: float = 0.1) -> None:
         self.kube, self.poll, self.uncordon_on_complete = kube, poll, uncordon_on_complete
         self.actions: list[Act] = []
+        self.made: list[str] = []  # the requests it created (:meth:`forget` removes them)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -189,6 +190,7 @@ class NVSentinel:
             "spec": {"healthEvent": dict(event)},
         }
         self.kube.request("POST", API, body)
+        self.made.append(name)
         self._did(str(event["nodeName"]), "request")
         return name
 
@@ -270,6 +272,23 @@ class NVSentinel:
 
         self._patch_node(node, back)
         self._did(node, "take-back")
+
+    def forget(self) -> None:
+        """Remove the requests it created, finalizer and all (the API server is shared by
+        the session: no later test sees them)."""
+        for name in self.made:
+            try:
+                err = self.kube.request("GET", f"{API}/{name}", ok=(404,))
+                if err.get("metadata", {}).get("finalizers"):
+                    self.kube.request(
+                        "PATCH",
+                        f"{API}/{name}",
+                        {"metadata": {"finalizers": None}},
+                        content_type=MERGE,
+                    )
+                self.kube.request("DELETE", f"{API}/{name}", ok=(404,))
+            except Exception as exc:  # best effort in a teardown
+                print(f"nvsentinel stand-in: could not remove {name}: {exc}")
 
     # -- janitor's reconcile of completions and deletions --------------------------------
     def start(self) -> NVSentinel:
