@@ -202,11 +202,11 @@ def _progress(req: Request, view: NodeView, claim: Claim, now: datetime) -> Step
     said = current.message.removeprefix(PREFIX) if current is not None else ""
     if current is not None and (current.status, said) == ("Unknown", message):
         return Step(f"{req.name}: {message}")
-    rung_changed = not said.startswith(message.split(",")[0])
+    rung = message.split(",")[0] if "attempt" in message else None
     return Step(
         f"{req.name}: report {message}",
         condition=_condition(req, "Unknown", IN_PROGRESS, message, now),
-        event=Event("RemediationStep", message) if rung_changed else None,
+        event=Event("RemediationStep", message) if rung and not said.startswith(rung) else None,
     )
 
 
@@ -347,12 +347,19 @@ def holds(views: Iterable[NodeView], cfg: Config) -> dict[str, str]:
     states = set(n.working_states) - (set() if n.enabled else {"drain-succeeded"})
     out: dict[str, str] = {}
     for v in views:
-        state = v.labels.get(n.state_label)
-        if state not in states or keys.ANN_IN_FLIGHT in v.annotations:
-            continue
-        if v.labels.get(n.managed_label) == "false" and any(
+        if keys.ANN_IN_FLIGHT in v.annotations or keys.ANN_HANDOFF in v.annotations:
+            continue  # ours: a repair under way, or a request claimed
+        released = v.labels.get(n.managed_label) == "false" and any(
             t.get("key") == n.release_taint for t in v.taints
-        ):
-            continue  # released: the responder's (policy/handoff.py decide)
-        out[v.name] = f"NVSentinel is working on it ({n.state_label}={state})"
+        )
+        state = v.labels.get(n.state_label)
+        if released:
+            # the request's rung wins over any other signal; off, another remediator has it
+            out[v.name] = (
+                "NVSentinel released it to a request: the responder claims it"
+                if n.enabled
+                else "NVSentinel released it to an external remediator (the hand-off is off)"
+            )
+        elif state in states:
+            out[v.name] = f"NVSentinel is working on it ({n.state_label}={state})"
     return out

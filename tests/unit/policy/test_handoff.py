@@ -280,14 +280,25 @@ def test_holds_while_nvsentinel_works_on_a_node():
         v("q", "quarantined"),
         v("d", "drain-succeeded"),
         v("f", "remediation-failed"),  # NVSentinel gave up: not held
-        v("r", "remediating", taints=[RELEASE], labels=managed),  # released: the responder's
+        v("r", "remediating", taints=[RELEASE], labels=managed),  # released, not claimed yet
         v("ours", "draining", annotations={keys.ANN_IN_FLIGHT: "{}"}),  # we were first
     ]
+    claimed = v(
+        "c",
+        "remediating",
+        taints=[RELEASE],
+        labels=managed,
+        annotations={keys.ANN_HANDOFF: claim()},
+    )
+    views.append(claimed)
     held = handoff.holds(views, CFG)
-    assert set(held) == {"q", "d"} and "quarantined" in held["q"]
-    # signals only (the preset, no hand-off): drain-succeeded is where NVSentinel stops
+    assert set(held) == {"q", "d", "r"} and "quarantined" in held["q"]
+    assert "the responder claims it" in held["r"], "its request's rung, not another signal's"
+    # signals only (the preset, no hand-off): drain-succeeded is where NVSentinel stops, and
+    # a released node is another remediator's
     preset = config(foreign_signals=["nvsentinel"])
-    assert set(handoff.holds(views, preset)) == {"q"}
+    held = handoff.holds(views, preset)
+    assert set(held) == {"q", "r"} and "the hand-off is off" in held["r"]
     assert handoff.holds(views, config()) == {}
 
 
@@ -313,3 +324,32 @@ def test_the_whole_trip_through_the_ladder():
         "NVSentinel's marks are never ours to remove"
     )
     assert w.write(s.after) and keys.ANN_HANDOFF not in w.view("n1").annotations
+
+
+def test_the_reset_phase_is_for_the_gpus_named_and_the_episode_forgets_them():
+    fl = InFlight(1, "reset", 1, "reset", "pending", "2026-11-21T11:00:00Z", "2026-11-21T11:00:00Z")
+    ann = {keys.ANN_IN_FLIGHT: fl.encode(), keys.ANN_RESET_GPUS: json.dumps(["GPU-1"])}
+    a = ladder.decide(node_view(state="reset", annotations=ann), T0, CFG)
+    assert (a.kind, a.phase) == (Kind.RUN, "reset")
+    assert a.hostvars["fleetmedic_reset_gpu_ids"] == ["GPU-1"]
+    # another phase of the rung gets nothing of it; no annotation: every GPU
+    other = ladder.decide(
+        node_view(
+            state="reset",
+            annotations={**ann, keys.ANN_IN_FLIGHT: fl.with_(phase="diagnose").encode()},
+        ),
+        T0,
+        CFG,
+    )
+    assert "fleetmedic_reset_gpu_ids" not in other.hostvars
+    plain = ladder.decide(
+        node_view(state="reset", annotations={keys.ANN_IN_FLIGHT: fl.encode()}), T0, CFG
+    )
+    assert "fleetmedic_reset_gpu_ids" not in plain.hostvars
+    # the pass that returns the node drops them
+    w = World(CFG)
+    w.add(
+        "n1", fault="reset", state="reset", annotations={keys.ANN_RESET_GPUS: json.dumps(["GPU-1"])}
+    )
+    w.run(20)
+    assert w.view("n1").state == "healthy" and keys.ANN_RESET_GPUS not in w.view("n1").annotations
