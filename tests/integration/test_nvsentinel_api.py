@@ -105,6 +105,28 @@ def test_the_crd_takes_nvsentinels_requests_and_our_status_writes(kube, nv):
     assert ev["involvedObject"]["apiVersion"] == f"{GROUP}/{VERSION}"
 
 
+def test_a_write_racing_janitors_keeps_its_condition(kube, nv):
+    """Janitor writes its condition between our read and our write: our write, made on the
+    stale copy, is refused (resourceVersion precondition), read again and made on top."""
+    req = nv.create_request(health_event(f"nvrv-{uuid.uuid4().hex[:5]}"))
+    nv.initialize(req)
+    errs = Requests(connect(kube.kubeconfig), GROUP, VERSION)
+    real_get, raced = errs.get, []
+
+    def get_then_janitor(name: str) -> dict:
+        obj = real_get(name)
+        if not raced:  # once, right after our first read
+            raced.append(name)
+            nv._set_condition(req, RELEASED, "True", "ReleaseTaintApplied", "janitor, meanwhile")
+        return obj
+
+    errs.get = get_then_janitor  # type: ignore[method-assign]
+    errs.set_condition(req, ours("fleetmedic: ours"))
+    conds = {c["type"]: c for c in nv.get(req)["status"]["conditions"]}
+    assert raced and conds[RELEASED]["message"] == "janitor, meanwhile", "janitor's write lost"
+    assert conds[COMPLETE]["message"] == "fleetmedic: ours"
+
+
 def test_concurrent_condition_writes_lose_nothing(kube, nv):
     """NVSentinel's janitor and fleetmedic each write their own condition into the one list
     (no merge key): RV-guarded read-modify-writes keep both writers' last word."""
