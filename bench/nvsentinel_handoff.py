@@ -43,6 +43,7 @@ would otherwise be timed too). The load average is printed with the figures.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -78,7 +79,7 @@ def write_config(work: Path, kubeconfig: str, pool: str) -> Path:
     if not key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     (work / "known_hosts").touch()
-    books = ("diagnose", "reset", "reboot", "reimage", "verify", "quarantine", "restore")
+    books = ("diagnose", "reset", "reboot", "verify", "restore")
     data = {
         "kube": {"kubeconfig": kubeconfig, "label_selector": f"{POOL_LABEL}={pool}"},
         "ansible": {
@@ -93,7 +94,8 @@ def write_config(work: Path, kubeconfig: str, pool: str) -> Path:
         },
         "ladder": {
             "playbooks": {
-                **{b: {"playbook": f"{b}.yml", "timeout": 30} for b in books if b != "reimage"},
+                **{b: {"playbook": f"{b}.yml", "timeout": 30} for b in books},
+                "diagnostics": {"playbook": "quarantine.yml", "timeout": 900},
                 "reinstall_nvidia": {"playbook": "reimage.yml", "timeout": 30},
                 "reinstall_amd": {"playbook": "reimage.yml", "timeout": 30},
             }
@@ -103,11 +105,10 @@ def write_config(work: Path, kubeconfig: str, pool: str) -> Path:
             "max_concurrent_percent": 100,
             "min_healthy": 0,
             "breaker": {"enabled": False},
-            "flap": {"count": 50},
             "pause_configmap": f"kube-system/fleetmedic-{pool}",
         },
         "metrics": {"address": "127.0.0.1", "port": free_port()},
-        "leader_election": {"enabled": False},
+        "leader_election": {"enabled": False, "namespace": "kube-system"},  # (node Leases)
         "nvsentinel": {"enabled": True},
     }
     path = work / "controller.yaml"
@@ -161,6 +162,13 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.1):
     raise SystemExit(f"timed out waiting for {what}")
 
 
+def up(p: subprocess.Popen, log: Path) -> bool:
+    text = log.read_text(errors="replace")
+    if p.poll() is not None:
+        raise SystemExit(f"the controller exited: {text.strip().splitlines()[-1:]}")
+    return "watching" in text
+
+
 def playbooks_running(pid: int) -> int:
     return sum(len(p.read_text().split()) for p in Path(f"/proc/{pid}/task").glob("*/children"))
 
@@ -182,7 +190,7 @@ def quiet(pid: int, timeout: float = 120.0) -> None:
 def runs_of(run_dir: Path, node: str) -> list[str]:
     if not run_dir.exists():
         return []
-    return [d for d in os.listdir(run_dir) if d.startswith(f"{node}-")]
+    return [d for d in os.listdir(run_dir) if f"-{node}-" in d]  # (runner.new_run_id's form)
 
 
 def first_run(run_dir: Path, node: str, timeout: float = 30.0) -> float:
@@ -215,16 +223,18 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--kills", type=int, default=2)
     ap.add_argument("--held", type=int, default=3, help="nodes NVSentinel works on, fenced by us")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch directory and logs")
     args = ap.parse_args()
     if args.smoke:
         args.trials, args.kills, args.held = 1, 1, 1
     work = Path(tempfile.mkdtemp(prefix="fleetmedic-nvsentinel-"))
     pool = f"nvb{uuid.uuid4().hex[:5]}"
     kube = KubeCluster(work / "kube").start()
-    nv = NVSentinel(kube).start()
+    nv = NVSentinel(kube)
     procs: list[subprocess.Popen] = []
     try:
         install_crd(kube)
+        nv.start()
         names = [f"{pool}-{i}" for i in range(2 * args.trials + args.held)]
         kube.make_nodes(names, labels={POOL_LABEL: pool}, addresses=["127.0.0.1"] * len(names))
         base_nodes = names[: args.trials]
@@ -233,7 +243,7 @@ def main() -> int:
         cfg = write_config(work, kube.kubeconfig, pool)
         log = work / "controller.log"
         procs.append(start(cfg, log))
-        wait_for(lambda: "watching" in log.read_text(errors="replace"), 60, "the controller up")
+        wait_for(lambda: up(procs[-1], log), 60, "the controller up")
         run_dir = work / "runs"
 
         # NVSentinel works on these (quarantined, draining) and our agent fenced them too
@@ -265,6 +275,7 @@ def main() -> int:
             time.sleep(1.5)
             kill9(procs.pop())
             procs.append(start(cfg, log))
+            wait_for(lambda: up(procs[-1], log), 60, "the controller up again")
         done = wait_for(
             lambda: all(state_of(kube, h) == "manual" for h in handed_nodes) and handed_nodes,
             300,
@@ -310,7 +321,7 @@ def main() -> int:
             f"  requests without a Complete condition after their ladder ended: "
             f"{len(unanswered)} of {len(reqs)} (controller SIGKILLed {args.kills}x meanwhile)"
         )
-        return _common.verdict(
+        code = _common.verdict(
             [
                 ("release -> playbook p50 <= 2x taint -> playbook p50", ratio <= 2.0),
                 ("0 nodes acted on by both", not both),
@@ -318,11 +329,20 @@ def main() -> int:
             ],
             args.smoke,
         )
+    except BaseException:
+        print(f"failed; scratch directory and controller log kept in {work}", file=sys.stderr)
+        raise
+    else:
+        if args.keep:
+            print(f"  scratch directory and controller log kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     finally:
         for p in procs:
             stop(p)
         nv.stop()
         kube.stop()
+    return code
 
 
 if __name__ == "__main__":
