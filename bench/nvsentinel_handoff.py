@@ -14,7 +14,8 @@ Usage::
 Setup (all real but NVSentinel): a test control plane (tests/harness/kube.py) with
 NVSentinel's own CRD (tests/data/nvsentinel), the test stand-in playing NVSentinel's part
 (tests/harness/nvsentinel.py), and ``fleetmedic run`` as a subprocess with
-``nvsentinel.enabled``. The Nodes have no SSH host behind them (their InternalIP is
+``nvsentinel.enabled``, running the fast stand-in playbooks of tests/harness/ctlbench.py (a
+ping and a short sleep). The Nodes have no SSH host behind them (their InternalIP is
 127.0.0.1, where nothing listens on port 22), so every playbook fails at once; only its
 start is timed, and each ladder climbs to ``manual`` in seconds (no SMTP: the escalation
 is recorded), which is when the request must say Complete=False.
@@ -60,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
 
+from tests.harness.ctlbench import fast_playbooks  # noqa: E402
 from tests.harness.ctlenv import free_port, load_average, process_tree  # noqa: E402
 from tests.harness.kube import KubeCluster  # noqa: E402
 from tests.harness.nvsentinel import (  # noqa: E402
@@ -80,10 +82,11 @@ def write_config(work: Path, kubeconfig: str, pool: str) -> Path:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     (work / "known_hosts").touch()
     books = ("diagnose", "reset", "reboot", "verify", "restore")
+    playbooks = fast_playbooks(work)  # (a ping and a short sleep: only the start is timed)
     data = {
         "kube": {"kubeconfig": kubeconfig, "label_selector": f"{POOL_LABEL}={pool}"},
         "ansible": {
-            "playbook_dir": str(ROOT / "playbooks"),
+            "playbook_dir": playbooks,
             "config_file": str(ROOT / "ansible.cfg"),
             "run_dir": str(work / "runs"),
             "evidence_dir": str(work / "evidence"),
@@ -108,7 +111,15 @@ def write_config(work: Path, kubeconfig: str, pool: str) -> Path:
             "pause_configmap": f"kube-system/fleetmedic-{pool}",
         },
         "metrics": {"address": "127.0.0.1", "port": free_port()},
-        "leader_election": {"enabled": False, "namespace": "kube-system"},  # (node Leases)
+        # node Leases in kube-system, short so a killed controller's lapse soon
+        "leader_election": {
+            "enabled": False,
+            "namespace": "kube-system",
+            "lease_duration": 6,
+            "renew_deadline": 4,
+            "retry_period": 1,
+            "node_lease_duration": 8,
+        },
         "nvsentinel": {"enabled": True},
     }
     path = work / "controller.yaml"
