@@ -19,6 +19,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from tests.harness import ctlenv, ctlwait
 from tests.harness.ctlbench import Benches, pool_name
@@ -131,7 +132,8 @@ def test_a_xid79_request_reboots_once_completes_true_and_nvsentinel_takes_the_no
     addr = node.address
     waiting, owned = b.make_nodes([f"{b.pool}-w", f"{b.pool}-o"], [addr, addr])
     boots = node.boots
-    proc = b.controller(b.config(**ON))
+    cfg = b.config(**ON)
+    proc = b.controller(cfg)
     wait_until(lambda: "watching" in proc.log.read_text(), 60, "the controller up")
     # NVSentinel has not released these: its janitor waits (another operation holds the
     # node), or the release marks are gone from the node although the condition says True
@@ -181,6 +183,10 @@ def test_a_xid79_request_reboots_once_completes_true_and_nvsentinel_takes_the_no
     for r in (held_back, no_marks):
         assert nv.condition(r, COMPLETE)["reason"] == "AwaitingExternalSystem", r
     assert ctlenv.node(b.kube, owned)["spec"].get("unschedulable"), "NVSentinel's cordon kept"
+    port = yaml.safe_load(cfg.read_text())["metrics"]["port"]
+    answered = 'fleetmedic_nvsentinel_requests_answered_total{status="True",reason="Repaired"}'
+    assert ctlenv.scrape(port, answered) == 1
+    assert ctlenv.scrape(port, "fleetmedic_nvsentinel_requests_claimed") == 0
 
 
 # -- b) lost GPU -> reboot -> reimage -> manual, one email, False; release -> True -----------

@@ -28,6 +28,7 @@ from datetime import datetime
 from fleetmedic import logcontext
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.adapters.nvsentinel import Requests
+from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.watcher import NodeWatcher
 from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
 from fleetmedic.model import keys
@@ -72,6 +73,7 @@ class Responder:
         acting: Callable[[], bool],
         clock: Callable[[], datetime],
         *,
+        metrics: Metrics | None = None,
         dry_run: bool = False,
         watch_timeout: int = 300,
     ) -> None:
@@ -80,7 +82,7 @@ class Responder:
         if not isinstance(kube, Kube):
             raise ConfigError("nvsentinel: the hand-off needs a Kubernetes cluster")
         self.cfg, self.views, self.write, self.acting, self.clock = cfg, views, write, acting, clock
-        self.dry_run = dry_run
+        self.dry_run, self.metrics = dry_run, metrics or Metrics()
         n = cfg.nvsentinel
         self.requests = Requests(kube, n.api_group, n.version)
         self.watcher = RequestWatcher(self.requests, watch_timeout)
@@ -138,10 +140,13 @@ class Responder:
         views = self.views()
         for req in reqs.values():
             self._step(req.name, req, views.get(req.node))
+        claimed = 0
         for view in views.values():
             claim = handoff.Claim.of(view) if keys.ANN_HANDOFF in view.annotations else None
+            claimed += claim is not None
             if claim is not None and claim.err not in reqs:
                 self._step(claim.err, None, view)
+        self.metrics.handoff_claimed.set(claimed)
 
     def _step(self, name: str, req: Request | None, view: NodeView | None) -> None:
         step = handoff.decide(req, view, self.clock(), self.cfg, self.catalog)
@@ -160,7 +165,11 @@ class Responder:
         self.apply(step, req)
 
     def apply(self, step: handoff.Step, req: Request | None) -> bool:
-        return carry_out(step, req, self.requests, self.write, self.cfg.nvsentinel.events)
+        done = carry_out(step, req, self.requests, self.write, self.cfg.nvsentinel.events)
+        c = step.condition
+        if done and c is not None and c["status"] != "Unknown":
+            self.metrics.handoff_answers.labels(status=c["status"], reason=c["reason"]).inc()
+        return done
 
 
 def carry_out(

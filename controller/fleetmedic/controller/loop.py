@@ -139,6 +139,7 @@ class Controller:
                 recorder.write,
                 self.acting,
                 clock,
+                metrics=self.metrics,
                 dry_run=self.dry_run,
                 watch_timeout=watch_timeout,
             )
