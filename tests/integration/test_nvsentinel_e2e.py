@@ -184,7 +184,7 @@ def test_a_xid79_request_reboots_once_completes_true_and_nvsentinel_takes_the_no
         assert nv.condition(r, COMPLETE)["reason"] == "AwaitingExternalSystem", r
     assert ctlenv.node(b.kube, owned)["spec"].get("unschedulable"), "NVSentinel's cordon kept"
     port = yaml.safe_load(cfg.read_text())["metrics"]["port"]
-    answered = 'fleetmedic_nvsentinel_requests_answered_total{status="True",reason="Repaired"}'
+    answered = 'fleetmedic_nvsentinel_requests_answered_total{reason="Repaired",status="True"}'
     assert ctlenv.scrape(port, answered) == 1
     assert ctlenv.scrape(port, "fleetmedic_nvsentinel_requests_claimed") == 0
 
