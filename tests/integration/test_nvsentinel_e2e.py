@@ -223,7 +223,8 @@ def test_b_lost_gpu_climbs_to_manual_one_email_false_then_release_completes_true
 
     out = cli(cfg, "release", name)
     assert out.returncode == 0, out.stderr
-    assert "nvsentinel:" in out.stdout and "ReleasedByHuman" in out.stdout, out.stdout
+    said = f"nvsentinel: {req}: ExternalRemediationComplete=True (ReleasedByHuman)"
+    assert said in out.stdout, out.stdout  # (by the command, or the controller just before)
     done = nv.condition(req, COMPLETE)
     assert (done["status"], done["reason"]) == ("True", "ReleasedByHuman")
     wait_until(lambda: back_with_nvsentinel(b.kube, name), 30, "NVSentinel took the node back")

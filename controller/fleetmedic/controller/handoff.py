@@ -206,9 +206,10 @@ def carry_out(
 
 def answer_now(cfg: Config, kube: object, view: NodeView, when: datetime) -> str | None:
     """For a command a human ran (``fleetmedic release``): bring the request ``view``
-    answers one step further at once, without waiting for the controller. Returns what
-    was done, or None when the node answers no request. Raises FleetmedicError when the
-    request could not be read or written (the controller does it on its next pass then)."""
+    answers one step further at once, without waiting for the controller (which may have
+    been quicker). Returns how the request stands then, or None when the node answers no
+    request. Raises FleetmedicError when the request could not be read or written (the
+    controller does it on its next pass then)."""
     claim = handoff.Claim.of(view)
     if claim is None or not cfg.nvsentinel.enabled or not isinstance(kube, Kube):
         return None
@@ -219,7 +220,7 @@ def answer_now(cfg: Config, kube: object, view: NodeView, when: datetime) -> str
     except NotFoundError:
         req = None
     step = handoff.decide(req, view, when, cfg, catalog.load())
-    if step.idle:
+    if step.idle or req is None:
         return step.reason
     vocab, foreign = cfg.vocabulary(), cfg.foreign()
 
@@ -234,4 +235,6 @@ def answer_now(cfg: Config, kube: object, view: NodeView, when: datetime) -> str
             requests.post_event(written, step.event.reason, step.event.message, step.event.type)
     if step.after is not None:
         write(step.after)
-    return step.reason
+    done = nvsentinel.read(requests.get(req.name)).complete
+    said = f"{done.type}={done.status} ({done.reason})" if done else "no condition yet"
+    return f"{req.name}: {said}"
