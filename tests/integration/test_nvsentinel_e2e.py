@@ -9,7 +9,8 @@ Cases (issue 41): an Xid 79 request -> reboot -> Complete=True and the node back
 True; COMPONENT_RESET on one GPU UUID -> the reset of that GPU only; requests NVSentinel has
 not released -> untouched; SIGKILL mid-reboot and an API server restart -> one reboot and
 the request completed; a request deleted mid-repair -> the node held fenced, recorded; the
-responder off -> requests ignored.
+responder off -> requests ignored; NVSentinel's signals alone (the ``nvsentinel`` foreign
+preset) -> one repair, and another only when NVSentinel quarantines the node anew.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 import yaml
 
 from tests.harness import ctlenv, ctlwait
-from tests.harness.ctlbench import Benches, pool_name
+from tests.harness.ctlbench import Benches, fast_playbooks, pool_name
 from tests.harness.ctlenv import annotation, cli, history, state_of, taints, wait_until
 from tests.harness.ctlrbac import NAMESPACE, SA, install_controller_rbac, manifests
 from tests.harness.manifests import apply
@@ -363,3 +364,40 @@ def test_g_with_the_responder_off_requests_are_ignored(nvs):
     untouched(b.kube, name)
     assert nv.condition(req, COMPLETE)["reason"] == "AwaitingExternalSystem"
     assert "externalremediationrequest" not in proc.log.read_text()
+
+
+# -- h) NVSentinel's signals alone (no hand-off): one repair, not again from a stale signal ---
+def test_h_nvsentinel_signals_start_one_repair_and_again_only_when_set_anew(nvs):
+    b, nv = nvs(1)
+    [name] = b.register()
+    cfg = b.config(
+        ansible={"playbook_dir": fast_playbooks(b.dir), "forks": 5},  # (decisions, not reboots)
+        ladder={"reboot": {"phases": ["drain", "verify"]}},
+        foreign_signals=["nvsentinel"],
+    )
+    proc = b.controller(cfg)
+    wait_until(lambda: "watching" in proc.log.read_text(), 60, "the controller up")
+    nv.quarantine(name)  # NVSentinel's own part is under way: not ours yet
+    ctlwait.looked_again(b.kube, cfg, name)
+    untouched(b.kube, name)
+    nv.set_state(name, "drain-succeeded", "drain")  # its pipeline ends here (no remediation)
+    wait_until(lambda: len(history(b.kube, name)) == 1, 120, "one repair")
+    wait_until(lambda: state_of(b.kube, name) == "healthy", 60, "back from our side")
+    [attempt] = history(b.kube, name)
+    assert (attempt["step"], attempt["result"]) == ("reboot", "pass"), attempt
+    assert annotation(b.kube, name, "fleetmedic.io/foreign-handled"), "answered, recorded"
+    assert ctlenv.node(b.kube, name)["spec"].get("unschedulable"), "NVSentinel's cordon is its own"
+    ctlwait.looked_again(b.kube, cfg, name)  # the same signal stands: answered already
+    assert len(history(b.kube, name)) == 1
+    # NVSentinel's monitors find the node healthy: it lets go; a later quarantine is new
+    nv.take_back(name)
+    wait_until(
+        lambda: annotation(b.kube, name, "fleetmedic.io/foreign-handled") is None,
+        30,
+        "the record of the cleared signal dropped",
+    )
+    time.sleep(1.1)  # (fault-quarantine's cordon-timestamp label counts in whole seconds)
+    nv.quarantine(name)
+    nv.set_state(name, "drain-succeeded", "drain")
+    wait_until(lambda: len(history(b.kube, name)) == 2, 120, "the new quarantine repaired")
+    assert [a["ep"] for a in history(b.kube, name)] == [1, 2]
