@@ -1,6 +1,7 @@
 """NVSentinel's hand-off in the controller: the ExternalRemediationRequest responder.
 
-One part of the loop, with its own two threads (``nvsentinel.enabled``; off by default):
+One part of the loop (controller/parts.py), with its own two threads
+(``nvsentinel.enabled``; off by default):
 
 - an informer of ERRs (list once, then watch with bookmarks: controller/watcher.py's);
 - a worker that brings requests one step further (policy/handoff.py decides, this does):
@@ -10,8 +11,9 @@ One part of the loop, with its own two threads (``nvsentinel.enabled``; off by d
 
 The worker wakes when an ERR changes, when the Recorder wrote a node that answers a
 request (:meth:`Responder.written`, the listener the loop hands the Recorder: every rung's
-start and end is such a write, so progress needs no hook in the ladder), when a node
-watch event came (:meth:`poke`), and at least every ``RESYNC`` seconds. Everything it
+start and end is such a write, so progress needs no hook in the ladder), on each of the
+loop's cycles (:meth:`observe`: a node watch event, a worker's end), and at least every
+``RESYNC`` seconds. Everything it
 decides from is on the ERR and the Node, so a restarted controller carries on where the
 last one stopped: a finished ladder's request is completed on the next pass.
 
@@ -29,6 +31,7 @@ from fleetmedic import logcontext
 from fleetmedic.adapters.kube import Kube
 from fleetmedic.adapters.nvsentinel import Requests
 from fleetmedic.controller.metrics import Metrics
+from fleetmedic.controller.parts import Look, Part
 from fleetmedic.controller.watcher import NodeWatcher
 from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
 from fleetmedic.model import keys
@@ -63,7 +66,13 @@ class RequestWatcher(NodeWatcher[Request]):
         return self.source.watch(rv, self.watch_timeout)
 
 
-class Responder:
+class Responder(Part):
+    """The hand-off as a part of the loop: ``start`` and ``shutdown`` its threads, and
+    ``observe`` wakes its worker; the nodes it claims are the ladder's to repair, and those
+    NVSentinel still works on are held in the plan (controller/planner.py)."""
+
+    name = "nvsentinel"
+
     def __init__(
         self,
         cfg: Config,
@@ -117,6 +126,10 @@ class Responder:
             self._poked.set()
 
     def poke(self) -> None:
+        self._poked.set()
+
+    def observe(self, look: Look) -> None:
+        """A cycle of the loop (a node changed, a worker ended): look at the requests."""
         self._poked.set()
 
     # -- the worker -----------------------------------------------------------------------
