@@ -39,6 +39,12 @@ KIND = "ExternalRemediationRequest"
 PLURAL = "externalremediationrequests"
 
 
+def requests_of(cluster: object, group: str, version: str) -> Requests | None:
+    """The ERRs of ``cluster``'s API server; None when it has none (not a Kubernetes
+    cluster: the controller's code names no cluster class, only kinds/ and adapters do)."""
+    return Requests(cluster, group, version) if isinstance(cluster, Kube) else None
+
+
 class Requests:
     """The ERRs of one API server (``group``/``version`` as configured)."""
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 
 from fleetmedic import logcontext
-from fleetmedic.adapters.kube import Kube
-from fleetmedic.adapters.nvsentinel import Requests
+from fleetmedic.adapters.cluster import Cluster
+from fleetmedic.adapters.nvsentinel import Requests, requests_of
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.parts import Look, Part
 from fleetmedic.controller.watcher import NodeWatcher
@@ -76,7 +76,7 @@ class Responder(Part):
     def __init__(
         self,
         cfg: Config,
-        kube: object,
+        kube: Cluster,
         views: Callable[[], Mapping[str, NodeView]],
         write: Callable[[Update], NodeView],
         acting: Callable[[], bool],
@@ -88,12 +88,13 @@ class Responder(Part):
     ) -> None:
         """``views``: the loop's Node views by name; ``write``: the Recorder's RV-guarded
         write; ``acting``: True while this controller may change the cluster."""
-        if not isinstance(kube, Kube):
+        n = cfg.nvsentinel
+        requests = requests_of(kube, n.api_group, n.version)
+        if requests is None:
             raise ConfigError("nvsentinel: the hand-off needs a Kubernetes cluster")
         self.cfg, self.views, self.write, self.acting, self.clock = cfg, views, write, acting, clock
         self.dry_run, self.metrics = dry_run, metrics or Metrics()
-        n = cfg.nvsentinel
-        self.requests = Requests(kube, n.api_group, n.version)
+        self.requests = requests
         self.watcher = RequestWatcher(self.requests, watch_timeout)
         self.catalog = catalog.load()
         self._poked = threading.Event()
@@ -217,17 +218,17 @@ def carry_out(
     return True
 
 
-def answer_now(cfg: Config, kube: object, view: NodeView, when: datetime) -> str | None:
+def answer_now(cfg: Config, kube: Cluster, view: NodeView, when: datetime) -> str | None:
     """For a command a human ran (``fleetmedic release``): bring the request ``view``
     answers one step further at once, without waiting for the controller (which may have
     been quicker). Returns how the request stands then, or None when the node answers no
     request. Raises FleetmedicError when the request could not be read or written (the
     controller does it on its next pass then)."""
     claim = handoff.Claim.of(view)
-    if claim is None or not cfg.nvsentinel.enabled or not isinstance(kube, Kube):
-        return None
     n = cfg.nvsentinel
-    requests = Requests(kube, n.api_group, n.version)
+    requests = requests_of(kube, n.api_group, n.version) if n.enabled else None
+    if claim is None or requests is None:
+        return None
     try:
         req: Request | None = nvsentinel.read(requests.get(claim.err))
     except NotFoundError:

@@ -22,10 +22,12 @@ import json
 import click
 
 from fleetmedic import clikit
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller.cli import common, connect, now, operator, views
 from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
+from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.nodestate import view as view_of
 
 
@@ -77,7 +79,7 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
         click.echo(f"fleetmedic: warning: {line}", err=True)
 
 
-def _answer_nvsentinel(cfg: Config, kube: object, after) -> None:
+def _answer_nvsentinel(cfg: Config, kube: Cluster, after: NodeView) -> None:
     """A node NVSentinel handed over: its ExternalRemediationRequest is completed now (the
     controller would on its next pass; a failure here only says so)."""
     from fleetmedic.controller.handoff import answer_now

@@ -93,9 +93,18 @@ def test_xid_spellings(code, check, xid):
 
 
 def test_sxid_codes_use_the_sxid_table():
-    a = answer(event(action="NONE", check="SysLogsSXIDError", codes=("11004",)), CAT, {})
-    assert a.rung == fence_state(CAT.sxids[11004].action) == "manual"
+    # 11001 is a fatal SXid (reboot); as an Xid it is unknown (monitor): the SXid table decides
+    assert 11001 not in CAT.xids and CAT.unknown_xid_action == "monitor"
+    sxid = event(action="NONE", check="SysLogsSXIDError", codes=("11001",), fatal=False)
+    a = answer(sxid, CAT, {})
+    assert a.rung == fence_state(CAT.sxids[11001].action) == "reboot", a.why
     assert "xid" not in a.finding
+    # a non-fatal one (monitor since issue 39) fences nothing itself: isFatal false decides
+    a = answer(
+        event(action="NONE", check="SysLogsSXIDError", codes=("11004",), fatal=False), CAT, {}
+    )
+    assert fence_state(CAT.sxids[11004].action) is None
+    assert a.rung == "diagnose" and "SXID 11004: monitor" in a.why, a.why
 
 
 def test_a_bare_number_from_an_unknown_check_is_not_guessed():
