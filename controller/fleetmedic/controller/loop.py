@@ -22,7 +22,8 @@ record, the domain incidents and the letters still to deliver (outbox.py).
 
 This module wires the parts and runs the cycle, nothing else. The parts (the informer,
 the ladder's workers, sweeps, domains, breakers, the outbox, paperwork) share one
-lifecycle (parts.py), and the loop holds them in a list.
+lifecycle (parts.py), and the loop holds them in a list (with ``nvsentinel.enabled``,
+NVSentinel's responder too: handoff.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.domainkeeper import DomainKeeper
 from fleetmedic.controller.domainplayer import DomainPlayer
 from fleetmedic.controller.execute import Executor
+from fleetmedic.controller.handoff import Responder
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.outbox import Outbox
@@ -57,7 +59,7 @@ from fleetmedic.controller.workers import Workers
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy.actions import Action
+from fleetmedic.policy.actions import Action, Update
 from fleetmedic.policy.profiles import assign
 
 log = logging.getLogger(__name__)
@@ -112,7 +114,7 @@ class Controller:
         self.outbox = Outbox(
             cfg, CHANNELS, stop=stopped, store=store, ref=pause_configmap(cfg), acting=self.acting
         )
-        chatter = Chatter(cfg, stopped, cluster=cluster, outbox=self.outbox)
+        self.chatter = chatter = Chatter(cfg, stopped, cluster=cluster, outbox=self.outbox)
         self.paperwork = Paperwork(cfg.cluster_name)
         recorder = Recorder(
             kube,
@@ -120,8 +122,24 @@ class Controller:
             self.watcher.put,
             m,
             stopped,
-            on_written=chatter.written,
+            on_written=self._written,
             later=self.paperwork.post,
+        )
+        # NVSentinel's hand-off (controller/handoff.py): it hears the Recorder's writes
+        self.handoff = (
+            Responder(
+                cfg,
+                kube,
+                self.watcher.snapshot,
+                recorder.write,
+                self.acting,
+                clock,
+                metrics=m,
+                dry_run=dry,
+                watch_timeout=watch_timeout,
+            )
+            if cfg.nvsentinel.enabled
+            else None
         )
         executor = Executor(cfg, kube, cluster=cluster, on_run=lambda d: m.in_flight.inc(d))
         work = NodeWork(cfg, lead, recorder, executor, m, clock)
@@ -168,6 +186,7 @@ class Controller:
             NodeFeed(self.watcher, wake),
             *([self.sweeper] if self.sweeper else []),
             self.workers,
+            *([self.handoff] if self.handoff else []),
             self.domains,
             self.breakers,
             self.outbox,
@@ -226,6 +245,12 @@ class Controller:
     def acting(self) -> bool:
         """True while this controller may change the cluster: it leads, not a dry run."""
         return not self.dry_run and self.leadership.is_leading
+
+    def _written(self, upd: Update, view: NodeView) -> None:
+        """What the Recorder wrote goes to those who report it: chat, NVSentinel."""
+        self.chatter.written(upd, view)
+        if self.handoff:
+            self.handoff.written(upd, view)
 
     def restore(self) -> None:
         """Every part takes its records (at start; on becoming the leader)."""
