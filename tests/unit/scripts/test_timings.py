@@ -1,0 +1,116 @@
+"""scripts/timings.py refresh (`make timings`): a run's recorded seconds become the committed
+file's modules and slow tests; a whole run drops what the suite no longer has, a partial
+one replaces only what it ran; a bad record is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "scripts" / "timings.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+import timings  # noqa: E402
+
+from tests.scheduling import Timings  # noqa: E402
+
+OLD = {
+    "about": "x",
+    "runs": [],
+    "modules": {
+        "tests/integration/test_gone.py": {"seconds": 50.0, "tests": 2},
+        "tests/integration/test_kept.py": {"seconds": 80.0, "tests": 4},
+        "tests/unit/test_u.py": {"seconds": 1.0, "tests": 10},
+    },
+    "tests": {
+        "tests/integration/test_kept.py::slow": 70.0,
+        "tests/integration/test_gone.py::g": 45,
+    },
+}
+RUN = {
+    "tests/unit/test_u.py::a": 0.2,
+    "tests/unit/test_u.py::b": 2.5,
+    "tests/integration/test_new.py::n": 30.0,
+}
+
+
+def test_a_whole_run_replaces_everything():
+    doc = timings.refresh(OLD, RUN, [{"whole": True, "workers": 2}])
+    assert doc["modules"] == {
+        "tests/integration/test_new.py": {"seconds": 30.0, "tests": 1},
+        "tests/unit/test_u.py": {"seconds": 2.7, "tests": 2},
+    }
+    assert doc["tests"] == {
+        "tests/integration/test_new.py::n": 30.0,
+        "tests/unit/test_u.py::b": 2.5,
+    }
+    assert doc["runs"] == [{"workers": 2}]
+
+
+def test_a_partial_run_replaces_only_the_modules_it_ran():
+    doc = timings.refresh(OLD, RUN, [{"whole": False}])
+    assert set(doc["modules"]) == {
+        "tests/integration/test_gone.py",
+        "tests/integration/test_kept.py",
+        "tests/integration/test_new.py",
+        "tests/unit/test_u.py",
+    }
+    assert doc["modules"]["tests/unit/test_u.py"] == {"seconds": 2.7, "tests": 2}
+    assert doc["tests"]["tests/integration/test_kept.py::slow"] == 70.0
+
+
+def test_the_file_written_loads_back_and_reads_line_by_line(tmp_path):
+    doc = timings.refresh(OLD, RUN, [{"whole": True}])
+    out = tmp_path / "timings.json"
+    out.write_text(timings.dump(doc))
+    assert json.loads(out.read_text()) == doc
+    assert '"tests/unit/test_u.py": {"seconds": 2.7, "tests": 2}' in out.read_text().splitlines()
+    loaded = Timings.load(out)
+    assert loaded.modules["tests/integration/test_new.py"] == (30.0, 1)
+    assert loaded.tests == {
+        "tests/integration/test_new.py::n": 30.0,
+        "tests/unit/test_u.py::b": 2.5,
+    }
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT
+    )
+
+
+def test_refresh_from_records(tmp_path):
+    rec = tmp_path / "durations-unit.json"
+    rec.write_text(json.dumps({"run": {"whole": True}, "tests": RUN}))
+    out = tmp_path / "timings.json"
+    p = cli("refresh", str(rec), "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "3 tests" in p.stdout and "a whole run" in p.stdout
+    assert set(json.loads(out.read_text())["modules"]) == {
+        "tests/integration/test_new.py",
+        "tests/unit/test_u.py",
+    }
+
+
+@pytest.mark.parametrize("content", ["", "{}", '{"tests": {"a": "slow"}}'])
+def test_a_bad_record_is_one_line_and_exit_2(tmp_path, content):
+    rec = tmp_path / "durations-x.json"
+    rec.write_text(content)
+    out = tmp_path / "timings.json"
+    p = cli("refresh", str(rec), "--out", str(out))
+    assert p.returncode == 2
+    assert len(p.stderr.splitlines()) == 1 and str(rec) in p.stderr
+    assert not out.exists()
+
+
+def test_plan_prints_the_makespan(tmp_path):
+    doc = timings.refresh({}, RUN, [{"whole": True}])
+    out = tmp_path / "timings.json"
+    out.write_text(timings.dump(doc))
+    p = cli("plan", "--workers", "2", "--timings", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "makespan 30 s" in p.stdout
