@@ -2,7 +2,7 @@
 """The suite's committed timings (tests/timings.json): refreshed from a run's recorded
 durations, and the schedule they give.
 
-    timings.py refresh [RECORD.json ...] [--out tests/timings.json]
+    timings.py refresh [RECORD.json ...] [--junit REPORT.xml ...] [--whole] [--out FILE]
     timings.py plan [--workers N]
 
 - ``refresh`` (``make timings``): every pytest run of scripts/test.sh records each test's
@@ -11,6 +11,9 @@ durations, and the schedule they give.
   of ``NAMED_SECONDS`` or more by name. A module the records hold replaces its old entry;
   a module they lack stays, unless the records are of a whole run (scripts/test.sh with no
   arguments), which drops the modules that are gone. With no RECORD, the last run's.
+  ``--junit``: pytest's JUnit reports instead (their times are setup + call + teardown
+  too), e.g. from a CI run or a branch that did not record; ``--whole`` says they hold
+  the whole suite.
 - ``plan``: the scopes as tests/conftest.py forms them, each one's estimate, and each
   worker's seconds when N workers take them longest first (tests/scheduling.py).
 
@@ -55,6 +58,28 @@ def read_records(paths: list[Path]) -> tuple[dict[str, float], list[dict]]:
     return seconds, runs
 
 
+def read_junit(paths: list[Path], whole: bool) -> tuple[dict[str, float], list[dict]]:
+    """Per-test seconds from JUnit reports; a test's node id from its ``classname`` (the
+    module's dotted path, then any classes) and ``name``."""
+    import xml.etree.ElementTree as ET
+
+    seconds: dict[str, float] = {}
+    for path in paths:
+        try:
+            cases = list(ET.parse(path).getroot().iter("testcase"))
+        except (OSError, ET.ParseError) as exc:
+            raise SystemExit(f"timings: {path}: not a JUnit report ({exc})") from None
+        for case in cases:
+            parts = (case.get("classname") or "").split(".")
+            for i in range(len(parts), 0, -1):
+                module = "/".join(parts[:i]) + ".py"
+                if (ROOT / module).is_file():
+                    nodeid = "::".join([module, *parts[i:], case.get("name") or ""])
+                    seconds[nodeid] = seconds.get(nodeid, 0.0) + float(case.get("time") or 0)
+                    break
+    return seconds, [{"whole": whole}]
+
+
 def refresh(old: dict, seconds: dict[str, float], runs: list[dict]) -> dict:
     """The new committed document from the old one and a run's per-test seconds."""
     whole = bool(runs) and all(r.get("whole") for r in runs)
@@ -95,11 +120,14 @@ def dump(doc: dict) -> str:
 
 def cmd_refresh(args: argparse.Namespace) -> int:
     paths = args.records or [Path(p) for p in sorted(glob.glob(str(RECORDS / "durations-*.json")))]
-    if not paths:
+    if not paths and not args.junit:
         print(f"timings: no recorded run under {RECORDS} (run make test first)", file=sys.stderr)
         return 2
     try:
-        seconds, runs = read_records(paths)
+        if args.junit:
+            seconds, runs = read_junit(args.junit, args.whole)
+        else:
+            seconds, runs = read_records(paths)
     except SystemExit as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -141,6 +169,8 @@ def main() -> int:
     r.add_argument(
         "records", nargs="*", type=Path, help="durations-*.json (default: the last run's)"
     )
+    r.add_argument("--junit", nargs="+", type=Path, help="JUnit reports instead of records")
+    r.add_argument("--whole", action="store_true", help="the JUnit reports hold the whole suite")
     r.add_argument("--out", type=Path, default=scheduling.TIMINGS)
     p = sub.add_parser("plan", help="the schedule the committed timings give")
     p.add_argument("--workers", type=int, default=2)

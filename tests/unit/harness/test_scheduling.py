@@ -104,7 +104,8 @@ def test_each_worker_starts_on_a_heavy_group_then_takes_the_longest(queue, first
 
 
 def test_the_plan_of_longest_first():
-    assert sorted(scheduling.simulate({"a": 10, "b": 6, "c": 5, "d": 4}, 2)) == [11, 14]  # 10 + 4, 6 + 5
+    # 10 + 4 on one worker, 6 + 5 on the other
+    assert sorted(scheduling.simulate({"a": 10, "b": 6, "c": 5, "d": 4}, 2)) == [11, 14]
 
 
 # -- the xdist scheduler, in a simulated run ---------------------------------------------

@@ -114,3 +114,28 @@ def test_plan_prints_the_makespan(tmp_path):
     p = cli("plan", "--workers", "2", "--timings", str(out))
     assert p.returncode == 0, p.stderr
     assert "makespan 30 s" in p.stdout
+
+
+def test_junit_reports_map_back_to_node_ids(tmp_path):
+    """A report from a run that did not record (CI's, an older branch): classname is the
+    module's dotted path, then any classes."""
+    xml = tmp_path / "pytest.xml"
+    xml.write_text(
+        '<?xml version="1.0"?><testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.unit.scripts.test_timings" name="test_plan[x]" time="2.5"/>'
+        '<testcase classname="tests.unit.harness.test_scheduling.Cls" name="t" time="0.5"/>'
+        '<testcase classname="tests.unit.gone" name="t" time="9"/>'
+        "</testsuite></testsuites>"
+    )
+    seconds, runs = timings.read_junit([xml], whole=True)
+    assert seconds == {
+        "tests/unit/scripts/test_timings.py::test_plan[x]": 2.5,
+        "tests/unit/harness/test_scheduling.py::Cls::t": 0.5,
+    }
+    assert runs == [{"whole": True}]
+    out = tmp_path / "timings.json"
+    p = cli("refresh", "--junit", str(xml), "--whole", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["tests"] == {
+        "tests/unit/scripts/test_timings.py::test_plan[x]": 2.5
+    }
