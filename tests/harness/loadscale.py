@@ -44,7 +44,7 @@ def load_per_cpu(loadavg: str = "/proc/loadavg") -> float:
         return 1.0
 
 
-def factor() -> float:
+def factor(loadavg: str = "/proc/loadavg") -> float:
     """How many times its idle figure a deadline gets now: the load average per CPU,
     between 1 and MAX_FACTOR (or FLEETMEDIC_TEST_LOAD_FACTOR)."""
     fixed = os.environ.get(ENV, "")
@@ -53,7 +53,7 @@ def factor() -> float:
             return max(1.0, float(fixed))
         except ValueError:
             raise ValueError(f"{ENV}={fixed!r}: a number, 1 or more") from None
-    return min(MAX_FACTOR, max(1.0, load_per_cpu()))
+    return min(MAX_FACTOR, max(1.0, load_per_cpu(loadavg)))
 
 
 def scaled(seconds: float) -> int:
