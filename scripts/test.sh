@@ -23,7 +23,7 @@
 # FLEETMEDIC_SERIAL_LANES=1 runs the lanes one after another (to measure or to debug).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 2
 export PATH="$ROOT/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$ROOT/ansible.cfg"
 
@@ -58,16 +58,22 @@ LANE=""
 failed=()
 times=()  # "LANE<TAB>NAME<TAB>wall s<TAB>ok|FAILED<TAB>CPU s" per stage, for the table
 
-cpu_now() {  # CPU seconds (user + sys) of this shell's finished children so far
-  times | awk 'NR == 2 { t = 0; for (i = 1; i <= NF; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%.0f", t }'
+cpu_now() {  # CPU seconds (user + sys) of this shell's finished children so far, in $cpu
+  # (`times` here, not in a pipe or $(...): a forked shell counts from zero)
+  local f="$LANES/.times.$BASHPID"
+  times > "$f"
+  cpu=$(awk 'NR == 2 { t = 0; for (i = 1; i <= NF; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%.0f", t }' "$f")
+  rm -f "$f"
 }
 stage() {  # stage NAME CMD...
   local name=$1; shift
   echo "== $name"
-  local t0=$SECONDS c0 st=ok
-  c0=$(cpu_now)
+  local t0=$SECONDS c0 cpu st=ok
+  cpu_now; c0=$cpu
   if ! "$@"; then failed+=("$name"); st=FAILED; fi
-  local wall=$((SECONDS - t0)) cpu=$(($(cpu_now) - c0))
+  cpu_now
+  local wall=$((SECONDS - t0))
+  cpu=$((cpu - c0))
   echo "== $name: $st ($wall s)"
   [[ -z $LANE ]] || echo "== [$LANE] $name: $st ($wall s)" >&3
   times+=("${LANE:-main}"$'\t'"$name"$'\t'"$wall"$'\t'"$st"$'\t'"$cpu")
