@@ -71,6 +71,7 @@ def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -
                 or r["foreign_signals"]
                 or r["doing"]
                 or r["incidents"]
+                or r.get("unclassified")  # the agent's net caught driver errors
             ]
             if name:
                 click.echo(f"== cluster {name} ==")
@@ -295,21 +296,18 @@ def _domain_review(kube: Cluster, cfg: Config, vs: list[NodeView], at: datetime)
     """The domains as the next cycle would see them: the incidents on the record, and
     fences as recent as their state-since stamps say (this command has no memory of
     when each node fenced; a fence without a stamp does not count)."""
-    from fleetmedic.controller.switches import pause_configmap
+    from fleetmedic.controller import domainrecord
     from fleetmedic.model import keys
     from fleetmedic.policy import domains
 
     if not cfg.domains:
         return domains.NONE
-    ref = pause_configmap(cfg)
-    cm = kube.get_config_map(*ref) if ref else None
-    record = domains.decode(((cm or {}).get("data") or {}).get(domains.RECORD_KEY))
+    open_ = domainrecord.read(kube, cfg).open
     since = {
         v.name: v.annotations.get(keys.ANN_STATE_SINCE) or domains.BEFORE
         for v in vs
         if domains.fenced(v)
     }
-    open_ = tuple(i for i in record if i.open)
     return domains.review(vs, cfg.domains, at, domains.Memory(True, since), open_)
 
 

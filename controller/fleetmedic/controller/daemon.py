@@ -29,8 +29,14 @@ from fleetmedic.model.config import Config
 
 if TYPE_CHECKING:  # (imported when the daemon starts, not for --help)
     from fleetmedic.adapters.cluster import Cluster
-    from fleetmedic.controller.loop import Controller, Sidecar
+    from fleetmedic.controller.loop import Controller
     from fleetmedic.controller.metrics import Metrics
+
+
+Sidecar = Callable[[threading.Event, Callable[[], bool]], None]
+"""A detector run beside the loop (the Loki source), on a thread of its own, as
+``sidecar(stop, acting)``: until ``stop``, changing the cluster only while ``acting()``
+(:meth:`Controller.acting`; serve starts them)."""
 
 
 def _setup_logging(level: str) -> None:

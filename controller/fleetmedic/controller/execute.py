@@ -60,8 +60,8 @@ from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.adapters.slurm import SAVE_WINDOW_S
 from fleetmedic.adapters.slurmcluster import SlurmCluster
+from fleetmedic.controller import channels, ledger, migop, outbox, slurmdrain, slurmreboot
 from fleetmedic.controller import drain as drainmod
-from fleetmedic.controller import ledger, migop, slurmdrain, slurmreboot
 from fleetmedic.errors import (
     ConfigError,
     FleetmedicError,
@@ -343,18 +343,17 @@ class Executor:
             cluster=self.cluster,
             replaced_via=via,
         )
-        try:
-            sent = notify.send_escalation(esc, smtp)
+        letter = channels.email(
+            esc, id=f"email/escalation/{view.name}/e{action.ep}", what="escalation email",
+            profile=action.profile,
+        )  # fmt: skip
+        try:  # one try: the ladder keeps the record and retries (ladder.after_email)
+            sent = outbox.deliver_now(self.cfg, letter, channels.CHANNELS)
         except FleetmedicError as exc:  # TemporaryError (relay down), ConfigError (password)
             log.warning("%s: escalation email not sent: %s", view.name, exc)
             return Outcome("failed", message=str(exc))
-        log.info(
-            "%s: escalation email sent (%s, %d attachment(s))",
-            view.name,
-            sent.message_id,
-            len(sent.attached) + 1,
-        )
-        return Outcome("ok", message=sent.message_id)
+        log.info("%s: escalation email sent (%s)", view.name, sent)
+        return Outcome("ok", message=sent)
 
     # -- replace ------------------------------------------------------------
     def _replace(

@@ -25,7 +25,11 @@ from fleetmedic import logcontext
 from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.adapters.kube import Expired
 from fleetmedic.backoff import Backoff
+from fleetmedic.controller.parts import Part
 from fleetmedic.errors import FleetmedicError, PermanentError
+from fleetmedic.model.config import Config
+from fleetmedic.model.nodestate import NodeView, own_annotations
+from fleetmedic.model.nodestate import view as view_of
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +175,33 @@ class NodeWatcher(Generic[T]):
         kept = self.transform(node)
         self._store(self._key(node), _rv(node), kept)
         return kept
+
+
+def view_transform(cfg: Config) -> Callable[[dict], NodeView]:
+    """What the informer keeps of each Node: its view, holding only the annotations the
+    controller reads (its own and the configured BMC address one), not other tools'."""
+    vocab, foreign = cfg.vocabulary(), cfg.foreign()
+    keep = own_annotations(cfg.read_annotations())
+    return lambda node: view_of(node, vocab, foreign, keep=keep)
+
+
+class NodeFeed(Part):
+    """The loop's informer as one of its parts (controller/parts.py): started with the
+    loop, and the loop woken on every event."""
+
+    name = "nodes"
+
+    def __init__(self, watcher: NodeWatcher, wake: Callable[[], None]) -> None:
+        self.watcher, self.wake = watcher, wake
+
+    def start(self, stop: threading.Event) -> None:
+        self.watcher.start(stop)
+        logcontext.thread(self._relay, args=(stop,), name="fleetmedic-wake").start()
+
+    def _relay(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if self.watcher.wait_for_change(1.0):
+                self.wake()
 
 
 def _rv(node: dict) -> int:

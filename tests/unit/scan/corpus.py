@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from fleetmedic.scan import Finding, Scanner
+from fleetmedic.scan.scanner import is_fabric_log
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 
@@ -58,12 +59,13 @@ def reports() -> tuple[dict, ...]:
 
 
 def scan_line(line: str) -> list[Finding]:
-    return Scanner(dedup=False).feed(line)
+    """As ``fleetmedic scan --no-dedup`` on a one-line file (a held line comes out at the end)."""
+    return list(Scanner(dedup=False, fabric=is_fabric_log(line)).scan([line]))
 
 
 def scan_report(report: dict) -> list[Finding]:
-    scanner = Scanner(dedup=False)
-    return [f for line in report["lines"] for f in scanner.feed(line)]
+    fabric = is_fabric_log("\n".join(report["lines"]))
+    return list(Scanner(dedup=False, fabric=fabric).scan(report["lines"]))
 
 
 @dataclasses.dataclass

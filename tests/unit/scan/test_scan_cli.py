@@ -10,7 +10,7 @@ from pathlib import Path
 
 from scan_helpers import DATA, assert_valid
 
-from fleetmedic.scan import JSON_FIELDS
+from fleetmedic.scan import JSON_FIELDS, Scanner
 from fleetmedic.scan.finding import Finding
 
 XID79 = "[ 100.0] NVRM: Xid (PCI:0000:3B:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
@@ -227,3 +227,35 @@ def test_journal_without_journalctl_exits_3_with_one_line(tmp_path: Path):
 def test_unknown_does_not_follow():
     result = scan("--unknown", "--follow", "/dev/null")
     assert result.returncode == 2 and "--unknown reads whole files" in result.stderr
+
+
+def test_scan_reads_a_fabric_manager_log_file(tmp_path: Path):
+    """Issue 39 item 3: Fabric Manager's own log through the same command (published
+    lines: leptonai/gpud's Fabric Manager tests and testdata)."""
+    log = tmp_path / "fabricmanager.log"
+    log.write_text(
+        "[Feb 25 2025 13:59:45] [INFO] [tid 1808] multicast group 0 is freed.\n"
+        "[Jul 09 2024 18:14:07] [ERROR] [tid 12727] detected NVSwitch non-fatal error 12028 on "
+        "fid 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61\n"
+        "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 "
+        "on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33\n"
+    )
+    result = scan("--json", str(log))
+    assert result.returncode == 1, result.stderr  # the fatal one fences
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["line"], r["kind"], r["code"], r["pci"], r["action"]) for r in rows] == [
+        (2, "fabricmanager", 12028, "0000:86:00", "monitor"),
+        (3, "fabricmanager", 20034, "0000:86:00", "reset"),
+    ]
+
+
+def test_fabric_manager_rules_stay_out_of_kernel_log_scans():
+    """Their literals would slow the bulk scan of every kernel log (issue 39's speed
+    target); a Fabric Manager log is recognised by its own format or its unit's name."""
+    from fleetmedic.scan.scanner import is_fabric_log
+
+    assert "GPU NVL" not in Scanner().triggers
+    assert "GPU NVL" in Scanner(fabric=True).triggers
+    assert is_fabric_log("[Feb 25 2025 13:59:45] [INFO] [tid 1808] multicast group 0 is freed.")
+    assert is_fabric_log("Jan 30 11:58:43 node systemd[1]: nvidia-fabricmanager.service: Killing")
+    assert not is_fabric_log(XID79 + XID13)
