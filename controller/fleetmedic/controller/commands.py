@@ -220,6 +220,7 @@ def _sweep_items(
     """The sweeps the controller's next cycle would start, those under way (a node under
     the maintenance taint: a controller's sweep, which this command cannot tell from an
     orphan), and each pool whose sweeps are held, in `plan`'s item shape."""
+    from fleetmedic.adapters.cluster import pods_of
     from fleetmedic.controller.podwatch import gpu_nodes_now
     from fleetmedic.policy import sweep
 
@@ -229,7 +230,7 @@ def _sweep_items(
         at,
         cfg,
         assignment,
-        gpu_busy=gpu_nodes_now(kube),
+        gpu_busy=gpu_nodes_now(pods_of(kube, "sweeps")),
         sweeping=running,
         skip=admitted,
         paused=paused,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from fleetmedic.adapters import runner
-from fleetmedic.adapters.cluster import Cluster
+from fleetmedic.adapters.cluster import Cluster, pods_of
 from fleetmedic.controller.leadership import Leadership
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.parts import Look, Part
@@ -80,7 +80,8 @@ class Sweeper(Part):
         self.cfg, self.kube, self.leadership, self.put = cfg, kube, leadership, put
         self.metrics, self.clock, self.dry_run = metrics, clock, dry_run
         self.vocab = cfg.vocabulary()
-        self.pods = GpuPodWatcher(kube, watch_timeout=watch_timeout)
+        self.pod_api = pods_of(kube, "sweeps")  # (the config refuses sweeps without pods)
+        self.pods = GpuPodWatcher(self.pod_api, watch_timeout=watch_timeout)
         size = sum(
             c.sweep.max_concurrent
             for c in (cfg.profile(n) for n in cfg.profile_names())
@@ -208,7 +209,7 @@ class Sweeper(Part):
         if view.in_repair or not view.maintenance:
             log.info("%s: not swept: fenced or cordoned meanwhile", name)
             return None
-        pods, _ = self.kube.list_pods_on_node(name)
+        pods, _ = self.pod_api.list_pods_on_node(name)
         taken = [p["metadata"]["name"] for p in pods if sweep.wants_gpu(p)]
         if taken:
             self._end(name, None)
