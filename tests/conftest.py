@@ -31,6 +31,7 @@ pytest_plugins = [
         "tests.harness.mesh_fixtures",
         "tests.harness.slurm_fixtures",
         "tests.harness.slurmfleet_fixtures",
+        "tests.harness.timeout_scaling",
     )
     if __import__("importlib.util").util.find_spec(p) is not None
 ]
