@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT))
 from tests import scheduling  # noqa: E402  (the tree's root on the path first)
 
 RECORDS = ROOT / "build" / "test-reports"
-RUN_KEYS = ("started", "wall_seconds", "workers", "cpus", "load_start", "load_end")
+RUN_KEYS = ("started", "wall_seconds", "workers", "cpus", "load_start", "load_end", "whole")
 NAMED_SECONDS = 2.0  # a test this slow is kept by name; faster ones share their module's rest
 ABOUT = (
-    "Per-module and slow-test seconds of the last full run (make timings; scripts/timings.py): "
-    "tests/scheduling.py orders pytest's work longest first with them."
+    "Per-module and slow-test seconds of the runs below (make timings; scripts/timings.py; "
+    "'whole': the whole suite): tests/scheduling.py orders pytest's work longest first with them."
 )
 
 
@@ -60,15 +60,25 @@ def read_records(paths: list[Path]) -> tuple[dict[str, float], list[dict]]:
 
 def read_junit(paths: list[Path], whole: bool) -> tuple[dict[str, float], list[dict]]:
     """Per-test seconds from JUnit reports; a test's node id from its ``classname`` (the
-    module's dotted path, then any classes) and ``name``."""
+    module's dotted path, then any classes) and ``name``. Each report's run: its start and
+    seconds as its ``testsuite`` gives them."""
     import xml.etree.ElementTree as ET
 
     seconds: dict[str, float] = {}
+    runs: list[dict] = []
     for path in paths:
         try:
-            cases = list(ET.parse(path).getroot().iter("testcase"))
+            root = ET.parse(path).getroot()
         except (OSError, ET.ParseError) as exc:
             raise SystemExit(f"timings: {path}: not a JUnit report ({exc})") from None
+        cases = list(root.iter("testcase"))
+        for suite in root.iter("testsuite"):
+            run: dict = {"whole": whole}
+            if suite.get("timestamp"):
+                run["started"] = suite.get("timestamp", "")[:19] + "Z"
+            if suite.get("time"):
+                run["wall_seconds"] = float(suite.get("time", 0))
+            runs.append(run)
         for case in cases:
             parts = (case.get("classname") or "").split(".")
             for i in range(len(parts), 0, -1):
@@ -77,7 +87,7 @@ def read_junit(paths: list[Path], whole: bool) -> tuple[dict[str, float], list[d
                     nodeid = "::".join([module, *parts[i:], case.get("name") or ""])
                     seconds[nodeid] = seconds.get(nodeid, 0.0) + float(case.get("time") or 0)
                     break
-    return seconds, [{"whole": whole}]
+    return seconds, runs or [{"whole": whole}]
 
 
 def refresh(old: dict, seconds: dict[str, float], runs: list[dict]) -> dict:

@@ -5,8 +5,10 @@ one replaces only what it ran; a bad record is one line and exit 2."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -48,7 +50,7 @@ def test_a_whole_run_replaces_everything():
         "tests/integration/test_new.py::n": 30.0,
         "tests/unit/test_u.py::b": 2.5,
     }
-    assert doc["runs"] == [{"workers": 2}]
+    assert doc["runs"] == [{"workers": 2, "whole": True}]
 
 
 def test_a_partial_run_replaces_only_the_modules_it_ran():
@@ -121,7 +123,8 @@ def test_junit_reports_map_back_to_node_ids(tmp_path):
     module's dotted path, then any classes."""
     xml = tmp_path / "pytest.xml"
     xml.write_text(
-        '<?xml version="1.0"?><testsuites><testsuite name="pytest">'
+        '<?xml version="1.0"?><testsuites>'
+        '<testsuite name="pytest" timestamp="2026-11-28T17:35:44.437105+00:00" time="2042.1">'
         '<testcase classname="tests.unit.scripts.test_timings" name="test_plan[x]" time="2.5"/>'
         '<testcase classname="tests.unit.harness.test_scheduling.Cls" name="t" time="0.5"/>'
         '<testcase classname="tests.unit.gone" name="t" time="9"/>'
@@ -132,10 +135,36 @@ def test_junit_reports_map_back_to_node_ids(tmp_path):
         "tests/unit/scripts/test_timings.py::test_plan[x]": 2.5,
         "tests/unit/harness/test_scheduling.py::Cls::t": 0.5,
     }
-    assert runs == [{"whole": True}]
+    assert runs == [{"whole": True, "started": "2026-11-28T17:35:44Z", "wall_seconds": 2042.1}]
     out = tmp_path / "timings.json"
     p = cli("refresh", "--junit", str(xml), "--whole", "--out", str(out))
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["tests"] == {
         "tests/unit/scripts/test_timings.py::test_plan[x]": 2.5
     }
+
+
+def test_a_parallel_run_records_every_test_once_and_make_timings_folds_it_in(tmp_path):
+    """The real thing end to end: pytest with 2 xdist workers and --record-timings (the
+    controller sees every report), then `timings.py refresh` on the record."""
+    files = ["tests/unit/harness/test_loadscale.py", "tests/unit/scripts/test_pytest_workers.py"]
+    record, junit, out = tmp_path / "rec.json", tmp_path / "j.xml", tmp_path / "timings.json"
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"]
+    argv += ["--dist", "loadscope", f"--record-timings={record}", "--whole-suite"]
+    argv += [f"--junitxml={junit}", *files]
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ran = [
+        f"{c.get('classname').replace('.', '/')}.py::{c.get('name')}"
+        for c in ET.parse(junit).getroot().iter("testcase")
+    ]
+    data = json.loads(record.read_text())
+    assert sorted(data["tests"]) == sorted(ran) and len(ran) > 4
+    assert data["run"]["workers"] == 2 and data["run"]["whole"] is True
+    assert all(s >= 0 for s in data["tests"].values()) and sum(data["tests"].values()) > 0
+    r = cli("refresh", str(record), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    t = Timings.load(out)
+    assert set(t.modules) == set(files)
+    assert sum(n for _, n in t.modules.values()) == len(ran)
