@@ -138,6 +138,9 @@ pip_install() {
 }
 have="$(cat "$stamp" 2>/dev/null || true)"
 [[ $have == "$key $EXTRA" || $have == "$key test" ]] || timed pip pip_install
+# The virtualenv is ready: scripts/test.sh starts the static checks and the unit tests now,
+# beside the component steps (the Go builds), when it names a file here.
+[[ -z ${FLEETMEDIC_SETUP_VENV_READY:-} ]] || : > "$FLEETMEDIC_SETUP_VENV_READY"
 
 # --- component steps (each is idempotent and caches by version)
 export PATH="$ROOT/.venv/bin:$PATH"

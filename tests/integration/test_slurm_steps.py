@@ -171,7 +171,10 @@ def test_reboot_through_slurm_keeps_the_node_ours_until_we_resume_it(sf, slurm):
     assert r.boot_after > r.requested_at and r.boot_after > r.boot_before + 1
     assert node.boots == boots + 1 and node.boot_id() != before_id
     info = slurm.node(node.name)
-    assert info.state == "down" and info.flags == {"DRAIN"}, info
+    # drained again with our reason: DOWN+DRAIN, or IDLE+DRAIN when slurmd registered again
+    # (ReturnToService=2) before the step's poll saw the node back (kinds/slurmreboot.py;
+    # seen at load ~20): out of service and ours either way
+    assert info.state in ("down", "idle") and info.flags == {"DRAIN"}, info
     assert info.reason == OURS, "drained again with our reason, without Slurm's notes"
     print(f"reboot through Slurm: ok in {r.seconds:.1f} s ({r.message})")
 
