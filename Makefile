@@ -1,7 +1,9 @@
 # The two commands the README starts with: `make demo` and `make test`. Each builds what
 # it uses (scripts/setup.sh's NEEDED_BY table): the demo only its parts, the test suite
-# everything, as a bare `make setup` does.
-.PHONY: setup setup-demo test demo lint clean image
+# everything, as a bare `make setup` does. `make test` runs setup itself (scripts/test.sh),
+# so the static checks and unit tests start once the virtualenv is ready, beside the Go
+# builds.
+.PHONY: setup setup-demo test demo lint clean image timings
 
 setup:
 	@bash scripts/setup.sh
@@ -9,8 +11,13 @@ setup:
 setup-demo:
 	@bash scripts/setup.sh demo
 
-test: setup
+test:
 	@bash scripts/test.sh
+
+# Fold the last `make test`'s recorded seconds per test (build/test-reports/durations-*.json)
+# into tests/timings.json, the committed file pytest orders its work by (longest first).
+timings:
+	@python3 scripts/timings.py refresh
 
 demo: setup-demo
 	@bash scripts/demo.sh

@@ -2,7 +2,7 @@
 """How many pytest-xdist workers the suite runs with (scripts/test.sh): sized by the
 machine, not a fixed number.
 
-    pytest_workers.py            print the count (1: serial, no xdist)
+    pytest_workers.py [--lane integration|unit|subset]    print the count (1: serial)
 
 - CPU: one worker per CPU. The suite mostly waits (reboots, API servers, timeouts), but
   its waits have deadlines: with one worker more than the CPUs (3 on 2) a full run had
@@ -19,6 +19,7 @@ A bad value is one line on stderr and exit 2.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -45,7 +46,9 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
-def workers(cpu: int, free_gib: float, override: str | None = None) -> int:
+def workers(
+    cpu: int, free_gib: float, override: str | None = None, lane: str = "integration"
+) -> int:
     """The worker count: ``override`` when given, else min(cpu, free / per worker), at
     least 1."""
     if override not in (None, ""):
@@ -55,9 +58,12 @@ def workers(cpu: int, free_gib: float, override: str | None = None) -> int:
     return max(1, min(cpu, int(free_gib // PER_WORKER_GIB)))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lane", choices=("integration", "unit", "subset"), default="integration")
+    args = ap.parse_args(argv)
     try:
-        n = workers(cpus(), mem_available_gib(), os.environ.get(ENV))
+        n = workers(cpus(), mem_available_gib(), os.environ.get(ENV), lane=args.lane)
     except ValueError as exc:
         print(f"pytest_workers: {exc}", file=sys.stderr)
         return 2

@@ -13,9 +13,11 @@ reproducer script outside the suite (tests/receptor/wedge_repro.py)."""
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
+from tests import scheduling
 from tests.harness.procs import ReplacedUnderCI, refuse_under_ci
 
 pytest_plugins = [
@@ -29,6 +31,7 @@ pytest_plugins = [
         "tests.harness.mesh_fixtures",
         "tests.harness.slurm_fixtures",
         "tests.harness.slurmfleet_fixtures",
+        "tests.harness.timeout_scaling",
     )
     if __import__("importlib.util").util.find_spec(p) is not None
 ]
@@ -37,6 +40,11 @@ SKIP_SWITCH = re.compile(r"FLEETMEDIC_\w+_SKIP")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    record = config.getoption("--record-timings")
+    if record and not hasattr(config, "workerinput"):  # the process that sees every report
+        config.pluginmanager.register(
+            scheduling.Recorder(Path(record), config.getoption("--whole-suite")), "timings-recorder"
+        )
     if os.environ.get("CI") != "true":
         return
     switches = sorted(k for k, v in os.environ.items() if SKIP_SWITCH.fullmatch(k) and v)
@@ -55,10 +63,11 @@ def pytest_configure(config: pytest.Config) -> None:
 # controllers come up once, or a group of files that share a heavy session fixture (the
 # kubelet node, Loki, the Receptor mesh), so one worker brings it up and the others never;
 # a unit test file. Each worker brings up its own API server and session fleet (free
-# ports, free fleet subnets, names with its pid). Integration scopes go first (testpaths
-# order, no reordering by size): the long ones start early, unit files fill the tail.
-# (A scheduler of our own rather than xdist_group marks: pytest 9 ignores the node id
-# suffix that xdist 3.8's loadgroup sets.)
+# ports, free fleet subnets, names with its pid). The scopes run longest first, by the
+# durations the last full run recorded (tests/timings.json, `make timings`), and the
+# groups go to different workers (tests/scheduling.py). (A scheduler of our own rather
+# than xdist_group marks: pytest 9 ignores the node id suffix that xdist 3.8's loadgroup
+# sets.)
 WORKER_GROUPS = {
     "tests/integration/test_agent_daemonset.py": "kubelet",
     "tests/integration/test_kubelet_node.py": "kubelet",
@@ -91,14 +100,21 @@ def xdist_scope(nodeid: str) -> str:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     if config.getvalue("dist") != "loadscope":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    return scheduling.make_scheduler(config, log, xdist_scope)
 
-    class Scheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return xdist_scope(nodeid)
 
-    config.option.loadscopereorder = False
-    return Scheduling(config, log)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-timings",
+        metavar="PATH",
+        help="write each test's seconds to PATH as JSON (scripts/timings.py refresh reads it)",
+    )
+    parser.addoption(
+        "--whole-suite",
+        action="store_true",
+        help="this run is (a lane of) the whole suite, as scripts/test.sh runs it: its record"
+        " says so, and `make timings` then drops the modules the suite no longer has",
+    )
 
 
 def misgrouped(items: list[pytest.Item]) -> list[str]:
@@ -122,3 +138,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wrong = misgrouped(items)
     if wrong:
         raise pytest.UsageError(f"tests/conftest.py WORKER_GROUPS: {'; '.join(wrong)}")
+    order = scheduling.longest_first(
+        [item.nodeid for item in items], xdist_scope, scheduling.Timings.load()
+    )
+    items[:] = [items[i] for i in order]

@@ -28,6 +28,7 @@ import yaml
 
 from tests.harness import manifests as shipped
 from tests.harness import procs
+from tests.harness.loadscale import Deadline
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "agent"
@@ -188,14 +189,14 @@ def wait_until(
     interval: float = 0.1,
     on_timeout: Callable[[], str] | None = None,
 ) -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)  # an idle machine's figure, stretched by the load
     while True:
         value = fn()
         if value:
             return value
-        if time.monotonic() > deadline:
+        if deadline.passed():
             extra = f"\n{on_timeout()}" if on_timeout else ""
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{extra}")
+            raise AssertionError(f"timed out after {deadline} waiting for {what}{extra}")
         time.sleep(interval)
 
 

@@ -170,9 +170,17 @@ class BmcSet:
         self.stop()
 
     def start(
-        self, fleet, nodes: Iterable | None = None, timeout: float = 30.0, ipmi: bool = True
+        self,
+        fleet,
+        nodes: Iterable | None = None,
+        timeout: float = 30.0,
+        ipmi: bool = True,
+        detached: bool = False,
     ) -> BmcSet:
-        """A BMC per node (Redfish, and IPMI on UDP 623 unless ``ipmi`` is false)."""
+        """A BMC per node (Redfish, and IPMI on UDP 623 unless ``ipmi`` is false).
+        ``detached``: the emulators outlive this process (tests/harness/bmc_cli.py); with
+        the set's directory under the fleet's, the fleet's teardown stops them (it ends every
+        process whose command line names a file of the fleet)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         cert, key = self._tls()
         config = self._config()
@@ -214,7 +222,7 @@ class BmcSet:
                     stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONPATH": str(ROOT)},
                     start_new_session=True,
-                    preexec_fn=_stop_with_parent,
+                    preexec_fn=None if detached else _stop_with_parent,
                 )
             self.bmcs[n.name] = bmc
             new.append(bmc)

@@ -41,6 +41,8 @@ from typing import Any
 
 import yaml
 
+from tests.harness.loadscale import Deadline
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 FLEETMEDIC = VENV_BIN / "fleetmedic"
@@ -104,8 +106,9 @@ def wait_until(
     tolerate: tuple[type[BaseException], ...] = (),
 ) -> Any:
     """Poll ``predicate`` until it is truthy; exceptions in ``tolerate`` count as "not yet"
-    (e.g. an API server slow to answer on a loaded machine)."""
-    deadline = time.monotonic() + timeout
+    (e.g. an API server slow to answer on a loaded machine). ``timeout`` is an idle
+    machine's figure, stretched by the load (tests/harness/loadscale.py)."""
+    deadline = Deadline(timeout)
     while True:
         try:
             value = predicate()
@@ -113,8 +116,8 @@ def wait_until(
             value = None
         if value:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        if deadline.passed():
+            raise AssertionError(f"timed out after {deadline} waiting for {what}")
         time.sleep(interval)
 
 
@@ -462,8 +465,9 @@ class ControllerProcess:
     """``fleetmedic run --config CONFIG`` in the background, logging to ``log``. It is
     stopped (SIGTERM) if the process that started it dies."""
 
-    def __init__(self, config: Path, log: Path, *args: str) -> None:
-        self.config, self.log, self.args = config, log, args
+    def __init__(self, config: Path, log: Path, *args: str, prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: run it under a command (``nsenter --net=...``: another bastion)."""
+        self.config, self.log, self.args, self.prefix = config, log, args, prefix
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> ControllerProcess:
@@ -475,7 +479,7 @@ class ControllerProcess:
         out = self.log.open("ab")
         try:
             self.proc = subprocess.Popen(
-                [str(FLEETMEDIC), "run", "--config", str(self.config), *self.args],
+                [*self.prefix, str(FLEETMEDIC), "run", "--config", str(self.config), *self.args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

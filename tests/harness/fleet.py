@@ -65,6 +65,7 @@ from tests.harness.fleet_sys import (
     read_record,
     teardown_resources,
 )
+from tests.harness.loadscale import Deadline
 
 ROOT = Path(__file__).resolve().parents[2]
 NODETREE_SCRIPT = ROOT / "scripts" / "setup.d" / "20-nodetree.sh"
@@ -301,8 +302,10 @@ class Fleet:
 
     def wait_ssh(self, nodes: list[Node] | None = None, timeout: float = 30.0) -> float:
         """Wait until every node's sshd sends its banner. One-line FleetError naming the
-        first node that did not, with its console log."""
+        first node that did not, with its console log. ``timeout`` is an idle machine's
+        figure, stretched by the load (tests/harness/loadscale.py)."""
         t0 = time.monotonic()
+        deadline = Deadline(timeout)
         pending = list(nodes if nodes is not None else self.nodes)
         while pending:
             pending = [n for n in pending if not _ssh_banner(n.address)]
@@ -314,9 +317,10 @@ class Fleet:
                     f"fleet {self.name}: supervisor died; log at {self.dir / 'supervisor.log'}"
                 )
             failed = [n for n in pending if n.status().get("state") == "failed"]
-            if failed or time.monotonic() - t0 > timeout:
+            if failed or deadline.passed():
                 n = (failed or pending)[0]
-                why = "failed to boot" if failed else f"did not reach sshd within {timeout:.0f} s"
+                within = f"did not reach sshd within {deadline.allowed():.0f} s"
+                why = "failed to boot" if failed else within
                 raise FleetError(f"{n.name} {why}; console log at {n.console_log}")
             time.sleep(0.05)
         return time.monotonic() - t0

@@ -105,6 +105,30 @@ def test_one_gpu_is_reset_alone_when_named(node):
     assert [g.get("resets") for g in nvml(node)["gpus"]] == [None, 1]
 
 
+@pytest.mark.parametrize(
+    "named",
+    [
+        "GPU-fa4e5d1c-0000-4000-8000-000000000001",  # GPU 1's UUID (NVSentinel's GPU_UUID)
+        "0000:28:00.0",  # its PCI bus id as NVSentinel writes it (nvidia-smi: 00000000:28:00.0)
+    ],
+)
+def test_one_gpu_named_by_uuid_or_bus_id_is_reset_alone(node, named):
+    set_nvml(node, {"gpus": [{}, {"ecc_volatile_uncorrected": 4}]})
+    r = run_reset(node.fleet, node, fleetmedic_reset_gpu_ids=[named])
+    assert r.rc == 0, failures(r)
+    assert [g.get("resets") for g in nvml(node)["gpus"]] == [None, 1]
+
+
+def test_a_gpu_named_that_the_node_does_not_list_fails_with_one_line(node):
+    set_nvml(node, {"gpus": [{}, {"ecc_volatile_uncorrected": 4}]})
+    r = run_reset(node.fleet, node, fleetmedic_reset_gpu_ids=["GPU-00000000-dead"])
+    assert r.rc == 2 and hosts_with(r, "runner_on_failed") == {node.name}
+    line = failures(r)[-1]
+    assert line.startswith(f"{node.name}: no GPU GPU-00000000-dead on this node"), line
+    assert "\n" not in line
+    assert all("resets" not in g for g in nvml(node)["gpus"]), "nothing reset"
+
+
 def test_a_refused_reset_fails_the_node_with_one_line(node):
     set_nvml(node, {"gpus": [{}, {"ecc_volatile_uncorrected": 4, "in_use": True}]})
     boots = node.boots

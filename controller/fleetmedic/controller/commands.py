@@ -141,7 +141,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         name: breakermod.reason(breakermod.resume(switches.breaker_of(name)))
         for name in cfg.profile_names()
     }
-    from fleetmedic.policy import domains
+    from fleetmedic.policy import domains, handoff
 
     incidents = _domain_review(kube, cfg, vs, at)
     p = make_plan(
@@ -152,7 +152,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         paused=switches.paused,
         breaker_reason=breaker_reason,
         assignment=assignment,
-        holds=domains.holds(incidents),
+        holds={**handoff.holds(vs, cfg), **domains.holds(incidents)},  # (as the loop's)
         count_once=domains.grouped(incidents),
     )
     held = {a.node: why for a, why in p.admission.held}

@@ -22,7 +22,8 @@ record, the domain incidents and the letters still to deliver (outbox.py).
 
 This module wires the parts and runs the cycle, nothing else. The parts (the informer,
 the ladder's workers, sweeps, domains, breakers, the outbox, paperwork) share one
-lifecycle (parts.py), and the loop holds them in a list.
+lifecycle (parts.py), and the loop holds them in a list (with ``nvsentinel.enabled``,
+NVSentinel's responder too: handoff.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.domainkeeper import DomainKeeper
 from fleetmedic.controller.domainplayer import DomainPlayer
 from fleetmedic.controller.execute import Executor
+from fleetmedic.controller.handoff import Responder
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.outbox import Outbox
@@ -57,7 +59,7 @@ from fleetmedic.controller.workers import Workers
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy.actions import Action
+from fleetmedic.policy.actions import Action, Update
 from fleetmedic.policy.profiles import assign
 
 log = logging.getLogger(__name__)
@@ -83,7 +85,11 @@ class Controller:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
         watch_timeout: int = 300,
+        observe_leases: bool = False,
+        leader_guard: Callable[[], None] | None = None,
     ) -> None:
+        """``observe_leases`` and ``leader_guard``: the Leadership options a cluster kind
+        asks for (a Slurm cluster's controllers on several bastions: kinds/slurmha.py)."""
         self.cfg, self.kube, self.clock = cfg, kube, clock
         self.dry_run = dry = dry_run or cfg.dry_run
         self.identity = identity or cfg.leader_election.identity or default_identity()
@@ -101,12 +107,14 @@ class Controller:
             on_gained=self.restore,
             on_lost=self._on_lost,
             on_change=lambda leading: m.leader.set(1 if leading else 0),
+            observe=observe_leases,
+            guard=leader_guard,
         )
         store = None if dry else kube
         self.outbox = Outbox(
             cfg, CHANNELS, stop=stopped, store=store, ref=pause_configmap(cfg), acting=self.acting
         )
-        chatter = Chatter(cfg, stopped, cluster=cluster, outbox=self.outbox)
+        self.chatter = chatter = Chatter(cfg, stopped, cluster=cluster, outbox=self.outbox)
         self.paperwork = Paperwork(cfg.cluster_name)
         recorder = Recorder(
             kube,
@@ -114,8 +122,24 @@ class Controller:
             self.watcher.put,
             m,
             stopped,
-            on_written=chatter.written,
+            on_written=self._written,
             later=self.paperwork.post,
+        )
+        # NVSentinel's hand-off (controller/handoff.py): it hears the Recorder's writes
+        self.handoff = (
+            Responder(
+                cfg,
+                kube,
+                self.watcher.snapshot,
+                recorder.write,
+                self.acting,
+                clock,
+                metrics=m,
+                dry_run=dry,
+                watch_timeout=watch_timeout,
+            )
+            if cfg.nvsentinel.enabled
+            else None
         )
         executor = Executor(cfg, kube, cluster=cluster, on_run=lambda d: m.in_flight.inc(d))
         work = NodeWork(cfg, lead, recorder, executor, m, clock)
@@ -162,6 +186,7 @@ class Controller:
             NodeFeed(self.watcher, wake),
             *([self.sweeper] if self.sweeper else []),
             self.workers,
+            *([self.handoff] if self.handoff else []),
             self.domains,
             self.breakers,
             self.outbox,
@@ -220,6 +245,12 @@ class Controller:
     def acting(self) -> bool:
         """True while this controller may change the cluster: it leads, not a dry run."""
         return not self.dry_run and self.leadership.is_leading
+
+    def _written(self, upd: Update, view: NodeView) -> None:
+        """What the Recorder wrote goes to those who report it: chat, NVSentinel."""
+        self.chatter.written(upd, view)
+        if self.handoff:
+            self.handoff.written(upd, view)
 
     def restore(self) -> None:
         """Every part takes its records (at start; on becoming the leader)."""

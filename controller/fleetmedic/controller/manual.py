@@ -22,10 +22,12 @@ import json
 import click
 
 from fleetmedic import clikit
+from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller.cli import common, connect, now, operator, views
 from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
+from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.nodestate import view as view_of
 
 
@@ -48,7 +50,8 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
         raise NotFoundError(f"node {node} not found") from None
     if v.state == "healthy":
         raise FleetmedicError(f"node {node} is not in repair (no fleetmedic repair taint)")
-    if v.state != "manual" and not force:
+    held = keys.ANN_HOLD in v.annotations  # (stopped for a human: nothing under way)
+    if v.state != "manual" and not force and not held:
         raise FleetmedicError(
             f"node {node} is in {v.state}, which the controller is still "
             "working on; use --force to release it anyway"
@@ -57,7 +60,7 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
 
     clikit.audit_on_stderr()
     upd = releasemod.release(v, now(), cfg, by=operator())
-    write_by_hand(
+    after = write_by_hand(
         kube,
         upd,
         cfg.vocabulary(),
@@ -67,12 +70,31 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
         why=f"{v.state} -> healthy by hand",
     )
     click.echo(f"{node}: {v.state} -> healthy (released by {operator()})")
+    _answer_nvsentinel(cfg, kube, after)
     from fleetmedic.adapters import chat
     from fleetmedic.controller.chatter import deliver_now
 
     back = chat.repaired(node, f"released by {operator()} ({v.state} -> healthy)")
     for line in deliver_now(cfg, v, back):
         click.echo(f"fleetmedic: warning: {line}", err=True)
+
+
+def _answer_nvsentinel(cfg: Config, kube: Cluster, after: NodeView) -> None:
+    """A node NVSentinel handed over: its ExternalRemediationRequest is completed now (the
+    controller would on its next pass; a failure here only says so)."""
+    from fleetmedic.controller.handoff import answer_now
+
+    try:
+        said = answer_now(cfg, kube, after, now())
+    except FleetmedicError as exc:
+        click.echo(
+            f"fleetmedic: warning: NVSentinel's request not completed yet ({exc}); "
+            "the running controller completes it",
+            err=True,
+        )
+        return
+    if said:
+        click.echo(f"nvsentinel: {said}")
 
 
 @click.command(

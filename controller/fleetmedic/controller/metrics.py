@@ -99,6 +99,18 @@ class Metrics:
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )
+        self.handoff_answers = Counter(
+            "fleetmedic_nvsentinel_requests_answered",
+            "NVSentinel ExternalRemediationRequests completed, by ExternalRemediationComplete "
+            "status (True, False) and reason (Repaired, EscalatedToHuman, ...)",
+            ["status", "reason"],
+            registry=r,
+        )
+        self.handoff_claimed = Gauge(
+            "fleetmedic_nvsentinel_requests_claimed",
+            "Nodes NVSentinel handed over that fleetmedic answers now (its claim on the Node)",
+            registry=r,
+        )
         self.replacements = Counter(
             "fleetmedic_replacements",
             "Replace rung hand-offs to the cloud, by profile, way (delete_node, "

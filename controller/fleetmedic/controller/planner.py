@@ -1,5 +1,6 @@
 """One cycle's plan, and when to look again: the policy's ``decide_all`` and ``make_plan``
-with what the loop's parts know (the breakers, the pause switch, the domain incidents).
+with what the loop's parts know (the breakers, the pause switch, the domain incidents),
+and the nodes NVSentinel works on (policy/handoff.py: one owner at a time).
 
 The pause ConfigMap is read only when there is something to admit or a breaker is open
 (to watch for a reset), so an idle fleet costs no API call.
@@ -15,7 +16,7 @@ from fleetmedic.controller.breakerkeeper import Breakers
 from fleetmedic.controller.parts import Look
 from fleetmedic.controller.switches import SwitchReader
 from fleetmedic.model.config import Config
-from fleetmedic.policy import budget, domains
+from fleetmedic.policy import budget, domains, handoff
 from fleetmedic.policy.actions import Kind
 from fleetmedic.policy.plan import Decision, Plan, actionable, decide_all, make_plan
 
@@ -55,7 +56,7 @@ class Planner:
             paused=paused,
             breaker_reason=self.breakers.reasons(),
             assignment=look.assignment,
-            holds=domains.holds(incidents),
+            holds={**handoff.holds(look.views, self.cfg), **domains.holds(incidents)},
             count_once=domains.grouped(incidents),
         )
 

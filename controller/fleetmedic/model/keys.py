@@ -38,6 +38,9 @@ ANN_REPLACED = PREFIX + "replaced"  # controller: handed to the cloud for a new 
 ANN_QUARANTINE = PREFIX + "quarantine"  # controller: deep diagnostics' recommendation
 ANN_QUARANTINE_REQUEST = PREFIX + "quarantine-request"  # a human: `fleetmedic quarantine`
 ANN_PARTITION = PREFIX + "partition-layout"  # controller: GPU partitions before the repair
+ANN_HANDOFF = PREFIX + "nvsentinel"  # controller: the NVSentinel request it answers (handoff.py)
+ANN_RESET_GPUS = PREFIX + "reset-gpus"  # controller: the GPUs the reset rung is for (JSON list)
+ANN_HOLD = PREFIX + "hold"  # controller: why the ladder stopped here for a human (JSON)
 
 ALL_ANNOTATIONS = (
     ANN_SSH_HOST,
@@ -57,4 +60,7 @@ ALL_ANNOTATIONS = (
     ANN_QUARANTINE,
     ANN_QUARANTINE_REQUEST,
     ANN_PARTITION,
+    ANN_HANDOFF,
+    ANN_RESET_GPUS,
+    ANN_HOLD,
 )

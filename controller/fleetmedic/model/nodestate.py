@@ -14,6 +14,7 @@ name), and the controller's views keep only the annotations it reads (``keep``, 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -45,12 +46,15 @@ class Seen:
 class ForeignSignal:
     """A signal from another tool that means "enter the ladder at ``enters``".
 
-    ``kind`` is ``taint`` (match key and, if given, value) or ``condition``
-    (match a NodeCondition ``type`` whose ``status`` equals ``value``).
-    ``after_repair`` says what happens to it once fleetmedic's repair passed verify:
-    ``clear`` (remove exactly that taint) or ``wait-for-change`` (act again only when the
-    tool sets it anew). ``severity_label``: a node label whose value picks the rung
-    (``severity_rungs``; a value mapped to None enters nothing).
+    ``kind`` is ``taint`` (match key and, if given, value), ``condition`` (match a
+    NodeCondition ``type`` whose ``status`` equals ``value``; ``key`` may be a glob such as
+    ``*``, then ``reason`` (a glob) narrows it: NVSentinel names a condition after each of
+    its checks) or ``label`` (a label ``key`` whose value is one of ``values``, any if
+    none). ``fingerprint_labels``: labels whose values tell a label signal set anew (the
+    tool's timestamp label). ``after_repair`` says what happens to it once fleetmedic's
+    repair passed verify: ``clear`` (remove exactly that taint) or ``wait-for-change`` (act
+    again only when the tool sets it anew). ``severity_label``: a node label whose value
+    picks the rung (``severity_rungs``; a value mapped to None enters nothing).
     """
 
     kind: str
@@ -62,11 +66,38 @@ class ForeignSignal:
     severity_label: str | None = None
     severity_rungs: tuple[tuple[str, str | None], ...] = ()
     evidence_annotation: str | None = None
+    values: tuple[str, ...] = ()
+    reason: str | None = None
+    fingerprint_labels: tuple[str, ...] = ()
 
     def seen(self, node: Mapping[str, Any]) -> Seen | None:
         """This signal as it stands on ``node``, or None when the node does not carry it."""
         taint = None
-        if self.kind == "taint":
+        said: str | None = None
+        if self.kind == "label":
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            found = labels.get(self.key)
+            if found is None or (self.values and found not in self.values):
+                return None
+            stamps = [str(labels.get(k) or "") for k in self.fingerprint_labels]
+            fingerprint = "|".join((found, *stamps))
+        elif self.kind == "condition" and _is_glob(self.key, self.reason):
+            want = self.value or "True"
+            conds = [
+                c
+                for c in (node.get("status") or {}).get("conditions") or []
+                if c.get("status") == want
+                and fnmatch.fnmatchcase(str(c.get("type") or ""), self.key)
+                and fnmatch.fnmatchcase(str(c.get("reason") or ""), self.reason or "*")
+            ]
+            if not conds:
+                return None
+            conds.sort(key=lambda c: str(c.get("type")))
+            fingerprint = ",".join(
+                f"{c.get('type')}@{c.get('lastTransitionTime') or ''}" for c in conds
+            )
+            said = "; ".join(f"{c.get('type')}: {c.get('message') or ''}".strip() for c in conds)
+        elif self.kind == "taint":
             taint = next(
                 (
                     t
@@ -100,7 +131,7 @@ class ForeignSignal:
             severity = (meta.get("labels") or {}).get(self.severity_label)
             if severity is not None:
                 enters = dict(self.severity_rungs).get(severity, self.enters)
-        evidence = None
+        evidence = said
         if self.evidence_annotation:
             evidence = (meta.get("annotations") or {}).get(self.evidence_annotation)
         return Seen(
@@ -117,7 +148,14 @@ class ForeignSignal:
         return self.seen(node) is not None
 
     def describe(self) -> str:
-        return f"{self.kind} {self.key}" + (f"={self.value}" if self.value is not None else "")
+        if self.kind == "label":
+            return f"label {self.key}" + (f" in ({','.join(self.values)})" if self.values else "")
+        said = f"{self.kind} {self.key}" + (f"={self.value}" if self.value is not None else "")
+        return said + (f" reason {self.reason}" if self.reason else "")
+
+
+def _is_glob(key: str, reason: str | None) -> bool:
+    return reason is not None or any(ch in key for ch in "*?[")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)  # slots: the controller keeps one per node

@@ -78,6 +78,10 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
     n = NodeCtx(view, now, cfg)
     if view.annotations.get(keys.ANN_PAUSE) == "true":
         return n.action(Kind.NONE, f"paused by the {keys.ANN_PAUSE} annotation on the node")
+    if keys.ANN_HOLD in view.annotations:  # (policy/handoff.py: its request withdrawn)
+        held = view.annotation_json(keys.ANN_HOLD)
+        why = held.get("why") if isinstance(held, dict) else None
+        return n.action(Kind.NONE, f"held for a human: {why or view.annotations[keys.ANN_HOLD]}")
     try:
         fl = InFlight.decode(n.raw)
     except ValueError as exc:

@@ -13,7 +13,7 @@ from datetime import datetime
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import foreign
+from fleetmedic.policy import foreign, handoff
 from fleetmedic.policy.actions import HEALTHY, Event, Update
 from fleetmedic.policy.history import RELEASED, Attempt, decode, last_episode, stamp
 from fleetmedic.policy.inflight import InFlight
@@ -56,8 +56,13 @@ def reset(view: NodeView, now: datetime, cfg: Config, by: str = "a human") -> Up
     a reset stops fleetmedic, it does not vouch for the node, so other tools' signals stay,
     recorded as answered (they start the ladder again only when their tool sets them anew)."""
     upd = _returned(view, now, cfg, by, foreign.left_in_place(view))
+    ann = dict(upd.annotations)
+    claim = handoff.Claim.of(view)
+    if claim is not None:  # NVSentinel is told the repair stopped, not that it passed
+        ann[keys.ANN_HANDOFF] = dataclasses.replace(claim, stopped=by).encode()
     return dataclasses.replace(
         upd,
+        annotations=ann,
         remove_slow_network=True,
         events=(Event("RepairReset", f"all fleetmedic taints removed by {by}"),),
     )
@@ -79,8 +84,10 @@ def _returned(
         annotations={
             keys.ANN_IN_FLIGHT: None,
             keys.ANN_ESCALATED: None,
-            # a human decided: an open request for a quarantine is answered by that too
+            # a human decided: an open request for a quarantine is answered by that too,
+            # and a hold for a human (policy/handoff.py) is lifted
             keys.ANN_QUARANTINE_REQUEST: None,
+            keys.ANN_HOLD: None,
             **theirs.annotations,
         },
         remove_taints=theirs.remove_taints,

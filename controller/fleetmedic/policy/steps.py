@@ -159,6 +159,7 @@ def returned(n: NodeCtx, fl: InFlight, said: str, extra: dict | None = None) -> 
         annotations={
             keys.ANN_IN_FLIGHT: None,
             keys.ANN_ESCALATED: None,
+            keys.ANN_RESET_GPUS: None,  # (this episode's: the next one names its own)
             **theirs.annotations,
             **(extra or {}),
         },

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.harness.loadscale import Deadline
 from tests.unit.cli.test_bad_input import closed_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -91,14 +93,28 @@ def test_once_gives_up_after_the_timeout_with_exit_3(setup, command):
     assert 3 <= took < 60, took
 
 
-def test_the_daemon_keeps_waiting_with_one_line_per_outage(setup):
+def test_the_daemon_keeps_waiting_with_one_line_per_outage(setup, tmp_path, monkeypatch):
+    """Each failed attempt is seen as it happens, not guessed from a sleep: before each
+    wait the daemon asks systemd for more start time (sd_notify ``EXTEND_TIMEOUT_USEC``)
+    on the notify socket, which the test holds."""
     cfg, _, port = setup
-    p = fleetmedic("run", "--dry-run", "--config", str(cfg), start_new_session=True)
-    try:
-        time.sleep(8)  # back-off 0.5, 1, 2, 4 s: five attempts in 8 s, still waiting
-        assert p.poll() is None, p.stderr.read() if p.stderr else ""
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        monkeypatch.setenv("NOTIFY_SOCKET", path)
+        p = fleetmedic("run", "--dry-run", "--config", str(cfg), start_new_session=True)
+        try:
+            attempts, deadline = 0, Deadline(60)  # the interpreter's start, then 0.5+1+2 s
+            while attempts < 4:
+                sock.settimeout(max(0.1, deadline.remaining()))
+                try:
+                    message = sock.recv(4096).decode()
+                except TimeoutError:
+                    pytest.fail(f"{attempts} failed attempts seen after {deadline}")
+                attempts += message.startswith("EXTEND_TIMEOUT_USEC=")
+            assert p.poll() is None, p.stderr.read() if p.stderr else ""
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)
     _, err = p.communicate(timeout=30)
     down = [ln for ln in err.splitlines() if f"127.0.0.1:{port}" in ln]
     assert len(down) == 1 and "retrying with back-off" in down[0], err

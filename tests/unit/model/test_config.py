@@ -225,7 +225,10 @@ def test_relative_paths_are_relative_to_the_file(tmp_path):
             "leader_election: {renew_deadline: 5m}",
             "need retry_period < renew_deadline < lease_duration",
         ),
-        ("foreign_signals: [{kind: label, key: x}]", "foreign_signals.0.kind: input should be"),
+        (
+            "foreign_signals: [{kind: annotation, key: x}]",
+            "foreign_signals.0.kind: input should be",
+        ),
         ("metrics: {port: http}", "metrics.port: input should be a valid integer"),
         ("- just a list", "must be a mapping at the top level"),
         ("smtp: [unclosed", "line 1 column"),

@@ -104,3 +104,27 @@ def test_command_line_exit_status(tmp_path):
     )
     assert ok.returncode == 0
     assert short.returncode == 1 and short.stderr.startswith("check_pytest_run: ")
+
+
+def test_the_lanes_reports_count_together_and_a_test_in_two_is_named(tmp_path):
+    """scripts/test.sh runs tests/unit and tests/integration in lanes, a report each."""
+    unit = report(tmp_path, PASSED)
+    other = tmp_path / "integration.xml"
+    other.write_text(
+        report(
+            tmp_path / "..", '<testcase classname="tests.integration.test_b" name="t"/>'
+        ).read_text()
+    )
+    assert check_pytest_run.check([unit, other], 2, []) == []
+    [short] = check_pytest_run.check([unit, other], 3, [])
+    assert "2 tests in the run, but the suite holds 3" in short
+    twice = tmp_path / "again.xml"
+    twice.write_text(unit.read_text())
+    [dup] = check_pytest_run.check([unit, other, twice], 2, [])
+    assert dup == "in two reports (report.xml, again.xml): tests.unit.test_a::test_ok"
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT), str(unit), str(other), "--expect", "2"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr

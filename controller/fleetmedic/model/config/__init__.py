@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import PrivateAttr, ValidationError, model_validator
+from pydantic import PrivateAttr, ValidationError, field_validator, model_validator
 
 from fleetmedic.errors import ConfigError, one_line
 from fleetmedic.model.config.bmc import BmcConfig
@@ -41,6 +41,7 @@ from fleetmedic.model.config.ladder import (
     StepConfig,
 )
 from fleetmedic.model.config.notify import NotifyConfig, TargetConfig
+from fleetmedic.model.config.nvsentinel import NvsentinelConfig
 from fleetmedic.model.config.profiles import DEFAULT_PROFILE, ProfileConfig, deep_merge
 from fleetmedic.model.config.safety import BreakerConfig, DrainConfig, FlapConfig, SafetyConfig
 from fleetmedic.model.config.sections import (
@@ -51,6 +52,7 @@ from fleetmedic.model.config.sections import (
     MetricsConfig,
     SmtpConfig,
     TaintsConfig,
+    expand_foreign,
 )
 from fleetmedic.model.config.slurm import ClusterKind, SlurmConfig
 from fleetmedic.model.config.sources import LokiConfig, SourcesConfig
@@ -86,6 +88,7 @@ __all__ = [
     "LokiConfig",
     "MetricsConfig",
     "NotifyConfig",
+    "NvsentinelConfig",
     "PlaybookConfig",
     "PlaybooksConfig",
     "ProfileConfig",
@@ -118,7 +121,11 @@ class Config(Section):
     taints: TaintsConfig = TaintsConfig()
     foreign_signals: tuple[ForeignSignalConfig, ...] = DEFAULT_FOREIGN
     """Other tools' verdicts accepted as entry into `reboot` on a healthy node: Konduktor's
-    faulty taint, the AWS GPU health check's taint, node-problem-detector's GPUProblem."""
+    faulty taint, the AWS GPU health check's taint, node-problem-detector's GPUProblem.
+    An entry may name a preset (fleetmedic/data/foreign_presets.yaml): `konduktor`,
+    `aws-gpu-healthcheck`, `npd` (the default is these three), `nvsentinel`."""
+    nvsentinel: NvsentinelConfig = NvsentinelConfig()
+    """fleetmedic as NVSentinel's external remediator (model/config/nvsentinel.py). Off."""
     ladder: LadderConfig = LadderConfig()
     ansible: AnsibleConfig = AnsibleConfig()
     executor: ExecutorConfig = ExecutorConfig()
@@ -178,6 +185,11 @@ class Config(Section):
         """This cluster's name, in a cluster's effective config (else None)."""
         return self._cluster_name
 
+    @field_validator("foreign_signals", mode="before")
+    @classmethod
+    def _foreign_presets(cls, v: Any) -> Any:
+        return expand_foreign(v)
+
     @model_validator(mode="before")
     @classmethod
     def _power_cycle_by_default(cls, data: Any) -> Any:
@@ -226,6 +238,7 @@ class Config(Section):
         # what the loop would need from Kubernetes and a Slurm node does not have
         unsupported = [
             ("sweep", self.sweep is not None and self.sweep.enabled, "sweeps need pods"),
+            ("nvsentinel", self.nvsentinel.enabled, "NVSentinel hands over Kubernetes Nodes"),
             ("domains", bool(self.domains), "domains group nodes by Kubernetes labels"),
             ("ladder.order: replace", "replace" in self.ladder.order, "replace deletes the Node"),
         ]

@@ -39,6 +39,7 @@ OVERRIDABLE = (
     "sources",
     "profiles",
     "bmc",
+    "nvsentinel",
 )
 """Top-level sections a cluster may override (metrics, taints and Ansible are the
 controller's own: one endpoint, one vocabulary, one set of playbooks)."""
@@ -74,6 +75,9 @@ class ClusterConfig(Section):
     """Replaces (not merges) the top-level profiles for this cluster."""
     bmc: dict[str, Any] | None = None
     """Merged over the top-level `bmc` (e.g. this site's BMC credentials or address label)."""
+    nvsentinel: dict[str, Any] | None = None
+    """Merged over the top-level `nvsentinel` (e.g. `enabled: false` where NVSentinel does
+    not run: a Slurm cluster must say so when the top level turns the hand-off on)."""
 
     @model_validator(mode="after")
     def _kube_for_kubernetes(self) -> ClusterConfig:

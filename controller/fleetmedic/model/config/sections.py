@@ -3,8 +3,11 @@ signal, SMTP, metrics and leader election. See the package docstring."""
 
 from __future__ import annotations
 
+from functools import cache
+from importlib import resources
 from typing import Any, Literal
 
+import yaml
 from pydantic import Field, field_validator, model_validator
 
 from fleetmedic.model import selector
@@ -90,11 +93,22 @@ closer" (a warning, a suspect GPU), so the vendor's diagnostics decide before an
 
 
 class ForeignSignalConfig(Section):
-    kind: Literal["taint", "condition"]
+    kind: Literal["taint", "condition", "label"]
     """`taint` matches a taint key (and value if given); `condition` a NodeCondition type
-    whose status equals `value` (default "True")."""
+    whose status equals `value` (default "True"); `label` a label key (with one of
+    `values`, if given)."""
     key: str
+    """The taint key, label key or condition type. For a condition, a glob (`*`) with
+    `reason`: a tool that names a condition after each of its checks (NVSentinel)."""
     value: str | None = None
+    values: tuple[str, ...] = ()
+    """`label`: the values that are the signal (empty: any value)."""
+    reason: str | None = None
+    """`condition`: a glob the condition's reason must match (required with a glob key, or
+    `*` would take the kubelet's own conditions)."""
+    fingerprint_labels: tuple[str, ...] = ()
+    """`label`: labels whose values tell the signal set anew (the tool's timestamp label):
+    with `wait-for-change`, a new value means a new fault, not the one already answered."""
     tool: str = Field("", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$|^$")
     """Short name of the tool (status, inventory group `foreign_<tool>`); default: the key."""
     enters: ForeignRung = "reboot"
@@ -103,7 +117,8 @@ class ForeignSignalConfig(Section):
     """After fleetmedic's repair passed verify: `clear` removes exactly this taint (for tools
     that never clear their own, or a repaired node would enter again: a loop);
     `wait-for-change` acts again only when the tool sets the signal anew (a new taint
-    `timeAdded`/value, a new condition `lastTransitionTime`), for tools that re-check."""
+    `timeAdded`/value, a new condition `lastTransitionTime`, a new label value), for tools
+    that re-check."""
     severity_label: str | None = None
     """A node label whose value picks the rung (`severity_rungs`), e.g. the AWS suite's."""
     severity_rungs: dict[str, ForeignRung | None] = Field(default_factory=dict)
@@ -113,11 +128,20 @@ class ForeignSignalConfig(Section):
 
     @model_validator(mode="after")
     def _clear_taints_only(self) -> ForeignSignalConfig:
-        if self.kind == "condition" and self.after_repair == "clear":
+        if self.kind != "taint" and self.after_repair == "clear":
             raise ValueError(
-                "after_repair: clear removes a taint; a condition belongs to the tool that "
+                f"after_repair: clear removes a taint; a {self.kind} belongs to the tool that "
                 "sets it (use wait-for-change)"
             )
+        if self.kind == "condition" and self.reason is None and any(c in self.key for c in "*?["):
+            raise ValueError(
+                f"key {self.key!r} is a glob: add `reason` (a glob such as *IsNotHealthy), "
+                "or it takes the kubelet's own conditions (Ready, ...)"
+            )
+        if self.kind != "label" and (self.values or self.fingerprint_labels):
+            raise ValueError("values and fingerprint_labels are for `kind: label`")
+        if self.kind == "label" and self.value is not None:
+            raise ValueError("`kind: label` takes `values` (a list), not `value`")
         return self
 
     def signal(self) -> ForeignSignal:
@@ -131,30 +155,42 @@ class ForeignSignalConfig(Section):
             severity_label=self.severity_label,
             severity_rungs=tuple(self.severity_rungs.items()),
             evidence_annotation=self.evidence_annotation,
+            values=self.values,
+            reason=self.reason,
+            fingerprint_labels=self.fingerprint_labels,
         )
 
 
-DEFAULT_FOREIGN = (
-    # Konduktor never removes its own taint: clear it after our verified repair.
-    ForeignSignalConfig(
-        kind="taint", key="trainy.konduktor.ai/faulty", tool="konduktor", after_repair="clear"
-    ),
-    # The AWS GPU health-check agent removes its taint when its own checks pass, and says
-    # how bad it is in a severity label and its results in an annotation.
-    ForeignSignalConfig(
-        kind="taint",
-        key="gpu-healthcheck.aws-samples.io/unhealthy",
-        tool="aws-gpu-healthcheck",
-        after_repair="wait-for-change",
-        severity_label="gpu-healthcheck.aws-samples.io/severity",
-        severity_rungs={"ISOLATE": "manual", "REBOOT": "reboot", "RESET": "reset", "MONITOR": None},
-        evidence_annotation="gpu-healthcheck.aws-samples.io/results",
-    ),
-    # node-problem-detector re-evaluates its condition; its lastTransitionTime says when.
-    ForeignSignalConfig(
-        kind="condition", key="GPUProblem", value="True", tool="npd", after_repair="wait-for-change"
-    ),
-)
+@cache
+def foreign_presets() -> dict[str, tuple[ForeignSignalConfig, ...]]:
+    """The presets of fleetmedic/data/foreign_presets.yaml, by name."""
+    text = resources.files("fleetmedic.data").joinpath("foreign_presets.yaml").read_text()
+    return {
+        name: tuple(ForeignSignalConfig.model_validate(e) for e in entries)
+        for name, entries in yaml.safe_load(text).items()
+    }
+
+
+def expand_foreign(value: Any) -> Any:
+    """`foreign_signals` with each preset name (a string) replaced by its entries."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    out: list[Any] = []
+    for item in value:
+        if isinstance(item, str):
+            known = foreign_presets()
+            if item not in known:
+                raise ValueError(
+                    f"unknown foreign-signal preset {item!r} (known: {', '.join(sorted(known))})"
+                )
+            out.extend(known[item])
+        else:
+            out.append(item)
+    return out
+
+
+DEFAULT_FOREIGN_PRESETS = ("konduktor", "aws-gpu-healthcheck", "npd")
+DEFAULT_FOREIGN: tuple[ForeignSignalConfig, ...] = tuple(expand_foreign(DEFAULT_FOREIGN_PRESETS))
 
 
 class SmtpConfig(Section):

@@ -1,11 +1,15 @@
 """The repair verbs: ``reset`` (the GPUs), ``reboot``, ``power_cycle`` (through the BMC) and
 ``reinstall`` (the vendor's driver or ROCm). Each runs the playbook of its name
 (``ladder.playbooks``), disturbs the node's work (a maintenance window holds it), and the
-ones that boot the node read its boot id first (phases/probe.py)."""
+ones that boot the node read its boot id first (phases/probe.py). A reset is for the GPUs
+the episode names (``fleetmedic.io/reset-gpus``, e.g. from NVSentinel's request,
+policy/handoff.py), else for every GPU."""
 
 from __future__ import annotations
 
+from fleetmedic.model import keys
 from fleetmedic.model.config.ladder import BOOTING_PHASES
+from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy.actions import Action, Kind, Outcome
 from fleetmedic.policy.inflight import InFlight
 from fleetmedic.policy.phase import Phase, Verdict
@@ -17,7 +21,16 @@ from fleetmedic.policy.steps import NodeCtx
 def act(n: NodeCtx, fl: InFlight, resumed: bool) -> Action:
     if fl.phase in BOOTING_PHASES and probe.wanted(fl, resumed):
         return probe.act(n, fl, resumed)
-    return run_playbook(n, fl, resumed, disruptive=True)
+    extra = reset_targets(n.view) if fl.phase == "reset" else {}
+    return run_playbook(n, fl, resumed, extra, disruptive=True)
+
+
+def reset_targets(view: NodeView) -> dict:
+    """The GPUs this episode's reset is for (UUIDs or PCI bus ids); none named: every GPU."""
+    gpus = view.annotation_json(keys.ANN_RESET_GPUS)
+    if not isinstance(gpus, list) or not gpus:
+        return {}
+    return {"fleetmedic_reset_gpu_ids": [str(g) for g in gpus]}
 
 
 def complete(n: NodeCtx, fl: InFlight, action: Action, outcome: Outcome) -> Verdict:

@@ -1,0 +1,81 @@
+"""NVSentinel's responder joins the loop as one of its parts (controller/parts.py), and
+the loop's plan leaves alone the nodes NVSentinel still works on (one owner at a time):
+the planner holds them, with or without the hand-off, whenever NVSentinel is known."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from fleetmedic.adapters.kube import Kube
+from fleetmedic.controller.handoff import Responder
+from fleetmedic.controller.loop import Controller
+from fleetmedic.controller.parts import Look
+from fleetmedic.model.config import parse
+from fleetmedic.policy.profiles import assign
+from tests.unit.controller.test_parts import NOW, NOWHERE, node
+
+STATE = "dgxc.nvidia.com/nvsentinel-state"
+
+
+def controller(**extra) -> Controller:
+    cfg = parse(
+        {
+            "safety": {
+                "min_healthy": 0,
+                "max_concurrent": 10,
+                "max_concurrent_percent": 100,
+                "breaker": {"enabled": False},
+                "pause_configmap": "",
+            },
+            "ansible": {"playbook_dir": "/pb"},
+            **extra,
+        }
+    )
+    kube = Kube(client.ApiClient(client.Configuration(host=NOWHERE)), NOWHERE)
+    return Controller(cfg, kube, dry_run=True, clock=lambda: NOW)
+
+
+def test_the_responder_is_a_part_only_when_the_hand_off_is_on():
+    assert not any(isinstance(p, Responder) for p in controller().parts)
+    ctl = controller(nvsentinel={"enabled": True})
+    try:
+        names = [p.name for p in ctl.parts]
+        assert ctl.handoff is not None and ctl.handoff in ctl.parts
+        # after the ladder's workers (a repair records its end first), before the paperwork
+        assert names.index("ladder") < names.index("nvsentinel") < names.index("paperwork")
+        ctl.handoff._poked.clear()
+        ctl.handoff.observe(Look(NOW, [], assign([], ctl.cfg), {}, {}))
+        assert ctl.handoff._poked.is_set(), "each cycle of the loop wakes its worker"
+    finally:
+        ctl.workers.pool.shutdown(wait=False)
+
+
+def plan_of(ctl: Controller, nodes: list[dict]):
+    for n in nodes:
+        ctl.watcher.put(n)
+    views = ctl.views()
+    look = Look(NOW, views, assign(views, ctl.cfg), {}, {})
+    try:
+        return ctl.planner.plan(look, set(), ctl.domains.last)
+    finally:
+        ctl.workers.pool.shutdown(wait=False)
+
+
+def test_the_plan_holds_a_node_nvsentinel_still_works_on():
+    theirs, ours = node("a", "reboot"), node("b", "reboot")
+    theirs["metadata"]["labels"][STATE] = "draining"
+    plan = plan_of(controller(nvsentinel={"enabled": True}), [theirs, ours])
+    assert plan.held == {"a": f"NVSentinel is working on it ({STATE}=draining)"}
+    assert [a.node for a in plan.admission.admitted] == ["b"]
+
+
+def test_with_its_signals_alone_drain_succeeded_is_where_nvsentinel_ends():
+    done, working = node("a", "reboot"), node("b", "reboot")
+    done["metadata"]["labels"][STATE] = "drain-succeeded"
+    working["metadata"]["labels"][STATE] = "quarantined"
+    plan = plan_of(controller(foreign_signals=["nvsentinel"]), [done, working])
+    assert set(plan.held) == {"b"}
+    assert [a.node for a in plan.admission.admitted] == ["a"]
+    # without NVSentinel in the config, its label means nothing to us
+    plan = plan_of(controller(), [node("c", "reboot"), working])
+    assert plan.held == {} and len(plan.admission.admitted) == 2
