@@ -19,7 +19,9 @@ every reconnect a poll round catches up from the cursor first), or by polling
   strikes, annotations, thresholds, Xid workflows (:mod:`fleetmedic.agent.xidflows`,
   judged on each node's own history, timed by the line's Loki timestamp) and taints,
   and the same rule that fences only go up, so the controller cannot tell which
-  detector fenced a node.
+  detector fenced a node;
+- a GPU driver line no rule knows (the safety net's ``<driver>.unclassified``) is counted on
+  its Node with its last line, as the agent counts it, for ``fleetmedic status``.
 
 The cursor, like Promtail's positions file, is per query a floor timestamp (30 s behind
 the newest line handled: lines of several streams reach Loki out of timestamp order) and
@@ -50,7 +52,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from fleetmedic.adapters.loki import MAX_BACKOFF, Entry, LokiClient
 from fleetmedic.adapters.nodedocs import NodeDocs
-from fleetmedic.agent.kernelwatch import describe, merged_thresholds
+from fleetmedic.agent.kernelwatch import NET_BURST, UNCLASSIFIED, describe, merged_thresholds
 from fleetmedic.agent.lokicursor import ConfigMapCursor as ConfigMapCursor  # (re-exported)
 from fleetmedic.agent.lokicursor import Cursor, CursorStore
 from fleetmedic.agent.lokicursor import FileCursor as FileCursor  # (re-exported)
@@ -139,7 +141,7 @@ class LokiMetrics:
         self.findings = Counter(
             "fleetmedic_loki_findings",
             "Findings from Loki lines, by what came of them",
-            ["outcome"],  # fenced | counted | judged | unattributed
+            ["outcome"],  # fenced | counted | judged | unclassified | unattributed
             registry=r,
         )
         self.workflows = Counter(
@@ -173,7 +175,8 @@ class LokiSource:
         self.client = client or LokiClient(cfg.endpoint, tenant=cfg.tenant)
         self.metrics = metrics or LokiMetrics(CollectorRegistry())
         self.scanner_proto = Scanner()
-        triggers = self.scanner_proto.triggers
+        # Loki filters line by line: a cut record's second half comes by its own literals
+        triggers = (*self.scanner_proto.triggers, *self.scanner_proto.catalog.cut_tails)
         self.queries = [with_filter(q, triggers) for q in (*cfg.kernel_queries, *cfg.pod_queries)]
         self.cursor = Cursor()
         self._cursor_loaded = False  # loaded by the first poll (the store may be remote)
@@ -186,7 +189,9 @@ class LokiSource:
             ).inc()
         )
         self._down_since: float | None = None
+        self._net_last: OrderedDict[str, float] = OrderedDict()  # node -> last net line counted
         self.fenced = 0
+        self.unclassified = 0
         self.counted = 0
         self.unattributed = 0
         self.polls = 0
@@ -317,6 +322,22 @@ class LokiSource:
                 continue
             self._finding(node, f, e)
 
+    def _net(self, writer: NodeWriter, node: str, f: Finding, when: float) -> None:
+        """A driver line no rule knows: counted on the Node with its last line, as the
+        agent's journal source counts it (``fleetmedic status``'s UNCLASSIFIED column)."""
+        last = self._net_last.get(node)
+        if last is not None and abs(when - last) <= NET_BURST:
+            return  # the same event (a storm of one new message): no API call
+        self._net_last[node] = when
+        self._net_last.move_to_end(node)
+        if len(self._net_last) > SCANNERS:
+            self._net_last.popitem(last=False)
+        writer.record_unclassified(
+            boot="loki", when=when, clock="loki", rule=f.rule, message=f.message
+        )
+        self.unclassified += 1
+        self.metrics.findings.labels(outcome="unclassified").inc()
+
     def _finding(self, node: str, f: Finding, e: Entry) -> None:
         writer = self.writer_for(node)
         when = e.ts / 1e9
@@ -353,6 +374,8 @@ class LokiSource:
         limit = threshold_for(self.thresholds, f.rule)
         if limit is None or limit.count <= 0:
             log.info("loki: %s on %s (%s): %s", describe(f), node, f.action, f.message[:120])
+            if f.rule.endswith(UNCLASSIFIED):
+                self._net(writer, node, f, when)
             return
         reason = f"{describe(f)} ({f.rule}) {limit.count} times within {limit.window:g}s"
         out, added = writer.record_count(

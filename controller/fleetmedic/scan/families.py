@@ -155,10 +155,13 @@ class FamilyPattern:
     regex pass per member).
 
     It quacks like the part of :class:`re.Pattern` the classifier uses: ``search`` and
-    ``pattern``."""
+    ``pattern``. A member's regex is compiled when a line first asks for it: the catalog
+    has hundreds, compiling them all was half of ``fleetmedic scan``'s start-up, and a
+    scan asks for a few (``tests/unit/scan/test_scan_families.py`` asks for them all)."""
 
     def __init__(self, family: Family) -> None:
-        self.index: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
+        self.index: dict[str, list[tuple[str, str]]] = {}  # word -> (literal key, regex)
+        self._compiled: dict[str, re.Pattern[str]] = {}
         members: dict[str, str] = {}  # regex -> its literal key
         for m in family.members:
             members.setdefault(member_regex(family, m), literal_key(m.format))
@@ -171,7 +174,7 @@ class FamilyPattern:
         for text, key in members.items():
             words = _WORD.findall(key) or [""]
             pick = min(words, key=lambda w: (counts.get(w, 0), -len(w)))
-            self.index.setdefault(pick, []).append((key, re.compile(text)))
+            self.index.setdefault(pick, []).append((key, text))
         seen = members
         self.pattern = "|".join(sorted(seen))
         self.words = frozenset(self.index)
@@ -180,14 +183,20 @@ class FamilyPattern:
         for word in _words(text) & self.words:
             for key, regex in self.index[word]:
                 if key in text:
-                    found = regex.search(text, pos)
+                    found = self._regex(regex).search(text, pos)
                     if found is not None:
                         return found
         for key, regex in self.index.get("", ()):
-            found = regex.search(text, pos) if key in text else None
+            found = self._regex(regex).search(text, pos) if key in text else None
             if found is not None:
                 return found
         return None
+
+    def _regex(self, text: str) -> re.Pattern[str]:
+        found = self._compiled.get(text)
+        if found is None:
+            found = self._compiled[text] = re.compile(text)
+        return found
 
 
 def member_line(family: Family, member: Member, pci: str = "0000:03:00.0") -> str:

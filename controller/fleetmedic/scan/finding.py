@@ -99,6 +99,38 @@ class Finding:
     dedup_kind: str = ""
     dedup_code: str = ""
 
+    def placed(
+        self,
+        line: int,
+        pci: str | None,
+        timestamp: str | None,
+        time: float | None,
+        clock: str | None,
+        boot_id: str | None,
+    ) -> Finding:
+        """This finding at its place in a log: what ``dataclasses.replace`` gives for
+        these fields, at half its cost (its generic walk over the fields was a tenth of
+        a bulk scan's Python time; the scanner places every finding)."""
+        return Finding(
+            line,
+            self.vendor,
+            self.kind,
+            self.code,
+            pci,
+            self.action,
+            self.bucket,
+            self.message,
+            timestamp,
+            time,
+            clock,
+            self.pid,
+            self.process,
+            self.rule,
+            boot_id,
+            self.dedup_kind,
+            self.dedup_code,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The issue's JSON object: exactly :data:`JSON_FIELDS`, in order."""
         return {name: getattr(self, name) for name in JSON_FIELDS}

@@ -165,8 +165,7 @@ class Scanner:
         # one C-level pass over the line instead of one substring test per trigger
         self._trigger = re.compile("|".join(re.escape(t) for t in self.triggers))
         self._rules = {rule.id: rule for rule in self.catalog.rules}
-        joined = {lit for join in self.catalog.joins for lit in join.literals}
-        self._own_literals = tuple(t for t in self.triggers if t not in joined)
+        self._cut_heads = self.catalog.cut_heads
         self._held: tuple[int, parser.Record, str, catalog_mod.Join] | None = None
         self._pending: Finding | None = None
 
@@ -188,9 +187,30 @@ class Scanner:
         else:
             self.lines_read = max(self.lines_read, lineno)
         text = line.decode("utf-8", "replace") if isinstance(line, (bytes, bytearray)) else line
+        return self._feed_line(text, lineno)
+
+    def _feed_line(self, text: str, lineno: int) -> list[Finding]:
         if self._trigger.search(text) is None:
-            return []
+            return self._feed_second_half(text, lineno)
         return self._feed_candidate(text, lineno)
+
+    def _feed_second_half(self, text: str, lineno: int) -> list[Finding]:
+        """A line without a trigger counts only as the second half of a held cut record."""
+        held = self._held
+        if held is None or lineno != held[0] + 1:
+            return []
+        self._held = None
+        head_line, head, head_text, join = held
+        record = parser.parse(text)
+        if join.continues(record.message):
+            return self._emit_pending() + self._joined(head, head_line, head_text, record)
+        return self._emit_pending() + self._process(head, head_line, head_text)
+
+    def _joined(
+        self, head: parser.Record, head_line: int, head_text: str, tail: parser.Record
+    ) -> list[Finding]:
+        joined = f"{head.message.rstrip()} {tail.message.strip()}"
+        return self._process(dataclasses.replace(head, message=joined), head_line, head_text)
 
     def _feed_candidate(self, text: str, lineno: int) -> list[Finding]:
         record = parser.parse(text)
@@ -201,13 +221,10 @@ class Scanner:
             head_line, head, head_text, join = held
             if (
                 lineno == head_line + 1
-                and join.tail.search(record.message)
-                and not any(lit in record.message for lit in self._own_literals)
+                and join.continues(record.message)
+                and not any(lit in record.message for lit in self.triggers)
             ):
-                joined = f"{head.message.rstrip()} {record.message.strip()}"
-                return self._emit_pending() + self._process(
-                    dataclasses.replace(head, message=joined), head_line, head_text
-                )
+                return self._emit_pending() + self._joined(head, head_line, head_text, record)
             out += self._emit_pending() + self._process(head, head_line, head_text)
         for join in self.catalog.joins:
             if join.requires in record.message and join.head.match(record.message):
@@ -343,15 +360,7 @@ class Scanner:
             hint_line, hint_pci = self._hint
             if 0 <= lineno - hint_line <= _HINT_LINES:
                 pci = hint_pci
-        return dataclasses.replace(
-            found,
-            line=lineno,
-            pci=pci,
-            timestamp=record.timestamp,
-            time=record.time,
-            clock=record.clock,
-            boot_id=self.boot_id,
-        )
+        return found.placed(lineno, pci, record.timestamp, record.time, record.clock, self.boot_id)
 
     def scan(self, lines: Iterable[str | bytes]) -> Iterator[Finding]:
         """Findings from an iterable of lines (a list, a file, a follower), lazily."""
@@ -373,7 +382,9 @@ class Scanner:
         Afterwards :attr:`lines_read` is the stream's line count.
         """
         return self._from_candidates(
-            prefilter.candidates(stream, self._byte_triggers(), chunk_size, engine=engine)
+            prefilter.candidates(
+                stream, self._byte_triggers(), chunk_size, engine=engine, follow=self._byte_cuts()
+            )
         )
 
     def scan_path(self, path: str, jobs: int = 1, engine: str | None = None) -> Iterator[Finding]:
@@ -391,7 +402,9 @@ class Scanner:
             and os.path.getsize(path) >= prefilter.PARALLEL_MIN_BYTES
         ):
             return self._from_candidates(
-                prefilter.candidates_parallel(path, self._byte_triggers(), jobs, engine)
+                prefilter.candidates_parallel(
+                    path, self._byte_triggers(), jobs, engine, self._byte_cuts()
+                )
             )
         return self._scan_opened(path, engine)
 
@@ -401,6 +414,9 @@ class Scanner:
 
     def _byte_triggers(self) -> list[bytes]:
         return [t.encode() for t in self.triggers]
+
+    def _byte_cuts(self) -> list[bytes]:
+        return [t.encode() for t in self._cut_heads]
 
     def _from_candidates(self, generator: Iterator[tuple[int, bytes]]) -> Iterator[Finding]:
         base = self.lines_read
@@ -412,4 +428,4 @@ class Scanner:
                 yield from self.flush()
                 return
             self.lines_read = base + lineno
-            yield from self._feed_candidate(raw.decode("utf-8", "replace"), base + lineno)
+            yield from self._feed_line(raw.decode("utf-8", "replace"), base + lineno)

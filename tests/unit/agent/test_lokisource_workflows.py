@@ -13,6 +13,7 @@ from fleetmedic.adapters.loki import Entry
 from fleetmedic.agent.lokicursor import Cursor
 from fleetmedic.agent.lokisource import LokiMetrics, LokiSource, LokiSourceConfig
 from fleetmedic.agent.writer import NodeWriter
+from fleetmedic.model import keys
 from tests.harness.storm import (
     AMD_GPUS,
     GPUS,
@@ -109,3 +110,21 @@ def test_an_amd_fault_right_after_a_reset_through_loki_fences_diagnose():
         kube,
     )
     assert ours(kube) == {DIAGNOSE}
+
+
+NET_LINE = "amdgpu 0000:c5:00.0: amdgpu: VPE queue {n} failed to come back"
+
+
+def test_a_line_no_rule_knows_through_loki_is_counted_with_its_last_line():
+    """Issue 39 item 5 for the Loki source: the safety net's lines are counted on the Node
+    (count and last line, ``fleetmedic status``'s UNCLASSIFIED column), as the agent's
+    journal source counts them; a storm of one message is one event; nothing fences."""
+    kube, registry = MemoryKube(), CollectorRegistry()
+    events = [(100.0 + i, NET_LINE.format(n=i)) for i in range(5)]  # one event (a burst)
+    events.append((900.0, NET_LINE.format(n=9)))
+    src = run(events, kube, registry)
+    net = kube.ann(keys.ANN_MONITOR_COUNTS)["net"]
+    assert (net["n"], net["rule"], net["last"]) == (2, "amdgpu.unclassified", NET_LINE.format(n=9))
+    assert ours(kube) == set() and src.fenced == 0 and src.unclassified == 2
+    outcome = {"outcome": "unclassified"}
+    assert registry.get_sample_value("fleetmedic_loki_findings_total", outcome) == 2

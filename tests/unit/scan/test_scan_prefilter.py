@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import tempfile
 
 import pytest
 from hypothesis import given, settings
@@ -113,3 +115,73 @@ def test_search_keys_for_any_literals(words):
     assert len(keys) == len(unique)
     for literal, key in zip(unique, keys, strict=True):
         assert literal.endswith(key) and key
+
+
+MAPPED = pytest.mark.skipif(
+    literals.finder([b"NVRM"]).counter != "stringzilla",
+    reason="files are memory-mapped only where StringZilla counts the lines",
+)
+
+
+def run_stream(stream, chunk: int, limit=None, follow=()):
+    generator = prefilter.candidates(stream, TRIGGERS, chunk, limit=limit, follow=follow)
+    out = []
+    while True:
+        try:
+            out.append(next(generator))
+        except StopIteration as stop:
+            return out, stop.value
+
+
+@MAPPED
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(_pieces, max_size=4).map(b" ".join), max_size=60),
+    st.integers(1, 64),
+    st.booleans(),
+    st.data(),
+)
+def test_a_mapped_file_gives_what_reading_it_gives(lines, chunk, trailing, data):
+    """A regular file is searched through a memory map, in the windows the reads would
+    return: the same lines, numbers, line count, lines passed on by ``follow`` and, with a
+    ``limit``, the same stream position afterwards (the next range's reader relies on it)."""
+    blob = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
+    start = data.draw(st.integers(0, len(blob)))
+    limit = data.draw(st.one_of(st.none(), st.integers(0, len(blob) - start)))
+    follow = [b"SXid"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "log")
+        with open(path, "wb") as out:
+            out.write(blob)
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            assert prefilter._mapped_windows(handle, chunk, limit) is not None or start == len(blob)
+            handle.seek(start)
+            mapped = run_stream(handle, chunk, limit, follow)
+            mapped_pos = handle.tell()
+    memory = io.BytesIO(blob)
+    memory.seek(start)
+    assert mapped == run_stream(memory, chunk, limit, follow)
+    if limit is not None and not any(f in (mapped[0] or [(0, b"")])[-1][1] for f in follow):
+        assert mapped_pos == memory.tell()
+
+
+@MAPPED
+def test_a_file_truncated_during_the_scan_ends_it_at_its_new_size(tmp_path):
+    """Pages of a map past a file's end raise SIGBUS: each window is cut to the file's size
+    first, so a log truncated under the scan (logrotate's copytruncate) ends it quietly."""
+    chunk = 4096
+    lines = [
+        b"NVRM: Xid (PCI:0000:3b:00): %d, x" % i if i % 5 == 0 else b"noise" for i in range(5000)
+    ]
+    path = tmp_path / "kern.log"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with open(path, "rb") as handle:
+        generator = prefilter.candidates(handle, TRIGGERS, chunk)
+        first = next(generator)
+        with open(path, "r+b") as writer:
+            writer.truncate(3 * chunk)
+        rest = list(generator)
+    assert first == (1, lines[0])
+    assert rest == [hit for hit in naive(path.read_bytes())[0] if hit[0] > 1]
+    assert len(rest) > 100

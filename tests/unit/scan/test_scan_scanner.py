@@ -3,6 +3,7 @@ agree."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from scan_helpers import DATA, assert_valid, published_lines
 
 from fleetmedic.scan import Dedup, Scanner, follow_kmsg
+from fleetmedic.scan.finding import Finding
 
 
 def scan_file(name, **kwargs):
@@ -213,3 +215,16 @@ def test_scan_path_in_parallel_equals_in_process(tmp_path, monkeypatch):
     expected = list(serial.scan_path(str(path), jobs=1))
     assert list(parallel.scan_path(str(path), jobs=3)) == expected
     assert parallel.lines_read == serial.lines_read == len(lines)
+
+
+def test_placing_a_finding_keeps_every_other_field():
+    """``Finding.placed`` (the scanner's fast ``dataclasses.replace``) names every field:
+    one added to Finding and left out there would be lost from every scanned finding."""
+    values: dict[str, object] = {}
+    for number, field in enumerate(dataclasses.fields(Finding)):
+        values[field.name] = number if "int" in str(field.type) else f"value-{number}"
+    values["time"] = 1.5
+    original = Finding(**values)  # type: ignore[arg-type]
+    place = {"line": 99, "pci": "0000:3b:00", "timestamp": "t", "time": 2.5, "clock": "wall"}
+    place["boot_id"] = "boot"
+    assert original.placed(**place) == dataclasses.replace(original, **place)  # type: ignore[arg-type]
