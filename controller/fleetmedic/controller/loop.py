@@ -44,6 +44,7 @@ from fleetmedic.controller.paperwork import Paperwork
 from fleetmedic.controller.recorder import Recorder
 from fleetmedic.controller.sweeper import Sweeper
 from fleetmedic.controller.switches import SwitchReader
+from fleetmedic.controller.ticketer import Ticketer
 from fleetmedic.controller.watcher import NodeWatcher, wait_synced
 from fleetmedic.controller.work import NodeWork
 from fleetmedic.controller.workers import Workers
@@ -137,6 +138,7 @@ class Controller:
         self.workers: Workers[Action] = Workers(
             work, size, on_done=self._wake.set, cluster=cfg.cluster_name
         )
+        self.ticketer = Ticketer(cfg, recorder.write, self.workers.side_job, clock)
         self.sweeper = (
             Sweeper(
                 cfg,
@@ -319,6 +321,8 @@ class Controller:
         views = self.views()
         assignment = assign(views, self.cfg)
         self.metrics.observe(views, now)
+        if not self.dry_run:
+            self.ticketer.observe(views, now)  # RMA cases whose escalation is decided
         incidents = self.domains.observe(views, now, busy)  # (before the breakers: none is stale)
         for name, keeper in self.breakers.items():
             members = assignment.nodes_of(name)

@@ -38,6 +38,8 @@ ANN_REPLACED = PREFIX + "replaced"  # controller: handed to the cloud for a new 
 ANN_QUARANTINE = PREFIX + "quarantine"  # controller: deep diagnostics' recommendation
 ANN_QUARANTINE_REQUEST = PREFIX + "quarantine-request"  # a human: `fleetmedic quarantine`
 ANN_PARTITION = PREFIX + "partition-layout"  # controller: GPU partitions before the repair
+ANN_GPUS = PREFIX + "gpus"  # controller: the GPUs by identity and their incidents (model/gpus.py)
+ANN_RMA = PREFIX + "rma"  # controller: the RMA case of a lemon and its ticket (policy/lemon.py)
 
 ALL_ANNOTATIONS = (
     ANN_SSH_HOST,
@@ -57,4 +59,6 @@ ALL_ANNOTATIONS = (
     ANN_QUARANTINE,
     ANN_QUARANTINE_REQUEST,
     ANN_PARTITION,
+    ANN_GPUS,
+    ANN_RMA,
 )

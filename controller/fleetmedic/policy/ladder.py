@@ -52,7 +52,17 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import burnin, diagnose, flap, foreign, partition, quarantine
+from fleetmedic.policy import (
+    burnin,
+    diagnose,
+    escalation,
+    flap,
+    foreign,
+    lemon,
+    partition,
+    quarantine,
+    rmaflow,
+)
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
@@ -115,9 +125,8 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
     if fl.step != view.state:
         return _fence_moved(n, fl)
     if fl.step == MANUAL:
-        return n.action(
-            Kind.ESCALATE, "the ladder ran out: escalate to a human", step=MANUAL, ep=fl.ep
-        )
+        why = escalation.headline(view, fl.ep, "the ladder ran out")
+        return n.action(Kind.ESCALATE, why, step=MANUAL, ep=fl.ep)
     return _continue(n, fl)
 
 
@@ -225,12 +234,9 @@ def _entered(n: NodeCtx) -> Action:
             why = "fenced for manual repair: this pool replaces instead (ladder.replace_manual)"
             return n.write(why, state="replace", events=(Event("RepairEntered", why),))
         if esc is None:
-            return n.action(
-                Kind.ESCALATE,
-                "fenced for manual repair: escalate to a human",
-                step=MANUAL,
-                ep=last_episode(n.history) + 1,
-            )
+            ep = last_episode(n.history) + 1
+            why = escalation.headline(n.view, ep, "fenced for manual repair")
+            return n.action(Kind.ESCALATE, why, step=MANUAL, ep=ep)
         if esc.sent:
             return n.action(Kind.NONE, f"escalated at {esc.sent}; waiting for `fleetmedic release`")
         retry = esc.retry_time()
@@ -301,7 +307,7 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
     if fl.phase == burnin.PHASE and not burnin.gates(cfg, fl.step):
         why = f"{fl.step}: the burn-in was turned off meanwhile; verify passed"
         return n.action(Kind.WRITE, why, update=next_phase(n, fl), step=fl.step, phase=fl.phase)
-    if fl.phase not in phases and fl.phase not in (quarantine.PHASE, burnin.PHASE):
+    if fl.phase not in phases and fl.phase not in (quarantine.PHASE, burnin.PHASE, lemon.PHASE):
         new = n.first(fl.ep, fl.step, fl.attempt)
         return n.write(
             f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
@@ -355,6 +361,19 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             hostvars=_hostvars(view, fl, phases),
             resumed=resumed,
             disruptive=True,
+            **ctx,
+        )
+    if fl.phase == lemon.PHASE:
+        rma = cfg.ladder.lemon.rma
+        record = rmaflow.RmaRecord.decode(view.annotations.get(keys.ANN_RMA))
+        return n.action(
+            Kind.RUN,
+            f"{fl.step}: {record.summary if record else 'RMA candidate'}: assemble the RMA "
+            f"case{again}",
+            playbook=str(cfg.ansible.playbook_dir / rma.playbook),
+            timeout=rma.timeout,
+            hostvars={**_hostvars(view, fl, phases), **rmaflow.hostvars(n, record)},
+            resumed=resumed,
             **ctx,
         )
     if fl.phase == quarantine.PHASE:
@@ -485,6 +504,8 @@ def complete(
         return after_probe(n, fl, outcome)
     if action.kind == Kind.DRAIN:
         return after_drain(n, fl, outcome)
+    if fl.phase == lemon.PHASE:
+        return rmaflow.after_rma(n, fl, outcome)
     if fl.phase == quarantine.PHASE:
         return after_quarantine(n, fl, outcome)
     if fl.phase == burnin.PHASE:
@@ -505,6 +526,8 @@ def complete(
             # the layout before the repair, kept on the Node for the restore phase
             rec = partition.record_from(n.view, fl.ep, outcome.stdout, stamp(now))
             upd = dataclasses.replace(upd, annotations={**upd.annotations, **rec})
+        if fl.phase == "diagnose":  # the GPUs by identity; a lemon goes to its RMA case
+            upd = rmaflow.after_diagnose(n, fl, outcome, upd)
         return upd
     if action.resumed and outcome.status == "unreachable":
         held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)

@@ -1,0 +1,171 @@
+"""The lemon rule in the ladder: after a diagnose phase, the GPUs' record, and for an RMA
+candidate the case phase and ``manual`` instead of the next rung. Pure; used by ladder.py.
+
+    diagnose ──(GPUs read; the rule says no)──> the step's next phase, as before
+        └────(an RMA candidate)──> rma: playbooks/rma_case.yml ──> manual (escalation,
+                                         the case file, the ticket)
+
+The ``fleetmedic.io/rma`` record (:class:`RmaRecord`) is written with the decision, so a
+controller killed anywhere after it resumes the same case: the case phase runs again
+under the same request id, the escalation is decided once (inflight.py), and the ticket is
+sent from the record, once (controller/ticketer.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fleetmedic.model import keys
+from fleetmedic.model.gpus import FleetHistory, Incident, compact
+from fleetmedic.policy import lemon
+from fleetmedic.policy.actions import Event, Outcome, Update
+from fleetmedic.policy.history import short, stamp
+from fleetmedic.policy.inflight import PENDING, InFlight
+from fleetmedic.policy.rungs import MANUAL
+
+HISTORY_KEY = "fleetmedic_gpu_history"
+"""Where the executor adds the store's incidents of the node's GPUs to a diagnose outcome."""
+CASES_KEY = "fleetmedic_rma_cases"
+"""Where the executor puts the case files it wrote after the case phase."""
+TICKET_PENDING, TICKET_SENT, TICKET_OFF = "pending", "sent", "off"
+
+
+@dataclasses.dataclass(frozen=True)
+class RmaRecord:
+    """The ``fleetmedic.io/rma`` annotation: one episode's RMA case and its ticket."""
+
+    ep: int
+    at: str
+    summary: str  # "RMA candidate: GPU 1652... (GPU 1, bus-loss: 3 episodes, ...)"
+    gpus: tuple[Mapping[str, Any], ...]  # serial, uid, index, family, count, window, chain
+    cases: tuple[str, ...] = ()  # the case files on the controller's host
+    ticket: str = TICKET_PENDING  # pending | sent | off (no ticket target)
+    ticket_tries: int = 0
+    ticket_error: str = ""
+    ticket_at: str = ""  # when it was sent, or when to try again
+    ticket_id: str = ""  # what the receiver said (its issue key), when it said one
+
+    @property
+    def case_id(self) -> str:
+        """Stable per node episode and GPUs: the ticket's idempotency key."""
+        serials = "-".join(str(g.get("serial") or g.get("uid")) for g in self.gpus)
+        return f"e{self.ep}-{self.at.replace(':', '').replace('-', '')}-{serials}"[:120]
+
+    def encode(self) -> str:
+        data = dataclasses.asdict(self)
+        data["gpus"] = [dict(g) for g in self.gpus]
+        return compact(
+            {k: v for k, v in data.items() if v not in ("", (), [], 0)} | {"ep": self.ep}
+        )
+
+    @classmethod
+    def decode(cls, raw: str | None) -> RmaRecord | None:
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+            return cls(
+                ep=int(data["ep"]),
+                at=str(data["at"]),
+                summary=str(data.get("summary", "")),
+                gpus=tuple(dict(g) for g in data.get("gpus") or ()),
+                cases=tuple(str(c) for c in data.get("cases") or ()),
+                ticket=str(data.get("ticket", TICKET_PENDING)),
+                ticket_tries=int(data.get("ticket_tries", 0)),
+                ticket_error=str(data.get("ticket_error", "")),
+                ticket_at=str(data.get("ticket_at", "")),
+                ticket_id=str(data.get("ticket_id", "")),
+            )
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def with_(self, **changes: Any) -> RmaRecord:
+        return dataclasses.replace(self, **changes)
+
+
+def fleet_of(outcome: Outcome) -> FleetHistory:
+    raw = outcome.data.get(HISTORY_KEY)
+    found = [Incident.from_json(x) for x in raw] if isinstance(raw, list) else []
+    return FleetHistory(i for i in found if i is not None)
+
+
+def after_diagnose(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Update:
+    """``upd`` (the step's next phase) with the node's GPU record; for an RMA candidate the
+    case phase instead, and the RMA record (ticket pending, or off without a target)."""
+    report = lemon.report_of(outcome.data, n.view.name)
+    if report is None:
+        return upd
+    cfg = n.cfg.ladder.lemon
+    judged = lemon.judge(n.view, report, fleet_of(outcome), fl.ep, n.now, cfg)
+    ann = {**upd.annotations, keys.ANN_GPUS: judged.record.encode()}
+    done = RmaRecord.decode(n.view.annotations.get(keys.ANN_RMA))
+    if not judged.lemons or (done is not None and done.ep == fl.ep):
+        return dataclasses.replace(upd, annotations=ann)
+    record = record_of(judged.lemons, fl.ep, stamp(n.now), ticket=n.cfg.ticket is not None)
+    into = fl.with_(
+        phase=lemon.PHASE,
+        status=PENDING,
+        since=stamp(n.now),
+        run_id=None,
+        boot_id=None,
+        retry_at=None,
+        notes=(*fl.notes, record.summary),
+    )
+    ann.update({keys.ANN_IN_FLIGHT: into.encode(), keys.ANN_RMA: record.encode()})
+    return dataclasses.replace(
+        upd,
+        annotations=ann,
+        events=(*upd.events, Event("RMACandidate", short(record.summary), "Warning")),
+    )
+
+
+def record_of(lemons: Sequence[lemon.Lemon], ep: int, at: str, ticket: bool) -> RmaRecord:
+    gpus = tuple(
+        {
+            "serial": x.gpu.serial,
+            "uid": x.gpu.uid,
+            "index": x.gpu.index,
+            "family": x.family.name,
+            "count": len(x.chain),
+            "window": x.family.window,
+            "chain": [{"node": i.node, "ep": i.ep, "at": i.at, "why": i.why} for i in x.chain],
+        }
+        for x in lemons
+    )
+    summary = "; ".join(x.summary() for x in lemons)
+    return RmaRecord(ep, at, summary, gpus, ticket=TICKET_PENDING if ticket else TICKET_OFF)
+
+
+def hostvars(n: Any, record: RmaRecord | None) -> dict[str, Any]:
+    """The case playbook's variables (playbooks/rma_case.yml)."""
+    rma = n.cfg.ladder.lemon.rma
+    return {
+        "rma_case_diag_level": rma.diag_level,
+        "rma_case_bug_report": rma.bug_report,
+        "rma_case_max_file_mb": rma.max_file_mb,
+        "rma_case_gpus": [dict(g) for g in (record.gpus if record else ())],
+    }
+
+
+def after_rma(n: Any, fl: InFlight, outcome: Outcome) -> Update:
+    """The case phase ended (whatever its outcome: a case without the diagnostics is
+    still the case, and says why): the node goes to ``manual``, the attempt recorded as an
+    RMA candidate with the case files."""
+    record = RmaRecord.decode(n.view.annotations.get(keys.ANN_RMA))
+    cases = outcome.data.get(CASES_KEY)
+    said = record.summary if record else "RMA candidate"
+    if not outcome.ok:
+        said += f"; case phase {outcome.status}: {outcome.message}".rstrip(": ")
+    mark = n.attempt(fl, lemon.RESULT, said, outcome.run_id)
+    ann: dict[str, str | None] = {keys.ANN_IN_FLIGHT: n.first(fl.ep, MANUAL, 1).encode()}
+    if record is not None and isinstance(cases, list):
+        ann[keys.ANN_RMA] = record.with_(cases=tuple(str(c) for c in cases)).encode()
+    return n.update(
+        state=MANUAL,
+        append=(mark,),
+        annotations=ann,
+        events=(Event("RepairLemon", short(f"{said}; next: manual"), "Warning"),),
+    )
