@@ -7,7 +7,10 @@
   (UUID), ``amd-smi metric --ecc --ecc-blocks`` (RAS counts per block) and ``amd-smi
   bad-pages``, all at once under one deadline.
 - Both: this boot's GPU faults in the kernel log, as the scanner's catalog names them,
-  each with the PCI address it names.
+  each with the PCI address it names. The NVIDIA driver names a GPU before its first Xid
+  of a boot ("NVRM: GPU at PCI:0000:00:05: GPU-efbd...", then "NVRM: GPU Board Serial
+  Number: 1650423013443", as in akash-network/support issue 244's dmesg): a GPU that no
+  longer answers NVML keeps its identity from there.
 
 It only reads. A tool that fails or hangs is a line in ``problems``, never a GPU that
 looks healthy: a lost GPU reads as ``lost`` (NVML) or is simply absent (amd-smi lists
@@ -16,7 +19,11 @@ the GPUs that answer), and the controller knows it by the PCI address it had bef
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
 import socket
+import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +32,8 @@ from fleetmedic.checks import amd_parse as parse
 from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.proc import Completed
 from fleetmedic.model.gpufacts import MAX_FINDINGS, GpuFacts, GpuReport, LoggedFault
-from fleetmedic.scan import ACTION_RANK
+from fleetmedic.model.gpus import pci_key
+from fleetmedic.scan import ACTION_RANK, last_boot_offset, read_kmsg
 from fleetmedic.scan.stream import KMSG
 
 AMD_JOBS = {
@@ -55,8 +63,11 @@ def report(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> GpuReport:
         runs, _tools = amd.collect_jobs(AMD_JOBS, cfg.timeout, env)
         gpus, said = from_amd(runs)
         problems += said
-    logged, said = kernel_faults(cfg.kernel.path or KMSG)
+    path = cfg.kernel.path or KMSG
+    logged, said = kernel_faults(path)
     problems += said
+    if vendor == "nvidia":
+        gpus = named_by_the_driver(gpus, kernel_identities(path))
     return GpuReport(vendor, gpus, logged, tuple(problems), node)
 
 
@@ -175,6 +186,67 @@ def _amd_gpu(i: int, e: Mapping[str, Mapping[str, Any]]) -> GpuFacts:
 
 
 # -- the kernel log --------------------------------------------------------------------
+GPU_AT = re.compile(
+    r"NVRM: GPU at PCI:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}): (GPU-[0-9a-fA-F-]+)"
+)
+BOARD_SERIAL = re.compile(r"NVRM: GPU Board Serial Number: (\S+)")
+
+
+def kernel_identities(path: str) -> dict[str, tuple[str, str]]:
+    """{PCI address (dddd:bb:dd): (UUID, board serial)} the driver printed this boot."""
+    try:
+        lines = _current_boot_lines(path)
+    except OSError:
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    last: str | None = None
+    for line in lines:
+        m = GPU_AT.search(line)
+        if m:
+            last = pci_key(m.group(1))
+            out[last] = (m.group(2), out.get(last, ("", ""))[1])
+            continue
+        m = BOARD_SERIAL.search(line)
+        if m and last:
+            out[last] = (out[last][0], m.group(1))
+            last = None
+    return out
+
+
+def _current_boot_lines(path: str) -> list[str]:
+    if stat.S_ISCHR(os.stat(path).st_mode):
+        return [r for r in read_kmsg(path) if "NVRM: GPU" in r]
+    with open(path, "rb") as handle:
+        handle.seek(last_boot_offset(handle) or 0)
+        return [line.decode("utf-8", "replace") for line in handle if b"NVRM: GPU " in line]
+
+
+def named_by_the_driver(
+    gpus: tuple[GpuFacts, ...], named: Mapping[str, tuple[str, str]]
+) -> tuple[GpuFacts, ...]:
+    """A GPU NVML cannot name (lost) named by what the driver printed at its address; a
+    lost GPU's address is not known to NVML either, so one the driver named that NVML no
+    longer shows takes the place of the lost GPU (when it is the only such one)."""
+    if not named:
+        return gpus
+    answered = {pci_key(g.pci) for g in gpus if g.pci}
+    spare = [p for p in named if p not in answered]
+    lost = [g for g in gpus if not (g.serial or g.uid)]
+    out = []
+    for g in gpus:
+        if g.serial or g.uid:
+            out.append(g)
+            continue
+        pci = pci_key(g.pci) if g.pci else (spare[0] if len(spare) == 1 and len(lost) == 1 else "")
+        uuid, serial = named.get(pci, ("", ""))
+        out.append(dataclasses.replace(g, uid=uuid, serial=serial, pci=g.pci or _full(pci)))
+    return tuple(out)
+
+
+def _full(pci: str) -> str:
+    return f"{pci}.0" if pci else ""
+
+
 def kernel_faults(path: str) -> tuple[tuple[LoggedFault, ...], list[str]]:
     """This boot's GPU faults that call for more than monitoring, the worst first."""
     try:

@@ -321,6 +321,7 @@ class Controller:
         views = self.views()
         assignment = assign(views, self.cfg)
         self.metrics.observe(views, now)
+        self.metrics.gpus.observe(views, assignment.profile_of)
         if not self.dry_run:
             self.ticketer.observe(views, now)  # RMA cases whose escalation is decided
         incidents = self.domains.observe(views, now, busy)  # (before the breakers: none is stale)

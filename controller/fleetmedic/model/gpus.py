@@ -108,15 +108,23 @@ class Incident:
     at: str  # RFC 3339: when the diagnose phase found it
     why: str = ""  # the finding, short: "xid.79 on 0000:28:00.0"
     index: int | None = None  # its place on that node then
+    pci: str = ""  # its PCI address then, when known
 
     @property
     def key(self) -> str:
         return identity_key(self.serial, self.uid)
 
     @property
+    def pending(self) -> bool:
+        """Held against a GPU whose identity was not known yet (it fell off the bus before
+        any read of it): only on its node's record, until a later read names it (adopt)."""
+        return not self.key
+
+    @property
     def same(self) -> tuple[str, str, int, str]:
         """What makes two records one incident (written twice after a restart)."""
-        return (self.key, self.node, self.ep, self.family)
+        where = self.key or f"{pci_key(self.pci)}#{self.index}"
+        return (where, self.node, self.ep, self.family)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -128,6 +136,7 @@ class Incident:
             "at": self.at,
             "why": self.why[:MAX_TEXT],
             "i": self.index,
+            "pci": self.pci,
         }
         return {k: v for k, v in data.items() if v not in ("", None)}
 
@@ -145,10 +154,11 @@ class Incident:
                 at=str(data["at"]),
                 why=str(data.get("why", ""))[:MAX_TEXT],
                 index=int(data["i"]) if data.get("i") is not None else None,
+                pci=str(data.get("pci", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
-        return inc if inc.key else None
+        return inc if inc.key or inc.pci or inc.index is not None else None
 
 
 def merge(*groups: Iterable[Incident]) -> list[Incident]:
@@ -173,6 +183,23 @@ class NodeRecord:
 
     def gpu_index(self, index: int) -> Gpu | None:
         return next((g for g in self.gpus if g.index == index), None)
+
+    def adopt(self) -> NodeRecord:
+        """Pending incidents named by the GPU now known at their PCI address (else index).
+        Known gap: a GPU swapped for another between the fault and the read would take
+        the fault of the one it replaced (the read after the repair comes first, normally
+        minutes later: the verify)."""
+        out = []
+        for inc in self.incidents:
+            gpu = None
+            if inc.pending:
+                gpu = self.gpu_at(inc.pci) if inc.pci else None
+                if gpu is None and inc.index is not None:
+                    gpu = self.gpu_index(inc.index)
+            if gpu is not None and gpu.key:
+                inc = dataclasses.replace(inc, serial=gpu.serial, uid=gpu.uid, index=gpu.index)
+            out.append(inc)
+        return dataclasses.replace(self, incidents=tuple(merge(out)))
 
     def encode(self, limit: int = NODE_RECORD_BYTES) -> str:
         """Compact JSON of at most ``limit`` bytes: the oldest incidents go first, then (a
@@ -209,7 +236,7 @@ class FleetHistory:
 
     def __init__(self, incidents: Iterable[Incident] = ()) -> None:
         self.by_key: dict[str, list[Incident]] = {}
-        for inc in merge(incidents):
+        for inc in merge(i for i in incidents if not i.pending):  # (named GPUs only)
             self.by_key.setdefault(inc.key, []).append(inc)
 
     def of(self, key: str) -> list[Incident]:

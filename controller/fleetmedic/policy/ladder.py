@@ -263,7 +263,12 @@ def _entered(n: NodeCtx) -> Action:
         return n.write(why, state=rung, events=(Event("RepairEntered", why),))
     ep = last_episode(n.history) + 1
     fl_cfg = n.cfg.safety.flap
-    if flap.damped(n.history, now, fl_cfg.count, fl_cfg.window):
+    notes: tuple[str, ...] = ()
+    if flap.damped(n.history, now, fl_cfg.count, fl_cfg.window) and rmaflow.may_be_lemon(n):
+        # a GPU of this node may be the cause: its diagnose names it first (the RMA case),
+        # and the damping follows it if it does not (rmaflow.after_diagnose)
+        notes = (rmaflow.FLAP_DEFERRED,)
+    elif flap.damped(n.history, now, fl_cfg.count, fl_cfg.window):
         why = flap.reason(fl_cfg.count, fl_cfg.window)
         stamp_now = stamp(now)
         mark = Attempt(
@@ -293,7 +298,7 @@ def _entered(n: NodeCtx) -> Action:
         new_work=True,
         update=n.update(
             annotations={
-                keys.ANN_IN_FLIGHT: n.first(ep, state, 1).encode(),
+                keys.ANN_IN_FLIGHT: n.first(ep, state, 1).with_(notes=notes).encode(),
                 keys.ANN_ESCALATED: None,
             },
             events=(Event("RepairStarted", f"{state}, episode {ep}"),),
@@ -528,6 +533,8 @@ def complete(
             upd = dataclasses.replace(upd, annotations={**upd.annotations, **rec})
         if fl.phase == "diagnose":  # the GPUs by identity; a lemon goes to its RMA case
             upd = rmaflow.after_diagnose(n, fl, outcome, upd)
+        elif fl.phase == "verify" and outcome.ok:  # the GPUs back: who they are
+            upd = rmaflow.after_verify(n, outcome, upd)
         return upd
     if action.resumed and outcome.status == "unreachable":
         held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)

@@ -112,17 +112,36 @@ def judge(
     at = stamp(now)
     old = NodeRecord.decode(view.annotations.get(keys.ANN_GPUS))
     gpus, missing = map_gpus(old, report, at)
-    record_now = NodeRecord(gpus, old.incidents)
-    found = implicate(record_now, report, missing, view.annotation_json(keys.ANN_LAST_FINDING), cfg)
+    record_now = NodeRecord(gpus, old.incidents).adopt()
+    mark = view.annotation_json(keys.ANN_LAST_FINDING)
+    found = implicate(record_now, report, missing, mark, cfg)
     incidents = tuple(
-        Incident(i.gpu.serial, i.gpu.uid, i.family, view.name, ep, at, i.why, i.gpu.index)
+        Incident(
+            i.gpu.serial,
+            i.gpu.uid,
+            i.family,
+            view.name,
+            ep,
+            at,
+            i.why,
+            i.gpu.index if i.gpu.index >= 0 else None,
+            i.gpu.pci,
+        )
         for i in found
-        if i.gpu.key
     )
-    known = merge(old.incidents, *(fleet.of(i.key) for i in incidents), incidents)
-    lemons = tuple(lemons_of(incidents, known, cfg)) if cfg.enabled else ()
-    record = NodeRecord(gpus, tuple(merge(old.incidents, incidents)))
+    named = [i for i in incidents if not i.pending]
+    known = merge(record_now.incidents, *(fleet.of(i.key) for i in named), named)
+    lemons = tuple(lemons_of(named, known, cfg)) if cfg.enabled else ()
+    record = NodeRecord(gpus, tuple(merge(record_now.incidents, incidents)))
     return Judgement(record, tuple(found), incidents, lemons)
+
+
+def learn(view: NodeView, report: GpuReport, now: datetime) -> NodeRecord:
+    """The node's record after a read with no fault to hold (the verify that passed): the
+    GPUs as they answer now, and the pending incidents named by them."""
+    old = NodeRecord.decode(view.annotations.get(keys.ANN_GPUS))
+    gpus, _ = map_gpus(old, report, stamp(now))
+    return NodeRecord(gpus, old.incidents).adopt()
 
 
 def map_gpus(old: NodeRecord, report: GpuReport, at: str) -> tuple[tuple[Gpu, ...], list[Gpu]]:
@@ -140,10 +159,10 @@ def map_gpus(old: NodeRecord, report: GpuReport, at: str) -> tuple[tuple[Gpu, ..
             out.append(Gpu(f.index, f.pci, model=f.model))
     seen_pci = {pci_key(g.pci) for g in out if g.pci}
     seen_key = {g.key for g in out if g.key}
-    missing = [
+    missing = [  # (a GPU never named is a placeholder of the read that lost it: not kept)
         g
         for g in old.gpus
-        if report.gpus and pci_key(g.pci) not in seen_pci and g.key not in seen_key
+        if report.gpus and g.key and pci_key(g.pci) not in seen_pci and g.key not in seen_key
     ]
     return tuple(out) + tuple(missing), missing
 
@@ -155,29 +174,45 @@ def implicate(
     last_finding: Any,
     cfg: LemonConfig,
 ) -> list[Implicated]:
-    """The GPUs this episode is about, one entry per GPU and family."""
-    found: dict[tuple[int, str], Implicated] = {}
+    """The GPUs this episode is about, one entry per GPU and family. A fault the kernel
+    log names at an address no GPU is known at yet is held against that address (a
+    pending incident), unless the tools already named a GPU with that fault."""
+    found: dict[tuple[int | str, str], Implicated] = {}
 
     def add(gpu: Gpu | None, family: str, why: str) -> None:
         if gpu is not None:
-            found.setdefault((gpu.index, family), Implicated(gpu, family, why))
+            where: int | str = gpu.index if gpu.index >= 0 else pci_key(gpu.pci)
+            found.setdefault((where, family), Implicated(gpu, family, why))
 
+    families = cfg.all()
     for f in report.gpus:
         gpu = _gpu_of(record, f)
         for signal in f.signals:
-            add(gpu, family_of(cfg.all(), signal=signal), signal)
+            add(gpu, family_of(families, signal=signal), _said(signal, f))
     for g in missing:
-        add(g, family_of(cfg.all(), signal="lost"), "gone from the GPU list")
-    for fault in report.logged:
-        add(
-            record.gpu_at(fault.pci),
-            family_of(cfg.all(), rule=fault.rule),
-            _where(fault.rule, fault.pci),
-        )
+        add(g, family_of(families, signal="lost"), "gone from the GPU list")
+    named = [(f.rule, f.pci) for f in report.logged]
     if isinstance(last_finding, Mapping) and last_finding.get("rule") and last_finding.get("pci"):
-        rule, pci = str(last_finding["rule"]), str(last_finding["pci"])
-        add(record.gpu_at(pci), family_of(cfg.all(), rule=rule), _where(rule, pci))
-    return sorted(found.values(), key=lambda i: (i.gpu.index, i.family))
+        named.append((str(last_finding["rule"]), str(last_finding["pci"])))
+    for rule, pci in named:
+        family = family_of(families, rule=rule)
+        gpu = record.gpu_at(pci)
+        if gpu is None and any(fam == family for _, fam in found):
+            continue  # (a GPU the tools named already: the same fault, seen twice)
+        add(gpu or Gpu(-1, pci), family, _where(rule, pci))
+    return sorted(found.values(), key=lambda i: (i.gpu.index < 0, i.gpu.index, i.family))
+
+
+def _said(signal: str, f: GpuFacts) -> str:
+    """The signal in the tool's own words: ``GPU_IS_LOST``, ``2 uncorrectable ECC``."""
+    errors = f.rma.get("errors")
+    if signal == "lost" and isinstance(errors, list) and errors:
+        return str(errors[0])
+    if signal == "ecc_uncorrected":
+        n = f.rma.get("ecc_volatile_uncorrected")
+        return f"{n} uncorrectable ECC" if n else "uncorrectable ECC"
+    words = {"row_remap_failure": "row remap failure", "bad_pages_unreservable": "bad pages"}
+    return words.get(signal, signal)
 
 
 def _gpu_of(record: NodeRecord, f: GpuFacts) -> Gpu | None:
@@ -223,6 +258,25 @@ def lemons_of(now: Iterable[Incident], known: Sequence[Incident], cfg: LemonConf
             gpu = Gpu(inc.index if inc.index is not None else -1, "", inc.serial, inc.uid)
             out[inc.key] = Lemon(gpu, family, got)
     return list(out.values())
+
+
+def may_be_lemon(record: NodeRecord, now: datetime, cfg: LemonConfig) -> bool:
+    """A GPU of ``record`` one episode short of its family's count, its chain's last
+    episode within the window of ``now``."""
+    by: dict[tuple[str, str], list[Incident]] = {}
+    for inc in record.incidents:
+        if not inc.pending:
+            by.setdefault((inc.key, inc.family), []).append(inc)
+    for (_, fam), incs in by.items():
+        family = cfg.family(fam)
+        if family is None or family.count <= 0:
+            continue
+        got = chain(incs, family.window)
+        last = parse_time(got[-1].at) if got else None
+        within = last is not None and now - last <= timedelta(seconds=family.window)
+        if within and len(got) + 1 >= family.count:
+            return True
+    return False
 
 
 def headline(implicated: Sequence[Implicated]) -> str | None:

@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleetmedic.model import keys
-from fleetmedic.model.gpus import FleetHistory, Incident, compact
-from fleetmedic.policy import lemon
+from fleetmedic.model.gpus import FleetHistory, Incident, NodeRecord, compact
+from fleetmedic.policy import flap, lemon
 from fleetmedic.policy.actions import Event, Outcome, Update
-from fleetmedic.policy.history import short, stamp
+from fleetmedic.policy.history import FLAP_DAMPED, short, stamp
 from fleetmedic.policy.inflight import PENDING, InFlight
 from fleetmedic.policy.rungs import MANUAL
 
@@ -31,6 +31,9 @@ HISTORY_KEY = "fleetmedic_gpu_history"
 CASES_KEY = "fleetmedic_rma_cases"
 """Where the executor puts the case files it wrote after the case phase."""
 TICKET_PENDING, TICKET_SENT, TICKET_OFF = "pending", "sent", "off"
+FLAP_DEFERRED = "flap damping deferred: a GPU's diagnose first (the lemon rule)"
+"""An in-flight note: this entry would have been flap-damped, but a GPU of the node may
+be a lemon; the damping applies after the diagnose if the lemon rule does not."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +106,8 @@ def after_diagnose(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Updat
     ann = {**upd.annotations, keys.ANN_GPUS: judged.record.encode()}
     done = RmaRecord.decode(n.view.annotations.get(keys.ANN_RMA))
     if not judged.lemons or (done is not None and done.ep == fl.ep):
+        if FLAP_DEFERRED in fl.notes:
+            return _flap_damped(n, fl, ann)
         return dataclasses.replace(upd, annotations=ann)
     record = record_of(judged.lemons, fl.ep, stamp(n.now), ticket=n.cfg.ticket is not None)
     into = fl.with_(
@@ -119,6 +124,45 @@ def after_diagnose(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Updat
         upd,
         annotations=ann,
         events=(*upd.events, Event("RMACandidate", short(record.summary), "Warning")),
+    )
+
+
+def after_verify(n: Any, outcome: Outcome, upd: Update) -> Update:
+    """A passing verify read the GPUs (playbooks/verify.yml): their identities now, and a
+    fault held before any of them was known (a GPU off the bus at its first diagnose)
+    named by the GPU back at its address."""
+    report = lemon.report_of(outcome.data, n.view.name)
+    if report is None or not report.gpus:
+        return upd
+    record = lemon.learn(n.view, report, n.now)
+    return dataclasses.replace(upd, annotations={**upd.annotations, keys.ANN_GPUS: record.encode()})
+
+
+def may_be_lemon(n: Any) -> bool:
+    """Could one more episode make a GPU of this node an RMA candidate (a chain one short
+    of its family's count, still within its window)? Decides whether flap damping waits
+    for the diagnose (ladder.py)."""
+    cfg = n.cfg.ladder.lemon
+    if not cfg.enabled:
+        return False
+    record = NodeRecord.decode(n.view.annotations.get(keys.ANN_GPUS))
+    return lemon.may_be_lemon(record, n.now, cfg)
+
+
+def _flap_damped(n: Any, fl: InFlight, ann: dict[str, str | None]) -> Update:
+    """The damping the entry deferred: no GPU was the cause, so the node goes to manual as
+    flap damping sends it (policy/flap.py)."""
+    f = n.cfg.safety.flap
+    why = flap.reason(f.count, f.window)
+    mark = n.attempt(
+        fl.with_(notes=tuple(x for x in fl.notes if x != FLAP_DEFERRED)), FLAP_DAMPED, why
+    )
+    ann = {**ann, keys.ANN_IN_FLIGHT: n.first(fl.ep, MANUAL, 1).encode()}
+    return n.update(
+        state=MANUAL,
+        append=(mark,),
+        annotations=ann,
+        events=(Event("RepairFlapDamped", why, "Warning"),),
     )
 
 
