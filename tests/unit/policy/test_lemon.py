@@ -161,7 +161,7 @@ def test_a_pool_can_turn_a_family_off():
         w.now += DAY
     # no RMA candidate: the node-level flap damping (safety.flap) is what stops the third
     assert w.view("n1").state == "manual" and w.rma("n1") is None
-    assert [a.result for a in w.history("n1") if a.ep == 3][0] == "flap-damped"
+    assert next(a.result for a in w.history("n1") if a.ep == 3) == "flap-damped"
     assert w.cases == []
 
 
