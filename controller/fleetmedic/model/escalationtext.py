@@ -7,12 +7,11 @@ verdict and the start of the finding within them, and shortens the rest.
 
 from __future__ import annotations
 
-import re
-
 SUBJECT_LIMIT = 78
 """Characters of a subject line a mail client shows (RFC 5322's recommended line length)."""
 NOISE = (
-    re.compile(r"^restore: no (GPU partitions|partition layout recorded) before the repair.*$"),
+    "restore: no GPU partitions before the repair; left alone",
+    "restore: no partition layout recorded before the repair; nothing to restore",
 )
 """Notes that say a phase had nothing to do: kept in the record, not shown first."""
 
@@ -38,12 +37,10 @@ def subject(node: str, said: str, verdict: str = "needs hands", cluster: str = "
 
 def shown_message(message: str, failed_phase: str | None = None) -> str:
     """An attempt's message without the notes that only say a phase had nothing to do
-    (kept when the attempt failed in that very phase)."""
-    parts = [p.strip() for p in message.split("; ")]
-    keep = [
-        p
-        for p in parts
-        if not any(n.match(p) for n in NOISE)
-        or (failed_phase is not None and p.startswith(f"{failed_phase}:"))
-    ]
-    return "; ".join(p for p in keep if p)
+    (policy/partition.py's skip notes), kept when the attempt failed in that very phase."""
+    out = message
+    for note in NOISE:
+        if failed_phase is not None and note.startswith(f"{failed_phase}:"):
+            continue
+        out = out.replace(f"{note}; ", "").replace(f"; {note}", "").replace(note, "")
+    return out.strip()

@@ -118,8 +118,11 @@ def _failing_checks(results: Any) -> str | None:
 
 
 def _attempt_cause(attempts: Sequence[Attempt]) -> str | None:
+    """The last failed attempt's own words; else the last one that ended the ladder's
+    work without a repair (flap damping, an unreadable record, an RMA candidate)."""
+    stopped = ("flap-damped", "abandoned", "rma-candidate", "drain-blocked")
     for a in reversed(attempts):
-        if not a.failed:
+        if not a.failed and a.result not in stopped:
             continue
         text = shown_message(a.message, a.phase)
         if " is not healthy: " in text:

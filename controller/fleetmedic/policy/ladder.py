@@ -65,6 +65,7 @@ from fleetmedic.policy import (
 )
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
+    ABANDONED,
     ESCALATED,
     FAIL,
     FLAP_DAMPED,
@@ -166,9 +167,13 @@ def _unreadable(n: NodeCtx, why: str) -> Action:
         return n.write(why, annotations={keys.ANN_IN_FLIGHT: None})
     ep = last_episode(n.history) or 1
     new = n.first(ep, MANUAL, 1)
+    said = f"{why}: cannot tell what was under way, so a human decides"
+    at = stamp(n.now)
+    mark = Attempt(ep, n.view.state, 1, at, at, ABANDONED, message=short(said))
     return n.write(
-        f"{why}: cannot tell what was under way, so a human decides",
+        said,
         state=MANUAL,
+        append=(mark,),
         annotations={keys.ANN_IN_FLIGHT: new.encode()},
         events=(Event("RepairRecordUnreadable", why, "Warning"),),
     )
