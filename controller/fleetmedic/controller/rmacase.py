@@ -196,6 +196,10 @@ def capped(case: dict[str, Any], cap: int) -> str:
         else:
             case["gpu"]["vendor_facts"] = "left out: over the case's size cap"
         text = json.dumps(case, indent=2, default=str)
-    if len(text.encode()) > cap:  # identity and history alone over the cap: compact them
-        text = json.dumps(case, separators=(",", ":"), default=str)[:cap]
+    while len(text.encode()) > cap and len(case["history"]) > 1:
+        case["history"] = case["history"][1:]  # the oldest episodes first
+        case["history_note"] = "older episodes left out: over the case's size cap"
+        text = json.dumps(case, indent=2, default=str)
+    if len(text.encode()) > cap:  # still over: no pretty-printing
+        text = json.dumps(case, separators=(",", ":"), default=str)
     return text

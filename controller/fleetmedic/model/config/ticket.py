@@ -68,4 +68,6 @@ class TicketConfig(Section):
             raise ValueError(f"url must be http:// or https://, got {self.url[:40]!r}")
         if (self.template == "file") != (self.template_file is not None):
             raise ValueError("template_file goes with template: file (and only with it)")
+        if self.template == "jira" and not self.fields.get("project"):
+            raise ValueError("template jira needs fields.project (the Jira project's key)")
         return self
