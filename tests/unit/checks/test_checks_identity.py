@@ -136,14 +136,23 @@ def test_a_failed_amd_smi_is_named_not_read_as_no_gpus(tmp_path):
     assert all("exit 1" in p for p in problems)
 
 
-KERN = """Nov 28 10:00:00 n1 kernel: [    0.000000] Linux version 6.1.0-old
-Nov 28 10:00:01 n1 kernel: NVRM: GPU at PCI:0000:28:00: GPU-0ld
-Nov 28 11:00:00 n1 kernel: [    0.000000] Linux version 6.1.0-fleetmedic-test
-Nov 28 11:00:04 n1 kernel: [    4.210000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07
-Nov 28 11:30:00 n1 kernel: [ 1800.000000] NVRM: GPU at PCI:0000:28:00: GPU-efbdfde9-5798-a6e7-4c46-12518fa15375
-Nov 28 11:30:00 n1 kernel: [ 1800.000001] NVRM: GPU Board Serial Number: 1650423013443
-Nov 28 11:30:00 n1 kernel: [ 1800.000002] NVRM: Xid (PCI:0000:28:00): 79, pid=4242, name=python3, GPU has fallen off the bus.
-"""
+UUID = "GPU-efbdfde9-5798-a6e7-4c46-12518fa15375"
+KERN = "".join(
+    f"Nov 28 {t} n1 kernel: {line}\n"
+    for t, line in (
+        ("10:00:00", "[    0.000000] Linux version 6.1.0-old"),
+        ("10:00:01", "NVRM: GPU at PCI:0000:28:00: GPU-0ld"),
+        ("11:00:00", "[    0.000000] Linux version 6.1.0-fleetmedic-test"),
+        ("11:00:04", "[    4.210000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07"),
+        ("11:30:00", f"[ 1800.000000] NVRM: GPU at PCI:0000:28:00: {UUID}"),
+        ("11:30:00", "[ 1800.000001] NVRM: GPU Board Serial Number: 1650423013443"),
+        (
+            "11:30:00",
+            "[ 1800.000002] NVRM: Xid (PCI:0000:28:00): 79, pid=4242, name=python3, "
+            "GPU has fallen off the bus.",
+        ),
+    )
+)
 
 
 def test_the_driver_names_a_gpu_before_its_first_xid_and_that_names_a_lost_one(tmp_path):
