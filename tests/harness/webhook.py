@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,6 +26,7 @@ class Received:
     headers: dict[str, str]
     body: Any
     answered: int
+    at: float = field(default_factory=time.time)  # when it arrived (Unix time)
 
 
 class Webhook:
