@@ -61,7 +61,7 @@ from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.adapters.slurm import SAVE_WINDOW_S
 from fleetmedic.adapters.slurmcluster import SlurmCluster
 from fleetmedic.controller import drain as drainmod
-from fleetmedic.controller import gpustore, ledger, migop, rmacase, slurmdrain, slurmreboot
+from fleetmedic.controller import gpuwork, ledger, migop, slurmdrain, slurmreboot
 from fleetmedic.errors import (
     ConfigError,
     FleetmedicError,
@@ -75,7 +75,7 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.slurmreason import format_reason, parse_reason
-from fleetmedic.policy import escalation, lemon, partition, rmaflow
+from fleetmedic.policy import escalation, lemon, partition
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
 from fleetmedic.policy.history import decode, of_episode, parse_time, stamp
 from fleetmedic.policy.inflight import Escalated, InFlight
@@ -171,10 +171,11 @@ class Executor:
         finally:
             self.on_run(-1)
         outcome = self._host_outcome(result, view.name, cancel)
-        if action.phase == "diagnose" and outcome.status != LOST:
-            outcome = self._gpu_history(action, view, outcome)
-        if action.phase == lemon.PHASE and outcome.status != LOST:
-            outcome = self._rma_case(action, view, outcome)
+        if action.phase in ("diagnose", lemon.PHASE) and outcome.status != LOST:
+            cfg = self.cfg.profile(action.profile)
+            outcome = gpuwork.gpu_history(cfg, self.kube, view, action.ep, outcome)
+            if action.phase == lemon.PHASE:
+                outcome = gpuwork.rma_case(cfg, view, action.ep, outcome, self.cluster)
         if outcome.ok and handed.op:  # the history says who applied it (ladder.complete)
             note = partition.operator_note(handed.op, handed.value, handed.waited, outcome.stdout)
             outcome = dataclasses.replace(outcome, stdout=json.dumps({"note": note}))
@@ -208,44 +209,6 @@ class Executor:
             return {**bmc.playbook_vars(), "fleetmedic_bmc_address": address}
         except ConfigError as exc:  # a credential named but no $CREDENTIALS_DIRECTORY
             return str(exc)
-
-    # -- the GPUs' history and the RMA case (policy/lemon.py, rmaflow.py) ----------
-    def _gpu_history(self, action: Action, view: NodeView, outcome: Outcome) -> Outcome:
-        """Record the episode's GPU incidents (and the node's older ones, if an earlier
-        write was lost) in the store, and hand the past of the node's GPUs to
-        ladder.complete. A store that cannot be reached only costs the fleet-wide view:
-        the node's own record still counts (logged)."""
-        report = lemon.report_of(outcome.data, view.name)
-        if report is None:
-            return outcome
-        cfg = self.cfg.profile(action.profile)
-        now = datetime.now(UTC)
-        try:
-            judged = lemon.judge(
-                view, report, gpustore.read(self.kube, cfg), action.ep, now, cfg.ladder.lemon
-            )
-            mine = {g.key for g in judged.record.gpus if g.key}
-            fleet = gpustore.record(self.kube, cfg, judged.record.incidents, now)
-        except FleetmedicError as exc:
-            log.warning(
-                "%s: GPU history not in the store (the node keeps its own): %s", view.name, exc
-            )
-            return outcome
-        past = [i.to_json() for i in fleet.all() if i.key in mine]
-        return dataclasses.replace(outcome, data={**outcome.data, rmaflow.HISTORY_KEY: past})
-
-    def _rma_case(self, action: Action, view: NodeView, outcome: Outcome) -> Outcome:
-        """Write the case file of each RMA candidate beside the evidence (rmacase.py)."""
-        cfg = self.cfg.profile(action.profile)
-        try:
-            fleet = gpustore.read(self.kube, cfg)
-        except FleetmedicError as exc:
-            log.warning("%s: the store's GPU history is not in the case: %s", view.name, exc)
-            fleet = None
-        paths = rmacase.write(cfg, view, outcome, fleet, action.ep, cluster=self.cluster)
-        return dataclasses.replace(
-            outcome, data={**outcome.data, rmaflow.CASES_KEY: [str(p) for p in paths]}
-        )
 
     def _probe(
         self, action: Action, view: NodeView, run_id: str | None, cancel: threading.Event

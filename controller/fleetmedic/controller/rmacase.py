@@ -67,11 +67,12 @@ def write(
     fleet: FleetHistory | None,
     ep: int,
     cluster: str = "",
+    record: RmaRecord | None = None,
 ) -> list[Path]:
-    """Write one case file per candidate GPU of ``view``'s RMA record; the paths written
-    (a file that cannot be written is logged and left out: the email says the case is
-    missing rather than the escalation failing)."""
-    record = RmaRecord.decode(view.annotations.get(keys.ANN_RMA))
+    """Write one case file per candidate GPU of the RMA record (``record``, else the
+    node's); the paths written (a file that cannot be written is logged and left out: the
+    email says the case is missing rather than the escalation failing)."""
+    record = record or RmaRecord.decode(view.annotations.get(keys.ANN_RMA))
     if record is None:
         return []
     report = lemon.report_of(outcome.data, view.name)

@@ -125,6 +125,8 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
         return _entered(n)
     if fl.step != view.state:
         return _fence_moved(n, fl)
+    if fl.step == MANUAL and fl.phase == lemon.PHASE:
+        return _rma_case(n, fl)
     if fl.step == MANUAL:
         why = escalation.headline(view, fl.ep, "the ladder ran out")
         return n.action(Kind.ESCALATE, why, step=MANUAL, ep=fl.ep)
@@ -238,6 +240,16 @@ def _entered(n: NodeCtx) -> Action:
         if esc is None and n.cfg.ladder.replace_manual:
             why = "fenced for manual repair: this pool replaces instead (ladder.replace_manual)"
             return n.write(why, state="replace", events=(Event("RepairEntered", why),))
+        if esc is None and rmaflow.case_first(n):
+            ep = last_episode(n.history) + 1
+            why = "fenced for hands by a fault its vendor replaces: the RMA case first"
+            return n.write(
+                why,
+                annotations={
+                    keys.ANN_IN_FLIGHT: n.first(ep, MANUAL, 1).with_(phase=lemon.PHASE).encode()
+                },
+                events=(Event("RepairEntered", why),),
+            )
         if esc is None:
             ep = last_episode(n.history) + 1
             why = escalation.headline(n.view, ep, "fenced for manual repair")
@@ -374,18 +386,7 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             **ctx,
         )
     if fl.phase == lemon.PHASE:
-        rma = cfg.ladder.lemon.rma
-        record = rmaflow.RmaRecord.decode(view.annotations.get(keys.ANN_RMA))
-        return n.action(
-            Kind.RUN,
-            f"{fl.step}: {record.summary if record else 'RMA candidate'}: assemble the RMA "
-            f"case{again}",
-            playbook=str(cfg.ansible.playbook_dir / rma.playbook),
-            timeout=rma.timeout,
-            hostvars={**_hostvars(view, fl, phases), **rmaflow.hostvars(n, record)},
-            resumed=resumed,
-            **ctx,
-        )
+        return _rma_case(n, fl, phases)
     if fl.phase == quarantine.PHASE:
         q = cfg.ladder.quarantine
         return n.action(
@@ -434,6 +435,26 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         resumed=resumed,
         disruptive=fl.phase in DISRUPTIVE_PHASES,
         **ctx,
+    )
+
+
+def _rma_case(n: NodeCtx, fl: InFlight, phases: tuple[str, ...] = ()) -> Action:
+    """The RMA case phase (playbooks/rma_case.yml): after a diagnose that named a lemon, or
+    first thing for a node fenced for hands by a fault its vendor replaces (rmaflow.py)."""
+    rma = n.cfg.ladder.lemon.rma
+    record = rmaflow.RmaRecord.decode(n.view.annotations.get(keys.ANN_RMA))
+    said = record.summary if record and record.ep == fl.ep else "RMA case"
+    again = " (again: interrupted by a restart)" if fl.status == RUNNING else ""
+    return n.action(
+        Kind.RUN,
+        f"{fl.step}: {said}: assemble the RMA case{again}",
+        playbook=str(n.cfg.ansible.playbook_dir / rma.playbook),
+        timeout=rma.timeout,
+        hostvars={**_hostvars(n.view, fl, phases), **rmaflow.hostvars(n, record)},
+        resumed=fl.status == RUNNING,
+        step=fl.step,
+        phase=fl.phase,
+        ep=fl.ep,
     )
 
 

@@ -30,6 +30,8 @@ HISTORY_KEY = "fleetmedic_gpu_history"
 """Where the executor adds the store's incidents of the node's GPUs to a diagnose outcome."""
 CASES_KEY = "fleetmedic_rma_cases"
 """Where the executor puts the case files it wrote after the case phase."""
+RECORD_KEY = "fleetmedic_rma_record"
+"""Where the executor puts the RMA record it judged (a node that began with the case)."""
 TICKET_PENDING, TICKET_SENT, TICKET_OFF = "pending", "sent", "off"
 FLAP_DEFERRED = "flap damping deferred: a GPU's diagnose first (the lemon rule)"
 """An in-flight note: this entry would have been flap-damped, but a GPU of the node may
@@ -194,19 +196,42 @@ def hostvars(n: Any, record: RmaRecord | None) -> dict[str, Any]:
     }
 
 
+def case_first(n: Any) -> bool:
+    """A node fenced straight at ``manual`` (no escalation yet) for a finding whose family
+    is a candidate at once (``count: 1``: the vendor's own RMA criterion, e.g. Xid 64's
+    row-remap failure): the case phase runs before the escalation, so the email carries it."""
+    cfg = n.cfg.ladder.lemon
+    mark = n.view.annotation_json(keys.ANN_LAST_FINDING)
+    if not cfg.enabled or not isinstance(mark, dict) or not mark.get("rule"):
+        return False
+    family = cfg.family(lemon.family_of(cfg.all(), rule=str(mark["rule"])))
+    return family is not None and family.count == 1
+
+
 def after_rma(n: Any, fl: InFlight, outcome: Outcome) -> Update:
     """The case phase ended (whatever its outcome: a case without the diagnostics is
     still the case, and says why): the node goes to ``manual``, the attempt recorded as an
-    RMA candidate with the case files."""
+    RMA candidate with the case files. A node fenced for hands that began with the case
+    (:func:`case_first`) is judged here, from the report the case phase read."""
     record = RmaRecord.decode(n.view.annotations.get(keys.ANN_RMA))
+    ann: dict[str, str | None] = {keys.ANN_IN_FLIGHT: n.first(fl.ep, MANUAL, 1).encode()}
+    report = lemon.report_of(outcome.data, n.view.name)
+    if (record is None or record.ep != fl.ep) and report is not None:
+        judged = lemon.judge(n.view, report, fleet_of(outcome), fl.ep, n.now, n.cfg.ladder.lemon)
+        ann[keys.ANN_GPUS] = judged.record.encode()
+        given = outcome.data.get(RECORD_KEY)
+        if isinstance(given, str):  # the executor's (its case files name it)
+            record = RmaRecord.decode(given)
+        elif judged.lemons:
+            record = record_of(judged.lemons, fl.ep, stamp(n.now), ticket=n.cfg.ticket is not None)
     cases = outcome.data.get(CASES_KEY)
-    said = record.summary if record else "RMA candidate"
+    said = record.summary if record and record.ep == fl.ep else "no GPU named for an RMA"
     if not outcome.ok:
         said += f"; case phase {outcome.status}: {outcome.message}".rstrip(": ")
     mark = n.attempt(fl, lemon.RESULT, said, outcome.run_id)
-    ann: dict[str, str | None] = {keys.ANN_IN_FLIGHT: n.first(fl.ep, MANUAL, 1).encode()}
-    if record is not None and isinstance(cases, list):
-        ann[keys.ANN_RMA] = record.with_(cases=tuple(str(c) for c in cases)).encode()
+    if record is not None and record.ep == fl.ep:
+        files = tuple(str(c) for c in cases) if isinstance(cases, list) else record.cases
+        ann[keys.ANN_RMA] = record.with_(cases=files).encode()
     return n.update(
         state=MANUAL,
         append=(mark,),

@@ -60,9 +60,15 @@ class LemonWorld(World):
         if action.phase == "verify" and out.ok:  # (playbooks/verify.yml reads the GPUs too)
             rep = self.report(action.node)
             return dataclasses.replace(out, data={lemon.REPORT_KEY: {action.node: rep.to_json()}})
-        if action.phase == lemon.PHASE:
+        if action.phase == lemon.PHASE:  # (rma_case.yml runs the diagnostics role too)
             self.cases.append((action.node, action.ep))
-            return dataclasses.replace(out, data={rmaflow.CASES_KEY: [f"/ev/{action.node}.json"]})
+            rep = self.report(action.node)
+            data = {
+                lemon.REPORT_KEY: {action.node: rep.to_json()},
+                rmaflow.HISTORY_KEY: [i.to_json() for i in self.fleet.all()],
+                rmaflow.CASES_KEY: [f"/ev/{action.node}.json"],
+            }
+            return dataclasses.replace(out, data=data)
         return out
 
     def rma(self, node: str) -> rmaflow.RmaRecord | None:

@@ -3,6 +3,7 @@ episodes in a chain, the RMA candidate sent to manual instead of up the ladder."
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from hypothesis import given
@@ -277,3 +278,29 @@ def test_flap_damping_waits_for_the_diagnose_and_applies_when_no_gpu_is_the_lemo
     assert ("1652000000100", "memory-uncorrectable", 3) in {
         (i.serial, i.family, i.ep) for i in record.incidents
     }, "the diagnose that ran first recorded GPU 0's fault"
+
+
+def test_a_node_fenced_for_hands_by_a_vendor_rma_criterion_gets_its_case_before_the_email():
+    """The agent fences a Xid 64 (row-remap failure) straight at manual: the case phase
+    runs first (its run names the GPU), then the one email, which carries it."""
+    w = world()
+    mark = {"rule": "xid.64", "pci": "0000:28:00", "msg": "GPU memory remapping failure"}
+    w.nodes["n1"]["metadata"]["annotations"][keys.ANN_LAST_FINDING] = json.dumps(mark)
+    w.gpus["n1"] = [gpu(0, "1652000000100"), gpu(1, "1652000000101", "row_remap_failure")]
+    w.nodes["n1"]["spec"]["taints"] = [w.vocab.repair("manual").as_taint()]
+    w.run(10, step=5)
+    assert w.cases == [("n1", 1)]
+    assert [(a.step, a.result) for a in w.history("n1")] == [
+        ("manual", "rma-candidate"),
+        ("manual", "escalated"),
+    ]
+    rec = w.rma("n1")
+    assert rec.gpus[0]["family"] == "memory-exhausted" and rec.gpus[0]["serial"] == "1652000000101"
+    assert w.emails[("n1", 1)] == 1 and w.truth["n1"].boots == 0
+
+
+def test_a_human_s_manual_taint_is_escalated_as_before():
+    w = world()
+    w.nodes["n1"]["spec"]["taints"] = [w.vocab.repair("manual").as_taint()]
+    w.run(5, step=5)
+    assert w.cases == [] and [a.result for a in w.history("n1")] == ["escalated"]
