@@ -43,6 +43,8 @@ AMD_JOBS = {
     "bad_pages": ("amd-smi", "bad-pages", "--json"),
 }
 LOST_ERRORS = frozenset({"GPU_IS_LOST"})
+NOT_ERRORS = frozenset({"NOT_SUPPORTED", "FUNCTION_NOT_FOUND"})
+"""NVML's way of saying a reading does not apply to this GPU (checks/nvidia_rules.py)."""
 
 
 def report(cfg: CheckConfig, env: Mapping[str, str] | None = None) -> GpuReport:
@@ -86,7 +88,7 @@ def _nvml_gpu(i: int, r: Mapping[str, Mapping[str, Any]]) -> GpuFacts:
     def value(op: str) -> Any:
         return (r.get(op) or {}).get("value")
 
-    errors = {str(x.get("error")) for x in r.values() if x.get("error")}
+    errors = {str(x.get("error")) for x in r.values() if x.get("error")} - NOT_ERRORS
     signals = []
     if errors & LOST_ERRORS or not r:
         signals.append("lost")
@@ -102,10 +104,15 @@ def _nvml_gpu(i: int, r: Mapping[str, Mapping[str, Any]]) -> GpuFacts:
         "vbios_version": value("vbios_version"),
         "ecc_volatile_uncorrected": ecc,
         "retired_pages": {
-            "single_bit_ecc": value("retired_pages_sbe"),
-            "double_bit_ecc": value("retired_pages_dbe"),
-            "pending": value("retired_pages_pending"),
-        },
+            k: v
+            for k, v in (
+                ("single_bit_ecc", value("retired_pages_sbe")),
+                ("double_bit_ecc", value("retired_pages_dbe")),
+                ("pending", value("retired_pages_pending")),
+            )
+            if v is not None
+        }
+        or None,
         "remapped_rows": rows or None,
         "recovery_action": value("recovery_action"),
         "errors": sorted(errors) or None,
