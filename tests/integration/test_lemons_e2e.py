@@ -86,6 +86,7 @@ def config(b, smtp_sink, webhook, **over):
     return b.config(smtp_sink, ticket=ticket, **over)
 
 
+@pytest.mark.timeout(1200)  # three episodes with reboots, on a loaded machine
 def test_a_gpu_failing_three_times_in_a_week_goes_to_manual_with_its_rma_case(
     bench, smtp_sink, webhook
 ):
@@ -172,6 +173,7 @@ def test_a_gpu_failing_three_times_in_a_week_goes_to_manual_with_its_rma_case(
     assert f"SN {SERIAL}" in text and "bus-loss x3" in text
 
 
+@pytest.mark.timeout(1200)
 def test_the_same_gpu_in_another_node_keeps_its_history(bench, smtp_sink, webhook):
     b = bench(2)
     a, c = b.fleet.node(1), b.fleet.node(2)
@@ -194,6 +196,7 @@ def test_the_same_gpu_in_another_node_keeps_its_history(bench, smtp_sink, webhoo
     assert state_of(b.kube, names[0]) == "healthy"
 
 
+@pytest.mark.timeout(1200)  # three episodes and the window's wait, on a loaded machine
 def test_a_gpu_healthy_for_the_window_starts_over_and_a_kill_sends_one_ticket(
     bench, smtp_sink, webhook
 ):
@@ -205,11 +208,11 @@ def test_a_gpu_healthy_for_the_window_starts_over_and_a_kill_sends_one_ticket(
     gpus(node)
     [name] = b.register()
     store(b.kube, b.pool)
-    lemon = {"families": {"bus-loss": {"count": 2, "window": "40s"}}, "rma": {"diag_level": 0}}
+    lemon = {"families": {"bus-loss": {"count": 2, "window": "60s"}}, "rma": {"diag_level": 0}}
     cfg = config(b, smtp_sink, webhook, ladder={"lemon": lemon})
     proc = b.controller(cfg)
     episode(b, node, name, proc)
-    time.sleep(45)  # healthy for longer than the window
+    time.sleep(65)  # back in service for longer than the window: the repair held
     episode(b, node, name, proc)  # the count starts over: repaired again
     assert annotation(b.kube, name, "fleetmedic.io/rma") is None
     webhook.failing = 10_000  # the ticket system is down: the case waits on the Node

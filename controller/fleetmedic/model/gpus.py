@@ -109,6 +109,7 @@ class Incident:
     why: str = ""  # the finding, short: "xid.79 on 0000:28:00.0"
     index: int | None = None  # its place on that node then
     pci: str = ""  # its PCI address then, when known
+    back: str = ""  # when the episode's repair returned the node to service ("" not yet)
 
     @property
     def key(self) -> str:
@@ -137,6 +138,7 @@ class Incident:
             "why": self.why[:MAX_TEXT],
             "i": self.index,
             "pci": self.pci,
+            "back": self.back,
         }
         return {k: v for k, v in data.items() if v not in ("", None)}
 
@@ -155,6 +157,7 @@ class Incident:
                 why=str(data.get("why", ""))[:MAX_TEXT],
                 index=int(data["i"]) if data.get("i") is not None else None,
                 pci=str(data.get("pci", "")),
+                back=str(data.get("back", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -162,11 +165,16 @@ class Incident:
 
 
 def merge(*groups: Iterable[Incident]) -> list[Incident]:
-    """Every incident of ``groups`` once (the first record of each wins), oldest first."""
+    """Every incident of ``groups`` once, oldest first: the first record of each wins,
+    but a later one that knows when the repair held (``back``) completes it."""
     seen: dict[tuple[str, str, int, str], Incident] = {}
     for group in groups:
         for inc in group:
-            seen.setdefault(inc.same, inc)
+            had = seen.get(inc.same)
+            if had is None:
+                seen[inc.same] = inc
+            elif inc.back and not had.back:
+                seen[inc.same] = dataclasses.replace(had, back=inc.back)
     return sorted(seen.values(), key=lambda i: (i.at, i.node, i.ep, i.key))
 
 
@@ -183,6 +191,15 @@ class NodeRecord:
 
     def gpu_index(self, index: int) -> Gpu | None:
         return next((g for g in self.gpus if g.index == index), None)
+
+    def returned(self, node: str, ep: int, at: str) -> NodeRecord:
+        """Episode ``ep``'s incidents marked back in service at ``at`` (its verify passed):
+        how long a repair held is counted from there (policy/lemon.py's chain)."""
+        incs = tuple(
+            dataclasses.replace(i, back=at) if i.node == node and i.ep == ep and not i.back else i
+            for i in self.incidents
+        )
+        return dataclasses.replace(self, incidents=incs)
 
     def adopt(self) -> NodeRecord:
         """Pending incidents named by the GPU now known at their PCI address (else index).

@@ -560,7 +560,7 @@ def complete(
         if fl.phase == "diagnose":  # the GPUs by identity; a lemon goes to its RMA case
             upd = rmaflow.after_diagnose(n, fl, outcome, upd)
         elif fl.phase == "verify" and outcome.ok:  # the GPUs back: who they are
-            upd = rmaflow.after_verify(n, outcome, upd)
+            upd = rmaflow.after_verify(n, fl, outcome, upd)
         return upd
     if action.resumed and outcome.status == "unreachable":
         held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)

@@ -136,10 +136,13 @@ def judge(
     return Judgement(record, tuple(found), incidents, lemons)
 
 
-def learn(view: NodeView, report: GpuReport, now: datetime) -> NodeRecord:
-    """The node's record after a read with no fault to hold (the verify that passed): the
-    GPUs as they answer now, and the pending incidents named by them."""
-    old = NodeRecord.decode(view.annotations.get(keys.ANN_GPUS))
+def learn(view: NodeView, report: GpuReport | None, now: datetime, ep: int) -> NodeRecord:
+    """The node's record after its verify passed: episode ``ep``'s incidents back in
+    service now, and (with a read of the GPUs) the GPUs as they answer now and the pending
+    incidents named by them."""
+    old = NodeRecord.decode(view.annotations.get(keys.ANN_GPUS)).returned(view.name, ep, stamp(now))
+    if report is None or not report.gpus:
+        return old
     gpus, _ = map_gpus(old, report, stamp(now))
     return NodeRecord(gpus, old.incidents).adopt()
 
@@ -231,15 +234,16 @@ def family_of(families: Iterable[Family], *, rule: str = "", signal: str = "") -
 
 
 def chain(incidents: Sequence[Incident], window: float) -> tuple[Incident, ...]:
-    """The newest incident and those before it each within ``window`` seconds of the next
-    one (one per episode and node; ``incidents`` of one GPU and family, any order)."""
+    """The newest incident and those before it whose repair held less than ``window``
+    seconds: from its return to service (``back``; else from the incident itself) to the
+    next incident (one per episode and node; ``incidents`` of one GPU and family)."""
     ordered = sorted(merge(incidents), key=lambda i: i.at)
     if not ordered:
         return ()
     out = [ordered[-1]]
     for inc in reversed(ordered[:-1]):
-        newer, older = parse_time(out[-1].at), parse_time(inc.at)
-        if newer is None or older is None or newer - older > timedelta(seconds=window):
+        newer, held_from = parse_time(out[-1].at), parse_time(inc.back or inc.at)
+        if newer is None or held_from is None or newer - held_from > timedelta(seconds=window):
             break
         out.append(inc)
     return tuple(reversed(out))
@@ -272,7 +276,7 @@ def may_be_lemon(record: NodeRecord, now: datetime, cfg: LemonConfig) -> bool:
         if family is None or family.count <= 0:
             continue
         got = chain(incs, family.window)
-        last = parse_time(got[-1].at) if got else None
+        last = parse_time(got[-1].back or got[-1].at) if got else None
         within = last is not None and now - last <= timedelta(seconds=family.window)
         if within and len(got) + 1 >= family.count:
             return True
@@ -309,7 +313,7 @@ def repeat_offenders(
         family = cfg.family(fam)
         window = family.window if family else cfg.longest_window() or 30 * 86400.0
         got = chain(incs, window)
-        last = parse_time(got[-1].at) if got else None
+        last = parse_time(got[-1].back or got[-1].at) if got else None
         if len(got) >= 2 and last is not None and now - last <= timedelta(seconds=window):
             gpu = next((g for g in record.gpus if g.key == key), None)
             out.append((gpu, fam, len(got)))

@@ -129,14 +129,17 @@ def after_diagnose(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Updat
     )
 
 
-def after_verify(n: Any, outcome: Outcome, upd: Update) -> Update:
-    """A passing verify read the GPUs (playbooks/verify.yml): their identities now, and a
-    fault held before any of them was known (a GPU off the bus at its first diagnose)
-    named by the GPU back at its address."""
-    report = lemon.report_of(outcome.data, n.view.name)
-    if report is None or not report.gpus:
+def after_verify(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Update:
+    """A passing verify: the episode's incidents back in service now (how long the repair
+    holds counts from here), and with its read of the GPUs (playbooks/verify.yml) their
+    identities now, and a fault held before any of them was known (a GPU off the bus at
+    its first diagnose) named by the GPU back at its address."""
+    if (
+        keys.ANN_GPUS not in n.view.annotations
+        and lemon.report_of(outcome.data, n.view.name) is None
+    ):
         return upd
-    record = lemon.learn(n.view, report, n.now)
+    record = lemon.learn(n.view, lemon.report_of(outcome.data, n.view.name), n.now, fl.ep)
     return dataclasses.replace(upd, annotations={**upd.annotations, keys.ANN_GPUS: record.encode()})
 
 

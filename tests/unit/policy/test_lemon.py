@@ -3,6 +3,7 @@ episodes in a chain, the RMA candidate sent to manual instead of up the ladder."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 
@@ -187,6 +188,17 @@ def test_chain_breaks_where_a_repair_held_for_the_window():
     assert [i.ep for i in got] == [3]
     got = lemon.chain([inc(T0), inc(T0 + 5 * DAY, ep=2), inc(T0 + 10 * DAY, ep=3)], week)
     assert [i.ep for i in got] == [1, 2, 3], "every five days: each within the window"
+
+
+def test_a_repair_holds_from_its_return_to_service_not_from_the_fault():
+    """The hold is counted from when the repair returned the node (its verify), so a
+    repair that took long does not shorten what it must hold."""
+    week = 7 * 86400.0
+    slow = dataclasses.replace(inc(T0), back=stamp(T0 + 6 * DAY))
+    got = lemon.chain([slow, inc(T0 + 7 * DAY + DAY / 2, ep=2)], week)
+    assert [i.ep for i in got] == [1, 2], "it held a day and a half, not a week"
+    held = dataclasses.replace(inc(T0), back=stamp(T0 + DAY))
+    assert [i.ep for i in lemon.chain([held, inc(T0 + 9 * DAY, ep=2)], week)] == [2]
 
 
 @given(st.lists(st.integers(min_value=0, max_value=60 * 86400), max_size=12, unique=True))
