@@ -25,7 +25,7 @@ CASE = {
     "kind": "fleetmedic.io/rma-case/v1",
     "case_id": "e3-20261121T120000Z-1652000000101",
     "recommendation": "RMA candidate: GPU 1652000000101",
-    "summary": "RMA candidate: GPU 1652000000101 (GPU 1, bus-loss: 3 episodes, each within 7d)",
+    "summary": "RMA candidate: GPU 1652000000101 (GPU 1, bus-loss: 3 episodes, no repair held 7d)",
     "node": {"name": "gpu-2", "address": "10.0.0.2", "vendor": "nvidia"},
     "gpu": {"serial": "1652000000101", "uuid": "GPU-1", "index": 1, "pci": "0000:28:00.0"},
     "rule": {"family": "bus-loss", "episodes": 3, "why": "Xid 79 recurs"},

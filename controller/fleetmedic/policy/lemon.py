@@ -15,13 +15,16 @@ model/gpufacts.py). :func:`judge` then
 3. **records an incident** per GPU and family for the episode (model/gpus.py: on the Node
    and, through the controller, in its store, so a GPU moved to another node keeps its
    past);
-4. **applies the rule**: a GPU with ``count`` incidents of one family in a *chain* (each
-   within ``window`` of the one before it, whichever node it was in) is an RMA candidate.
-   A repair that held for the whole window breaks the chain, so the count starts over.
+4. **applies the rule**: a GPU with ``count`` incidents of one family in a *chain* (no
+   repair between them held for ``window``, from the node's return to service, marked by
+   the verify that passed, to the next fault; on whichever node) is an RMA candidate. A
+   repair that held for the whole window breaks the chain, so the count starts over.
 
 The chain rather than a sliding window: a GPU that fails every five days with a
 seven-day window is a lemon (three in a chain on day ten), which "three within any seven
-days" would never call it. Each episode counts once, whatever rungs it climbed.
+days" would never call it. The hold is counted from the return to service, not from the
+fault: a repair that took a day must still hold the whole window. Each episode counts
+once, whatever rungs it climbed.
 
 Fences only go up: a candidate goes to ``manual``, never down; budgets and domains apply
 unchanged, because this only changes which rung a node under repair goes to next.
@@ -73,10 +76,10 @@ class Lemon:
         return f"RMA candidate: GPU {self.gpu.serial or self.gpu.uid}"
 
     def summary(self) -> str:
-        """``RMA candidate: GPU 1652... (GPU 1, bus-loss: 3 episodes, each within 7d)``."""
+        """``RMA candidate: GPU 1652... (GPU 1, bus-loss: 3 episodes, no repair held 7d)``."""
         return (
             f"{self.recommendation} (GPU {self.gpu.index}, {self.family.name}: "
-            f"{len(self.chain)} episodes, each within {human(self.family.window)} of the last)"
+            f"{len(self.chain)} episodes, no repair held {human(self.family.window)})"
         )
 
 

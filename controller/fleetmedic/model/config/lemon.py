@@ -70,7 +70,7 @@ def defaults() -> dict[str, Family]:
 
 class FamilyOverride(Section):
     count: int | None = Field(None, ge=0, le=50)
-    """Episodes of this family in a chain (each within `window` of the one before) that
+    """Episodes of this family in a chain (no repair between them held for `window`) that
     make a GPU an RMA candidate; 0 turns the rule off for this pool."""
     window: Duration | None = None
     """How long a repair must hold for the count to start over."""
