@@ -125,7 +125,7 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
         return _entered(n)
     if fl.step != view.state:
         return _fence_moved(n, fl)
-    if fl.step == MANUAL and fl.phase == lemon.PHASE:
+    if fl.step == MANUAL and fl.phase in (lemon.PHASE, lemon.DRAIN_PHASE):
         return _rma_case(n, fl)
     if fl.step == MANUAL:
         why = escalation.headline(view, fl.ep, "the ladder ran out")
@@ -246,7 +246,9 @@ def _entered(n: NodeCtx) -> Action:
             return n.write(
                 why,
                 annotations={
-                    keys.ANN_IN_FLIGHT: n.first(ep, MANUAL, 1).with_(phase=lemon.PHASE).encode()
+                    keys.ANN_IN_FLIGHT: n.first(ep, MANUAL, 1)
+                    .with_(phase=rmaflow.first_phase(n))
+                    .encode()
                 },
                 events=(Event("RepairEntered", why),),
             )
@@ -329,7 +331,8 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
     if fl.phase == burnin.PHASE and not burnin.gates(cfg, fl.step):
         why = f"{fl.step}: the burn-in was turned off meanwhile; verify passed"
         return n.action(Kind.WRITE, why, update=next_phase(n, fl), step=fl.step, phase=fl.phase)
-    if fl.phase not in phases and fl.phase not in (quarantine.PHASE, burnin.PHASE, lemon.PHASE):
+    extra_phases = (quarantine.PHASE, burnin.PHASE, lemon.PHASE, lemon.DRAIN_PHASE)
+    if fl.phase not in phases and fl.phase not in extra_phases:
         new = n.first(fl.ep, fl.step, fl.attempt)
         return n.write(
             f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
@@ -385,7 +388,7 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
             disruptive=True,
             **ctx,
         )
-    if fl.phase == lemon.PHASE:
+    if fl.phase in (lemon.PHASE, lemon.DRAIN_PHASE):
         return _rma_case(n, fl, phases)
     if fl.phase == quarantine.PHASE:
         q = cfg.ladder.quarantine
@@ -445,16 +448,29 @@ def _rma_case(n: NodeCtx, fl: InFlight, phases: tuple[str, ...] = ()) -> Action:
     record = rmaflow.RmaRecord.decode(n.view.annotations.get(keys.ANN_RMA))
     said = record.summary if record and record.ep == fl.ep else "RMA case"
     again = " (again: interrupted by a restart)" if fl.status == RUNNING else ""
+    ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
+    retry = fl.retry_time()
+    if retry and n.now < retry:
+        return n.action(Kind.WAIT, f"{fl.step}/{fl.phase}: back off", not_before=retry, **ctx)
+    if fl.phase == lemon.DRAIN_PHASE:
+        drain = n.cfg.safety.drain
+        return n.action(
+            Kind.DRAIN,
+            f"{said}: the GPU pods leave before the case's diagnostics{again}",
+            timeout=drain.timeout,
+            force=drain.pdb_blocked == "force",
+            gpu_only=True,
+            disruptive=True,
+            **ctx,
+        )
     return n.action(
         Kind.RUN,
         f"{fl.step}: {said}: assemble the RMA case{again}",
         playbook=str(n.cfg.ansible.playbook_dir / rma.playbook),
         timeout=rma.timeout,
-        hostvars={**_hostvars(n.view, fl, phases), **rmaflow.hostvars(n, record)},
+        hostvars={**_hostvars(n.view, fl, phases), **rmaflow.hostvars(n, record, fl)},
         resumed=fl.status == RUNNING,
-        step=fl.step,
-        phase=fl.phase,
-        ep=fl.ep,
+        **ctx,
     )
 
 
@@ -533,6 +549,8 @@ def complete(
         return after_replace(n, fl, outcome)
     if action.kind == Kind.PROBE:
         return after_probe(n, fl, outcome)
+    if action.kind == Kind.DRAIN and fl.phase == lemon.DRAIN_PHASE:
+        return rmaflow.after_drain(n, fl, outcome)
     if action.kind == Kind.DRAIN:
         return after_drain(n, fl, outcome)
     if fl.phase == lemon.PHASE:

@@ -48,6 +48,9 @@ from fleetmedic.policy.history import parse_time, stamp
 PHASE = "rma"
 """The in-flight phase that assembles an RMA candidate's case (playbooks/rma_case.yml),
 after the step's diagnose phase and before the node goes to ``manual``."""
+DRAIN_PHASE = "rma_drain"
+"""Before the case's vendor diagnostics (DCGM level 3 loads every GPU), the pods that use
+the GPUs leave, as for the diagnose state (``drain_gpu``)."""
 RESULT = "rma-candidate"
 """The history result of the attempt the lemon rule ended."""
 REPORT_KEY = "fleetmedic_gpus"

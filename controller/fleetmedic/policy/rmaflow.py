@@ -113,7 +113,7 @@ def after_diagnose(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Updat
         return dataclasses.replace(upd, annotations=ann)
     record = record_of(judged.lemons, fl.ep, stamp(n.now), ticket=n.cfg.ticket is not None)
     into = fl.with_(
-        phase=lemon.PHASE,
+        phase=first_phase(n),
         status=PENDING,
         since=stamp(n.now),
         run_id=None,
@@ -188,11 +188,31 @@ def record_of(lemons: Sequence[lemon.Lemon], ep: int, at: str, ticket: bool) -> 
     return RmaRecord(ep, at, summary, gpus, ticket=TICKET_PENDING if ticket else TICKET_OFF)
 
 
-def hostvars(n: Any, record: RmaRecord | None) -> dict[str, Any]:
+NO_DIAG = "rma: the GPU pods did not leave: no vendor diagnostics in the case"
+
+
+def first_phase(n: Any) -> str:
+    """The case's first phase: the GPU pods' drain when its diagnostics load the GPUs."""
+    return lemon.DRAIN_PHASE if n.cfg.ladder.lemon.rma.diag_level > 0 else lemon.PHASE
+
+
+def after_drain(n: Any, fl: InFlight, outcome: Outcome) -> Update:
+    """The GPU pods' drain before the case ended: on to the case; a drain that did not end
+    (a PodDisruptionBudget, no grant) still gets its case, without the diagnostics that
+    would load GPUs still in use (the email says so)."""
+    notes = (
+        fl.notes if outcome.ok else (*fl.notes, f"{NO_DIAG} ({outcome.status}: {outcome.message})")
+    )
+    into = fl.with_(phase=lemon.PHASE, status=PENDING, since=stamp(n.now), run_id=None, notes=notes)
+    return n.update(annotations={keys.ANN_IN_FLIGHT: into.encode()})
+
+
+def hostvars(n: Any, record: RmaRecord | None, fl: InFlight | None = None) -> dict[str, Any]:
     """The case playbook's variables (playbooks/rma_case.yml)."""
     rma = n.cfg.ladder.lemon.rma
+    no_diag = fl is not None and any(x.startswith(NO_DIAG) for x in fl.notes)
     return {
-        "rma_case_diag_level": rma.diag_level,
+        "rma_case_diag_level": 0 if no_diag else rma.diag_level,
         "rma_case_bug_report": rma.bug_report,
         "rma_case_max_file_mb": rma.max_file_mb,
         "rma_case_gpus": [dict(g) for g in (record.gpus if record else ())],

@@ -316,3 +316,34 @@ def test_a_human_s_manual_taint_is_escalated_as_before():
     w.nodes["n1"]["spec"]["taints"] = [w.vocab.repair("manual").as_taint()]
     w.run(5, step=5)
     assert w.cases == [] and [a.result for a in w.history("n1")] == ["escalated"]
+
+
+def test_the_gpu_pods_leave_before_the_case_s_diagnostics_or_it_goes_without_them():
+    """DCGM level 3 loads every GPU: the case phase is preceded by the GPU pods' drain; a
+    drain a PodDisruptionBudget holds gives a case without the diagnostics."""
+    for blocked, level in ((0, 3), (5, 0)):
+        w = LemonWorld(config(safety__drain={"pdb_blocked": "skip"}))
+        w.add("n1")
+        w.gpus["n1"] = [gpu(0, "1652000000100"), gpu(1, "1652000000101", "row_remap_failure")]
+        w.truth["n1"].fault = "reboot"
+        w.nodes["n1"]["spec"]["taints"] = [w.vocab.repair("reboot").as_taint()]
+        seen = []
+        for _ in range(12):
+            for action in w.cycle(step=5):
+                seen.append((action.kind, action.phase, action.gpu_only))
+                if action.phase == "rma":
+                    assert action.hostvars["rma_case_diag_level"] == level
+            if action.phase == "diagnose" and blocked:
+                w.truth["n1"].pdb_blocks = blocked
+        assert (Kind.DRAIN, "rma_drain", True) in seen and (Kind.RUN, "rma", False) in seen
+        assert w.view("n1").state == "manual" and w.cases == [("n1", 1)]
+
+
+def test_without_diagnostics_the_case_needs_no_drain():
+    w = LemonWorld(config(ladder__lemon={"rma": {"diag_level": 0}}))
+    w.add("n1")
+    w.gpus["n1"] = [gpu(0, "1652000000100"), gpu(1, "1652000000101", "row_remap_failure")]
+    w.truth["n1"].fault = "reboot"
+    w.nodes["n1"]["spec"]["taints"] = [w.vocab.repair("reboot").as_taint()]
+    phases = [a.phase for _ in range(10) for a in w.cycle(step=5)]
+    assert "rma" in phases and "rma_drain" not in phases
