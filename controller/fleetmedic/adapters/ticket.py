@@ -29,10 +29,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import requests
-from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
-
 from fleetmedic.errors import ConfigError, PermanentError, TemporaryError, one_line
 from fleetmedic.model.config import TicketConfig, secret_path
 
@@ -80,7 +76,11 @@ def _first_line(path: Path | None, name: str, what: str) -> str:
 
 
 @cache
-def _env() -> SandboxedEnvironment:
+def _env() -> Any:
+    # imported here: a controller without a ticket target never pays for Jinja2 or requests
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
     env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii": False}
     return env
@@ -131,6 +131,8 @@ def render(t: TicketConfig, case: Mapping[str, Any]) -> Any:
         source = (
             resources.files("fleetmedic.data").joinpath(f"ticket_{t.template}.json.j2").read_text()
         )
+    from jinja2 import TemplateError
+
     try:
         text = _env().from_string(source).render(case=case, fields=t.fields, text=text_of(case))
         return json.loads(text)
@@ -146,6 +148,8 @@ def send(
     environ: Mapping[str, str] = os.environ,
 ) -> str:
     """POST ``case`` once; the receiver's issue key or id ("" when it said none)."""
+    import requests
+
     body = render(t, case)
     url = read_url(t, environ)
     headers = {
@@ -170,7 +174,7 @@ def send(
     return _issue_of(r)
 
 
-def _issue_of(r: requests.Response) -> str:
+def _issue_of(r: Any) -> str:
     try:
         data = r.json()
     except ValueError:
