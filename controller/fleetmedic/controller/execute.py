@@ -176,6 +176,10 @@ class Executor:
             outcome = gpuwork.gpu_history(cfg, self.kube, view, action.ep, outcome)
             if action.phase == lemon.PHASE:
                 outcome = gpuwork.rma_case(cfg, view, action.ep, outcome, self.cluster)
+        if action.phase == "verify" and outcome.ok:
+            gpuwork.repair_held_from(
+                self.cfg.profile(action.profile), self.kube, view, action.ep, outcome
+            )
         if outcome.ok and handed.op:  # the history says who applied it (ladder.complete)
             note = partition.operator_note(handed.op, handed.value, handed.waited, outcome.stdout)
             outcome = dataclasses.replace(outcome, stdout=json.dumps({"note": note}))

@@ -17,6 +17,7 @@ from fleetmedic.controller import gpustore, rmacase
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
+from fleetmedic.model.gpus import NodeRecord
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import lemon, rmaflow
 from fleetmedic.policy.actions import Outcome
@@ -43,6 +44,21 @@ def gpu_history(cfg: Config, kube: Cluster, view: NodeView, ep: int, outcome: Ou
         return outcome
     past = [i.to_json() for i in fleet.all() if i.key in mine]
     return dataclasses.replace(outcome, data={**outcome.data, rmaflow.HISTORY_KEY: past})
+
+
+def repair_held_from(cfg: Config, kube: Cluster, view: NodeView, ep: int, outcome: Outcome) -> None:
+    """A verify passed: the episode's incidents are back in service now, in the store too
+    (a GPU moved to another node counts how long this repair held from there). Nothing
+    when the episode held none; a store that cannot be reached is logged."""
+    record = NodeRecord.decode(view.annotations.get(keys.ANN_GPUS))
+    if not any(i.ep == ep and i.node == view.name for i in record.incidents):
+        return
+    now = datetime.now(UTC)
+    learned = lemon.learn(view, lemon.report_of(outcome.data, view.name), now, ep)
+    try:
+        gpustore.record(kube, cfg, learned.incidents, now)
+    except FleetmedicError as exc:
+        log.warning("%s: GPU history not in the store (the node keeps its own): %s", view.name, exc)
 
 
 def rma_case(cfg: Config, view: NodeView, ep: int, outcome: Outcome, cluster: str) -> Outcome:

@@ -59,6 +59,8 @@ class LemonWorld(World):
             return dataclasses.replace(out, data=data)
         if action.phase == "verify" and out.ok:  # (playbooks/verify.yml reads the GPUs too)
             rep = self.report(action.node)
+            learned = lemon.learn(self.view(action.node), rep, self.now, action.ep)
+            self.fleet = self.fleet.with_(learned.incidents)  # (as gpuwork.repair_held_from)
             return dataclasses.replace(out, data={lemon.REPORT_KEY: {action.node: rep.to_json()}})
         if action.phase == lemon.PHASE:  # (rma_case.yml runs the diagnostics role too)
             self.cases.append((action.node, action.ep))

@@ -347,3 +347,37 @@ def test_without_diagnostics_the_case_needs_no_drain():
     w.nodes["n1"]["spec"]["taints"] = [w.vocab.repair("reboot").as_taint()]
     phases = [a.phase for _ in range(10) for a in w.cycle(step=5)]
     assert "rma" in phases and "rma_drain" not in phases
+
+
+def test_a_moved_gpu_counts_the_hold_of_its_last_repair_on_the_node_it_left():
+    """Its last repair on the first node held from that node's verify: the store carries
+    when, so its failure on the second node soon after is the second in its chain, while
+    the first node's earlier episode, held longer than the window, is not."""
+    w = LemonWorld(config(ladder__lemon={"families": {"bus-loss": {"count": 2, "window": "1d"}}}))
+    w.add("n1")
+    w.gpus["n1"] = healthy_gpus()
+    episode(w, "n1")
+    w.now += 2 * DAY
+    # the second repair takes 20 hours (its drain held by a PodDisruptionBudget, say)
+    w.gpus["n1"] = [gpu(0, "1652000000100"), gpu(1, "1652000000101", "lost")]
+    w.truth["n1"].fault, w.truth["n1"].fixed_by = "reboot", set()
+    w.nodes["n1"]["spec"]["taints"] = [w.vocab.repair("reboot").as_taint()]
+    while (w.view("n1").annotation_json(keys.ANN_IN_FLIGHT) or {}).get("phase") in (
+        None,
+        "diagnose",
+    ):
+        w.cycle(step=5)  # its start and its diagnose
+    w.now += timedelta(hours=20)
+    for _ in range(30):
+        w.cycle(step=5)
+        if w.truth["n1"].fixed_by:
+            w.gpus["n1"] = healthy_gpus()
+    assert w.view("n1").state == "healthy" and w.rma("n1") is None
+    w.add("n2")
+    w.gpus["n2"] = [gpu(0, "1652000000900")]
+    w.gpus["n1"] = [gpu(0, "1652000000100"), gpu(1, "1652000000555")]
+    w.now += timedelta(hours=6)  # 26 h after that fault, 6 h after its repair held
+    episode(w, "n2", named=True)
+    rec = w.rma("n2")
+    assert w.view("n2").state == "manual" and rec is not None
+    assert [(c["node"], c["ep"]) for c in rec.gpus[0]["chain"]] == [("n1", 2), ("n2", 1)]
