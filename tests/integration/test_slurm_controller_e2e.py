@@ -216,7 +216,7 @@ def test_sigkill_and_a_slurmctld_restart_mid_reboot_reboot_exactly_once(sf, run,
     rebooted once (one new boot id), verified and resumed, and nothing of its record is
     lost. (slurmctld saves an update up to 4.8 s after it answers: the executor starts a
     disruptive phase only once the record that says it began is saved,
-    execute.Executor._slurm_saved.)"""
+    the Slurm kind's settle, kinds/slurm.py.)"""
     n1 = agent_drains_xid79(sf, 1)
     node = sf.node(1)
     boots = [node.boot_id()]

@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from fleetmedic.adapters.slurm import SAVE_WINDOW_S, ForeignDrain, Slurm
-from fleetmedic.controller import slurmdrain, slurmreboot
 from fleetmedic.errors import TemporaryError
+from fleetmedic.kinds import slurmdrain, slurmreboot
 from fleetmedic.model.config.safety import DrainConfig
 
 pytestmark = [pytest.mark.slow]

@@ -161,15 +161,15 @@ def test_a_pending_case_is_sent_once_and_marked_sent(webhook, tmp_path):
     nodes.add("gpu-2", record(tmp_path))
     nodes.add("gpu-3", record(tmp_path), escalated=False)  # its email not decided yet
     t = sender(webhook, nodes, lambda: T0)
-    assert t.observe(nodes.views(), T0) == ["gpu-2"]
+    assert t.due(nodes.views(), T0) == ["gpu-2"]
     [got] = webhook.received
     assert got.body == CASE, "the case file, as written"
     rec = nodes.rma("gpu-2")
     assert rec.ticket == "sent" and rec.ticket_id.startswith("1652000000101=")
-    assert t.observe(nodes.views(), T0 + timedelta(hours=1)) == []
+    assert t.due(nodes.views(), T0 + timedelta(hours=1)) == []
     # a restarted controller (a new sender) reads the record: sent is sent
     again = sender(webhook, nodes, lambda: T0)
-    assert again.observe(nodes.views(), T0 + timedelta(hours=2)) == []
+    assert again.due(nodes.views(), T0 + timedelta(hours=2)) == []
     assert len(webhook.received) == 1
 
 
@@ -180,14 +180,14 @@ def test_a_dead_receiver_is_retried_when_due_and_a_restart_sends_what_was_pendin
     nodes.add("gpu-2", record(tmp_path))
     webhook.failing = 1
     t = sender(webhook, nodes, lambda: T0)
-    t.observe(nodes.views(), T0)
+    t.due(nodes.views(), T0)
     rec = nodes.rma("gpu-2")
     assert (rec.ticket, rec.ticket_tries) == ("pending", 1) and "503" in rec.ticket_error
-    assert t.observe(nodes.views(), T0 + timedelta(seconds=30)) == [], "not due yet"
+    assert t.due(nodes.views(), T0 + timedelta(seconds=30)) == [], "not due yet"
     # killed here; the next controller sends it when due
     later = T0 + timedelta(seconds=61)
     restarted = sender(webhook, nodes, lambda: later)
-    assert restarted.observe(nodes.views(), later) == ["gpu-2"]
+    assert restarted.due(nodes.views(), later) == ["gpu-2"]
     assert nodes.rma("gpu-2").ticket == "sent"
     assert [r.answered for r in webhook.received] == [503, 200]
 
@@ -197,8 +197,8 @@ def test_a_refused_case_is_recorded_failed_and_not_retried(webhook, tmp_path):
     nodes.add("gpu-2", record(tmp_path))
     webhook.refusing = 1
     t = sender(webhook, nodes, lambda: T0)
-    t.observe(nodes.views(), T0)
+    t.due(nodes.views(), T0)
     rec = nodes.rma("gpu-2")
     assert rec.ticket == "failed" and "HTTP 400" in rec.ticket_error
-    assert t.observe(nodes.views(), T0 + timedelta(days=1)) == []
+    assert t.due(nodes.views(), T0 + timedelta(days=1)) == []
     assert len(webhook.received) == 1

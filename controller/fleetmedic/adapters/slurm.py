@@ -76,6 +76,8 @@ from typing import Any
 
 from fleetmedic.errors import (
     ConfigError,
+    ForeignDrain,
+    ForeignField,
     NotFoundError,
     PermanentError,
     TemporaryError,
@@ -98,14 +100,6 @@ DRAINED_STATES = ("idle", "down", "future")  # with DRAIN and no job left: drain
 
 class BadNodeName(PermanentError):
     """A node name we refuse to hand to scontrol."""
-
-
-class ForeignDrain(PermanentError):
-    """The node carries a reason that is not ours: not touched."""
-
-
-class ForeignField(PermanentError):
-    """The node's Extra holds something not ours that we cannot keep beside our record."""
 
 
 def check_node_name(name: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from fleetmedic.controller.parts import Look, Part
 from fleetmedic.model import keys
 from fleetmedic.model.gpus import Incident, NodeRecord
 from fleetmedic.model.nodestate import NodeView
@@ -76,6 +77,18 @@ class GpuMetrics:
                 self.pool_mtbi.labels(profile=profile).set(gap)
         for gone in [n for n in self._seen if n not in present]:
             del self._seen[gone]
+
+
+class GpuGauges(Part):
+    """The loop's part that sets the gauges from each cycle's views."""
+
+    name = "gpu-gauges"
+
+    def __init__(self, gauges: GpuMetrics) -> None:
+        self.gauges = gauges
+
+    def observe(self, look: Look) -> None:
+        self.gauges.observe(look.views, look.assignment.profile_of)
 
 
 def _summary(raw: str) -> _Seen:

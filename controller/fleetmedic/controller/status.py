@@ -19,14 +19,14 @@ from fleetmedic.model.config.lemon import LemonConfig
 from fleetmedic.model.gpus import FleetHistory
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import netcount, quarantine
+from fleetmedic.policy import netcount, phases, quarantine
 from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
 from fleetmedic.policy.inflight import Escalated, InFlight
 from fleetmedic.policy.sweep import LastSweep
 
-GATE_PHASES = {"restore": "RESTORE", "burnin": "BURN-IN"}
-"""The return gate's phases (GPU partitions put back, the burn-in), named as operators
-look for them while a node waits to come back."""
+GATE_PHASES = phases.statuses()
+"""The return gate's phases (GPU partitions put back, the burn-in) and an RMA candidate's
+case, named as operators look for them (each phase's ``status``, policy/phases/)."""
 # the worst first: manual, then the highest rungs, healthy last
 STATE_ORDER = {s: i for i, s in enumerate((*reversed(REPAIR_STATES), "healthy"))}
 

@@ -14,9 +14,13 @@ A refused case (the receiver answers 4xx), a template that renders no JSON, or t
 of ``ticket.tries`` is recorded as ``failed`` with the reason (``fleetmedic status`` and
 ``history`` show it); the email still carries the case.
 
-Known gap, said plainly: seams (issue 40) is building one persisted delivery path for
-every message (controller/outbox.py); when it is in main, :meth:`Ticketer._send` becomes
-one ``once`` letter on it, and the Node's record stays what status shows.
+Known gap, said plainly: this is a second delivery path beside the outbox
+(controller/outbox.py) that email and chat use. It keeps what the issue asks (persisted on
+the Node, retried, one ticket per case, across restarts), and ``fleetmedic status`` reads
+the ticket's state and issue key from the same record; moving it onto the outbox (a
+``ticket`` channel in controller/channels.py, one ``once`` letter per GPU's case) needs
+the outbox to report a letter's end back to the Node, which it does not yet do, so it was
+not done in this change.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmedic.adapters import ticket
+from fleetmedic.controller.parts import Look, Part
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
@@ -46,26 +51,31 @@ FAILED = "failed"
 Write = Callable[[Update], object]
 
 
-class Ticketer:
+class Ticketer(Part):
+    """The loop's part (controller/parts.py) that sends the RMA tickets due at each cycle's
+    look, while this controller acts (``acting``: it leads, not a dry run)."""
+
+    name = "tickets"
+
     def __init__(
         self,
         cfg: Config,
         write: Write,
         submit: Callable[[Callable[[], object]], None],
         clock: Callable[[], datetime],
+        acting: Callable[[], bool] = lambda: True,
         send: Callable[..., str] = ticket.send,
     ) -> None:
-        self.cfg, self.write, self.submit, self.clock, self._send_one = (
-            cfg,
-            write,
-            submit,
-            clock,
-            send,
-        )
+        self.cfg, self.write, self.submit, self.clock = cfg, write, submit, clock
+        self.acting, self._send_one = acting, send
         self._busy: set[str] = set()
         self._lock = threading.Lock()
 
-    def observe(self, views: Sequence[NodeView], now: datetime) -> list[str]:
+    def observe(self, look: Look) -> None:
+        if self.acting():
+            self.due(look.views, look.now)
+
+    def due(self, views: Sequence[NodeView], now: datetime) -> list[str]:
         """Start the sends that are due; the nodes whose case was handed to a worker."""
         due = []
         for v in views:

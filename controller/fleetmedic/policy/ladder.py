@@ -19,7 +19,7 @@ The controller loop, for each node it has no run in progress for (in this proces
   ``REPLACE``: hand the node to its cloud (delete the Node, or terminate its instance
   through the Auto Scaling group); ``Outcome("held", retry_at=...)`` when the pool's day
   of replacements is spent.
-- Writes go through ``Kube.update_node(name, upd.apply_for(vocab))``; a
+- Writes go through ``Cluster.update_node(name, upd.apply_for(vocab))``; a
   :class:`~fleetmedic.policy.actions.Stale` from it means "decide again".
 - Post ``upd.events`` on the Node after a successful write.
 
@@ -28,8 +28,9 @@ record; see inflight.py), so the loop can be killed anywhere and ``decide`` on
 the re-read Node picks up safely: a finished reboot is never repeated, one
 under way is never forgotten. Rungs and phases come from ``cfg.ladder``: by default
 ``reset`` -> ``reboot`` -> ``reimage`` -> ``manual`` (``ladder.order``; rungs.py says where a
-state the order leaves out enters); unreachable and timeout count as failure. How
-outcomes move an attempt is in steps.py.
+state the order leaves out enters); unreachable and timeout count as failure. What each
+phase does and what its outcome means is its module in the phase registry (policy/phases/);
+how the attempt then moves on is advance.py and steps.py.
 
 A step ends in a verify (a pass returns the node to service) or, when it is terminal
 (``StepConfig.terminal``: the replace rung), in the hand-off to the cloud: its pass ends
@@ -43,31 +44,18 @@ passes the attempt, replace climbs to the pool's terminal step.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import datetime
 
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
-from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import (
-    burnin,
-    diagnose,
-    escalation,
-    flap,
-    foreign,
-    lemon,
-    partition,
-    quarantine,
-    rmaflow,
-)
+from fleetmedic.policy import advance, escalation, flap, foreign, phases, rmaflow
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ABANDONED,
     ESCALATED,
-    FAIL,
     FLAP_DAMPED,
     RELEASED,
     SUPERSEDED,
@@ -78,27 +66,7 @@ from fleetmedic.policy.history import (
 )
 from fleetmedic.policy.inflight import RUNNING, Escalated, InFlight
 from fleetmedic.policy.rungs import entry_rung
-from fleetmedic.policy.steps import (
-    MANUAL,
-    RESULT_OF,
-    NodeCtx,
-    after_burnin,
-    after_diagnostics,
-    after_drain,
-    after_email,
-    after_lost,
-    after_notify,
-    after_probe,
-    after_quarantine,
-    after_replace,
-    fail_step,
-    failure_text,
-    next_phase,
-    still_rebooting,
-)
-
-DISRUPTIVE_PHASES = ("reset", "reboot", "power_cycle", "reinstall")
-OUT_OF_BAND = ("power_cycle", "replace")  # rungs whose action does not need the node's SSH
+from fleetmedic.policy.steps import MANUAL, NodeCtx, after_email
 
 
 def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
@@ -125,9 +93,7 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
         return _entered(n)
     if fl.step != view.state:
         return _fence_moved(n, fl)
-    if fl.step == MANUAL and fl.phase in (lemon.PHASE, lemon.DRAIN_PHASE):
-        return _rma_case(n, fl)
-    if fl.step == MANUAL:
+    if fl.step == MANUAL and fl.phase not in phases.PHASES:  # (else: the RMA case first)
         why = escalation.headline(view, fl.ep, "the ladder ran out")
         return n.action(Kind.ESCALATE, why, step=MANUAL, ep=fl.ep)
     return _continue(n, fl)
@@ -241,17 +207,7 @@ def _entered(n: NodeCtx) -> Action:
             why = "fenced for manual repair: this pool replaces instead (ladder.replace_manual)"
             return n.write(why, state="replace", events=(Event("RepairEntered", why),))
         if esc is None and rmaflow.case_first(n):
-            ep = last_episode(n.history) + 1
-            why = "fenced for hands by a fault its vendor replaces: the RMA case first"
-            return n.write(
-                why,
-                annotations={
-                    keys.ANN_IN_FLIGHT: n.first(ep, MANUAL, 1)
-                    .with_(phase=rmaflow.first_phase(n))
-                    .encode()
-                },
-                events=(Event("RepairEntered", why),),
-            )
+            return rmaflow.case_before_escalation(n, last_episode(n.history) + 1)
         if esc is None:
             ep = last_episode(n.history) + 1
             why = escalation.headline(n.view, ep, "fenced for manual repair")
@@ -282,12 +238,11 @@ def _entered(n: NodeCtx) -> Action:
         return n.write(why, state=rung, events=(Event("RepairEntered", why),))
     ep = last_episode(n.history) + 1
     fl_cfg = n.cfg.safety.flap
-    notes: tuple[str, ...] = ()
-    if flap.damped(n.history, now, fl_cfg.count, fl_cfg.window) and rmaflow.may_be_lemon(n):
-        # a GPU of this node may be the cause: its diagnose names it first (the RMA case),
-        # and the damping follows it if it does not (rmaflow.after_diagnose)
-        notes = (rmaflow.FLAP_DEFERRED,)
-    elif flap.damped(n.history, now, fl_cfg.count, fl_cfg.window):
+    damped = flap.damped(n.history, now, fl_cfg.count, fl_cfg.window)
+    # a GPU of this node may be the cause: its diagnose names it first (the RMA case), and
+    # the damping follows it if it does not (rmaflow.after_diagnose)
+    notes = (rmaflow.FLAP_DEFERRED,) if damped and rmaflow.may_be_lemon(n) else ()
+    if damped and not notes:
         why = flap.reason(fl_cfg.count, fl_cfg.window)
         stamp_now = stamp(now)
         mark = Attempt(
@@ -326,13 +281,15 @@ def _entered(n: NodeCtx) -> Action:
 
 
 def _continue(n: NodeCtx, fl: InFlight) -> Action:
-    view, cfg, now = n.view, n.cfg, n.now
-    phases = n.step_cfg(fl.step).phases
-    if fl.phase == burnin.PHASE and not burnin.gates(cfg, fl.step):
-        why = f"{fl.step}: the burn-in was turned off meanwhile; verify passed"
-        return n.action(Kind.WRITE, why, update=next_phase(n, fl), step=fl.step, phase=fl.phase)
-    extra_phases = (quarantine.PHASE, burnin.PHASE, lemon.PHASE, lemon.DRAIN_PHASE)
-    if fl.phase not in phases and fl.phase not in extra_phases:
+    """The attempt's phase goes on: its action, from the phase registry (policy/phases/)."""
+    now = n.now
+    phase = phases.PHASES.get(fl.phase)
+    ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
+    if phase is not None and phase.gate is not None:
+        why = phase.dropped(n, fl)
+        if why is not None:  # a return-gate phase that no longer applies: on without it
+            return n.action(Kind.WRITE, why, update=advance.next_phase(n, fl), **ctx)
+    elif phase is None or (not phase.any_step and fl.phase not in n.step_cfg(fl.step).phases):
         new = n.first(fl.ep, fl.step, fl.attempt)
         return n.write(
             f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
@@ -340,162 +297,17 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         )
     retry = fl.retry_time()
     if retry and now < retry:
-        return n.action(
-            Kind.WAIT,
-            f"{fl.step}/{fl.phase}: back off",
-            step=fl.step,
-            phase=fl.phase,
-            ep=fl.ep,
-            not_before=retry,
-        )
-    resumed = fl.status == RUNNING
-    ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
-    if fl.phase in BOOTING_PHASES and (resumed or not fl.boot_id):
-        why = (
-            f"a {fl.phase} was under way before a restart: did it happen?"
-            if resumed
-            else f"read boot_id so the {fl.phase} can be confirmed after any restart"
-        )
-        return n.action(Kind.PROBE, why, timeout=cfg.ladder.probe_timeout, **ctx)
-    again = " (again: interrupted by a restart)" if resumed else ""
-    if fl.phase in ("drain", "drain_gpu"):
-        drain = cfg.safety.drain
-        gpu_only = fl.phase == "drain_gpu"
-        return n.action(
-            Kind.DRAIN,
-            f"drain{' the GPU pods' if gpu_only else ''} before {fl.step}{again}",
-            timeout=drain.timeout,
-            force=drain.pdb_blocked == "force",
-            gpu_only=gpu_only,
-            disruptive=True,
-            **ctx,
-        )
-    if fl.phase == "notify":
-        return n.action(
-            Kind.ESCALATE,
-            f"{fl.step}: tell the team the node is being replaced{again}",
-            resumed=resumed,
-            **ctx,
-        )
-    if fl.phase == "replace":
-        return n.action(
-            Kind.REPLACE,
-            f"{fl.step} attempt {fl.attempt}: hand the node to the cloud{again}",
-            playbook=str(cfg.playbook_path(cfg.ladder.playbooks.replace)),
-            timeout=n.phase_timeout("replace"),
-            hostvars=_hostvars(view, fl, phases),
-            resumed=resumed,
-            disruptive=True,
-            **ctx,
-        )
-    if fl.phase in (lemon.PHASE, lemon.DRAIN_PHASE):
-        return _rma_case(n, fl, phases)
-    if fl.phase == quarantine.PHASE:
-        q = cfg.ladder.quarantine
-        return n.action(
-            Kind.RUN,
-            f"{fl.step} passed verify: quarantine, level {q.level} diagnostics and the "
-            f"fabric checks{again}",
-            playbook=str(cfg.ansible.playbook_dir / q.playbook),
-            timeout=q.timeout,
-            hostvars={**_hostvars(view, fl, phases), "quarantine_level": q.level},
-            resumed=resumed,
-            **ctx,
-        )
-    if fl.phase == burnin.PHASE:
-        b = cfg.ladder.burnin
-        return n.action(
-            Kind.RUN,
-            f"{fl.step} passed verify: burn-in, level {b.diag_level} diagnostics and the "
-            f"collective test{again}",
-            playbook=str(cfg.ansible.playbook_dir / b.playbook),
-            timeout=b.timeout_for(fl.step),
-            hostvars={**_hostvars(view, fl, phases), **burnin.hostvars(cfg, view)},
-            resumed=resumed,
-            **ctx,
-        )
-    if fl.phase == partition.PHASE and not partition.needs_restore(view, fl.ep):
-        note = partition.skip_note(view, fl.ep)
-        return n.action(
-            Kind.WRITE, note, update=next_phase(n, fl.with_(notes=(*fl.notes, note))), **ctx
-        )
-    pb = cfg.ladder.playbooks.for_phase(fl.phase, view.vendor)
-    if pb is None:
-        msg = (
-            f"no {keys.LABEL_VENDOR} label (nvidia|amd): cannot choose a driver or ROCm "
-            "to reinstall"
-        )
-        return n.action(Kind.WRITE, msg, update=fail_step(n, fl, FAIL, msg), **ctx)
-    extra = diagnose.hostvars(cfg) if fl.phase == diagnose.PHASE else {}
-    if fl.phase == partition.PHASE:
-        extra = partition.hostvars(view, fl.ep)
-    return n.action(
-        Kind.RUN,
-        f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
-        playbook=str(cfg.playbook_path(pb)),
-        timeout=pb.timeout or cfg.ansible.job_timeout,
-        hostvars={**_hostvars(view, fl, phases), **extra},
-        resumed=resumed,
-        disruptive=fl.phase in DISRUPTIVE_PHASES,
-        **ctx,
-    )
-
-
-def _rma_case(n: NodeCtx, fl: InFlight, phases: tuple[str, ...] = ()) -> Action:
-    """The RMA case phase (playbooks/rma_case.yml): after a diagnose that named a lemon, or
-    first thing for a node fenced for hands by a fault its vendor replaces (rmaflow.py)."""
-    rma = n.cfg.ladder.lemon.rma
-    record = rmaflow.RmaRecord.decode(n.view.annotations.get(keys.ANN_RMA))
-    said = record.summary if record and record.ep == fl.ep else "RMA case"
-    again = " (again: interrupted by a restart)" if fl.status == RUNNING else ""
-    ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
-    retry = fl.retry_time()
-    if retry and n.now < retry:
         return n.action(Kind.WAIT, f"{fl.step}/{fl.phase}: back off", not_before=retry, **ctx)
-    if fl.phase == lemon.DRAIN_PHASE:
-        drain = n.cfg.safety.drain
-        return n.action(
-            Kind.DRAIN,
-            f"{said}: the GPU pods leave before the case's diagnostics{again}",
-            timeout=drain.timeout,
-            force=drain.pdb_blocked == "force",
-            gpu_only=True,
-            disruptive=True,
-            **ctx,
-        )
-    return n.action(
-        Kind.RUN,
-        f"{fl.step}: {said}: assemble the RMA case{again}",
-        playbook=str(n.cfg.ansible.playbook_dir / rma.playbook),
-        timeout=rma.timeout,
-        hostvars={**_hostvars(n.view, fl, phases), **rmaflow.hostvars(n, record, fl)},
-        resumed=fl.status == RUNNING,
-        **ctx,
-    )
+    note = phase.skip(n, fl)
+    if note is not None:  # nothing for it to do: passed over without a run
+        upd = advance.next_phase(n, fl.with_(notes=(*fl.notes, note)))
+        return n.action(Kind.WRITE, note, update=upd, **ctx)
+    return phase.act(n, fl, fl.status == RUNNING)
 
 
-def _notice(action: Action) -> bool:
-    """The replace rung's email (a phase of its own), not the manual escalation."""
-    return action.kind == Kind.ESCALATE and action.phase == "notify"
-
-
-def request_id(fl: InFlight) -> str:
-    """Stable for one attempt, unique over the node's life (the start time is in it): the
-    roles act once per request id, so a re-run after a crash never repeats their work."""
-    return f"e{fl.ep}-{fl.step}{fl.attempt}-{fl.step_start.replace('-', '').replace(':', '')}"
-
-
-def _hostvars(view: NodeView, fl: InFlight, phases: tuple[str, ...]) -> dict:
-    return {
-        "fleetmedic_request_id": request_id(fl),
-        "fleetmedic_step": fl.step,
-        "fleetmedic_phase": fl.phase,
-        "fleetmedic_attempt": fl.attempt,
-        "fleetmedic_episode": fl.ep,
-        "fleetmedic_vendor": view.vendor,
-        # the diagnose phase took the evidence already
-        "fleetmedic_collect_evidence": "diagnose" not in phases,
-    }
+def notice(action: Action) -> bool:
+    """An email of a phase's (the replace rung's notice), not the manual escalation."""
+    return action.kind == Kind.ESCALATE and action.phase is not None
 
 
 def begin(
@@ -503,7 +315,7 @@ def begin(
 ) -> Update | None:
     """What to write before executing ``action`` (None: nothing)."""
     n = NodeCtx(view, now, cfg)
-    if action.kind in (Kind.RUN, Kind.DRAIN, Kind.REPLACE) or _notice(action):
+    if action.kind in (Kind.RUN, Kind.DRAIN, Kind.REPLACE) or notice(action):
         fl = InFlight.decode(n.raw)
         if fl is None:
             return None
@@ -536,54 +348,11 @@ def complete(
 ) -> Update | None:
     """What to write after ``action`` ended with ``outcome``; None if the Node moved on."""
     n = NodeCtx(view, now, cfg)
-    if action.kind == Kind.ESCALATE and not _notice(action):
+    if action.kind == Kind.ESCALATE and not notice(action):
         return after_email(n, outcome)
     fl = InFlight.decode(n.raw)
     if fl is None or (fl.step, fl.phase) != (action.step, action.phase):
         return None
     if outcome.status == LOST:
-        return after_lost(n, fl, outcome)
-    if action.kind == Kind.ESCALATE:
-        return after_notify(n, fl, outcome)
-    if action.kind == Kind.REPLACE:
-        return after_replace(n, fl, outcome)
-    if action.kind == Kind.PROBE:
-        return after_probe(n, fl, outcome)
-    if action.kind == Kind.DRAIN and fl.phase == lemon.DRAIN_PHASE:
-        return rmaflow.after_drain(n, fl, outcome)
-    if action.kind == Kind.DRAIN:
-        return after_drain(n, fl, outcome)
-    if fl.phase == lemon.PHASE:
-        return rmaflow.after_rma(n, fl, outcome)
-    if fl.phase == quarantine.PHASE:
-        return after_quarantine(n, fl, outcome)
-    if fl.phase == burnin.PHASE:
-        return after_burnin(n, fl, outcome)
-    if fl.phase == diagnose.PHASE:
-        return after_diagnostics(n, fl, outcome)
-    # Evidence capture is best effort: a failed diagnose must not block the repair. A node
-    # that does not answer fails the rungs that need SSH at once (the ladder climbs), but
-    # not those that act around the node: power_cycle's BMC reaches a hung node (and keeps
-    # the event log as evidence), and replace's cloud takes a dead instance as it is.
-    hung_ok = fl.step in OUT_OF_BAND and outcome.status in ("unreachable", "timeout")
-    if outcome.ok or (fl.phase == "diagnose" and (outcome.status == "failed" or hung_ok)):
-        note = () if outcome.ok else (f"diagnose {outcome.status}: {outcome.message}",)
-        if outcome.ok and fl.phase == partition.PHASE:
-            note = (partition.restored_note(outcome.stdout),)
-        upd = next_phase(n, fl.with_(notes=fl.notes + note, run_id=outcome.run_id or fl.run_id))
-        if fl.phase == partition.RECORD_PHASE:
-            # the layout before the repair, kept on the Node for the restore phase
-            rec = partition.record_from(n.view, fl.ep, outcome.stdout, stamp(now))
-            upd = dataclasses.replace(upd, annotations={**upd.annotations, **rec})
-        if fl.phase == "diagnose":  # the GPUs by identity; a lemon goes to its RMA case
-            upd = rmaflow.after_diagnose(n, fl, outcome, upd)
-        elif fl.phase == "verify" and outcome.ok:  # the GPUs back: who they are
-            upd = rmaflow.after_verify(n, fl, outcome, upd)
-        return upd
-    if action.resumed and outcome.status == "unreachable":
-        held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)
-        if held:
-            return held
-    return fail_step(
-        n, fl, RESULT_OF.get(outcome.status, FAIL), failure_text(fl.phase, outcome), outcome.run_id
-    )
+        return advance.after_lost(n, fl, outcome)
+    return advance.apply(n, fl, phases.of(fl.phase).complete(n, fl, action, outcome))

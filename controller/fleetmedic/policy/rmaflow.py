@@ -1,5 +1,7 @@
 """The lemon rule in the ladder: after a diagnose phase, the GPUs' record, and for an RMA
-candidate the case phase and ``manual`` instead of the next rung. Pure; used by ladder.py.
+candidate the case phase and ``manual`` instead of the next rung. Pure; the diagnose and
+verify phases' hooks (policy/phases/evidence.py, verify.py), the case's phases
+(policy/phases/rma.py) and ladder.py's entry use it.
 
     diagnose ──(GPUs read; the rule says no)──> the step's next phase, as before
         └────(an RMA candidate)──> rma: playbooks/rma_case.yml ──> manual (escalation,
@@ -24,6 +26,7 @@ from fleetmedic.policy import flap, lemon
 from fleetmedic.policy.actions import Event, Outcome, Update
 from fleetmedic.policy.history import FLAP_DAMPED, short, stamp
 from fleetmedic.policy.inflight import PENDING, InFlight
+from fleetmedic.policy.phase import Next, Verdict
 from fleetmedic.policy.rungs import MANUAL
 
 HISTORY_KEY = "fleetmedic_gpu_history"
@@ -97,20 +100,21 @@ def fleet_of(outcome: Outcome) -> FleetHistory:
     return FleetHistory(i for i in found if i is not None)
 
 
-def after_diagnose(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Update:
-    """``upd`` (the step's next phase) with the node's GPU record; for an RMA candidate the
-    case phase instead, and the RMA record (ticket pending, or off without a target)."""
+def after_diagnose(n: Any, fl: InFlight, outcome: Outcome, passed: Next) -> Verdict:
+    """The diagnose phase's hook (policy/phases/evidence.py): ``passed`` (on to the step's
+    next phase) with the node's GPU record; for an RMA candidate the case phase instead,
+    and the RMA record (ticket pending, or off without a target)."""
     report = lemon.report_of(outcome.data, n.view.name)
     if report is None:
-        return upd
+        return passed
     cfg = n.cfg.ladder.lemon
     judged = lemon.judge(n.view, report, fleet_of(outcome), fl.ep, n.now, cfg)
-    ann = {**upd.annotations, keys.ANN_GPUS: judged.record.encode()}
+    ann = {**passed.annotations, keys.ANN_GPUS: judged.record.encode()}
     done = RmaRecord.decode(n.view.annotations.get(keys.ANN_RMA))
     if not judged.lemons or (done is not None and done.ep == fl.ep):
         if FLAP_DEFERRED in fl.notes:
             return _flap_damped(n, fl, ann)
-        return dataclasses.replace(upd, annotations=ann)
+        return dataclasses.replace(passed, annotations=ann)
     record = record_of(judged.lemons, fl.ep, stamp(n.now), ticket=n.cfg.ticket is not None)
     into = fl.with_(
         phase=first_phase(n),
@@ -119,28 +123,28 @@ def after_diagnose(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Updat
         run_id=None,
         boot_id=None,
         retry_at=None,
-        notes=(*fl.notes, record.summary),
+        notes=(*fl.notes, *passed.notes, record.summary),
     )
     ann.update({keys.ANN_IN_FLIGHT: into.encode(), keys.ANN_RMA: record.encode()})
-    return dataclasses.replace(
-        upd,
+    return n.update(
         annotations=ann,
-        events=(*upd.events, Event("RMACandidate", short(record.summary), "Warning")),
+        events=(*passed.events, Event("RMACandidate", short(record.summary), "Warning")),
     )
 
 
-def after_verify(n: Any, fl: InFlight, outcome: Outcome, upd: Update) -> Update:
-    """A passing verify: the episode's incidents back in service now (how long the repair
-    holds counts from here), and with its read of the GPUs (playbooks/verify.yml) their
-    identities now, and a fault held before any of them was known (a GPU off the bus at
-    its first diagnose) named by the GPU back at its address."""
-    if (
-        keys.ANN_GPUS not in n.view.annotations
-        and lemon.report_of(outcome.data, n.view.name) is None
-    ):
-        return upd
-    record = lemon.learn(n.view, lemon.report_of(outcome.data, n.view.name), n.now, fl.ep)
-    return dataclasses.replace(upd, annotations={**upd.annotations, keys.ANN_GPUS: record.encode()})
+def after_verify(n: Any, fl: InFlight, outcome: Outcome, passed: Next) -> Next:
+    """The verify phase's hook (policy/phases/verify.py), on a pass: the episode's
+    incidents back in service now (how long the repair holds counts from here), and with
+    its read of the GPUs (playbooks/verify.yml) their identities now, and a fault held
+    before any of them was known (a GPU off the bus at its first diagnose) named by the
+    GPU back at its address."""
+    report = lemon.report_of(outcome.data, n.view.name)
+    if keys.ANN_GPUS not in n.view.annotations and report is None:
+        return passed
+    record = lemon.learn(n.view, report, n.now, fl.ep)
+    return dataclasses.replace(
+        passed, annotations={**passed.annotations, keys.ANN_GPUS: record.encode()}
+    )
 
 
 def may_be_lemon(n: Any) -> bool:
@@ -229,6 +233,17 @@ def case_first(n: Any) -> bool:
         return False
     family = cfg.family(lemon.family_of(cfg.all(), rule=str(mark["rule"])))
     return family is not None and family.count == 1
+
+
+def case_before_escalation(n: Any, ep: int) -> Any:
+    """The write that starts a :func:`case_first` node's case (an Action: ladder.py)."""
+    why = "fenced for hands by a fault its vendor replaces: the RMA case first"
+    fl = n.first(ep, MANUAL, 1).with_(phase=first_phase(n))
+    return n.write(
+        why,
+        annotations={keys.ANN_IN_FLIGHT: fl.encode()},
+        events=(Event("RepairEntered", why),),
+    )
 
 
 def after_rma(n: Any, fl: InFlight, outcome: Outcome) -> Update:
