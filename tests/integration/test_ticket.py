@@ -1,17 +1,23 @@
 """The RMA ticket webhook against a real HTTP receiver (tests/harness/webhook.py): the JSON
 case per template, the idempotency key, retries of a dead receiver, a refused body, and
-the sender that keeps its state on the Node (controller/ticketer.py): sent once, retried
-when due, never again once sent, resent after a restart only when it was not."""
+the sender (controller/ticketer.py) that posts each case to the outbox (its record on the
+file store's pause ConfigMap) and writes its end on the Node: sent once, retried while the
+receiver is down, taken from the record after a restart, never twice (the tombstone), a
+refusal and the last try recorded as failed."""
 
 from __future__ import annotations
 
 import copy
 import json
-from datetime import timedelta
+import threading
+import time
 
 import pytest
 
 from fleetmedic.adapters import ticket
+from fleetmedic.adapters.filestore import FileStore
+from fleetmedic.controller import channels
+from fleetmedic.controller.outbox import Outbox
 from fleetmedic.controller.ticketer import Ticketer
 from fleetmedic.errors import ConfigError, TemporaryError
 from fleetmedic.model import keys
@@ -150,55 +156,121 @@ def record(tmp_path) -> RmaRecord:
     return RmaRecord(3, "2026-11-21T12:00:00Z", CASE["summary"], (gpu,), cases=(str(case),))
 
 
-def sender(webhook, nodes, clock, retry=60):
-    cfg = parse({"ticket": {"url": webhook.http_url("t"), "retry_interval": retry, "tries": 3}})
-    nodes.cfg = cfg
-    return Ticketer(cfg, nodes.write, lambda fn: fn(), clock)
+REF = ("fleetmedic", "fleetmedic-pause")
 
 
-def test_a_pending_case_is_sent_once_and_marked_sent(webhook, tmp_path):
+@pytest.fixture
+def store(tmp_path):
+    """The pause ConfigMap of the file store a Slurm fleet uses: the outbox's record."""
+    s = FileStore(tmp_path / "store")
+    s.ensure_config_map(*REF)
+    return s
+
+
+class Sender:
+    """A controller's ticket parts: the outbox (its own thread, its record on ``store``)
+    and the Ticketer that posts to it and writes the Node. ``stop()``: killed."""
+
+    def __init__(self, webhook, nodes, store, retry=60.0, tries=3):
+        self.cfg = parse(
+            {"ticket": {"url": webhook.http_url("t"), "retry_interval": retry, "tries": tries}}
+        )
+        nodes.cfg = self.cfg
+        self.stopped = threading.Event()
+        self.outbox = Outbox(
+            self.cfg, channels.CHANNELS, stop=lambda: self.stopped, store=store, ref=REF
+        )
+        self.outbox.start()  # as the loop does: start its parts, then restore them
+        self.outbox.restore()
+        self.ticketer = Ticketer(self.cfg, nodes.write, lambda fn: fn(), self.outbox, lambda: T0)
+        self.nodes = nodes
+
+    def due(self):
+        return self.ticketer.due(self.nodes.views(), T0)
+
+    def ended(self, timeout=20.0):
+        """Wait until a posted letter ends and the Ticketer writes its end: the nodes."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            written = self.due()
+            if written:
+                return written
+            time.sleep(0.05)
+        raise AssertionError("no ticket ended in time")
+
+    def stop(self):
+        self.stopped.set()
+
+
+def test_a_pending_case_is_sent_once_and_marked_sent(webhook, tmp_path, store):
     nodes = Nodes(parse({}))
     nodes.add("gpu-2", record(tmp_path))
     nodes.add("gpu-3", record(tmp_path), escalated=False)  # its email not decided yet
-    t = sender(webhook, nodes, lambda: T0)
-    assert t.due(nodes.views(), T0) == ["gpu-2"]
+    webhook.reply = {"key": "OPS-17"}
+    t = Sender(webhook, nodes, store)
+    assert t.due() == [], "posted to the outbox; its end is written when it is heard"
+    assert t.ended() == ["gpu-2"]
     [got] = webhook.received
     assert got.body == CASE, "the case file, as written"
+    assert got.headers["Idempotency-Key"] == CASE["case_id"]
     rec = nodes.rma("gpu-2")
-    assert rec.ticket == "sent" and rec.ticket_id.startswith("1652000000101=")
-    assert t.due(nodes.views(), T0 + timedelta(hours=1)) == []
-    # a restarted controller (a new sender) reads the record: sent is sent
-    again = sender(webhook, nodes, lambda: T0)
-    assert again.due(nodes.views(), T0 + timedelta(hours=2)) == []
-    assert len(webhook.received) == 1
+    assert (rec.ticket, rec.ticket_id) == ("sent", "1652000000101=OPS-17")
+    assert nodes.rma("gpu-3").ticket == "pending"
+    assert t.due() == []
+    t.stop()
+    # killed before the Node said sent: the next controller reads the outbox's tombstone
+    nodes.add("gpu-2", record(tmp_path))
+    again = Sender(webhook, nodes, store)
+    assert again.due() == ["gpu-2"] and nodes.rma("gpu-2").ticket == "sent"
+    time.sleep(0.5)
+    assert len(webhook.received) == 1, "never sent twice"
+    again.stop()
 
 
-def test_a_dead_receiver_is_retried_when_due_and_a_restart_sends_what_was_pending(
-    webhook, tmp_path
-):
+def test_a_dead_receiver_is_retried_and_a_restart_sends_what_was_pending(webhook, tmp_path, store):
     nodes = Nodes(parse({}))
     nodes.add("gpu-2", record(tmp_path))
-    webhook.failing = 1
-    t = sender(webhook, nodes, lambda: T0)
-    t.due(nodes.views(), T0)
-    rec = nodes.rma("gpu-2")
-    assert (rec.ticket, rec.ticket_tries) == ("pending", 1) and "503" in rec.ticket_error
-    assert t.due(nodes.views(), T0 + timedelta(seconds=30)) == [], "not due yet"
-    # killed here; the next controller sends it when due
-    later = T0 + timedelta(seconds=61)
-    restarted = sender(webhook, nodes, lambda: later)
-    assert restarted.due(nodes.views(), later) == ["gpu-2"]
+    webhook.failing = 10_000
+    t = Sender(webhook, nodes, store, retry=0.2, tries=100)
+    t.due()
+    webhook.wait_for(lambda r: r.answered == 503, ok_only=False)
+    assert [k for k in store.get_config_map(*REF)["data"] if k.startswith("outbox.")], (
+        "the letter is on the record while the receiver is down"
+    )
+    assert nodes.rma("gpu-2").ticket == "pending"
+    t.stop()  # killed; the receiver comes back; the next controller takes the record
+    time.sleep(0.3)
+    webhook.failing = 0
+    restarted = Sender(webhook, nodes, store, retry=0.2, tries=100)
+    assert restarted.ended() == ["gpu-2"]
     assert nodes.rma("gpu-2").ticket == "sent"
-    assert [r.answered for r in webhook.received] == [503, 200]
+    answers = [r.answered for r in webhook.received]
+    assert answers.count(200) == 1 and set(answers) == {503, 200}, answers
+    restarted.stop()
 
 
-def test_a_refused_case_is_recorded_failed_and_not_retried(webhook, tmp_path):
+def test_a_refused_case_is_recorded_failed_and_not_retried(webhook, tmp_path, store):
     nodes = Nodes(parse({}))
     nodes.add("gpu-2", record(tmp_path))
     webhook.refusing = 1
-    t = sender(webhook, nodes, lambda: T0)
-    t.due(nodes.views(), T0)
+    t = Sender(webhook, nodes, store, retry=0.2)
+    t.due()
+    assert t.ended() == ["gpu-2"]
     rec = nodes.rma("gpu-2")
     assert rec.ticket == "failed" and "HTTP 400" in rec.ticket_error
-    assert t.due(nodes.views(), T0 + timedelta(days=1)) == []
-    assert len(webhook.received) == 1
+    time.sleep(0.5)
+    assert t.due() == [] and len(webhook.received) == 1
+    t.stop()
+
+
+def test_the_last_try_is_recorded_failed(webhook, tmp_path, store):
+    nodes = Nodes(parse({}))
+    nodes.add("gpu-2", record(tmp_path))
+    webhook.failing = 10_000
+    t = Sender(webhook, nodes, store, retry=0.2, tries=2)
+    t.due()
+    assert t.ended() == ["gpu-2"]
+    rec = nodes.rma("gpu-2")
+    assert rec.ticket == "failed" and "given up after 2 tries" in rec.ticket_error
+    assert [r.answered for r in webhook.received] == [503, 503]
+    t.stop()

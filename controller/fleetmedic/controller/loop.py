@@ -158,7 +158,9 @@ class Controller:
             else None
         )
         self.planner = Planner(cfg, self.switches, self.breakers)
-        self.ticketer = Ticketer(cfg, recorder.write, self.workers.side_job, clock, self.acting)
+        self.ticketer = Ticketer(
+            cfg, recorder.write, self.workers.side_job, self.outbox, clock, self.acting, wake
+        )
         # the order is the order of every hook: domains are reviewed before the breakers
         # (so no incident is stale), and sweeps and the ladder stop before the paperwork
         self.parts: list[Part] = [

@@ -8,8 +8,9 @@ for the site's tracker or the vendor's intake.
       headers_credential: rma-auth         # e.g. "Authorization: Basic ..." per line
 
 One case per lemon (node, GPU serials, the GPU's fault history, the recommendation, where
-the bundle is), POSTed as JSON, retried in the background and kept on the Node until it
-is accepted, so a restart never loses it nor sends it twice (controller/ticketer.py).
+the bundle is), POSTed as JSON through the outbox (retried, kept on the pause ConfigMap
+until it is accepted), its state on the Node, so a restart never loses it nor sends it
+twice (controller/ticketer.py).
 Unset: no tickets; the email still carries the case.
 """
 
@@ -52,7 +53,8 @@ class TicketConfig(Section):
     timeout: Duration = 10
     """Connect and read timeout per POST."""
     retry_interval: Duration = 60
-    """A refused or failed POST is tried again this often, in the background."""
+    """A POST the receiver did not answer (or answered 5xx, 408, 429) is tried again this
+    often, on the outbox's thread."""
     tries: int = Field(60, ge=1)
     """Then the case stays on the Node marked failed (status shows it), the email has it."""
 
