@@ -28,6 +28,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "fleetmedic.checks.diagcli:diag",
         "Run the vendor GPU diagnostics (dcgmi diag / rvs) once (exit 0 passed, 1 failed).",
     ),
+    "gpus": (
+        "fleetmedic.checks.gpuscli:gpus",
+        "Show this node's GPUs by serial and UUID, and the signs of a fault each shows.",
+    ),
     "collective": (
         "fleetmedic.checks.collectivecli:collective_cmd",
         "Run a single-node all-reduce; judge its bus bandwidth against the hardware profile.",

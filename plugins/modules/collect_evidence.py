@@ -55,6 +55,14 @@ options:
     description: Default per-command timeout in seconds.
     type: int
     default: 120
+  publish:
+    description:
+      - Names of commands whose output is also returned in RV(published), decoded as JSON when it is
+        JSON (the caller publishes the GPU identity report with C(set_stats) this way, without a
+        second run). Outputs over 256 KiB are not returned.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: none
@@ -92,6 +100,10 @@ manifest:
   returned: always
   type: list
   elements: dict
+published:
+  description: The output of each command named in O(publish) that ran, by name (JSON decoded).
+  returned: always
+  type: dict
 """
 
 import json
@@ -166,6 +178,25 @@ def copy_file(spec, workdir):
     return entry
 
 
+PUBLISH_LIMIT = 256 * 1024
+
+
+def read_output(path):
+    """A command's saved output for O(publish): JSON decoded when it is; None when it did
+    not run or is too big to return."""
+    try:
+        if os.path.getsize(path) > PUBLISH_LIMIT:
+            return None
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def boot_id():
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -184,6 +215,7 @@ def main():
             file_lines=dict(type="int", default=5000),
             info=dict(type="dict", default={}),
             timeout=dict(type="int", default=120),
+            publish=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=False,
     )
@@ -223,6 +255,12 @@ def main():
             json.dump(manifest, f, indent=2, sort_keys=True)
         with open(os.path.join(workdir, "node.json"), "w") as f:
             json.dump(p["info"], f, indent=2, sort_keys=True, default=str)
+        published = {
+            name: value
+            for name in p["publish"]
+            for value in [read_output(os.path.join(cmd_dir, safe_name(name)))]
+            if value is not None
+        }
         partial = p["dest"] + ".part"
         with tarfile.open(partial, "w:gz") as tar:
             tar.add(workdir, arcname=top)
@@ -235,7 +273,13 @@ def main():
     flat = [dict(e, kind="command") for e in manifest["commands"]] + [
         dict(e, kind="file") for e in manifest["files"]
     ]
-    module.exit_json(changed=True, dest=p["dest"], size=os.path.getsize(p["dest"]), manifest=flat)
+    module.exit_json(
+        changed=True,
+        dest=p["dest"],
+        size=os.path.getsize(p["dest"]),
+        manifest=flat,
+        published=published,
+    )
 
 
 if __name__ == "__main__":

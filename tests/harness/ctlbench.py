@@ -120,7 +120,8 @@ def fast_playbooks(workdir) -> str:
     d = workdir / "fast-playbooks"
     (d / "group_vars").mkdir(parents=True, exist_ok=True)
     # quarantine.yml: the diagnose rung's diagnostics (default ladder), checked at start-up
-    for step in ("diagnose", "reset", "reboot", "reimage", "restore", "verify", "quarantine"):
+    steps = ("diagnose", "reset", "reboot", "reimage", "restore", "verify", "quarantine")
+    for step in (*steps, "rma_case"):  # (rma_case.yml: the lemon rule's case, checked too)
         play = [{**FAST_PLAY[0], "name": FAST_PLAY[0]["name"].format(step=step)}]
         (d / f"{step}.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     (d / "group_vars" / "all.yml").write_text(yaml.safe_dump(ctlenv.GROUP_VARS))

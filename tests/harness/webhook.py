@@ -1,6 +1,8 @@
 """A real HTTP receiver for chat notifications: the service at the other end of an
-Apprise ``json://`` URL (a webhook). It records every POST (path, headers, JSON body)
-and answers 200, or 503 while ``failing`` says so: a dead webhook.
+Apprise ``json://`` URL (a webhook), and for the RMA tickets (``http_url``: a tracker's
+create API). It records every POST (path, headers, JSON body) and answers 200 (with
+``reply`` as its JSON body, if set), or 503 while ``failing`` says so (a dead webhook),
+or 400 while ``refusing`` does (a tracker that will not take the body).
 
     with Webhook() as hook:
         send(TargetConfig(name="t", url=hook.url("fleetmedic")), msg)
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -23,12 +26,15 @@ class Received:
     headers: dict[str, str]
     body: Any
     answered: int
+    at: float = field(default_factory=time.time)  # when it arrived (Unix time)
 
 
 class Webhook:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.failing = 0  # answer 503 to this many more requests
+        self.refusing = 0  # answer 400 to this many more requests
+        self.reply: Any = None  # the JSON body of a 200 (a tracker's new issue key)
         self._cond = threading.Condition()
         hook = self
 
@@ -40,13 +46,20 @@ class Webhook:
                 except ValueError:
                     body = raw.decode(errors="replace")
                 with hook._cond:
-                    code = 503 if hook.failing > 0 else 200
-                    hook.failing = max(0, hook.failing - 1)
+                    code = 503 if hook.failing > 0 else 400 if hook.refusing > 0 else 200
+                    if code == 503:
+                        hook.failing -= 1
+                    elif code == 400:
+                        hook.refusing -= 1
                     hook.received.append(Received(self.path, dict(self.headers), body, code))
                     hook._cond.notify_all()
+                    out = json.dumps(hook.reply).encode() if code == 200 and hook.reply else b""
                 self.send_response(code)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(out)))
+                if out:
+                    self.send_header("Content-Type", "application/json")
                 self.end_headers()
+                self.wfile.write(out)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -58,6 +71,10 @@ class Webhook:
     def url(self, path: str = "") -> str:
         """The Apprise URL of this receiver (JSON POSTs to /path)."""
         return f"json://127.0.0.1:{self.port}/{path}"
+
+    def http_url(self, path: str = "") -> str:
+        """Its plain HTTP URL (the ticket webhook POSTs there)."""
+        return f"http://127.0.0.1:{self.port}/{path}"
 
     def wait_for(
         self, match: Callable[[Received], bool], timeout: float = 30, ok_only: bool = True

@@ -52,9 +52,12 @@ def test_escalation_payload_carries_the_emails_facts_shortened(hook):
     got = hook.wait_for(lambda r: True)
     assert got.path == "/fleetmedic"
     assert got.body["type"] == "failure"
-    assert got.body["title"] == "[fleetmedic] gpu-7 on prod-a needs hands (episode 1)"
+    # the title leads with the cause (the escalation's headline); the episode is in the body
+    assert got.body["title"] == (
+        "[fleetmedic] gpu-7 on prod-a needs hands: reimage attempt 1 fail at verify: Xid 79"
+    )
     text = got.body["message"]
-    assert "Why: reimage attempt 1 fail at verify: Xid 79" in text
+    assert "Why: reimage attempt 1 fail at verify: Xid 79 (episode 1)" in text
     assert "- reboot 1 fail at verify" in text and "- reimage 1 fail at verify" in text
     assert '"code": 79' in text
     assert text.endswith("When fixed: fleetmedic release gpu-7")

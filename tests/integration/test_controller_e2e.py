@@ -169,7 +169,7 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     [msg] = smtp_sink.wait_for(1, timeout=60)
     post = webhook.wait_for(lambda r: "needs hands" in r.body["title"], timeout=60)
     assert post.path == "/oncall" and post.body["type"] == "failure"
-    assert post.body["title"].startswith(f"[fleetmedic] {name} needs hands")
+    assert post.body["title"].startswith(f"[fleetmedic] {name} needs hands: GPU 1 lost")
     for fact in ("- reset 1 fail", "- reboot 1 fail", "- reimage 1 fail", "release " + name):
         assert fact in post.body["message"], post.body["message"]
     wait_until(
@@ -179,7 +179,10 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     )
     ctlwait.looked_again(b.kube, cfg, name)  # cycles that saw the node escalated
     assert len(smtp_sink.messages) == 1, "exactly one email"
-    assert name in msg["Subject"] and "needs hands" in msg["Subject"]
+    # the cause first (the GPU the diagnose phase found lost, as NVML said it), the rungs
+    # tried after it, within what a mail client shows
+    assert msg["Subject"].startswith(f"{name} needs hands: GPU 1 lost (GPU_IS_LOST); ")
+    assert len(msg["Subject"]) <= 78, msg["Subject"]
     body = body_text(msg)
     assert node.address in body and "GPU is lost" in body and "reimage" in body
     files = attachments(msg)
@@ -220,7 +223,7 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     assert state_of(b.kube, name) == "healthy" and len(smtp_sink.messages) == 1
     assert seen["admitted"] == admitted, "nothing done to a released node"
     assert [r.body["title"].split(" ", 2)[2] for r in webhook.received] == [
-        "needs hands (episode 1)",
+        msg["Subject"].split(" ", 1)[1],
         "is back in service",
     ], "one chat message per event"
     r = cli(cfg, "release", "no-such-node-" + b.pool)

@@ -201,7 +201,7 @@ def test_power_cycle_cures_what_a_reboot_did_not_and_bmc_failures_move_on(stage,
 
     # node 4: cycled once, still broken: the email carries the event log of the last hours
     assert n4.boots == boots4 + 1 and b4.power_offs() == 1
-    emails = {m["Subject"].split()[1]: m for m in smtp_sink.messages}
+    emails = {m["Subject"].split()[0]: m for m in smtp_sink.messages}  # (the node first)
     assert set(emails) == set(names[1:4]), list(emails)
     files = attachments(emails[names[3]])
     [sel_name] = [f for f in files if f.endswith("-sel.json")]

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleetmedic.errors import ConfigError, TemporaryError
+from fleetmedic.model import escalationtext
 from fleetmedic.model.config import TargetConfig, secret_path
 
 CHAT_LIMIT = 1800
@@ -99,8 +100,9 @@ def escalation(
     episode: int = 0,
     cluster: str = "",
 ) -> Message:
-    where = f" on {cluster}" if cluster else ""
-    lines = [f"Why: {reason}"]
+    """``reason`` is the escalation's headline (policy/escalation.py): the title leads with
+    it, the body holds the bookkeeping."""
+    lines = [f"Why: {reason} (episode {episode})"]
     shown = [a for a in attempts if isinstance(a, Mapping)][-ATTEMPTS_SHOWN:]
     if shown:
         lines.append("Attempts (oldest first):")
@@ -115,24 +117,20 @@ def escalation(
         ]
     lines.append(f"Last finding: {_short(last_finding) if last_finding else 'none recorded'}")
     lines.append(f"When fixed: fleetmedic release {node}")
-    return Message(
-        "escalation",
-        f"[fleetmedic] {node}{where} needs hands (episode {episode})",
-        _cap("\n".join(lines)),
-    )
+    title = escalationtext.subject(node, reason, "needs hands", cluster)
+    return Message("escalation", f"[fleetmedic] {title}", _cap("\n".join(lines)))
 
 
 def replacing(node: str, reason: str, last_finding: Any, via: str, cluster: str = "") -> Message:
     """The replace rung's notice (an escalation's event: the team learns of it as of one)."""
-    where = f" on {cluster}" if cluster else ""
     lines = [
         f"Why: {reason}",
         f"Last finding: {_short(last_finding) if last_finding else 'none recorded'}",
         f"Replace, don't repair: drained and handed to the cloud ({via}); the email carries "
         "the evidence",
     ]
-    title = f"[fleetmedic] {node}{where} is being replaced"
-    return Message("escalation", title, _cap("\n".join(lines)))
+    title = escalationtext.subject(node, reason, "is being replaced", cluster)
+    return Message("escalation", f"[fleetmedic] {title}", _cap("\n".join(lines)))
 
 
 def breaker(

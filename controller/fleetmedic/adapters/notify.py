@@ -32,7 +32,7 @@ import yagmail
 from yagmail.error import YagAddressError, YagInvalidEmailAddress
 
 from fleetmedic.errors import ConfigError, TemporaryError
-from fleetmedic.model import keys
+from fleetmedic.model import escalationtext, keys
 from fleetmedic.model.config import SmtpConfig, secret_path
 from fleetmedic.model.nodestate import NodeView
 
@@ -54,6 +54,8 @@ class Escalation:
     evidence: Sequence[str] = ()  # bundle paths on this machine
     cluster: str = ""
     replaced_via: str = ""  # the replace rung's notice: how the node goes to its cloud
+    headline: str = ""  # the cause first: "GPU 1 lost (GPU_IS_LOST); reboot did not cure it"
+    rma: Any = None  # the episode's RMA case record (policy/rmaflow.py), if a lemon
 
     @classmethod
     def of(
@@ -65,7 +67,9 @@ class Escalation:
         evidence: Sequence[str | os.PathLike[str]] = (),
         cluster: str = "",
         replaced_via: str = "",
+        headline: str = "",
     ) -> Escalation:
+        rma = view.annotation_json(keys.ANN_RMA)
         return cls(
             node=view.name,
             address=view.address,
@@ -80,6 +84,16 @@ class Escalation:
             evidence=[str(p) for p in evidence],
             cluster=cluster,
             replaced_via=replaced_via,
+            headline=headline or reason,
+            rma=rma if isinstance(rma, Mapping) and rma.get("ep") == episode else None,
+        )
+
+    def subject(self) -> str:
+        """``gpu-2 needs hands: GPU 1 lost (GPU_IS_LOST); reboot did not cure it``, at most
+        78 characters (policy/escalation.py)."""
+        verdict = "is being replaced" if self.replaced_via else "needs hands"
+        return escalationtext.subject(
+            self.node, self.headline or self.reason, verdict, self.cluster
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -133,9 +147,7 @@ def read_password(smtp: SmtpConfig, environ: Mapping[str, str] = os.environ) -> 
 def send_escalation(
     esc: Escalation, smtp: SmtpConfig, environ: Mapping[str, str] = os.environ
 ) -> Sent:
-    where = f" on {esc.cluster}" if esc.cluster else ""
-    verdict = "is being replaced" if esc.replaced_via else "needs hands"
-    subject = f"[fleetmedic] {esc.node}{where} {verdict}: {esc.reason}"[:200]
+    subject = esc.subject()
     report = json.dumps(esc.to_json(), indent=2, default=str).encode()
     attached, not_attached = _pick(esc.evidence, smtp.max_attachment_mb * 2**20 - len(report))
     data = io.BytesIO(report)
@@ -237,7 +249,14 @@ def _pre(value: Any) -> str:
 def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
     e = html.escape
     attempts = [
-        [a.get(c, "") for c in ATTEMPT_COLUMNS] for a in esc.attempts if isinstance(a, Mapping)
+        [
+            escalationtext.shown_message(str(a.get(c, "")), a.get("phase"))
+            if c == "message"
+            else a.get(c, "")
+            for c in ATTEMPT_COLUMNS
+        ]
+        for a in esc.attempts
+        if isinstance(a, Mapping)
     ]
     taints = [[t.get("key", ""), t.get("value", ""), t.get("effect", "")] for t in esc.taints]
     evidence = [[Path(p).name, "attached"] for p in esc.evidence if p not in not_attached]
@@ -255,10 +274,17 @@ def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
             f"<p>When the node is fixed: <code>fleetmedic release {e(esc.node)}</code>. "
             "The attached JSON holds all of the above.</p>"
         )
+    said = esc.headline or esc.reason
+    detail = (
+        f"<br><b>Last failed attempt:</b> {e(esc.reason)}"
+        if esc.reason and esc.reason != said
+        else ""
+    )
     parts = [
         head,
-        f"<p><b>Why:</b> {e(esc.reason)}<br><b>Address:</b> {e(esc.address or 'unknown')}"
+        f"<p><b>Why:</b> {e(said)}{detail}<br><b>Address:</b> {e(esc.address or 'unknown')}"
         f"<br><b>Escalated:</b> {e(esc.escalated_at)} (episode {esc.episode})</p>",
+        *_rma_html(esc.rma),
         "<h3>Automated attempts</h3>",
         _table(ATTEMPT_COLUMNS, attempts),
         "<h3>Last check results</h3>",
@@ -274,6 +300,35 @@ def escalation_html(esc: Escalation, not_attached: Sequence[str] = ()) -> str:
         end,
     ]
     return "".join(parts)
+
+
+def _rma_html(rma: Any) -> list[str]:
+    """The RMA case's part of the email (policy/rmaflow.py's record)."""
+    if not isinstance(rma, Mapping):
+        return []
+    e = html.escape
+    rows = [
+        [
+            g.get("serial", ""),
+            g.get("uid", ""),
+            g.get("index", ""),
+            g.get("family", ""),
+            g.get("count", ""),
+            ", ".join(f"{c.get('at', '')} {c.get('node', '')}" for c in g.get("chain") or ()),
+        ]
+        for g in rma.get("gpus") or ()
+        if isinstance(g, Mapping)
+    ]
+    cases = [Path(str(c)).name for c in rma.get("cases") or ()]
+    return [
+        f"<h3>{e(str(rma.get('summary', 'RMA candidate')))}</h3>",
+        "<p>The ladder was not climbed again: this GPU's faults came back after repairs that "
+        "did not hold. Send it back to its vendor; the attached case files hold what an RMA "
+        "asks for (serials, versions, error counts, diagnostics, its fault history).</p>",
+        _table(("serial", "unique id", "GPU", "fault", "episodes", "when, where"), rows),
+        f"<p><b>Case files:</b> {e(', '.join(cases) or 'not written (see the controller log)')}"
+        f"<br><b>Ticket:</b> {e(str(rma.get('ticket', 'off')))}</p>",
+    ]
 
 
 def _profile_flag(profile: str) -> str:

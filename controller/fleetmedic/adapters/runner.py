@@ -92,6 +92,10 @@ class HostResult:
     message: str = ""  # one line
     stdout: str = ""  # the last successful task's stdout (probes, the sweep's diagnostics)
     evidence: tuple[str, ...] = ()  # bundles the diagnostics role fetched in this run
+    published: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """What the run's roles published for this host with ``set_stats`` (``{name: {host:
+    value}}``, e.g. the diagnostics role's ``fleetmedic_gpus``), as ``{name: {host:
+    value}}`` restricted to this host."""
 
     @property
     def ok(self) -> bool:
@@ -369,23 +373,39 @@ def _outcomes(r: Any, names: list[str], run_id: str) -> dict[str, HostResult]:
         raise PermanentError(
             f"run {run_id}: ansible-playbook failed before any task ran (rc {r.rc}): {_tail(r)}"
         )
+    artifacts = (stats or {}).get("artifact_data") or {}
     out = {}
     for name in names:
-        if name in unreachable and (stats is None or name in (stats.get("dark") or {})):
-            out[name] = HostResult(UNREACHABLE, last_task.get(name), unreachable[name])
-        elif stats is not None and name in (stats.get("failures") or {}):
-            task, msg = failed.get(name, ("", "failed"))
-            out[name] = HostResult(FAILED, task or None, msg, stdout=stdout.get(name, ""))
-        elif stats is not None and name in (stats.get("processed") or {}):
-            out[name] = HostResult(OK, stdout=stdout.get(name, ""))
-        elif r.status == "timeout":
-            last = last_task.get(name)
-            out[name] = HostResult(TIMEOUT, last, f"job timeout (last task: {last or 'none'})")
-        elif name in failed:
-            out[name] = HostResult(FAILED, failed[name][0] or None, failed[name][1])
-        else:
-            out[name] = HostResult(FAILED, None, f"no result for this host (run {r.status})")
+        result = _status_of(name, unreachable, failed, stdout, last_task, stats, r)
+        mine = {
+            k: {name: v[name]} for k, v in artifacts.items() if isinstance(v, Mapping) and name in v
+        }
+        out[name] = dataclasses.replace(result, published=mine) if mine else result
     return out
+
+
+def _status_of(
+    name: str,
+    unreachable: Mapping[str, str],
+    failed: Mapping[str, tuple[str, str]],
+    stdout: Mapping[str, str],
+    last_task: Mapping[str, str],
+    stats: Mapping[str, Any] | None,
+    r: Any,
+) -> HostResult:
+    if name in unreachable and (stats is None or name in (stats.get("dark") or {})):
+        return HostResult(UNREACHABLE, last_task.get(name), unreachable[name])
+    if stats is not None and name in (stats.get("failures") or {}):
+        task, msg = failed.get(name, ("", "failed"))
+        return HostResult(FAILED, task or None, msg, stdout=stdout.get(name, ""))
+    if stats is not None and name in (stats.get("processed") or {}):
+        return HostResult(OK, stdout=stdout.get(name, ""))
+    if r.status == "timeout":
+        last = last_task.get(name)
+        return HostResult(TIMEOUT, last, f"job timeout (last task: {last or 'none'})")
+    if name in failed:
+        return HostResult(FAILED, failed[name][0] or None, failed[name][1])
+    return HostResult(FAILED, None, f"no result for this host (run {r.status})")
 
 
 def _message(res: Mapping[str, Any]) -> str:

@@ -70,6 +70,16 @@ def _run_all(
         return {name: f.result() for name, f in futures.items()}
 
 
+def collect_jobs(
+    jobs: Mapping[str, tuple[str, ...]], timeout: float, env: Mapping[str, str] | None = None
+) -> tuple[dict[str, Completed], dict]:
+    """Run ``jobs`` (those whose tool is installed) at once under one deadline
+    (``fleetmedic gpus``'s own set: checks/identity.py)."""
+    tools = tools_present(env)
+    present = {name: argv for name, argv in jobs.items() if tools.get(argv[0])}
+    return _run_all(present, tools, timeout, env), tools
+
+
 def collect(
     timeout: float, env: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Completed], dict]:

@@ -88,11 +88,18 @@ def parse(lines: str, run: Completed | None = None, timeout: float = 0.0) -> Sna
     return Snapshot(system, gpus, complete, hung, failure, timeout)
 
 
-def collect(timeout: float, env: Mapping[str, str] | None = None) -> Snapshot:
+def collect(
+    timeout: float, env: Mapping[str, str] | None = None, identity: bool = False
+) -> Snapshot:
     """Read NVML in a child process; at ``timeout`` it is killed and what it
-    printed so far is kept."""
+    printed so far is kept. ``identity``: the serial and versions too (nvml_worker)."""
     run = run_bounded(
-        [sys.executable, "-m", "fleetmedic.checks.nvml_worker"],
+        [
+            sys.executable,
+            "-m",
+            "fleetmedic.checks.nvml_worker",
+            *(["--identity"] if identity else []),
+        ],
         timeout,
         env=env if env is not None else os.environ,
         key="nvml",

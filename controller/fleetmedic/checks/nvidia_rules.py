@@ -40,6 +40,11 @@ NVML_CALLS = {
     "clocks_event_reasons": "nvmlDeviceGetCurrentClocksEventReasons",
     "persistence_mode": "nvmlDeviceGetPersistenceMode",
     "memory_total": "nvmlDeviceGetMemoryInfo",
+    # read only for `fleetmedic gpus` (nvml_worker --identity)
+    "serial": "nvmlDeviceGetSerial",
+    "board_part_number": "nvmlDeviceGetBoardPartNumber",
+    "inforom_image_version": "nvmlDeviceGetInforomImageVersion",
+    "vbios_version": "nvmlDeviceGetVbiosVersion",
 }
 
 NOT_APPLICABLE_ERRORS = frozenset({"NOT_SUPPORTED", "FUNCTION_NOT_FOUND"})

@@ -12,6 +12,10 @@ parent keeps everything read before a hang and knows the call that hung:
     {"op": "remapped_rows", "gpu": 1, "error": "GPU_IS_LOST", "code": 15, "message": "GPU is lost"}
     {"op": "done"}                                        the end
 
+With ``--identity`` it also reads what names each GPU for an RMA case (serial, board
+part number, InfoROM and VBIOS versions: ``fleetmedic gpus``); the checks do not need
+them, so their rounds skip those calls.
+
 Only reads: nothing here changes GPU state.
 """
 
@@ -28,7 +32,8 @@ def emit(**fields: Any) -> None:
     sys.stdout.flush()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    identity = "--identity" in (sys.argv[1:] if argv is None else argv)
     try:
         import pynvml as nv
     except ImportError as exc:  # the agent's venv always has it; guard anyway
@@ -81,7 +86,7 @@ def main() -> int:
 
         if not call("handle", get_handle, i)[0]:
             continue
-        for op, fn in _queries(nv, handle):
+        for op, fn in _queries(nv, handle) + (_identity(nv, handle) if identity else []):
             call(op, fn, i)
     try:
         nv.nvmlShutdown()
@@ -161,6 +166,15 @@ def _queries(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("persistence_mode", lambda: int(nv.nvmlDeviceGetPersistenceMode(h))),
         # for the hardware profile (checks/inventory.py): bytes, as NVML counts them
         ("memory_total", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).total)),
+    ]
+
+
+def _identity(nv: Any, h: Any) -> list[tuple[str, Callable[[], Any]]]:
+    return [
+        ("serial", lambda: _text(nv.nvmlDeviceGetSerial(h))),
+        ("board_part_number", lambda: _text(nv.nvmlDeviceGetBoardPartNumber(h))),
+        ("inforom_image_version", lambda: _text(nv.nvmlDeviceGetInforomImageVersion(h))),
+        ("vbios_version", lambda: _text(nv.nvmlDeviceGetVbiosVersion(h))),
     ]
 
 

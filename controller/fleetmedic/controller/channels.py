@@ -6,6 +6,9 @@
   every ``smtp.retry_interval``, :data:`EMAIL_TRIES` times.
 - ``chat``: one of the profile's ``notify.targets`` by name, through adapters/chat.py
   (Apprise). Tried every ``notify.retry_interval``, ``notify.tries`` times.
+- ``ticket``: the profile's ``ticket:`` webhook, through adapters/ticket.py: the payload is
+  one GPU's RMA case (controller/ticketer.py posts it, ``once``). Tried every
+  ``ticket.retry_interval``, ``ticket.tries`` times; a receiver's 4xx is not retried.
 
 A new target kind adds one entry to :data:`CHANNELS` (see controller/outbox.py).
 """
@@ -16,10 +19,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fleetmedic.adapters import chat, notify
+from fleetmedic.adapters import chat, notify, ticket
 from fleetmedic.controller.outbox import Channel, Letter
 from fleetmedic.errors import ConfigError
-from fleetmedic.model.config import Config, TargetConfig
+from fleetmedic.model.config import Config, TargetConfig, TicketConfig
 
 EMAIL_TRIES = 10
 """Tries of an email the outbox keeps (the ladder's escalation email is retried by the
@@ -118,7 +121,43 @@ def _chat_schedule(cfg: Config, letter: Letter) -> tuple[float, int]:
     return n.retry_interval, n.tries
 
 
+# -- ticket -----------------------------------------------------------------------------
+def ticket_to(
+    target: TicketConfig, node: str, serial: str, case: dict[str, Any], *, profile: str
+) -> Letter:
+    """One GPU's RMA case, once: its id names the case, so it is never sent twice."""
+    return Letter(
+        id=f"ticket/{target.name}/{node}/{case.get('case_id')}/{serial}",
+        channel="ticket",
+        target=target.name,
+        what=f"RMA ticket for GPU {serial} of {node}",
+        payload=case,
+        profile=profile,
+        once=True,
+    )
+
+
+def _ticket(cfg: Config, letter: Letter) -> TicketConfig:
+    t = _profile(cfg, letter).ticket
+    if t is None or t.name != letter.target:
+        raise ConfigError(f"ticket target {letter.target}: no longer in the config")
+    return t
+
+
+def _send_ticket(cfg: Config, letter: Letter) -> str:
+    try:
+        return ticket.send(_ticket(cfg, letter), letter.payload) or "accepted"
+    except ticket.Refused as exc:  # this body will not be taken: not tried again
+        raise ConfigError(str(exc)) from None
+
+
+def _ticket_schedule(cfg: Config, letter: Letter) -> tuple[float, int]:
+    t = _ticket(cfg, letter)
+    return t.retry_interval, t.tries
+
+
 CHANNELS: dict[str, Channel] = {
     "email": Channel(_send_email, _email_schedule),
     "chat": Channel(_send_chat, _chat_schedule),
+    "ticket": Channel(_send_ticket, _ticket_schedule),
 }

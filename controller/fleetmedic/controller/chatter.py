@@ -24,8 +24,9 @@ from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
+from fleetmedic.policy import escalation
 from fleetmedic.policy.actions import Update
-from fleetmedic.policy.history import stamp
+from fleetmedic.policy.history import decode, stamp
 from fleetmedic.policy.profiles import assign
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,10 @@ class Chatter:
                     cluster=self.cluster,
                 )
             elif ev.reason == "RepairReplacing":
+                ep = max((a.ep for a in decode(view.annotations.get(keys.ANN_HISTORY))), default=0)
                 msg = chat.replacing(
                     view.name,
-                    _why(view),
+                    escalation.headline(view, ep, _why(view)),
                     view.annotation_json(keys.ANN_LAST_FINDING),
                     self.cfg.profile(self._profile_of(view)).cloud.replace_via,
                     cluster=self.cluster,

@@ -91,11 +91,22 @@ def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:
     from fleetmedic.policy.profiles import assign
 
     at = now()
-    vs = views(connect(cfg, kubeconfig), cfg)
-    profile_of = assign(vs, cfg).profile_of
     from fleetmedic.policy import domainnode, domains
 
-    rows = [node_status(v, at, profile_of.get(v.name, "(conflict)")) for v in vs]
+    kube = connect(cfg, kubeconfig)
+    vs = views(kube, cfg)
+    profile_of = assign(vs, cfg).profile_of
+    fleet = _gpu_history(kube, cfg)
+    rows = [
+        node_status(
+            v,
+            at,
+            profile_of.get(v.name, "(conflict)"),
+            _lemon_of(cfg, profile_of.get(v.name)),
+            fleet,
+        )
+        for v in vs
+    ]
     for v, r in zip(vs, rows, strict=True):  # the open domain incidents holding each node
         r["incidents"] = [
             domains.name_of(e["key"], e["value"])
@@ -105,6 +116,25 @@ def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:
         key=lambda r: (STATE_ORDER[r["state"]], not r["slow_network"], r["since"] or "", r["name"])
     )
     return rows
+
+
+def _gpu_history(kube: Cluster, cfg: Config) -> Any:
+    """The store's GPU history, or None (with a warning) when it cannot be read: status
+    and history still show what each Node holds."""
+    from fleetmedic.controller import gpustore
+
+    try:
+        return gpustore.read(kube, cfg)
+    except FleetmedicError as exc:
+        click.echo(f"fleetmedic: warning: the GPUs' history in the store: {exc}", err=True)
+        return None
+
+
+def _lemon_of(cfg: Config, profile: str | None) -> Any:
+    try:
+        return cfg.profile(profile or "default").ladder.lemon
+    except ValueError:
+        return cfg.ladder.lemon
 
 
 def _terminal_width() -> int:
@@ -380,11 +410,23 @@ def history(cfg: Config, kubeconfig: str | None, node: str, as_json: bool, limit
         obj = kube.get_node(node)
     except NotFoundError:
         raise NotFoundError(f"node {node} not found") from None
+    from fleetmedic.controller import gpustatus
+    from fleetmedic.model.nodestate import view as view_of
+
+    v = view_of(obj, cfg.vocabulary(), cfg.foreign())
+    fleet = _gpu_history(kube, cfg)
     rows = timeline(obj, kube.list_node_events(node))
     rows = _with_incidents(rows, obj)
+    rows = sorted(
+        [*rows, *gpustatus.history_rows(v, obj, fleet)],
+        key=lambda r: str(r["at"])[:19],
+        reverse=True,
+    )
     if limit > 0:
         rows = rows[:limit]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     click.echo(render(rows, width=max(80, _terminal_width())))
+    for line in gpustatus.gpu_table(v, fleet):
+        click.echo(line)

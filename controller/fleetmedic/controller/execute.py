@@ -61,7 +61,7 @@ import yaml
 
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.controller import channels, ledger, migop, outbox
+from fleetmedic.controller import channels, gpuwork, ledger, migop, outbox
 from fleetmedic.errors import (
     Cancelled,
     ConfigError,
@@ -74,7 +74,7 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import partition
+from fleetmedic.policy import escalation, lemon, partition
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
 from fleetmedic.policy.history import decode, of_episode, stamp
 from fleetmedic.policy.inflight import Escalated
@@ -161,6 +161,15 @@ class Executor:
         finally:
             self.on_run(-1)
         outcome = self._host_outcome(result, view.name, cancel)
+        if action.phase in ("diagnose", lemon.PHASE) and outcome.status != LOST:
+            cfg = self.cfg.profile(action.profile)
+            outcome = gpuwork.gpu_history(cfg, self.kube, view, action.ep, outcome)
+            if action.phase == lemon.PHASE:
+                outcome = gpuwork.rma_case(cfg, view, action.ep, outcome, self.cluster)
+        if action.phase == "verify" and outcome.ok:
+            gpuwork.repair_held_from(
+                self.cfg.profile(action.profile), self.kube, view, action.ep, outcome
+            )
         if outcome.ok and handed.op:  # the history says who applied it (ladder.complete)
             note = partition.operator_note(handed.op, handed.value, handed.waited, outcome.stdout)
             outcome = dataclasses.replace(outcome, stdout=json.dumps({"note": note}))
@@ -189,8 +198,14 @@ class Executor:
 
     def _phase_vars(self, action: Action, view: NodeView) -> dict[str, Any] | str:
         """Host variables a phase needs from the config; a string says why it cannot run."""
+        if action.phase == lemon.PHASE:  # the BMC's event log for the case, where there is one
+            bmc = self._bmc_vars(action, view)
+            return bmc if isinstance(bmc, dict) else {"rma_case_sel_missing": bmc}
         if action.phase != "power_cycle":
             return {}
+        return self._bmc_vars(action, view)
+
+    def _bmc_vars(self, action: Action, view: NodeView) -> dict[str, Any] | str:
         bmc = self.cfg.profile(action.profile).bmc
         if bmc is None:
             return "no bmc: section in the config"
@@ -249,7 +264,14 @@ class Executor:
         )
         if result.status == LOST:  # (the host's own status then only says "no answer")
             return Outcome(LOST, result.run_id, host.message, host.task)
-        return Outcome(host.status, result.run_id, host.message, host.task, stdout=host.stdout)
+        return Outcome(
+            host.status,
+            result.run_id,
+            host.message,
+            host.task,
+            stdout=host.stdout,
+            data=dict(host.published),
+        )
 
     # -- drain --------------------------------------------------------------
     def _drain(
@@ -291,6 +313,7 @@ class Executor:
             evidence=evidence,
             cluster=self.cluster,
             replaced_via=via,
+            headline=escalation.headline(view, action.ep, reason),
         )
         letter = channels.email(
             esc, id=f"email/escalation/{view.name}/e{action.ep}", what="escalation email",
@@ -402,7 +425,8 @@ def escalation_reason(view: NodeView, action: Action) -> str:
     """Why a human is needed, in one line: the last failed attempt of this episode."""
     attempts = of_episode(decode(view.annotations.get(keys.ANN_HISTORY)), action.ep)
     for a in reversed(attempts):
-        if a.failed or a.result == "flap-damped":
+        if a.failed or a.result in ("flap-damped", lemon.RESULT):
             where = f" at {a.phase}" if a.phase else ""
-            return f"{a.step} attempt {a.attempt} {a.result}{where}: {a.message}".rstrip(": ")
+            said = escalation.shown_message(a.message, a.phase)
+            return f"{a.step} attempt {a.attempt} {a.result}{where}: {said}".rstrip(": ")
     return action.reason

@@ -21,9 +21,9 @@ Maintenance windows, the pause switch and the circuit breaker are honoured throu
 record, the domain incidents and the letters still to deliver (outbox.py).
 
 This module wires the parts and runs the cycle, nothing else. The parts (the informer,
-the ladder's workers, sweeps, domains, breakers, the outbox, paperwork) share one
-lifecycle (parts.py), and the loop holds them in a list (with ``nvsentinel.enabled``,
-NVSentinel's responder too: handoff.py).
+the ladder's workers, sweeps, domains, breakers, the outbox, the RMA tickets, the GPU
+gauges, paperwork) share one lifecycle (parts.py), and the loop holds them in a list (with
+``nvsentinel.enabled``, NVSentinel's responder too: handoff.py).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.domainkeeper import DomainKeeper
 from fleetmedic.controller.domainplayer import DomainPlayer
 from fleetmedic.controller.execute import Executor
+from fleetmedic.controller.gpumetrics import GpuGauges
 from fleetmedic.controller.handoff import Responder
 from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
@@ -53,6 +54,7 @@ from fleetmedic.controller.planner import DecisionLog, Planner, next_look
 from fleetmedic.controller.recorder import Recorder
 from fleetmedic.controller.sweeper import Sweeper
 from fleetmedic.controller.switches import SwitchReader, pause_configmap
+from fleetmedic.controller.ticketer import Ticketer
 from fleetmedic.controller.watcher import NodeFeed, NodeWatcher, view_transform, wait_synced
 from fleetmedic.controller.work import NodeWork
 from fleetmedic.controller.workers import Workers
@@ -180,6 +182,9 @@ class Controller:
             else None
         )
         self.planner = Planner(cfg, self.switches, self.breakers)
+        self.ticketer = Ticketer(
+            cfg, recorder.write, self.workers.side_job, self.outbox, clock, self.acting, wake
+        )
         # the order is the order of every hook: domains are reviewed before the breakers
         # (so no incident is stale), and sweeps and the ladder stop before the paperwork
         self.parts: list[Part] = [
@@ -190,6 +195,8 @@ class Controller:
             self.domains,
             self.breakers,
             self.outbox,
+            self.ticketer,
+            GpuGauges(m.gpus),
             self.paperwork,
         ]
         self.decisions = DecisionLog(log, self.dry_run)

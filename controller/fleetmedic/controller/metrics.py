@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.metrics_core import Metric
 
 from fleetmedic import __version__
+from fleetmedic.controller.gpumetrics import GpuMetrics
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
@@ -142,6 +143,13 @@ class Metrics:
             "When each node in repair entered its current state (nodes in repair only)",
             ["node", "state"],
             registry=r,
+        )
+        self.gpus = GpuMetrics(r)
+        # (its gauges as this registry's attributes too: what the exported list is read from)
+        self.gpu_episodes, self.node_mtbi, self.pool_mtbi = (
+            self.gpus.episodes,
+            self.gpus.node_mtbi,
+            self.gpus.pool_mtbi,
         )
         self._seen: dict[str, NodeView] = {}  # node -> its view at the last observation
         self._since: dict[str, str] = {}  # node -> state its state_since series has

@@ -22,7 +22,9 @@ URL the library does not know) is never retried.
 A letter's ``id`` says what it is about (``chat/pager/escalation/gpu-7/2026-...``):
 posting an id that is pending is a no-op, and a ``once`` letter's id is remembered for
 :data:`KEEP_SENT` after delivery (a small tombstone on the record), so it is never sent
-twice, across restarts too: what one ticket per case needs.
+twice, across restarts too: what one ticket per case needs (:meth:`Outbox.delivered`).
+A sender that keeps its own record of a letter's end (the RMA ticket's, on the Node:
+controller/ticketer.py) hears of each letter's end through :meth:`Outbox.listen`.
 
 Known gaps, plainly: delivery is at least once: a controller killed between a send and
 its record sends that letter again after the restart (a receiver that must not see it
@@ -160,6 +162,7 @@ class Outbox(Part):
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._said_memory = False
+        self._listeners: list[Callable[[Letter, bool, str], None]] = []
 
     name = "outbox"
 
@@ -223,6 +226,17 @@ class Outbox(Part):
         with self._cond:
             return [p.letter for p in self._pending.values()]
 
+    def delivered(self, letter_id: str) -> bool:
+        """Whether the once-letter ``letter_id`` was delivered (within :data:`KEEP_SENT`,
+        across restarts: its tombstone)."""
+        with self._cond:
+            return letter_id in self._sent
+
+    def listen(self, fn: Callable[[Letter, bool, str], None]) -> None:
+        """``fn(letter, sent, note)`` at each letter's end, on the outbox's thread: sent
+        (``note``: what the channel said) or given up (``note``: why)."""
+        self._listeners.append(fn)
+
     # -- the sender ---------------------------------------------------------------------
     def _run(self) -> None:
         while not self.stop().is_set():
@@ -277,7 +291,7 @@ class Outbox(Part):
         channel = self.channels.get(letter.channel)
         if channel is None:
             log.error("%s to %s dropped: no channel %r", letter.what, letter.target, letter.channel)
-            self._done(p, sent=False)
+            self._done(p, sent=False, note=f"no channel {letter.channel!r}")
             return
         p.tries += 1
         key = (letter.channel, letter.target)
@@ -287,7 +301,7 @@ class Outbox(Part):
             note = channel.send(self.cfg, letter)
         except ConfigError as exc:
             log.error("%s to %s not sent (not retried): %s", letter.what, letter.target, exc)
-            self._done(p, sent=False)
+            self._done(p, sent=False, note=one_line(exc))
             return
         except Exception as exc:  # FleetmedicError, or a channel's bug: tried again
             why = one_line(exc) if isinstance(exc, FleetmedicError) else repr(exc)[:300]
@@ -298,7 +312,7 @@ class Outbox(Part):
         if lasted is not None:
             log.warning("%s %s answers again after %.0fs", letter.channel, letter.target, lasted)
         log.info("%s sent to %s%s", letter.what, letter.target, f": {note}" if note else "")
-        self._done(p, sent=True)
+        self._done(p, sent=True, note=note)
 
     def _failed(
         self, p: _Pending, key: tuple[str, str], why: str, interval: float, tries: int
@@ -310,7 +324,7 @@ class Outbox(Part):
             log.error(
                 "%s to %s dropped after %d tries: %s", letter.what, letter.target, p.tries, why
             )
-            self._done(p, sent=False)
+            self._done(p, sent=False, note=f"given up after {p.tries} tries: {why}")
             return
         log.log(
             logging.WARNING if news else logging.INFO,
@@ -326,8 +340,15 @@ class Outbox(Part):
         if p.saved:
             self._write({record_key(letter.id): letter.encode(p.tries)})
 
-    def _done(self, p: _Pending, sent: bool) -> None:
+    def _done(self, p: _Pending, sent: bool, note: str = "") -> None:
         letter = p.letter
+        # the listeners hear of the end while the letter is still pending, so a sender
+        # that posts again until it hears (controller/ticketer.py) never posts it anew
+        for listener in self._listeners:
+            try:
+                listener(letter, sent, note)
+            except Exception:  # a listener's bug must not stop the sender
+                log.exception("outbox: a listener failed on the end of %s", letter.what)
         with self._cond:
             self._pending.pop(letter.id, None)
             if sent and letter.once:

@@ -13,7 +13,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from fleetmedic.controller import gpustatus
 from fleetmedic.model import keys
+from fleetmedic.model.config.lemon import LemonConfig
+from fleetmedic.model.gpus import FleetHistory
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
 from fleetmedic.policy import netcount, phases, quarantine
@@ -22,14 +25,22 @@ from fleetmedic.policy.inflight import Escalated, InFlight
 from fleetmedic.policy.sweep import LastSweep
 
 GATE_PHASES = phases.statuses()
-"""The return gate's phases (GPU partitions put back, the burn-in), named as operators
-look for them while a node waits to come back (each phase's ``status``, policy/phases/)."""
+"""The return gate's phases (GPU partitions put back, the burn-in) and an RMA candidate's
+case, named as operators look for them (each phase's ``status``, policy/phases/)."""
 # the worst first: manual, then the highest rungs, healthy last
 STATE_ORDER = {s: i for i, s in enumerate((*reversed(REPAIR_STATES), "healthy"))}
 
 
-def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str, Any]:
-    """One node's row for ``fleetmedic status`` (also its ``--json`` entry)."""
+def node_status(
+    v: NodeView,
+    at: datetime,
+    profile: str = "default",
+    lemon: LemonConfig | None = None,
+    fleet: FleetHistory | None = None,
+) -> dict[str, Any]:
+    """One node's row for ``fleetmedic status`` (also its ``--json`` entry). ``lemon``:
+    the node's profile's rule (repeat offenders by its windows); ``fleet``: the store's
+    GPU history (a GPU's episodes on other nodes count too)."""
     history = decode(v.annotations.get(keys.ANN_HISTORY))
     ep = last_episode(history)
     fl = InFlight.read(v.annotations)
@@ -104,6 +115,8 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         ),
         "quarantine_requested": asked,
         "last_sweep_age": _age(swept.at, at) if swept else "",
+        "repeat_gpus": gpustatus.repeats(v, at, lemon, fleet),
+        "rma": gpustatus.rma_of(v),
         "unclassified": {"count": net_count, "last": net_last} if net_count else None,
     }
 
@@ -184,6 +197,9 @@ def render_status(
     quarantined = any(r.get("quarantine") for r in rows)
     if quarantined:  # QUARANTINE only once some node went through the rung
         head = (*head[:-1], "QUARANTINE", head[-1])
+    lemons = any(r.get("repeat_gpus") or r.get("rma") for r in rows)
+    if lemons:  # GPU REPEATS only where a GPU's faults came back (repeat offenders)
+        head = (*head[:-1], "GPU REPEATS", head[-1])
     unknown = any(r.get("unclassified") for r in rows)
     if unknown:  # UNCLASSIFIED only where the agent's net caught driver errors
         head = (*head[:-1], "UNCLASSIFIED", head[-1])
@@ -207,6 +223,8 @@ def render_status(
             cells = (*cells[:-1], _sweep_cell(r, since_as_time), cells[-1])
         if quarantined:
             cells = (*cells[:-1], _quarantine_cell(r, at_time=since_as_time), cells[-1])
+        if lemons:
+            cells = (*cells[:-1], gpustatus.cell(r), cells[-1])
         if unknown:
             cells = (*cells[:-1], _net_cell(r), cells[-1])
         if others:

@@ -41,6 +41,8 @@ ANN_PARTITION = PREFIX + "partition-layout"  # controller: GPU partitions before
 ANN_HANDOFF = PREFIX + "nvsentinel"  # controller: the NVSentinel request it answers (handoff.py)
 ANN_RESET_GPUS = PREFIX + "reset-gpus"  # controller: the GPUs the reset rung is for (JSON list)
 ANN_HOLD = PREFIX + "hold"  # controller: why the ladder stopped here for a human (JSON)
+ANN_GPUS = PREFIX + "gpus"  # controller: the GPUs by identity and their incidents (model/gpus.py)
+ANN_RMA = PREFIX + "rma"  # controller: the RMA case of a lemon and its ticket (policy/lemon.py)
 
 ALL_ANNOTATIONS = (
     ANN_SSH_HOST,
@@ -63,4 +65,6 @@ ALL_ANNOTATIONS = (
     ANN_HANDOFF,
     ANN_RESET_GPUS,
     ANN_HOLD,
+    ANN_GPUS,
+    ANN_RMA,
 )

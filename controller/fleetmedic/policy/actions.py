@@ -69,6 +69,9 @@ class Update:
     remove_slow_network: bool = False  # only ``fleetmedic reset`` does this
     remove_taints: tuple[Mapping[str, Any], ...] = ()  # other tools' taints, exact match
     events: tuple[Event, ...] = ()
+    expect_annotations: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    """Annotations that must still hold these raw values (None: absent), else Stale (the
+    ticket sender's write of the RMA record it read)."""
 
     def apply(self, node: dict, vocab: Vocabulary) -> bool:
         """Edit ``node`` in place; True if anything changed. Raises :class:`Stale`."""
@@ -79,6 +82,9 @@ class Update:
             raise Stale(f"{self.node}: state is {current}, decision was for {self.expect_state}")
         if self.expect_inflight != "<any>" and ann.get(keys.ANN_IN_FLIGHT) != self.expect_inflight:
             raise Stale(f"{self.node}: in-flight record changed since the decision")
+        for key, want in self.expect_annotations.items():
+            if ann.get(key) != want:
+                raise Stale(f"{self.node}: {key} changed since it was read")
         changed = []
         if self.state is not None:
             # every other repair taint of ours goes, also a weaker one beside the state's
@@ -157,6 +163,9 @@ class Outcome:
     boot_id: str | None = None
     retry_at: str | None = None  # held: when to try again (RFC 3339)
     stdout: str = ""  # a run's last task's stdout (the quarantine's diagnostics)
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """What the run published for the node (``set_stats``: the diagnose phase's GPU
+    report), plus what the controller looked up for it (the GPUs' past in its store)."""
 
     @property
     def ok(self) -> bool:

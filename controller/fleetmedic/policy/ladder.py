@@ -51,9 +51,10 @@ from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import advance, flap, foreign, phases
+from fleetmedic.policy import advance, escalation, flap, foreign, phases, rmaflow
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
+    ABANDONED,
     ESCALATED,
     FLAP_DAMPED,
     RELEASED,
@@ -96,10 +97,9 @@ def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
         return _entered(n)
     if fl.step != view.state:
         return _fence_moved(n, fl)
-    if fl.step == MANUAL:
-        return n.action(
-            Kind.ESCALATE, "the ladder ran out: escalate to a human", step=MANUAL, ep=fl.ep
-        )
+    if fl.step == MANUAL and fl.phase not in phases.PHASES:  # (else: the RMA case first)
+        why = escalation.headline(view, fl.ep, "the ladder ran out")
+        return n.action(Kind.ESCALATE, why, step=MANUAL, ep=fl.ep)
     return _continue(n, fl)
 
 
@@ -139,9 +139,13 @@ def _unreadable(n: NodeCtx, why: str) -> Action:
         return n.write(why, annotations={keys.ANN_IN_FLIGHT: None})
     ep = last_episode(n.history) or 1
     new = n.first(ep, MANUAL, 1)
+    said = f"{why}: cannot tell what was under way, so a human decides"
+    at = stamp(n.now)
+    mark = Attempt(ep, n.view.state, 1, at, at, ABANDONED, message=short(said))
     return n.write(
-        f"{why}: cannot tell what was under way, so a human decides",
+        said,
         state=MANUAL,
+        append=(mark,),
         annotations={keys.ANN_IN_FLIGHT: new.encode()},
         events=(Event("RepairRecordUnreadable", why, "Warning"),),
     )
@@ -206,13 +210,12 @@ def _entered(n: NodeCtx) -> Action:
         if esc is None and n.cfg.ladder.replace_manual:
             why = "fenced for manual repair: this pool replaces instead (ladder.replace_manual)"
             return n.write(why, state="replace", events=(Event("RepairEntered", why),))
+        if esc is None and rmaflow.case_first(n):
+            return rmaflow.case_before_escalation(n, last_episode(n.history) + 1)
         if esc is None:
-            return n.action(
-                Kind.ESCALATE,
-                "fenced for manual repair: escalate to a human",
-                step=MANUAL,
-                ep=last_episode(n.history) + 1,
-            )
+            ep = last_episode(n.history) + 1
+            why = escalation.headline(n.view, ep, "fenced for manual repair")
+            return n.action(Kind.ESCALATE, why, step=MANUAL, ep=ep)
         if esc.sent:
             return n.action(Kind.NONE, f"escalated at {esc.sent}; waiting for `fleetmedic release`")
         retry = esc.retry_time()
@@ -239,7 +242,11 @@ def _entered(n: NodeCtx) -> Action:
         return n.write(why, state=rung, events=(Event("RepairEntered", why),))
     ep = last_episode(n.history) + 1
     fl_cfg = n.cfg.safety.flap
-    if flap.damped(n.history, now, fl_cfg.count, fl_cfg.window):
+    damped = flap.damped(n.history, now, fl_cfg.count, fl_cfg.window)
+    # a GPU of this node may be the cause: its diagnose names it first (the RMA case), and
+    # the damping follows it if it does not (rmaflow.after_diagnose)
+    notes = (rmaflow.FLAP_DEFERRED,) if damped and rmaflow.may_be_lemon(n) else ()
+    if damped and not notes:
         why = flap.reason(fl_cfg.count, fl_cfg.window)
         stamp_now = stamp(now)
         mark = Attempt(
@@ -269,7 +276,7 @@ def _entered(n: NodeCtx) -> Action:
         new_work=True,
         update=n.update(
             annotations={
-                keys.ANN_IN_FLIGHT: n.first(ep, state, 1).encode(),
+                keys.ANN_IN_FLIGHT: n.first(ep, state, 1).with_(notes=notes).encode(),
                 keys.ANN_ESCALATED: None,
             },
             events=(Event("RepairStarted", f"{state}, episode {ep}"),),
@@ -286,7 +293,7 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         why = phase.dropped(n, fl)
         if why is not None:  # a return-gate phase that no longer applies: on without it
             return n.action(Kind.WRITE, why, update=advance.next_phase(n, fl), **ctx)
-    elif phase is None or fl.phase not in n.step_cfg(fl.step).phases:
+    elif phase is None or (not phase.any_step and fl.phase not in n.step_cfg(fl.step).phases):
         new = n.first(fl.ep, fl.step, fl.attempt)
         return n.write(
             f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",

@@ -13,7 +13,10 @@ A :class:`Phase` says, for one in-flight phase name:
 - for the return gate's phases (burn-in, quarantine: after a step's last phase, not among
   its phases): ``gate(n, fl)`` enters it when due, ``dropped(n, fl)`` says why one under way
   no longer applies, ``passed`` what the return says of it;
-- ``skip(n, fl)``: why this phase is passed over without a run (None: it runs).
+- ``skip(n, fl)``: why this phase is passed over without a run (None: it runs);
+- ``any_step``: entered by another phase's verdict in whatever step the attempt is in
+  (the RMA case, phases/rma.py, after any step's diagnose or first thing at ``manual``),
+  not one of a step's configured phases.
 
 Whether an action disturbs the node's work (a maintenance window holds it) is on the
 action its ``act`` makes (``Action.disruptive``).
@@ -84,3 +87,4 @@ class Phase:
     dropped: Callable[[NodeCtx, InFlight], str | None] = _never
     passed: str = ""
     skip: Callable[[NodeCtx, InFlight], str | None] = _never
+    any_step: bool = False

@@ -70,6 +70,35 @@ def gpus(sc: dict) -> list[dict]:
     return [g for g in sc.get("gpus") or [] if isinstance(g, dict)]
 
 
+def node_seed() -> int:
+    """FNV-1a of /etc/machine-id (else the host name): default serials and unique ids
+    differ between the test fleet's nodes, as real ones do."""
+    try:
+        with open("/etc/machine-id", "rb") as f:
+            text = f.readline().strip()
+    except OSError:
+        text = b""
+    if not text:
+        text = os.uname().nodename.encode()
+    h = 2166136261
+    for byte in text:
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def asic_serial(i: int, g: dict) -> str:
+    """The unique id (rocm-smi --showuniqueid), 64 bits in hex as amd-smi prints it."""
+    return g.get("asic_serial") or f"0x{node_seed():08X}{0x5C2E0000 + i:08X}"
+
+
+def product_serial(i: int, g: dict) -> str:
+    return g.get("serial") or f"PCB{node_seed() % 1_000_000:06d}{i:03d}"
+
+
+def list_uuid(i: int, g: dict) -> str:
+    return g.get("uuid", f"{0x11FF74A1 + i:08x}-0000-1000-8000-{node_seed():08x}{i:04x}")
+
+
 def bdf(i: int, g: dict) -> str:
     return g.get("bdf") or f"0000:{0x05 + 0x10 * i:02x}:00.0"
 
@@ -189,7 +218,7 @@ def static(i: int, g: dict, sections: set[str]) -> dict:
             "device_id": g.get("device_id", "0x74a1"),
             "subsystem_id": "0x74a1",
             "rev_id": "0x00",
-            "asic_serial": f"0x{0x5C2E9A3D00000000 + i:016X}",
+            "asic_serial": asic_serial(i, g),
             "oam_id": i,
             "num_compute_units": 304,
             "target_graphics_version": g.get("gfx", "gfx942"),
@@ -201,6 +230,12 @@ def static(i: int, g: dict, sections: set[str]) -> dict:
             "pcie_interface_version": f"Gen {g.get('pcie_max_gen', 5)}",
             "slot_type": "OAM",
         },
+        "vbios": lambda: {
+            "name": g.get("vbios_name", "AMD MI300X_HW_SRIOV_CVS_1VF"),
+            "build_date": "2024/03/12 13:35",
+            "part_number": g.get("vbios_part_number", "113-M3000100-102"),
+            "version": g.get("vbios_version", "022.040.003.043.000001"),
+        },
         "driver": lambda: {"name": "amdgpu", "version": g.get("driver_version", "6.12.12")},
         "partition": lambda: {
             "compute_partition": partition_of(g)["compute"],
@@ -209,7 +244,7 @@ def static(i: int, g: dict, sections: set[str]) -> dict:
         },
         "board": lambda: {
             "model_number": "102-G30211-0C",
-            "product_serial": f"PCB0{i:05d}",
+            "product_serial": product_serial(i, g),
             "fru_id": "N/A",
             "product_name": g.get("market_name", "AMD Instinct MI300X"),
             "manufacturer_name": "AMD",
@@ -296,6 +331,8 @@ STATIC_FLAGS = {
     "--board": "board",
     "-p": "partition",
     "--partition": "partition",
+    "-V": "vbios",
+    "--vbios": "vbios",
 }
 
 
@@ -352,7 +389,7 @@ def amd_smi(argv: list[str], sc: dict | None) -> int:
             {
                 "gpu": i,
                 "bdf": bdf(i, g),
-                "uuid": g.get("uuid", f"{0x11FF74A1 + i:08x}-0000-1000-8000-5c2e9a3d{i:04x}"),
+                "uuid": list_uuid(i, g),
                 "kfd_id": 2000 + i * 1111,
                 "node_id": i + 1,
                 "partition_id": 0,

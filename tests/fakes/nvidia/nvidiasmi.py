@@ -9,8 +9,9 @@ Emulated, with the real tool's messages and exit codes (sources in
 tests/fakes/nvidia/README.md):
 
 - ``-L``; ``--query-gpu=FIELDS --format=csv[,noheader][,nounits]`` for index, name, uuid,
-  pci.bus_id, persistence_mode, ecc.errors.uncorrected.volatile.total,
-  ecc.errors.uncorrected.aggregate.total, retired_pages.pending, remapped_rows.pending;
+  serial, vbios_version, inforom.img, pci.bus_id, persistence_mode,
+  ecc.errors.uncorrected.volatile.total, ecc.errors.uncorrected.aggregate.total,
+  retired_pages.pending, remapped_rows.pending;
   ``-q`` and the bare summary (short forms of the real layouts, for evidence bundles);
 - ``-pm 0|1 [-i ID]``: persistence mode, per GPU or all;
 - ``-r`` / ``--gpu-reset [-i ID]``: the reset. Refused while persistence mode is on, while
@@ -126,8 +127,33 @@ def bus_id(i: int, g: dict) -> str:
         return raw
 
 
+def node_seed() -> int:
+    """FNV-1a of /etc/machine-id (else the host name), as the fake library computes it, so
+    a GPU's default serial and UUID are the same through NVML and nvidia-smi, and differ
+    between the test fleet's nodes."""
+    try:
+        with open("/etc/machine-id", "rb") as f:
+            text = f.readline().strip()
+    except OSError:
+        text = b""
+    if not text:
+        text = os.uname().nodename.encode()
+    h = 2166136261
+    for byte in text:
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return h
+
+
 def uuid(i: int, g: dict) -> str:
-    return g.get("uuid") or f"GPU-fa4e5d1c-0000-4000-8000-{i:012x}"
+    return g.get("uuid") or f"GPU-{node_seed():08x}-0000-4000-8000-{i:012x}"
+
+
+def inforom(g: dict) -> str:
+    return g.get("inforom_image_version", "G520.0200.00.05")
+
+
+def serial(i: int, g: dict) -> str:
+    return g.get("serial") or f"1652{node_seed() % 10_000_000:07d}{i % 100:02d}"
 
 
 def name(sc: dict, g: dict) -> str:
@@ -269,6 +295,9 @@ def field(sc: dict, i: int, g: dict, key: str, units: bool) -> str:
     values = {
         "name": name(sc, g),
         "uuid": uuid(i, g),
+        "serial": serial(i, g),
+        "vbios_version": g.get("vbios_version", "96.00.99.00.01"),
+        "inforom.img": inforom(g),
         "pci.bus_id": bus_id(i, g),
         "persistence_mode": "Enabled" if persistence(g) else "Disabled",
         "ecc.errors.uncorrected.volatile.total": str(g.get("ecc_volatile_uncorrected", 0)),
@@ -345,17 +374,28 @@ def full_query(sc: dict, sel: list[int]) -> str:
         pend = "Yes" if g.get("retired_pages_pending") else "No"
         remap = "Yes" if g.get("remapped_rows_pending") else "No"
         col = 42  # the real layout's value column
+        fail = "Yes" if g.get("remapped_rows_failure") else "No"
         out += [
             f"{'    Product Name':<{col}}: {name(sc, g)}",
             f"{'    Persistence Mode':<{col}}: {pm}",
+            f"{'    Serial Number':<{col}}: {serial(i, g)}",
             f"{'    GPU UUID':<{col}}: {uuid(i, g)}",
+            f"{'    VBIOS Version':<{col}}: {g.get('vbios_version', '96.00.99.00.01')}",
+            f"{'    Board Part Number':<{col}}: {g.get('board_part_number', '692-2G520-0200-000')}",
+            "    Inforom Version",
+            f"{'        Image Version':<{col}}: {inforom(g)}",
             "    ECC Errors",
             "        Volatile",
             f"{'            DRAM Uncorrectable':<{col}}: {g.get('ecc_volatile_uncorrected', 0)}",
             "    Retired Pages",
+            f"{'        Single Bit ECC':<{col}}: {g.get('retired_pages_sbe', 0)}",
+            f"{'        Double Bit ECC':<{col}}: {g.get('retired_pages_dbe', 0)}",
             f"{'        Pending Page Blacklist':<{col}}: {pend}",
             "    Remapped Rows",
+            f"{'        Correctable Error':<{col}}: {g.get('remapped_rows_correctable', 0)}",
+            f"{'        Uncorrectable Error':<{col}}: {g.get('remapped_rows_uncorrectable', 0)}",
             f"{'        Pending':<{col}}: {remap}",
+            f"{'        Remapping Failure Occurred':<{col}}: {fail}",
         ]
     return "\n".join(out) + "\n"
 

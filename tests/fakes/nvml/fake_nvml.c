@@ -440,14 +440,54 @@ API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int
     return put_string(name, length, jstr(g, "name", jstr(scenario, "name", "NVIDIA H100 80GB HBM3")));
 }
 
+/* A number of this node (FNV-1a of /etc/machine-id, else of the host name), so that
+ * default serials and UUIDs differ between the test fleet's nodes as real ones do; the
+ * fake nvidia-smi computes the same (nvidiasmi.node_seed). */
+static uint32_t node_seed(void) {
+    char text[256] = "";
+    FILE *f = fopen("/etc/machine-id", "r");
+    if (f) {
+        if (!fgets(text, sizeof text, f)) text[0] = 0;
+        fclose(f);
+    }
+    text[strcspn(text, "\r\n")] = 0;
+    if (!text[0]) gethostname(text, sizeof text - 1);
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) h = (h ^ *p) * 16777619u;
+    return h;
+}
+
 API nvmlReturn_t nvmlDeviceGetMigDeviceUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     if (device >= mig_handles && device < mig_handles + MAX_GPUS * MAX_MIG)
         return nvmlDeviceGetMigDeviceUUID(device, uuid, length);
     DEV_PRE("nvmlDeviceGetUUID");
     char dflt[64];
-    snprintf(dflt, sizeof dflt, "GPU-fa4e5d1c-0000-4000-8000-%012x", device->index);
+    snprintf(dflt, sizeof dflt, "GPU-%08x-0000-4000-8000-%012x", node_seed(), device->index);
     return put_string(uuid, length, jstr(g, "uuid", dflt));
+}
+
+/* The board serial as nvidia-smi -q prints it under "Serial Number" (13 digits). */
+API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
+    DEV_PRE("nvmlDeviceGetSerial");
+    char dflt[32];
+    snprintf(dflt, sizeof dflt, "1652%07u%02u", node_seed() % 10000000u, device->index % 100);
+    return put_string(serial, length, jstr(g, "serial", dflt));
+}
+
+API nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *part, unsigned int length) {
+    DEV_PRE("nvmlDeviceGetBoardPartNumber");
+    return put_string(part, length, jstr(g, "board_part_number", "692-2G520-0200-000"));
+}
+
+API nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length) {
+    DEV_PRE("nvmlDeviceGetInforomImageVersion");
+    return put_string(version, length, jstr(g, "inforom_image_version", "G520.0200.00.05"));
+}
+
+API nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length) {
+    DEV_PRE("nvmlDeviceGetVbiosVersion");
+    return put_string(version, length, jstr(g, "vbios_version", "96.00.99.00.01"));
 }
 
 typedef struct {

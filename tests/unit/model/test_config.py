@@ -76,11 +76,14 @@ def test_only_the_playbooks_of_configured_rungs_must_exist(tmp_path):
     for name in ("diagnose", "reset", "reboot", "reimage", "restore", "verify"):
         (books / f"{name}.yml").write_text("[]\n")
     cfg = config.load(write(tmp_path, f"ansible: {{playbook_dir: {books}}}"))
-    # the diagnose rung's diagnostics run the quarantine's playbook
+    # the diagnose rung's diagnostics run the quarantine's playbook; the lemon rule (on by
+    # default) its RMA case's
     assert [m for m in cfg.missing_files() if m.startswith("ladder.")] == [
-        f"ladder.playbooks.diagnostics: {books / 'quarantine.yml'}"
+        f"ladder.playbooks.diagnostics: {books / 'quarantine.yml'}",
+        f"ladder.lemon.rma.playbook: {books / 'rma_case.yml'}",
     ]
     (books / "quarantine.yml").write_text("[]\n")
+    (books / "rma_case.yml").write_text("[]\n")
     assert [m for m in cfg.missing_files() if m.startswith("ladder.")] == []
     cfg = config.load(
         write(

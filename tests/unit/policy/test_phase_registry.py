@@ -39,7 +39,12 @@ def test_the_dispatchers_name_no_phase():
 
 
 def test_status_and_metrics_come_from_the_phases():
-    assert status.GATE_PHASES == {"restore": "RESTORE", "burnin": "BURN-IN"}
+    assert status.GATE_PHASES == {
+        "restore": "RESTORE",
+        "burnin": "BURN-IN",
+        "rma_drain": "RMA CASE",
+        "rma": "RMA CASE",
+    }
     m = Metrics()
     counted = {p.metric.name for p in phases.metrics().values() if p.metric}
     assert counted == {

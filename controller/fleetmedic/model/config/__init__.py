@@ -57,6 +57,7 @@ from fleetmedic.model.config.sections import (
 from fleetmedic.model.config.slurm import ClusterKind, SlurmConfig
 from fleetmedic.model.config.sources import LokiConfig, SourcesConfig
 from fleetmedic.model.config.sweep import SweepConfig
+from fleetmedic.model.config.ticket import TicketConfig
 from fleetmedic.model.config.types import (
     Section,
     Window,
@@ -100,6 +101,7 @@ __all__ = [
     "SweepConfig",
     "TaintsConfig",
     "TargetConfig",
+    "TicketConfig",
     "Window",
     "credential_path",
     "load",
@@ -135,6 +137,9 @@ class Config(Section):
     """Unset: no email; escalations are only recorded on the Node (and logged loudly)."""
     notify: NotifyConfig = NotifyConfig()
     """Chat and pager targets (Apprise URLs) beside the email; see notify.py."""
+    ticket: TicketConfig | None = None
+    """A webhook that gets one JSON case per RMA candidate (Jira, ServiceNow, a vendor's
+    intake; see ticket.py). Unset: the email carries the case alone."""
     bmc: BmcConfig | None = None
     """How the power_cycle rung reaches each node's BMC (see bmc.py). Unset: no power
     cycles, and a ladder that names power_cycle is refused."""
@@ -342,6 +347,22 @@ class Config(Section):
             for c in every
             for t in c.notify.targets
         ]
+        wanted += [
+            (
+                "ladder.lemon.rma.playbook",
+                self.ansible.playbook_dir / c.ladder.lemon.rma.playbook,
+            )
+            for c in every
+            if c.ladder.lemon.enabled
+        ]
+        for c in every:
+            if c.ticket is not None:
+                t = c.ticket
+                wanted.append(("ticket.url", secret_path(t.url_file, t.url_credential, environ)))
+                wanted.append(
+                    ("ticket.headers", secret_path(t.headers_file, t.headers_credential, environ))
+                )
+                wanted.append(("ticket.template_file", t.template_file))
         wanted += [
             (f"bmc.{what}", path)
             for c in every

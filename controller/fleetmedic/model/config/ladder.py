@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from fleetmedic.model.config.lemon import LemonConfig
 from fleetmedic.model.config.partition import RestoreConfig
 from fleetmedic.model.config.types import ConfigPath, Duration, Section
 from fleetmedic.model.vocabulary import REPAIR_STATES
@@ -335,6 +336,9 @@ class LadderConfig(Section):
     quarantine: QuarantineConfig = QuarantineConfig()
     """Deep diagnostics before a node repaired again for the same fault returns to service
     (policy/quarantine.py)."""
+    lemon: LemonConfig = LemonConfig()
+    """A GPU whose faults keep coming back goes to a human as an RMA candidate, with the
+    case its vendor asks for (policy/lemon.py, data/lemon_rules.yaml)."""
     probe_timeout: Duration = 60
     """Reading a node's boot_id over SSH; a minute covers a slow SSH login."""
     probe_interval: Duration = 15

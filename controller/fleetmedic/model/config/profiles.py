@@ -26,7 +26,17 @@ from fleetmedic.model import selector
 from fleetmedic.model.config.types import Section
 
 DEFAULT_PROFILE = "default"
-OVERRIDABLE = ("ladder", "safety", "smtp", "notify", "executor", "bmc", "sweep", "cloud")
+OVERRIDABLE = (
+    "ladder",
+    "safety",
+    "smtp",
+    "notify",
+    "ticket",
+    "executor",
+    "bmc",
+    "sweep",
+    "cloud",
+)
 """Top-level sections a profile may override."""
 
 
@@ -45,6 +55,8 @@ class ProfileConfig(Section):
     """Merged over the top-level `smtp` (e.g. another on-call list in `to`)."""
     notify: dict[str, Any] | None = None
     """Merged over the top-level `notify` (e.g. this pool's team channel in `targets`)."""
+    ticket: dict[str, Any] | None = None
+    """Merged over the top-level `ticket` (e.g. this pool's vendor intake)."""
     executor: dict[str, Any] | None = None
     """Merged over the top-level `executor` (e.g. this pool's execution node as `default`)."""
     bmc: dict[str, Any] | None = None

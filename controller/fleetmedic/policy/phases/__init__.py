@@ -15,6 +15,7 @@ verify          ``verify``
 burnin          ``burnin``: the return gate's burn-in, after verify
 quarantine      ``quarantine``: the return gate's deep diagnostics, last
 notify          ``notify``: the replace rung's notice
+rma             ``rma_drain``, ``rma``: an RMA candidate's case (any step; ``manual``)
 replace         ``replace``: the hand-off to the cloud
 ==============  ==================================================================
 
@@ -36,6 +37,7 @@ from fleetmedic.policy.phases import (
     repair,
     replace,
     restore,
+    rma,
     verify,
 )
 from fleetmedic.policy.steps import NodeCtx
@@ -51,6 +53,7 @@ MODULES = (
     quarantine,
     notify,
     replace,
+    rma,
 )
 PHASES: dict[str, Phase] = {p.name: p for m in MODULES for p in m.PHASES}
 GATES: tuple[Phase, ...] = (burnin.PHASES[0], quarantine.PHASES[0])

@@ -1,5 +1,7 @@
 """``diagnose``: capture the evidence (playbooks/diagnose.yml) before a repair may wipe it,
-and record the GPU partition layout the restore phase puts back (policy/partition.py).
+and record the GPU partition layout the restore phase puts back (policy/partition.py), and
+the GPUs by identity: a GPU the lemon rule calls an RMA candidate goes to its case
+(policy/rmaflow.py, phases/rma.py) instead of the step's next phase.
 
 Evidence capture is best effort: a failed diagnose must not block the repair. A node that
 does not answer fails the rungs that need SSH at once (the ladder climbs), but not those
@@ -8,7 +10,7 @@ as evidence), and replace's cloud takes a dead instance as it is."""
 
 from __future__ import annotations
 
-from fleetmedic.policy import partition
+from fleetmedic.policy import partition, rmaflow
 from fleetmedic.policy.actions import Action, Outcome
 from fleetmedic.policy.history import stamp
 from fleetmedic.policy.inflight import InFlight
@@ -26,7 +28,8 @@ def complete(n: NodeCtx, fl: InFlight, action: Action, outcome: Outcome) -> Verd
     note = () if outcome.ok else (f"diagnose {outcome.status}: {outcome.message}",)
     # the layout before the repair, kept on the Node for the restore phase
     record = partition.record_from(n.view, fl.ep, outcome.stdout, stamp(n.now))
-    return Next(note, outcome.run_id or fl.run_id, record)
+    # the GPUs by identity (the lemon rule): an RMA candidate goes to its case instead
+    return rmaflow.after_diagnose(n, fl, outcome, Next(note, outcome.run_id or fl.run_id, record))
 
 
 PHASES = (
