@@ -6,13 +6,18 @@ to read, ``scontrol update`` to write), as argv lists, never through a shell; no
 are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.05.8
 (slurmctld and slurmd from apt, tests/integration/test_slurm_adapter.py):
 
-- Reading: ``sinfo --json`` (openapi v0.0.38) carries every field used here: ``state``,
+- Reading the cluster (:meth:`Slurm.nodes`, the controller's poll and the inventory):
+  ``sinfo --json`` (openapi v0.0.38) carries every field used here: ``state``,
   ``state_flags`` (DRAIN, NOT_RESPONDING, REBOOT_REQUESTED, ...), ``reason``,
-  ``reason_set_by_user``, ``reason_changed_at``, ``partitions``, ``boot_time``, and the
-  node's ``comment`` and ``extra``. It ignores ``-n`` in 22.05, so the adapter filters
-  itself. ``scontrol show node --json`` does not exist in 22.05. With slurmctld down it
-  exits 0 after about 9 s with ``"errors": [{"error": "Unspecified error"}]`` and an
-  empty node list: the adapter treats any error there as a TemporaryError.
+  ``reason_set_by_user``, ``reason_changed_at``, ``partitions``, ``boot_time``, ``gres``,
+  ``features``, and the node's ``comment`` and ``extra``. It ignores ``-n`` in 22.05.
+  With slurmctld down it exits 0 after about 9 s with ``"errors": [{"error": "Unspecified
+  error"}]`` and an empty node list: the adapter treats any error there as a
+  TemporaryError.
+- Reading one node (:meth:`Slurm.node`: every write, the agent, the steps' waits) is the
+  cheapest single-node request of the Slurm version (adapters/slurmread.py: on 22.05
+  ``sinfo -n N`` in text, slurmctld's REQUEST_NODE_INFO_SINGLE, which has no boot time).
+  Each write is decided on such a read, passed in as ``current`` so it is not read twice.
 - Fencing is ``scontrol update nodename=N state=drain reason="fleetmedic: <rung>:
   <finding>"`` (model/slurmreason.py). A drain that is not ours (any other reason: NHC,
   HyperPod, soperator, Slinky, a human, Slurm's own "Not responding") is refused with
@@ -35,8 +40,7 @@ are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.
   and the record alike). So :meth:`Slurm.fence` writes the drain and the record in **one**
   ``scontrol update``: a crash keeps or loses them together, never a drain without its
   record. A caller about to do something it must not repeat (a reboot) after a record
-  write should allow for that window (wait out ``SAVE_WINDOW_S``, or re-read after a
-  slurmctld restart before acting).
+  write waits until slurmctld has saved it (adapters/slurmsave.py reads its state file).
 - A node whose slurmd goes away (a reboot by our role) keeps our drain and reason: measured,
   slurmctld marks it NOT_RESPONDING, then DOWN+DRAIN+NOT_RESPONDING after SlurmdTimeout,
   with the reason untouched ("Not responding" goes only on a node with no reason), and
@@ -56,7 +60,8 @@ are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.
   22.05 refuses ``nextstate=drain``. controller/slurmreboot.py waits for it.
 - ``scontrol update state=resume`` on a node that is not drained fails (rc 1, "Invalid
   node state specified"): :meth:`Slurm.unfence` does not call it then. Extra accepted a
-  70,000-character value; the record is capped at :data:`RECORD_MAX` all the same.
+  70,000-character value; the record is capped at :data:`RECORD_MAX` all the same, the
+  oldest attempts of its history dropped first.
 
 Errors map into fleetmedic.errors: an unreachable slurmctld or a timeout is a
 TemporaryError, an unknown node a NotFoundError, a missing tool or SLURM_CONF a
@@ -69,11 +74,13 @@ import json
 import os
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleetmedic.adapters import slurmread
 from fleetmedic.errors import (
     ConfigError,
     NotFoundError,
@@ -81,6 +88,7 @@ from fleetmedic.errors import (
     TemporaryError,
     one_line,
 )
+from fleetmedic.model import keys
 from fleetmedic.model.slurmreason import DEFAULT_PREFIX, check_prefix, format_reason, is_ours
 
 RECORD_KEY = "fleetmedic"
@@ -88,9 +96,6 @@ RECORD_MAX = 32 * 1024
 """Bytes of Extra our record may fill: room for a long repair history, far below what
 slurmctld accepted (70,000 characters), small enough that ``sinfo --json`` over a few
 thousand nodes stays quick."""
-SAVE_WINDOW_S = 6.0
-"""Seconds after an update within which a slurmctld crash may still lose it (measured up
-to 4.8 s, see the module docstring)."""
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")  # a job, or one task of an array
 DRAINED_STATES = ("idle", "down", "future")  # with DRAIN and no job left: drained
@@ -133,8 +138,10 @@ class SlurmNode:
     partitions: tuple[str, ...]
     comment: str
     extra: str
-    boot_time: int | None
+    boot_time: int | None  # None: unknown (22.05's single-node read does not show it)
     address: str
+    gres: str = ""  # "gpu:h100:8(S:0-1)", as slurm.conf or slurmd's detection names it
+    features: str = ""  # the node's available features, comma-separated
 
     @property
     def drain(self) -> bool:
@@ -170,6 +177,8 @@ class SlurmNode:
             extra=str(n.get("extra") or ""),
             boot_time=int(n["boot_time"]) if n.get("boot_time") else None,
             address=str(n.get("address") or ""),
+            gres=str(n.get("gres") or ""),
+            features=str(n.get("features") or ""),
         )
 
 
@@ -195,10 +204,13 @@ class Slurm:
         prefix: str = DEFAULT_PREFIX,
         timeout: float = 30.0,
         bin_dir: str | Path | None = None,
+        reader: slurmread.Reader | None = None,
     ) -> None:
         self.prefix = check_prefix(prefix)
         self.timeout = timeout
         self.bin_dir = Path(bin_dir) if bin_dir else None
+        self._reader = reader  # None: chosen by the tools' version at the first read
+        self.calls: Counter[str] = Counter()  # tool runs, for the benches and tests
         self.env = dict(os.environ)
         if slurm_conf is not None:
             # scontrol retries a missing slurm.conf for 60 s before it says so: check first
@@ -207,16 +219,17 @@ class Slurm:
             self.env["SLURM_CONF"] = str(slurm_conf)
 
     # -- running the tools ----------------------------------------------------------
-    def _run(self, tool: str, *args: str) -> str:
+    def _run(self, tool: str, *args: str, env: Mapping[str, str] | None = None) -> str:
         exe = str(self.bin_dir / tool) if self.bin_dir else tool
         what = f"{tool} {' '.join(args)}"[:200]
+        self.calls[tool] += 1
         try:
             p = subprocess.run(
                 [exe, *args],
                 capture_output=True,
                 text=True,
                 timeout=self.timeout,
-                env=self.env,
+                env={**self.env, **env} if env else self.env,
                 stdin=subprocess.DEVNULL,
             )
         except FileNotFoundError:
@@ -246,11 +259,39 @@ class Slurm:
         return sorted(nodes, key=lambda n: n.name)
 
     def node(self, name: str) -> SlurmNode:
+        """One node, with the cheapest request this Slurm version answers
+        (adapters/slurmread.py: on 22.05 one node and the partition table, not the whole
+        cluster; ``boot_time`` is None there, :meth:`node_full` has it)."""
+        check_node_name(name)
+        if self._reader is None:
+            try:
+                version = slurmread.parse_version(self._run("sinfo", "--version"))
+                self._reader = slurmread.reader_for(version)
+            except slurmread.UnreadableNode as exc:
+                raise ConfigError(str(exc)) from None
+        try:
+            return SlurmNode.from_json(self._reader(self._run, name))
+        except slurmread.UnreadableNode as exc:
+            raise TemporaryError(f"{exc}", delay=5) from None
+        except LookupError:
+            raise NotFoundError(f"Slurm node {name}: not found") from None
+
+    def node_full(self, name: str) -> SlurmNode:
+        """One node out of the whole cluster's ``sinfo --json`` (with its boot time)."""
         check_node_name(name)
         for n in self.nodes():
             if n.name == name:
                 return n
         raise NotFoundError(f"Slurm node {name}: not found")
+
+    def config(self) -> dict[str, str]:
+        """slurmctld's running configuration (``scontrol show config``: one RPC), by key."""
+        out = {}
+        for line in self._run("scontrol", "show", "config").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and " " not in key.strip():
+                out[key.strip()] = value.strip()
+        return out
 
     # -- writing ----------------------------------------------------------------------
     def _refuse_foreign(self, node: SlurmNode, action: str) -> None:
@@ -279,13 +320,7 @@ class Slurm:
             doc[RECORD_KEY] = rec
         else:
             doc.pop(RECORD_KEY, None)
-        text = json.dumps(doc, separators=(",", ":"), sort_keys=True) if doc else ""
-        if len(text.encode()) > RECORD_MAX:
-            raise PermanentError(
-                f"Slurm node {node.name}: record of {len(text.encode())} bytes exceeds "
-                f"{RECORD_MAX} (prune its history)"
-            )
-        return text
+        return _fitted(node.name, doc)
 
     def fence(
         self,
@@ -293,11 +328,14 @@ class Slurm:
         rung: str,
         finding: str,
         record: Mapping[str, str | None] | None = None,
+        *,
+        current: SlurmNode | None = None,
     ) -> str:
         """Drain ``name`` with our reason for ``rung`` and ``finding``, and merge
         ``record`` into its repair record, in one update. A node whose reason is not ours
-        is refused (ForeignDrain). Returns the reason written."""
-        node = self.node(name)
+        is refused (ForeignDrain). Returns the reason written. ``current``: the node as the
+        caller read it a moment ago (else it is read here); ownership is checked on it."""
+        node = current if current is not None else self.node(name)
         self._refuse_foreign(node, "fenced")
         reason = format_reason(rung, finding, self.prefix)
         args = ["update", f"nodename={node.name}", "state=drain", f"reason={reason}"]
@@ -306,13 +344,19 @@ class Slurm:
         self._run("scontrol", *args)
         return reason
 
-    def unfence(self, name: str, record: Mapping[str, str | None] | None = None) -> bool:
+    def unfence(
+        self,
+        name: str,
+        record: Mapping[str, str | None] | None = None,
+        *,
+        current: SlurmNode | None = None,
+    ) -> bool:
         """Resume ``name`` when it is drained (or down) with our reason, merging ``record``
         into its repair record in the same update (so a crash keeps or loses both). False
         when there is nothing to resume; ForeignDrain when the reason is someone else's
         (never resumed). The rest of the record stays: the caller clears what it no longer
-        needs."""
-        node = self.node(name)
+        needs. ``current``: as for :meth:`fence`."""
+        node = current if current is not None else self.node(name)
         if not (node.drain or node.state == "down"):
             return False
         if not is_ours(node.reason, self.prefix):
@@ -340,10 +384,17 @@ class Slurm:
             done.append(job)
         return done
 
-    def record(self, name: str, values: Mapping[str, str | None]) -> dict[str, str]:
+    def record(
+        self,
+        name: str,
+        values: Mapping[str, str | None],
+        *,
+        current: SlurmNode | None = None,
+    ) -> dict[str, str]:
         """Merge ``values`` into the node's repair record (None deletes a key); other
-        keys of a JSON Extra are kept. Returns the record written."""
-        node = self.node(name)
+        keys of a JSON Extra are kept. Returns the record written. ``current``: as for
+        :meth:`fence`."""
+        node = current if current is not None else self.node(name)
         text = self._extra_with(node, values)
         self._run("scontrol", "update", f"nodename={node.name}", f"extra={text}")
         return SlurmNode.from_json({"name": node.name, "extra": text}).record
@@ -363,6 +414,35 @@ class Slurm:
         self._run(
             "scontrol", "reboot", "ASAP", f"nextstate={nextstate}", f"reason={reason}", node.name
         )
+
+
+def _fitted(name: str, doc: dict) -> str:
+    """``doc`` as Extra's text within :data:`RECORD_MAX` bytes: the oldest attempts of the
+    repair history go first (flap damping and status read the recent ones); a record still
+    too big without any history is refused (PermanentError, nothing written)."""
+    text = _dumps(doc) if doc else ""
+    rec = doc.get(RECORD_KEY)
+    history: list = []
+    if len(text.encode()) > RECORD_MAX and isinstance(rec, dict):
+        try:
+            loaded = json.loads(rec.get(keys.ANN_HISTORY) or "[]")
+        except ValueError:
+            loaded = None
+        history = loaded if isinstance(loaded, list) else []
+    while len(text.encode()) > RECORD_MAX and history and isinstance(rec, dict):
+        history = history[max(1, len(history) // 8) :]  # (a few at a time: each try dumps)
+        rec[keys.ANN_HISTORY] = _dumps(history)
+        text = _dumps(doc)
+    if len(text.encode()) > RECORD_MAX:
+        raise PermanentError(
+            f"Slurm node {name}: record of {len(text.encode())} bytes exceeds {RECORD_MAX} "
+            "even without its repair history (nothing written)"
+        )
+    return text
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def _error(what: str, stderr: str) -> Exception:

@@ -66,7 +66,11 @@ def _merge(cfg, opts: dict[str, Any]):
         },
     )
     slurm = cfg.slurm
-    given = {"conf": opts.get("slurm_conf"), "reason_prefix": opts.get("slurm_reason_prefix")}
+    given = {
+        "conf": opts.get("slurm_conf"),
+        "reason_prefix": opts.get("slurm_reason_prefix"),
+        "cache_dir": opts.get("slurm_cache_dir"),
+    }
     if any(v is not None for v in given.values()):
         slurm = dataclasses.replace(
             slurm or SlurmAgentConfig(),
@@ -96,7 +100,14 @@ def _connect(cfg, opts: dict[str, Any]) -> tuple[NodeDocs, NodeDocs]:
 
         check_node_name(cfg.node_name)
         s = cfg.slurm
-        docs = slurmdoc.connect(s.conf, cfg.vocabulary(), prefix=s.reason_prefix, timeout=s.timeout)
+        docs = slurmdoc.connect(
+            s.conf,
+            cfg.vocabulary(),
+            prefix=s.reason_prefix,
+            timeout=s.timeout,
+            read_every=s.read_every,
+            cache_dir=s.cache_dir,
+        )
         return docs, docs
     from fleetmedic.adapters.kube import connect
 
@@ -181,6 +192,14 @@ def _logging(level: str) -> None:
     metavar="PREFIX",
     show_default="fleetmedic:",
     help="With Slurm: the drain reason prefix we own (must match the controller's).",
+)
+@click.option(
+    "--slurm-cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="With Slurm: keep the last view of the node in a file here, shared by the node's "
+    "agent processes, so a health check or prolog that finds nothing to write asks slurmctld "
+    "nothing (slurm.read_every bounds its age).",
 )
 @click.option(
     "--interval",

@@ -151,6 +151,7 @@ def connect_slurm(cfg: Config) -> Cluster:
         partitions=settings.partitions,
         poll_interval=settings.poll_interval,
         events=settings.state_dir / "events.jsonl",
+        state_save_location=settings.state_save_location,
     )
 
 

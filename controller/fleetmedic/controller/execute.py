@@ -58,7 +58,6 @@ import yaml
 
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.slurm import SAVE_WINDOW_S
 from fleetmedic.adapters.slurmcluster import SlurmCluster
 from fleetmedic.controller import drain as drainmod
 from fleetmedic.controller import ledger, migop, slurmdrain, slurmreboot
@@ -245,18 +244,17 @@ class Executor:
         via = self.cfg.profile(action.profile).ladder.reboot_via
         return via == "slurm" and isinstance(self.kube, SlurmCluster)
 
-    @staticmethod
-    def _slurm_saved(view: NodeView, cancel: threading.Event) -> float:
+    def _slurm_saved(self, view: NodeView, cancel: threading.Event) -> float:
         """Wait until slurmctld has saved the in-flight record this phase started with, and
         return when it was written. slurmctld answers an update before it saves it (up to
-        4.8 s later, measured: adapters/slurm.py); a slurmctld crash in between would lose
-        the record that says this phase ran, and the next controller would run it again
-        (a second reboot). The record's ``since`` is when it was written."""
+        ~6 s later: adapters/slurmsave.py, which reads what it saved); a slurmctld crash in
+        between would lose the record that says this phase ran, and the next controller
+        would run it again (a second reboot). The record's ``since`` is when it was written."""
+        assert isinstance(self.kube, SlurmCluster)
         fl = InFlight.decode(view.annotations.get(keys.ANN_IN_FLIGHT))
         since = parse_time(fl.since) if fl else None
         written = since.timestamp() if since else time.time()
-        wait = SAVE_WINDOW_S - (time.time() - written)
-        if wait > 0 and cancel.wait(wait):
+        if not self.kube.wait_saved(view.name, written, cancel):
             raise Cancelled(f"{view.name}: stopping before the disruptive phase began")
         return written
 
@@ -283,6 +281,7 @@ class Executor:
                 timeout=max(REBOOT_TIMEOUT_FLOOR, left),
                 requested_at=requested_at,
                 cancel=cancel,
+                boot_time=self.kube.boot_time,
             )
         finally:
             self.on_run(-1)

@@ -152,6 +152,31 @@ def _fence_moved(n: NodeCtx, fl: InFlight) -> Action:
     )
 
 
+def returned_by_scheduler(n: NodeCtx, fl: InFlight) -> bool:
+    """Our fence is gone while a repair is in flight: a person's resume (the repair is
+    released), or the scheduler's own return to service (the fence is put back)?
+
+    On Slurm both clear the reason, its user and its time the same way (22.05 to 25.05:
+    ``update_node`` for ``state=resume`` and ``validate_node_specs`` for ReturnToService
+    both end in ``clusteracct_storage_g_node_up``, which frees them), and slurmctld's log,
+    where they differ, is not ours to read. What differs is when Slurm can do it at all:
+    only to a node DOWN without DRAIN, and our fence keeps DRAIN set except after a reboot
+    through Slurm (``nextstate=down`` clears it on the node's return, and so does Slurm's
+    own ``reboot timed out``); and only with ``ReturnToService=2`` (``=1`` returns only a
+    node whose reason is Slurm's ``Not responding``, ``=0`` never). So the scheduler's
+    return is the only explanation we take while our reboot through the scheduler is
+    running (asked, or about to be) on a node whose scheduler returns nodes by itself
+    (:data:`~fleetmedic.model.keys.LABEL_SCHEDULER_RETURNS`); everywhere else our fence's
+    end is a person's doing. A person who resumes a node in that one phase has it fenced
+    again, and releases it with ``fleetmedic release``."""
+    return (
+        fl.phase == "reboot"
+        and fl.status == RUNNING
+        and n.cfg.ladder.reboot_via == "slurm"
+        and n.view.labels.get(keys.LABEL_SCHEDULER_RETURNS) == "true"
+    )
+
+
 def _unreadable(n: NodeCtx, why: str) -> Action:
     if n.view.state == HEALTHY:
         return n.write(why, annotations={keys.ANN_IN_FLIGHT: None})
@@ -167,6 +192,15 @@ def _unreadable(n: NodeCtx, why: str) -> Action:
 
 def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
     view, cfg = n.view, n.cfg
+    if fl and returned_by_scheduler(n, fl):
+        why = (
+            f"back in service without our fence during {fl.step}/{fl.phase}, which the "
+            "scheduler does by itself after its reboot: fenced again, to verify before it "
+            "returns (only a person's release ends the repair now)"
+        )
+        return n.write(
+            why, state=fl.step, events=(Event("RepairFenceKept", short(why), "Warning"),)
+        )
     if fl or n.escalated or n.replaced or view.annotations.get(keys.ANN_CORDONED) == "true":
         ended: tuple[Attempt, ...] = ()
         if fl:
