@@ -90,8 +90,8 @@ def parse_sinfo_single(text: str, name: str) -> dict[str, Any]:
     """The node ``name`` from :func:`sinfo_single`'s output (one line per partition)."""
     rows = [r.lstrip("\n") for r in text.split(END)]
     rows = [r for r in rows if r.strip()]
-    if not rows:
-        raise UnreadableNode(f"sinfo -n {name}: no line for the node")
+    if not rows:  # (sinfo -n answers an unknown name with nothing, and exit status 0)
+        raise LookupError(name)
     seen: list[dict[str, str]] = []
     for row in rows:
         cells = row.split(SEP, len(FIELDS) - 1)
