@@ -54,8 +54,10 @@ Run ``python -m tests.harness.slurm up|down|status|cleanup`` for a cluster by ha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -63,7 +65,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,7 @@ class SlurmCluster:
     daemons: dict[str, Proc] = field(default_factory=dict)
     start_seconds: float | None = None
     extra_conf: str = ""  # slurm.conf lines of a test's own (Prolog=, HealthCheckProgram=)
+    return_to_service: int = 2
 
     # -- paths and addresses ------------------------------------------------------
     @property
@@ -201,8 +204,9 @@ GresTypes=gpu
 MpiDefault=none
 SwitchType=switch/none
 MailProg=/bin/true
-# A node that was DOWN comes back by registering with a valid configuration.
-ReturnToService=2
+# A node that was DOWN comes back by registering with a valid configuration (2; a test
+# may set 0 or 1: set_return_to_service).
+ReturnToService={self.return_to_service}
 # Quick to notice a slurmd that went away, without false alarms on a loaded CI machine
 # (30 s: a node whose slurmd died was DOWN "Not responding" after 52 s here).
 SlurmdTimeout={self.slurmd_timeout}
@@ -329,9 +333,37 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
         self.wait_ready(timeout)
         return time.monotonic() - t0
 
+    def set_return_to_service(self, value: int) -> None:
+        """slurm.conf's ReturnToService, applied with ``scontrol reconfigure`` (the file is
+        rewritten in place: the fleet's nodes bind it)."""
+        if value == self.return_to_service:
+            return
+        self.return_to_service = value
+        self.conf.write_text(self.slurm_conf())
+        self.run("scontrol", "reconfigure")
+        out = self.run("scontrol", "show", "config")
+        if not re.search(rf"^ReturnToService\s*=\s*{value}$", out, re.M):
+            raise SlurmError(f"ReturnToService={value} not taken by slurmctld")
+
+    @contextlib.contextmanager
+    def saves_frozen(self) -> Iterator[None]:
+        """slurmctld's state saves fail inside this block: its StateSaveLocation is
+        bind-mounted read-only over itself (slurmctld logs "Can't save state, error
+        creating file ... Read-only file system" and goes on serving). Every update made
+        meanwhile is lost if slurmctld is killed before the block ends: what a crash inside
+        slurmctld's save interval does, held open for as long as a test needs it."""
+        d = str(self.state_dir)
+        subprocess.run(["mount", "--bind", d, d], check=True)
+        try:
+            subprocess.run(["mount", "-o", "remount,ro,bind", d], check=True)
+            yield
+        finally:
+            thaw(self.state_dir)
+
     def stop(self) -> None:
         """Stop every daemon, delete namespaces, veths and the bridge, and the record
         (logs and state stay in the directory for a look after a failure)."""
+        thaw(self.state_dir)
         for key in [k for k in self.daemons if k.startswith("slurmd-")]:
             self.stop_proc(key)
         for key in ("slurmctld", "munged"):
@@ -427,6 +459,18 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
             if n["extra"] or n["comment"]:
                 self.run("scontrol", "update", f"nodename={name}", "extra=", "comment=")
 
+    def save_barrier(self, timeout: float = 30.0) -> float:
+        """Wait until slurmctld has saved everything it answered before this call: it
+        saves its whole node table at once, so once a fresh mark is on disk so is every
+        update before it. The mark (a Comment on the first node) is taken off again."""
+        node = next(iter(self.nodes()))
+        mark = f"save-barrier-{time.time_ns()}"
+        self.run("scontrol", "update", f"nodename={node}", f"comment={mark}")
+        try:
+            return self.wait_saved(mark, timeout=timeout)
+        finally:
+            self.run("scontrol", "update", f"nodename={node}", "comment=")
+
     def wait_saved(self, *texts: str, timeout: float = 30.0) -> float:
         """Wait until slurmctld's node state file holds every one of ``texts`` (a reason, a
         Comment or Extra value written just before: strings are stored there as they are).
@@ -485,9 +529,18 @@ def read_record(d: Path) -> dict | None:
         return None
 
 
+def thaw(state_dir: Path) -> None:
+    """Undo :meth:`SlurmCluster.saves_frozen` (lazily: a save may hold a file open)."""
+    for _ in range(4):  # (bound over itself twice by a test that froze twice: rare)
+        if not os.path.ismount(state_dir):
+            return
+        subprocess.run(["umount", "-l", str(state_dir)], check=False, capture_output=True)
+
+
 def teardown(rec: dict, remove_dir: bool) -> None:
     """Kill the cluster's recorded daemons and whatever runs in its namespaces; delete the
     namespaces, veths and bridge."""
+    thaw(Path(rec["dir"]) / "state")
     pids = [p["pid"] for p in (rec.get("procs") or {}).values() if p and proc_alive(**p)]
     for ns in rec.get("netns", []):
         pids += net.netns_pids(ns)

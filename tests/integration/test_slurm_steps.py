@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from fleetmedic.adapters.slurm import SAVE_WINDOW_S, ForeignDrain, Slurm
+from fleetmedic.adapters.slurm import ForeignDrain, Slurm
 from fleetmedic.controller import slurmdrain, slurmreboot
 from fleetmedic.errors import TemporaryError
 from fleetmedic.model.config.safety import DrainConfig
@@ -230,7 +230,7 @@ def test_a_slurmctld_crash_mid_reboot_loses_nothing_and_reboots_once(sf, slurm):
     # the crash must not also lose what slurmctld has not saved of the tests before this
     # one (seen in CI: node-3 came back from the crash REBOOT_ISSUED, its finished reboot
     # of the test before lost, and the fleet's reset waited for it in vain)
-    time.sleep(SAVE_WINDOW_S)
+    sf.slurm.save_barrier()
     node = sf.node(1)
     slurm.fence(node.name, "reboot", FINDING)
     boots = node.boots

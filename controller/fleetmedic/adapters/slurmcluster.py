@@ -116,8 +116,9 @@ class SlurmCluster(SlurmNodeDocs):
         rung = self.vocab.repair_state_of(doc["spec"]["taints"])
         labels = {f"{PARTITION_LABEL}{p}": "true" for p in node.partitions}
         labels[keys.LABEL_STATE] = rung or "healthy"
-        recorded = node.record.get(gpuvendor.RECORD_KEY)
-        labels[keys.LABEL_VENDOR] = gpuvendor.vendor(recorded, node.gres, node.features)
+        vendor = gpuvendor.vendor(node.record.get(gpuvendor.RECORD_KEY), node.gres, node.features)
+        if vendor != gpuvendor.UNKNOWN:
+            labels[keys.LABEL_VENDOR] = vendor
         if self.returns_to_service:
             labels[keys.LABEL_SCHEDULER_RETURNS] = "true"
         if who.foreign:
@@ -268,7 +269,10 @@ class SlurmCluster(SlurmNodeDocs):
                     self._saves.why_not,
                     slurmsave.SAVE_WINDOW_S,
                 )
-        return slurmsave.wait(self._saves, lambda: self._one(name).extra, written, cancel)
+        extra = self._one(name).extra if self._saves.usable else ""
+        if extra and not self._saves.saved(extra):
+            log.info("%s: waiting for slurmctld to save the record before acting", name)
+        return slurmsave.wait(self._saves, lambda: extra, written, cancel)
 
     def set_node_condition(self, name: str, condition: dict) -> dict:
         """Slurm nodes have no conditions: the reason and the record say it all."""

@@ -30,9 +30,10 @@ is two lines), with Extra last: so a reason or an Extra with spaces, ``|`` or ne
 reads back as it is. The reason's time comes as epoch seconds (``SLURM_TIME_FORMAT=%s``).
 sinfo prints ``none`` for no reason, ``(null)`` for no Extra, Gres, Features or Comment,
 and ``Unknown`` for no reason user or time; those read as empty. A reason someone set to
-the word ``none`` is told apart by its user (slurmctld keeps the user of every reason it
-holds and forgets it with the reason); an Extra that is literally ``(null)`` reads as
-empty.
+the word ``none`` is told apart by its time (slurmctld stamps every reason it sets and
+forgets the time with the reason; not by its user: a node defined in slurm.conf that
+never had a reason shows ``root(0)``, measured on powered-down CLOUD nodes); an Extra that
+is literally ``(null)`` reads as empty.
 """
 
 from __future__ import annotations
@@ -105,10 +106,10 @@ def parse_sinfo_single(text: str, name: str) -> dict[str, Any]:
     if not base or base == "n/a":
         raise UnreadableNode(f"sinfo -n {name}: no state ({first['state']!r})")
     user = _USER.match(first["reason_set_by_user"])
-    reason = first["reason"]
-    if reason == "none" and user is None:  # (no reason: its user is unset too)
-        reason = ""
     stamp = first["reason_changed_at"]
+    reason = first["reason"]
+    if reason == "none" and not stamp.isdigit():  # (no reason: no time either)
+        reason = ""
     partitions = [p for p in dict.fromkeys(r["partitions"] for r in seen) if p and p != "n/a"]
     return {
         "name": first["name"],

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-NVIDIA, AMD = "nvidia", "amd"
+NVIDIA, AMD, UNKNOWN = "nvidia", "amd", "unknown"
 RECORD_KEY = "fleetmedic.io/gpu-vendor"
 """The agent's record of the vendor it found (the same words as the Kubernetes label)."""
 WORDS = {
@@ -72,4 +72,4 @@ def vendor(recorded: str | None, gres: str, features: str) -> str:
         found = of_words(words)
         if found:
             return found
-    return "unknown"
+    return UNKNOWN

@@ -51,6 +51,14 @@ def test_our_drain_with_its_record_reads_whole():
     assert (n.gres, n.features) == ("gpu:h100:2(S:0)", "nvidia,ib")
 
 
+def test_no_reason_on_a_node_slurm_conf_defined_reads_as_none_though_it_shows_a_user():
+    # a powered-down CLOUD node of the big test cluster, as sinfo 22.05.8 printed it
+    text = line("gpu0002", "idle+cloud+powered_down", "none", "root(0)", "Unknown", "gpu0002",
+                "gpu", "(null)", "(null)", "(null)", "(null)")  # fmt: skip
+    n = SlurmNode.from_json(parse_sinfo_single(text, "gpu0002"))
+    assert n.reason == "" and n.flags == {"CLOUD", "POWERED_DOWN"}
+
+
 def test_a_reason_someone_set_to_none_is_a_reason():
     text = line("n2", "idle+drain", "none", "alice(1000)", "1795879944", "a", "gpu", "gpu:2",
                 "(null)", "(null)", "(null)")  # fmt: skip
