@@ -347,15 +347,16 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
 
     @contextlib.contextmanager
     def saves_frozen(self) -> Iterator[None]:
-        """slurmctld's state saves fail inside this block: its StateSaveLocation is
-        bind-mounted read-only over itself (slurmctld logs "Can't save state, error
-        creating file ... Read-only file system" and goes on serving). Every update made
-        meanwhile is lost if slurmctld is killed before the block ends: what a crash inside
-        slurmctld's save interval does, held open for as long as a test needs it."""
-        d = str(self.state_dir)
-        subprocess.run(["mount", "--bind", d, d], check=True)
+        """slurmctld's state saves fail inside this block: its StateSaveLocation is made
+        immutable (``chattr +i``: no file can be created in it, not even by root), so each
+        save logs "Can't save state, error creating file ..." and slurmctld goes on serving.
+        Every update made meanwhile is lost if slurmctld is killed before the block ends:
+        what a crash inside slurmctld's save interval does, held open for as long as a test
+        needs it. (Not a read-only bind mount: under the shared /run it would propagate
+        into other clusters' node namespaces, and a bind of a directory onto itself does
+        not show as a mount point to ``os.path.ismount``.)"""
+        subprocess.run(["chattr", "+i", str(self.state_dir)], check=True, capture_output=True)
         try:
-            subprocess.run(["mount", "-o", "remount,ro,bind", d], check=True)
             yield
         finally:
             thaw(self.state_dir)
@@ -530,11 +531,9 @@ def read_record(d: Path) -> dict | None:
 
 
 def thaw(state_dir: Path) -> None:
-    """Undo :meth:`SlurmCluster.saves_frozen` (lazily: a save may hold a file open)."""
-    for _ in range(4):  # (bound over itself twice by a test that froze twice: rare)
-        if not os.path.ismount(state_dir):
-            return
-        subprocess.run(["umount", "-l", str(state_dir)], check=False, capture_output=True)
+    """Undo :meth:`SlurmCluster.saves_frozen` (nothing to undo is fine)."""
+    if state_dir.is_dir():
+        subprocess.run(["chattr", "-i", str(state_dir)], check=False, capture_output=True)
 
 
 def teardown(rec: dict, remove_dir: bool) -> None:
