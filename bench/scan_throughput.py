@@ -31,9 +31,11 @@ It prints the best wall time of each, MB/s, the CPU time (user + system,
 all processes of the run), the ratio of fleetmedic's speed to grep's
 (1.0 = as fast as grep) by wall time and by CPU time, and the load average
 before and after; the last lines give the two figures of issue 12, the
-one-process CLI and the default CLI against grep. Exit status: 1 when the
-one-process CLI (default engine) is slower than grep by wall time (issue 12's
-target, >= 1.0x), 2 when a run fails or the scans disagree. ``--smoke`` runs every step once on a few MB and checks
+one-process CLI and the default CLI against grep, and issue 39's: the median
+over the ``--repeat`` rounds (5 by default) of each round's ratio, the
+one-process CLI against the faster grep of the same round (paired, so a load
+spike hits both sides of a ratio). Exit status: 1 when that median is below
+``--target`` (>= 1.0x), 2 when a run fails or the scans disagree. ``--smoke`` runs every step once on a few MB and checks
 only that they work and agree (exit 0 or 2), for CI.
 The ratios are measured in the same run, so they do not depend on the
 machine; the wall ratio does depend on load from other processes (use
@@ -48,6 +50,7 @@ import random
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,6 +108,16 @@ GPU = [
     "amdgpu 0000:01:00.0: amdgpu: 2 uncorrectable hardware errors detected in umc block",
     "amdgpu 0000:12:00.0: amdgpu: VRAM: 512M 0x000000F400000000 - 0x000000F41FFFFFFF (512M used)",
     "[drm] amdgpu: 15579M of GTT memory ready.",
+    # issue 39: the source-derived families, FreeBSD's drmn0 lines, Fabric Manager's log
+    "NVRM: kfspWaitForResponse: FSP command timed out",
+    "NVRM: GPU{n} rpcRmApiAlloc_GSP: GspRmAlloc failed: hClient=0xc1d1a616; hParent=0x5c000054; "
+    "hObject=0x5c00005b; hClass=0x0000c86f; paramsSize=0x00000170; paramsStatus=0x00000056; "
+    "status=0x00000056",
+    "amdgpu 0000:c5:00.0: amdgpu: no vmid pasid mapping supported",
+    "drmn0: [gfxhub] page fault (src_id:0 ring:88 vmid:4 pasid:{n}, for process  pid {n} thread  pid {n})",
+    "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on "
+    "NVSwitch pci bus id 00000000:86:00.0 physical id 3 port {n}",
+    "[Feb 25 2025 13:59:45] [INFO] [tid 1808] multicast group {n} is freed.",
 ]
 POD = [
     "RuntimeError: CUDA error: uncorrectable ECC error encountered",
@@ -241,7 +254,11 @@ def main() -> None:
         "already a sick node; try 0.01 for a storm)",
     )
     parser.add_argument(
-        "--repeat", type=int, default=3, help="timed runs of each, best kept (default 3)"
+        "--repeat",
+        type=int,
+        default=5,
+        help="timed rounds of each (default 5): the best of each is shown, the median of "
+        "the per-round ratios is the figure",
     )
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument(
@@ -312,12 +329,18 @@ def main() -> None:
 
         matches: dict[str, int] = {}
         findings = lib_findings = 0
+        paired: list[float] = []  # per round: the faster grep's wall / the one-process CLI's
         for _ in range(max(1, args.repeat)):
+            round_grep = []
             for key, command in greps.items():
                 wall, cpu, out = _timed(command)
                 keep(key, wall, cpu)
+                round_grep.append(wall)
                 matches[key] = int(out.strip() or 0)
-            counts = {"cli1": cli("cli1", ["--jobs", "1"], env), "cli": cli("cli", [], env)}
+            cli1_wall, _cpu, out1 = _timed([*fleetmedic, "--jobs", "1", str(path)], env)
+            keep("cli1", cli1_wall, _cpu)
+            paired.append(min(round_grep) / cli1_wall)
+            counts = {"cli1": out1.count("\n"), "cli": cli("cli", [], env)}
             if compare:
                 counts["re1"] = cli("re1", ["--jobs", "1"], pure_env)
                 counts["re"] = cli("re", [], pure_env)
@@ -361,12 +384,16 @@ def main() -> None:
             + ", ".join(f"{n} {gw / best[k][0]:.2f}x ({gc / best[k][1]:.2f}x)" for k, n in named)
             + f"  (target: CLI one process >= {args.target:.1f}x)"
         )
-        one = gw / best["cli1"][0]
+        one = statistics.median(paired)
         print(f"load average after: {_load()}")
         print(
             f"issue 12 ({mb:.0f} MB, wall time against grep in this run): "
-            f"CLI one process {one:.2f}x (target >= {args.target:.1f}x), "
+            f"CLI one process {gw / best['cli1'][0]:.2f}x (best of each), "
             f"CLI default (--jobs {cpus}) {gw / best['cli'][0]:.2f}x"
+        )
+        print(
+            f"issue 39: CLI one process / grep, median of {len(paired)} paired rounds: {one:.2f}x "
+            f"(rounds: {', '.join(f'{r:.2f}' for r in paired)}; target >= {args.target:.1f}x)"
         )
         if os.getloadavg()[0] > (os.cpu_count() or 1):
             print(

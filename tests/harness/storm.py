@@ -115,3 +115,63 @@ def journal(
         time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(base + t)) + f" {host} kernel: {msg}\n"
         for t, msg in events
     ]
+
+
+# -- issue 39: the AMD version of the storm --------------------------------------------------
+# One buggy job on a healthy 8-GPU MI300X node, two hours: it restarts every three minutes
+# (new pid, new PASID each time, the same name) and page-faults on the GPUs it uses, each
+# fault printed in the driver's newer format (gmc_v9_0.c: the head line, then the process
+# on its own line, the address, and the L2 status lines; published e.g. in
+# getsolus/packages issue 7986), plus the older one-line "for process" format (ROCm
+# legacy issue 3265, ROCm/amdgpu issue 172). The old count (10 page faults in an hour ->
+# reset) fenced this node.
+AMD_GPUS = (0x05, 0x15, 0x65, 0x75, 0x85, 0x95, 0xE5, 0xF5)  # an MI300X platform's buses
+
+
+def amd_fault(bus: int, pasid: int, pid: int, name: str = "python3", vmid: int = 8) -> list[str]:
+    """One page fault as gmc_v9_0.c prints it on a 6.x kernel (four lines, same time)."""
+    dev = f"amdgpu 0000:{bus:02x}:00.0: amdgpu:"
+    return [
+        f"{dev} [gfxhub] page fault (src_id:0 ring:24 vmid:{vmid} pasid:{pasid})",
+        f"{dev}  Process {name} pid {pid} thread {name} pid {pid}",
+        f"{dev}   in page starting at address 0x00007f{pasid:06x}00000 from client 10",
+        f"{dev} GCVM_L2_PROTECTION_FAULT_STATUS:0x00841B5B",
+    ]
+
+
+def amd_fault_old(bus: int, pasid: int, pid: int, name: str = "python3") -> list[str]:
+    """The older format: the process on the head line."""
+    dev = f"amdgpu 0000:{bus:02x}:00.0: amdgpu:"
+    return [
+        f"{dev} [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:{pasid}, "
+        f"for process {name} pid {pid} thread {name} pid {pid})",
+        f"{dev}   in page starting at address 0x0000000000001000 from client 27",
+        f"{dev} VM_L2_PROTECTION_FAULT_STATUS:0x00301031",
+    ]
+
+
+def amd_reset(bus: int) -> list[str]:
+    """A GPU reset the driver ran (amdgpu_device.c), as in ROCm issue 3265."""
+    dev = f"amdgpu 0000:{bus:02x}:00.0: amdgpu:"
+    return [
+        f"{dev} GPU reset begin!",
+        f"{dev} MODE2 reset",
+        f"{dev} GPU reset succeeded, trying to resume",
+    ]
+
+
+def amd_storm() -> list[tuple[float, str]]:
+    """One job's page faults for two hours, in time order: (seconds after start, message)."""
+    out: list[tuple[float, str]] = []
+    for i in range(40):  # the job restarts every three minutes under a new pid and PASID
+        t = 30.0 + i * 175.0
+        pid, pasid = 41000 + i, 32769 + i
+        for k, bus in enumerate(AMD_GPUS[: 4 if i < 20 else 8]):
+            lines = amd_fault(bus, pasid, pid) if i % 2 else amd_fault_old(bus, pasid, pid)
+            out += [(t + k * 0.01, line) for line in lines]
+            # the same fault repeats within a second (MORE_FAULTS), then once more later
+            out += [(t + 0.5 + k * 0.01, lines[0])]
+            out += [(t + 60.0 + k * 0.01, line) for line in lines]
+    out.sort(key=lambda p: p[0])
+    assert max(t for t, _ in out) < TWO_HOURS
+    return out

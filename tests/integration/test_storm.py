@@ -7,7 +7,11 @@ Loki source (``fleetmedic watch loki --once`` against a real Loki):
 - the same storm then an Xid 79: ``reboot``, also raising a ``reset`` or ``diagnose``
   fence the node already had (the admission policy lets the agent replace a repair
   taint only by a stronger one);
-- Xid 13 three times at one GPC/TPC: ``diagnose``; Xid 31 twice on one GPU: ``diagnose``.
+- Xid 13 three times at one GPC/TPC: ``diagnose``; Xid 31 twice on one GPU: ``diagnose``;
+- issue 39's AMD storm: one job's two hours of amdgpu page faults (the same process under
+  new pids and PASIDs, on the GPUs it uses) on a healthy MI300X node: no fence; a second
+  process faulting on one of those GPUs: ``diagnose``; a fault right after a GPU reset:
+  ``diagnose``.
 
 Nothing here sleeps before asserting that nothing happened: each run is ``--once``, and
 the test waits for the process to finish (its exit is the event that says every line
@@ -35,7 +39,19 @@ from tests.harness.agentenv import (
 )
 from tests.harness.ctlenv import FLEETMEDIC
 from tests.harness.loki import kernel_labels
-from tests.harness.storm import GPUS, TWO_HOURS, dmesg, storm, xid13, xid31, xid79
+from tests.harness.storm import (
+    AMD_GPUS,
+    GPUS,
+    TWO_HOURS,
+    amd_fault,
+    amd_reset,
+    amd_storm,
+    dmesg,
+    storm,
+    xid13,
+    xid31,
+    xid79,
+)
 
 pytestmark = [pytest.mark.kube]
 
@@ -79,8 +95,27 @@ CASES = {
         "diagnose",
     ),
     "xid31x2": ([(300.0, xid31(GPUS[1])), (4000.0, xid31(GPUS[1]))], None, "diagnose"),
+    "amd-storm": (amd_storm(), None, None),
+    "amd-storm+other-process": (
+        [*amd_storm(), *[(6000.0, ln) for ln in amd_fault(AMD_GPUS[1], 40001, 90001, "ollama")]],
+        None,
+        "diagnose",
+    ),
+    "amd-after-reset": (
+        [
+            *[(500.0, ln) for ln in amd_reset(AMD_GPUS[6])],
+            *[(502.0, ln) for ln in amd_fault(AMD_GPUS[6], 32770, 4001)],
+        ],
+        None,
+        "diagnose",
+    ),
 }
-FENCED_BY = {"xid13x3": "xid.13", "xid31x2": "xid.31"}  # the other fences are the Xid 79's
+FENCED_BY = {  # the other fences are the Xid 79's
+    "xid13x3": "xid.13",
+    "xid31x2": "xid.31",
+    "amd-storm+other-process": "amdgpu.page-fault",
+    "amd-after-reset": "amdgpu.page-fault",
+}
 
 
 # -- the agent ----------------------------------------------------------------------------
@@ -132,6 +167,10 @@ def test_the_agent_judges_the_storm_by_context(rbac, node, tmp_path, case):
     if after and before:
         assert f"raised repair={before} to repair={after}" in a.output()
     counts = annotation(kube, node, keys.ANN_MONITOR_COUNTS)
+    if case == "amd-storm":  # one place per GPU: the job's process, whatever its pids
+        hist = counts["wf"]["h"]
+        assert {k.split("|")[0] for k in hist} == {"amdgpu.page-fault"}
+        assert all({p for _, p in v["e"]} == {"process=python3"} for v in hist.values())
     if case == "storm":
         hist = counts["wf"]["h"]
         assert sum(len(v["e"]) for k, v in hist.items() if k.startswith("xid.13|")) == 40

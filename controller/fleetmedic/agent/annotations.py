@@ -17,7 +17,9 @@ written only when its content changes, so a healthy node costs no writes:
 - ``fleetmedic.io/monitor-counts``: monitor findings counted against their
   thresholds, per rule and GPU (:mod:`fleetmedic.policy.counts`: ``boot`` and
   ``seen``), and the history NVIDIA's Xid workflows judge by, per rule and GPU
-  (:mod:`fleetmedic.policy.workflow`: under ``wf``). One annotation, two parts, each
+  (:mod:`fleetmedic.policy.workflow`: under ``wf``), the safety net's count and last line
+  (:mod:`fleetmedic.policy.netcount`: ``net``) and Fabric Manager's watermark (``fm``).
+  One annotation, several parts, each
   written without touching the other.
 
 Taints: the agent adds a repair taint, *raises* one (replaces ours with a stronger
@@ -133,8 +135,8 @@ def _clip(text: str) -> str:
 
 
 def set_counts(node: dict, counts_json: Mapping[str, Any]) -> bool:
-    """The counts' part of ``monitor-counts`` (the workflows' ``wf`` part kept)."""
-    return _set_monitor(node, {**counts_json, "wf": _monitor(node).get("wf")})
+    """The counts' part of ``monitor-counts`` (the other parts kept)."""
+    return _set_monitor(node, {**_monitor(node), **counts_json})
 
 
 def workflow_state(node: Mapping[str, Any]) -> Any:
@@ -144,6 +146,32 @@ def workflow_state(node: Mapping[str, Any]) -> Any:
 def set_workflow(node: dict, wf_json: Mapping[str, Any]) -> bool:
     """The workflows' ``wf`` part of ``monitor-counts`` (the counts kept)."""
     return _set_monitor(node, {**_monitor(node), "wf": wf_json})
+
+
+def net_state(node: Mapping[str, Any]) -> Any:
+    return _monitor(node).get("net")
+
+
+def set_net(node: dict, net_json: Mapping[str, Any]) -> bool:
+    """The safety net's ``net`` part of ``monitor-counts`` (policy/netcount.py)."""
+    return _set_monitor(node, {**_monitor(node), "net": net_json})
+
+
+def fabric_state(node: Mapping[str, Any]) -> Any:
+    return _monitor(node).get("fm")
+
+
+def set_fabric(node: dict, fm_json: Mapping[str, Any]) -> bool:
+    """Fabric Manager's watermark, the ``fm`` part of ``monitor-counts``."""
+    return _set_monitor(node, {**_monitor(node), "fm": fm_json})
+
+
+def kernel_mark_json(value: Any) -> Any:
+    """The kernel log's watermark in ``last-finding``: a Fabric Manager finding that
+    fenced since keeps it inside its own (``kernel``), so neither source loses its place."""
+    if isinstance(value, Mapping) and value.get("src") == "fabricmanager":
+        return value.get("kernel")
+    return value
 
 
 def _monitor(node: Mapping[str, Any]) -> dict[str, Any]:

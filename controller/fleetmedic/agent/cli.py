@@ -39,6 +39,9 @@ def _merge(cfg, opts: dict[str, Any]):
             if v is not None
         },
     )
+    fabric = cfg.fabricmanager
+    if opts.get("fabricmanager_log") is not None:
+        fabric = dataclasses.replace(fabric, source=opts["fabricmanager_log"])
     net = cfg.checks.network
     net = dataclasses.replace(
         net,
@@ -87,7 +90,9 @@ def _merge(cfg, opts: dict[str, Any]):
         metrics_port=opts["metrics_port"],
         events=False if opts["no_events"] else None,
     )
-    return dataclasses.replace(merged, kernel=kernel, checks=checks, slurm=slurm)
+    return dataclasses.replace(
+        merged, kernel=kernel, fabricmanager=fabric, checks=checks, slurm=slurm
+    )
 
 
 def _connect(cfg, opts: dict[str, Any]) -> tuple[NodeDocs, NodeDocs]:
@@ -232,6 +237,15 @@ def _logging(level: str) -> None:
     "(e.g. /var/log/kern.log), or none.",
 )
 @click.option(
+    "--fabricmanager-log",
+    default=None,
+    metavar="SOURCE",
+    show_default="auto",
+    help="NVIDIA Fabric Manager's log to follow (NVSwitch systems): auto (the file "
+    "/var/log/fabricmanager.log if it exists, else nothing), journal (its systemd unit), "
+    "a file path, or none.",
+)
+@click.option(
     "--kernel-poll",
     type=clikit.Duration(minimum=0.01),
     default=None,
@@ -350,6 +364,7 @@ def agent(
                     "reason": out.decision.reason,
                     "kernel_findings_acted": worker.kernel.acted,
                     "kernel_findings_already_handled": worker.kernel.skipped,
+                    "fabricmanager_findings_acted": worker.fabric.acted,
                     **({"held": out.held} if out.held else {}),
                 }
             )

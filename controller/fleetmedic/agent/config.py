@@ -11,6 +11,8 @@ Example file (every key optional)::
     strike_limit: 3
     taints: default            # or ossci (data/vocabulary.yaml)
     events: true
+    fabricmanager:             # NVIDIA Fabric Manager's log (NVSwitch systems)
+      source: auto             # auto (the file if it exists) | journal | a file path | none
     kernel:
       source: kmsg             # kmsg | journal | a file path | none
       poll: 0.1
@@ -76,11 +78,13 @@ class KernelWatchConfig:
     never mistaken for this boot's. Tests point it elsewhere."""
     thresholds: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Per catalog rule id (or fnmatch pattern: ``sxid.*``), ``{count, window, action,
-    burst}``: overrides the catalog's ``thresholds``, past which findings that only
-    monitor (non-fatal SXids, amdgpu ring timeouts, unclassified driver errors) fence the node
-    at ``action``. The catalog's defaults come from NVIDIA's and AMD's guidance;
-    ``count: 0`` turns one off. Xid 13, 31 and 45 are judged by context (the catalog's
-    ``workflows:``), never counted: a key for them is refused, not silently ignored."""
+    burst}``: counts of your own, past which findings that only monitor (non-fatal SXids,
+    amdgpu ring timeouts, unclassified driver errors) fence the node at ``action``. The
+    catalog ships none: no published source gives such a count, and a made-up one fenced
+    healthy nodes (issue 39); a finding's own words decide instead. ``count: 0`` turns
+    one off. Xid 13, 31 and 45 and the amdgpu page faults are judged
+    by context (the catalogs' ``workflows:``), never counted: a key for them is refused,
+    not silently ignored."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.thresholds, Mapping):
@@ -97,6 +101,37 @@ class KernelWatchConfig:
             raise ConfigError(f"kernel.poll: must be > 0, got {self.poll}")
         if self.dedup_window < 0:
             raise ConfigError(f"kernel.dedup_window: must be >= 0, got {self.dedup_window}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FabricManagerConfig:
+    """Where NVIDIA Fabric Manager logs on this node (agent/fabricwatch.py)."""
+
+    __pydantic_config__ = FORBID
+
+    source: str = "auto"
+    """``auto``: ``path`` when that file exists (Fabric Manager runs on NVSwitch systems
+    only, and logs there by default), else nothing; a file path; ``journal`` (its systemd
+    unit, ``unit``); or ``none``."""
+    path: str = "/var/log/fabricmanager.log"
+    """Fabric Manager's log file (its fabricmanager.cfg ``LOG_FILE_NAME``)."""
+    unit: str = "nvidia-fabricmanager"
+    """The systemd unit whose journal ``source: journal`` follows."""
+    poll: Duration = 1.0
+    """Longest wait of the idle file follower (it wakes on the write itself)."""
+    dedup_window: float = 60.0
+    """Seconds within which the same fault on the same device is one finding."""
+    stat_file: str = "/proc/stat"
+    """Where this boot's start time (``btime``) is read: lines older than the boot were
+    handled by the reboot. Tests point it elsewhere."""
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            raise ConfigError("fabricmanager.source: must be auto, journal, none or a path")
+        if self.poll <= 0:
+            raise ConfigError(f"fabricmanager.poll: must be > 0, got {self.poll}")
+        if self.dedup_window < 0:
+            raise ConfigError(f"fabricmanager.dedup_window: must be >= 0, got {self.dedup_window}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +212,7 @@ class AgentConfig:
     metrics_address: str = "0.0.0.0"
     """Where the metrics server listens (in a Pod, its own IP; on a host, choose)."""
     kernel: KernelWatchConfig = KernelWatchConfig()
+    fabricmanager: FabricManagerConfig = FabricManagerConfig()
     checks: CheckConfig = dataclasses.field(default_factory=CheckConfig)
     slurm: SlurmAgentConfig | None = None
     """None: the node is a Kubernetes Node. Set: it is a Slurm node, fenced by a drain with

@@ -7,9 +7,13 @@ the Node (or raises a weaker fence of ours: fences only go up) and moves the
 watermark in one write. An Xid with a workflow in the catalog (13, 31, 45) is
 judged by its context, NVIDIA's WORKFLOW_XID_13/_31/_45
 (:mod:`fleetmedic.agent.xidflows`): repeats at one GPC/TPC or on one GPU fence
-``diagnose``, the rest is the application's. Any other ``monitor`` (or ``none``)
-finding whose rule has a threshold (the catalog's ``thresholds``, overridden by
-``kernel.thresholds``) is counted per rule and GPU on the Node
+``diagnose``, the rest is the application's; amdgpu page faults the same way (repeats
+of one process are the application's; another process, or a fault right after a GPU
+reset, the GPU's). A driver line no rule knows (the safety net's
+``<driver>.unclassified``) is counted on the Node with its last line
+(:meth:`NodeWriter.record_unclassified`), for ``fleetmedic status``; it never fences.
+Any other ``monitor`` (or ``none``) finding whose rule has a threshold (the operator's
+``kernel.thresholds``: the catalog ships none) is counted per rule and GPU on the Node
 (:meth:`NodeWriter.record_count`, :mod:`fleetmedic.policy.counts`); the
 occurrence that reaches the count fences at the threshold's action, in the same
 write. A fence by a workflow or a count also records its finding as the node's
@@ -72,6 +76,9 @@ from fleetmedic.scan import (
 from fleetmedic.scan.catalog import Threshold, parse_threshold, threshold_for
 
 log = logging.getLogger("fleetmedic.agent")
+UNCLASSIFIED = ".unclassified"
+NET_BURST = 10.0
+"""Seconds within which unclassified lines are one event (one Node write)."""
 
 
 __all__ = ["KernelWatch", "describe", "merged_thresholds"]
@@ -113,6 +120,7 @@ class KernelWatch:
         self._dedup = Dedup(cfg.dedup_window)
         self.thresholds = merged_thresholds(cfg.thresholds)
         self._recent: dict[str, float] = {}  # count key -> time last sent to the Node
+        self._net_last: float | None = None  # the last unclassified finding sent
 
     @property
     def path(self) -> str:
@@ -183,7 +191,10 @@ class KernelWatch:
                     continue
                 for finding in scanner.feed(line, n):
                     self.on_finding(finding)
-                    self._handle(finding, n)
+                    self._handle(finding, finding.line)
+            for finding in scanner.flush():  # the end of what there is (--once)
+                self.on_finding(finding)
+                self._handle(finding, finding.line)
         finally:
             close = getattr(lines, "close", None)
             if close:
@@ -226,6 +237,8 @@ class KernelWatch:
             limit = threshold_for(self.thresholds, f.rule)
             if limit is not None and limit.count > 0:
                 self._count(f, n, limit)
+            elif f.rule.endswith(UNCLASSIFIED):
+                self._net(f)
             return
         self._load_mark()
         if is_stale(f, n, self._mark, boot=self.boot, seg=self._seg, mark_line=self._mark_line):
@@ -304,6 +317,23 @@ class KernelWatch:
                 f"fenced repair={out.fenced}" if out.fenced else "node already under repair",
             )
 
+    def _net(self, f: Finding) -> None:
+        """Count a line no rule knows on the Node (count and last line, for status)."""
+        when, clock = self._when(f)
+        if self._net_last is not None and abs(when - self._net_last) <= NET_BURST:
+            return  # the same event (a storm of one new message): no API call
+        self._net_last = when
+        self.retrier.call(
+            "count unclassified finding",
+            lambda: self.writer.record_unclassified(
+                boot=f"{self.boot}/{self._seg}",
+                when=when,
+                clock=clock,
+                rule=f.rule,
+                message=f.message,
+            ),
+        )
+
     def _marker(self, f: Finding, n: int) -> Callable[[bool], Mark]:
         """Builds the watermark for ``f`` at line ``n`` (``acted``: it fenced)."""
         stamp = now_rfc3339(self.clock)
@@ -331,7 +361,9 @@ class KernelWatch:
         if self._mark_known:
             return
         node = self.retrier.call("read node", self.writer.read)
-        self._mark = Mark.from_json(ann.annotation_json(node, keys.ANN_LAST_FINDING))
+        self._mark = Mark.from_json(
+            ann.kernel_mark_json(ann.annotation_json(node, keys.ANN_LAST_FINDING))
+        )
         self._mark_known = True
         self._mark_line = locate(self._mark, self._pre.seen)
 

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import stat
 import subprocess
@@ -23,6 +24,7 @@ from typing import BinaryIO
 
 from fleetmedic.agent.watermark import fingerprint, segment_id
 from fleetmedic.scan import BANNER, Scanner, is_banner, last_boot_offset
+from fleetmedic.scan.stream import journal_line
 
 _BANNER_BYTES = BANNER.encode()
 
@@ -76,7 +78,9 @@ def prescan(path: str) -> Prescan:
                     out = Prescan(n, segment_id(text, n))
                     continue
             for finding in scanner.feed(raw.rstrip(b"\r\n"), n):
-                out.seen.setdefault(fingerprint(finding), []).append(n)
+                out.seen.setdefault(fingerprint(finding), []).append(finding.line)
+        for finding in scanner.flush():  # a report held for a next line that is not there yet
+            out.seen.setdefault(fingerprint(finding), []).append(finding.line)
     return out
 
 
@@ -104,12 +108,22 @@ def file_now(path: str) -> Iterator[str]:
             yield raw.rstrip(b"\r\n").decode("utf-8", "replace")
 
 
-def journal_now() -> Iterator[str]:
-    """This boot's kernel messages from the journal (journalctl must answer within 60 s)."""
+def journal_now(
+    select_: tuple[str, ...] = ("-k",), journalctl: str = "journalctl"
+) -> Iterator[str]:
+    """This boot's messages from the journal (the kernel's, or ``("-u", UNIT)``), each with
+    its priority (:func:`fleetmedic.scan.stream.journal_line`); journalctl must answer
+    within 60 s."""
     proc = subprocess.run(
-        ["journalctl", "-k", "-b", "-o", "short-iso-precise", "--no-pager"],
+        [journalctl, *select_, "-b", "-o", "json", "--no-pager"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    yield from proc.stdout.splitlines()
+    for raw in proc.stdout.splitlines():
+        try:
+            line = journal_line(json.loads(raw))
+        except ValueError:
+            continue
+        if line is not None:
+            yield line

@@ -268,8 +268,11 @@ class LokiSource:
         move the cursor and save it; returns how many were new. The poll's reads and the
         tail's batches both come here, so a line read by both is handled once."""
         fresh = self.cursor.new(query, entries)
+        touched: dict[str, Entry] = {}
         for e in fresh:
-            self._line(e)
+            touched[self._line(e)] = e
+        for stream, last in touched.items():  # the batch's end: a held report comes out
+            self._flush(stream, last)
         if fresh:  # (an unmoved cursor is not written: no API write per idle poll)
             self.cursor.advance(query, fresh)
             self.store.save(self.cursor)  # after the fences: nothing is lost
@@ -284,8 +287,8 @@ class LokiSource:
             log.error("%s, retrying with back-off: %s", what, exc)
 
     # -- one line ---------------------------------------------------------------------
-    def _line(self, e: Entry) -> None:
-        node = next((e.labels[k] for k in self.cfg.node_labels if e.labels.get(k)), None)
+    def _line(self, e: Entry) -> str:
+        """Handle one line; returns its stream's key."""
         stream = json.dumps(sorted(e.labels.items()))
         # no scanner dedup: a repeated monitor finding must be counted (the Node's counts
         # know one event from a storm of identical lines by its time: the rule's burst)
@@ -295,7 +298,19 @@ class LokiSource:
         self._scanners[stream] = scanner
         if len(self._scanners) > SCANNERS:
             self._scanners.popitem(last=False)
-        for f in scanner.feed(e.line):
+        self._findings(scanner.feed(e.line), e, stream)
+        return stream
+
+    def _flush(self, stream: str, e: Entry) -> None:
+        """A report the scanner held for its next line (a page fault waiting for its
+        process line) when no next line came in this batch: judged now."""
+        scanner = self._scanners.get(stream)
+        if scanner is not None:
+            self._findings(scanner.flush(), e, stream)
+
+    def _findings(self, found: Sequence[Finding], e: Entry, stream: str) -> None:
+        node = next((e.labels[k] for k in self.cfg.node_labels if e.labels.get(k)), None)
+        for f in found:
             if node is None:
                 self.unattributed += 1
                 self.metrics.findings.labels(outcome="unattributed").inc()

@@ -36,6 +36,7 @@ from typing import Any
 from fleetmedic.adapters.nodedocs import NodeDocs
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import AgentConfig
+from fleetmedic.agent.fabricwatch import FabricWatch
 from fleetmedic.agent.kernelwatch import KernelWatch
 from fleetmedic.agent.metrics import AgentMetrics
 from fleetmedic.agent.retry import Retrier, Stopped
@@ -150,6 +151,14 @@ class Agent:
             on_finding=self.metrics.finding,
             flows=XidFlows(on_verdict=self.metrics.verdict),
         )
+        self.fabric = FabricWatch(
+            cfg.fabricmanager,
+            kernel_writer,
+            self.retrier,
+            self.stop,
+            boot=self.kernel.boot,
+            on_finding=self.metrics.finding,
+        )
         self.memory = Memory()  # the RDMA counters of the last round
         self._profile_said = ""
         hw = cfg.checks.hardware
@@ -227,6 +236,10 @@ class Agent:
             target=self._kernel_thread, name="fleetmedic-kernelwatch", daemon=True
         )
         thread.start()
+        fabric = threading.Thread(
+            target=self._fabric_thread, name="fleetmedic-fabricwatch", daemon=True
+        )
+        fabric.start()
         try:
             while not self.stop.is_set():
                 started = time.monotonic()
@@ -244,6 +257,7 @@ class Agent:
         finally:
             self.stop.set()
             thread.join(timeout=5)
+            fabric.join(timeout=5)
         log.info("agent for node %s stopped; taints and strikes left as they are", cfg.node_name)
 
     def _serve_metrics(self) -> None:
@@ -270,10 +284,22 @@ class Agent:
     def run_once(self) -> Outcome | None:
         """``--once``: the kernel log as it is now (against the watermark), then one round.
         Gives up (None) when the API server does not answer within ``retry_cap`` seconds."""
-        self.kernel.once = True
+        self.kernel.once = self.fabric.once = True
         self.retrier.give_up_after = self.cfg.retry_cap
         self._kernel_thread()
+        self._fabric_thread()
         return self.round()
+
+    def _fabric_thread(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.fabric.run()
+                return
+            except Exception as exc:  # a bug of ours must not take the check loop with it
+                log.exception("fabric manager thread failed (%s); restarting it in 5s", exc)
+                if self.fabric.once:
+                    return
+                self.stop.wait(5)
 
     def _kernel_thread(self) -> None:
         while not self.stop.is_set():

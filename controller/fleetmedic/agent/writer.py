@@ -33,7 +33,7 @@ from fleetmedic.agent.watermark import Mark
 from fleetmedic.checks.base import CheckResult
 from fleetmedic.model import gpuvendor, keys, nodeedit
 from fleetmedic.model.vocabulary import Vocabulary
-from fleetmedic.policy import counts, fenceup, workflow
+from fleetmedic.policy import counts, fenceup, netcount, workflow
 from fleetmedic.policy.strikes import Decision, Observation, decide
 from fleetmedic.scan.xidcontext import WorkflowSpec
 
@@ -200,11 +200,53 @@ class NodeWriter:
         out = self._write(obs, extra, mark)
         return out, box["verdict"]
 
+    def record_unclassified(
+        self, *, boot: str, when: float, clock: str, rule: str, message: str
+    ) -> netcount.Added:
+        """A driver line no rule knows: counted on the Node with the last line (the net's
+        ``net`` part of ``monitor-counts``), for ``fleetmedic status``; never a fence."""
+        box: dict[str, netcount.Added] = {}
+        stamp = now_rfc3339(self.clock)
+
+        def extra(node: dict) -> bool:
+            added = netcount.add(
+                ann.net_state(node),
+                boot=boot,
+                when=when,
+                clock=clock,
+                rule=rule,
+                message=message,
+                at=stamp,
+            )
+            box["added"] = added
+            return ann.set_net(node, added.state) if added.changed else False
+
+        self._write([], extra)
+        return box["added"]
+
+    def record_fabric(
+        self, obs: Observation, *, boot: str, when: float, clock: str, evidence: dict
+    ) -> Outcome:
+        """A Fabric Manager finding: fence (or raise the fence) as a kernel finding does,
+        and move Fabric Manager's own watermark (``fm``: its last acted line's time) in the
+        same write. When it fences, ``evidence`` becomes ``last-finding`` (the fence's
+        evidence), keeping the kernel log's watermark inside it (``kernel``)."""
+
+        def extra(node: dict) -> bool:
+            return ann.set_fabric(node, {"boot": boot, "t": when, "c": clock})
+
+        def fenced(node: dict) -> dict:
+            kernel = ann.kernel_mark_json(ann.annotation_json(node, keys.ANN_LAST_FINDING))
+            return {**evidence, "src": "fabricmanager", **({"kernel": kernel} if kernel else {})}
+
+        return self._write([obs], extra, evidence=fenced)
+
     def _write(
         self,
         obs: list[Observation],
         extra: Callable[[dict], bool],
         mark: Callable[[bool], Mark] | None = None,
+        evidence: Callable[[dict], dict] | None = None,
     ) -> Outcome:
         """One conflict-safe write. ``mark``: when this write fences or raises the fence,
         the finding that did it becomes ``last-finding`` in the same write, because that
@@ -236,6 +278,8 @@ class NodeWriter:
                 marked = mark(True)
                 changed |= ann.set_finding(node, marked.to_json())
                 out = dataclasses.replace(out, marked=marked)
+            elif evidence is not None and out.fenced:
+                changed |= ann.set_finding(node, evidence(node))
             box["out"] = out
             return changed
 

@@ -1,13 +1,16 @@
-"""NVIDIA's Xid workflows in the agent and the Loki source: one judge for both.
+"""Context workflows in the agent and the Loki source: one judge for both.
 
-A finding whose rule has a ``workflows`` entry in the Xid catalog (Xid 13, 31, 45) is
-judged by its context (:mod:`fleetmedic.scan.xidcontext` reads it from the line,
-:mod:`fleetmedic.policy.workflow` decides), not by a count:
+A finding whose rule has a ``workflows`` entry in a catalog (NVIDIA's Xid 13, 31, 45; the
+amdgpu page faults) is judged by its context (:mod:`fleetmedic.scan.xidcontext` reads it
+from the line, :mod:`fleetmedic.policy.workflow` decides), not by a count:
 
 - same-location / same-gpu (Xid 13, 31): the occurrence goes to the Node's history in
   one conflict-safe write (:meth:`NodeWriter.record_workflow`); when the context calls
   for it (``diagnose``), the same write fences or raises the fence. Lines closer than
   the workflow's ``burst`` at the same place are one event and cost no API call;
+- spread (amdgpu page faults): like same-location, the place being the faulting process;
+  a fault right after a reset of the same GPU (the workflow's ``after`` rules, noted in
+  memory by :meth:`XidFlows.note` as every finding passes) fires at once;
 - follows (Xid 45): decided in memory from the Xid just before it on the same GPU
   (:class:`~fleetmedic.policy.workflow.Recent`, fed every Xid), no write.
 
@@ -16,6 +19,7 @@ Each decision is logged and counted (``fleetmedic_agent_workflow_decisions_total
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -44,10 +48,18 @@ class XidFlows:
         self.specs = load_workflows() if specs is None else specs
         self.on_verdict = on_verdict
         self.recent: dict[str, workflow.Recent] = {}  # per boot/node: the last Xid per GPU
+        self.resets: dict[str, workflow.Resets] = {}  # per boot/node: the last reset per GPU
+        self._after = {rule for s in self.specs.values() for rule in s.after}
         self._sent: dict[tuple[str, str, str], float] = {}  # (scope, key, place) -> time
 
     def note(self, scope: str, f: Finding, when: float) -> None:
-        """Every Xid, so an Xid 45 can tell what it follows."""
+        """Every finding: an Xid, so an Xid 45 can tell what it follows; a GPU reset, so a
+        page fault can tell it came right after one."""
+        if f.rule in self._after:
+            resets = self.resets.setdefault(scope, workflow.Resets())
+            resets.note(f.pci or "", when, f.rule)
+            if len(self.resets) > MAX_RECENT:
+                self.resets.pop(next(iter(self.resets)))
         if f.kind == "xid" and f.code is not None and f.rule not in self._follows_rules():
             recent = self.recent.setdefault(scope, workflow.Recent())
             recent.note(f.pci or "", when, f.code)
@@ -75,7 +87,15 @@ class XidFlows:
         spec = self.specs.get(f.rule)
         if spec is None:
             return None
-        occ = workflow.Occurrence(f.rule, f.pci or "", when, clock, context_of(f.message))
+        context = context_of(f.message)
+        if f.process and context.process is None:  # named on the report's next line
+            context = dataclasses.replace(context, process=f.process)
+        after = ""
+        if spec.kind == "spread" and spec.after:
+            after = self.resets.get(scope, workflow.Resets()).just_before(
+                f.pci or "", when, spec.within
+            )
+        occ = workflow.Occurrence(f.rule, f.pci or "", when, clock, context, after)
         if spec.kind == "follows":
             verdict = workflow.follows(self.recent.get(scope, workflow.Recent()), occ, spec)
             self._said(f, spec, verdict)
@@ -87,7 +107,7 @@ class XidFlows:
             verdict = workflow.Verdict({}, False, spec.otherwise, False, "no-time", "")
             self._said(f, spec, verdict)
             return verdict
-        place = occ.context.location(spec.where) if spec.kind == "same-location" else ""
+        place = occ.context.location(spec.where) if spec.where else ""
         if place is None:
             verdict = workflow.Verdict({}, False, spec.otherwise, False, "no-place", "")
             self._said(f, spec, verdict)
@@ -131,4 +151,6 @@ class XidFlows:
 
 def describe(f: Finding) -> str:
     what = {"xid": f"Xid {f.code}", "sxid": f"SXid {f.code}"}.get(f.kind, f.rule or f.kind)
+    if f.kind == "fabricmanager":
+        what = f"Fabric Manager {f.rule}"
     return f"{what}{f' on {f.pci}' if f.pci else ''}"

@@ -71,6 +71,7 @@ def status(cfg: Config, kubeconfig: str | None, as_json: bool, show_all: bool) -
                 or r["foreign_signals"]
                 or r["doing"]
                 or r["incidents"]
+                or r.get("unclassified")  # the agent's net caught driver errors
             ]
             if name:
                 click.echo(f"== cluster {name} ==")

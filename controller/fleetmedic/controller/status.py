@@ -1,8 +1,9 @@
 """``fleetmedic status``: one row per node, from its Node alone (no controller needed).
 
 The row says the node's state, since when, what is under way, this episode's attempts,
-the last finding, on fleets that sweep when the node was last swept and the result, and
-for a node that went through the quarantine rung its last recommendation;
+the last finding, the driver errors no catalog rule knows (the agent's safety net: how
+many this boot, and the last line), on fleets that sweep when the node was last swept
+and the result, and for a node that went through the quarantine rung its last recommendation;
 ``render_status`` lays rows out as the table an on-call engineer reads, ``--json`` prints
 the rows themselves.
 """
@@ -15,7 +16,7 @@ from typing import Any
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import quarantine
+from fleetmedic.policy import netcount, quarantine
 from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
 from fleetmedic.policy.inflight import Escalated, InFlight
 from fleetmedic.policy.sweep import LastSweep
@@ -70,6 +71,10 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
     if slurm_owner and not v.in_repair:
         fenced_by = slurm_owner
     swept = LastSweep.of(v)
+    monitor = v.annotation_json(keys.ANN_MONITOR_COUNTS)
+    net_count, net_last = netcount.summary(
+        monitor.get("net") if isinstance(monitor, dict) else None
+    )
     return {
         "name": v.name,
         "profile": profile,
@@ -99,6 +104,7 @@ def node_status(v: NodeView, at: datetime, profile: str = "default") -> dict[str
         ),
         "quarantine_requested": asked,
         "last_sweep_age": _age(swept.at, at) if swept else "",
+        "unclassified": {"count": net_count, "last": net_last} if net_count else None,
     }
 
 
@@ -139,6 +145,15 @@ def _quarantine_cell(row: dict, at_time: bool) -> str:
     return f"{q['recommendation']} (L{q.get('level', '?')}{when})"
 
 
+def _net_cell(row: dict) -> str:
+    """``3: amdgpu 0000:c5:00.0: amdgpu: ...``: how many this boot, and the last (cut)."""
+    net = row.get("unclassified")
+    if not net:
+        return ""
+    last = net["last"] if len(net["last"]) <= 60 else net["last"][:57] + "..."
+    return f"{net['count']}: {last}"
+
+
 def _age(stamp: str | None, at: datetime) -> str:
     """``42s``, ``5m12s``, ``3h05m``, ``2d04h``."""
     t = parse_time(stamp)
@@ -169,6 +184,9 @@ def render_status(
     quarantined = any(r.get("quarantine") for r in rows)
     if quarantined:  # QUARANTINE only once some node went through the rung
         head = (*head[:-1], "QUARANTINE", head[-1])
+    unknown = any(r.get("unclassified") for r in rows)
+    if unknown:  # UNCLASSIFIED only where the agent's net caught driver errors
+        head = (*head[:-1], "UNCLASSIFIED", head[-1])
     if profiles:  # a PROFILE column only where there are profiles to tell apart
         head = ("NODE", "PROFILE", *head[1:])
     table = [head]
@@ -189,6 +207,8 @@ def render_status(
             cells = (*cells[:-1], _sweep_cell(r, since_as_time), cells[-1])
         if quarantined:
             cells = (*cells[:-1], _quarantine_cell(r, at_time=since_as_time), cells[-1])
+        if unknown:
+            cells = (*cells[:-1], _net_cell(r), cells[-1])
         if others:
             cells = (state, r.get("fenced_by") or "", *cells[1:])
         table.append((r["name"], r.get("profile", ""), *cells) if profiles else (r["name"], *cells))

@@ -18,6 +18,15 @@ context (the catalog's ``workflows`` section names the kind per Xid):
     means distinct events: lines closer than ``burst`` seconds are one fault (a
     fault prints several MMU lines at once), so one crash of a job that touches
     every GPU once (one Xid 31 on each) is across GPUs, not a repeat.
+``spread`` (amdgpu page faults, as WORKFLOW_XID_31 for Xid 31)
+    The place is the faulting process (the catalog's ``where``: its name, which a
+    crash-looping job keeps across restarts while its pid and PASID change). Repeats by
+    the same process are the application's (``otherwise``); ``count`` different
+    processes on one GPU within ``window`` call for ``action``: one job does not fault in
+    another's address space. A fault right after the driver reset that GPU (the
+    occurrence's ``after_reset``, within the workflow's ``within``) is the aftermath of
+    the hang that caused the reset and calls for ``action`` at once. A line that names no
+    process is not counted (``no-place``).
 ``follows`` (WORKFLOW_XID_45)
     An Xid 45 (preemptive cleanup) that comes within ``within`` seconds after
     another Xid on the same GPU, or that says ``caused by previous Xid N``, follows
@@ -62,6 +71,8 @@ CONTEXTS = (
     "no-time",
     "repeating",
     "follows",
+    "spreading",
+    "after-reset",
 )
 """What a verdict can say about its context (a bounded set: a metric label)."""
 MAX_EVENTS = 48
@@ -78,6 +89,7 @@ class Occurrence:
     when: float
     clock: str
     context: XidContext
+    after_reset: str = ""  # (spread) the reset rule this fault came right after, if any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +167,12 @@ def judge(state: Any, occ: Occurrence, spec: WorkflowSpec, *, boot: str) -> Verd
             return Verdict(
                 fresh, False, spec.otherwise, False, "no-place", "the line names no place"
             )
+    elif spec.kind == "spread":
+        place = occ.context.location(spec.where)
+        if place is None:
+            return Verdict(
+                fresh, False, spec.otherwise, False, "no-place", "the line names no process"
+            )
     elif spec.kind == "same-gpu":
         place = ""
     else:
@@ -176,7 +194,10 @@ def judge(state: Any, occ: Occurrence, spec: WorkflowSpec, *, boot: str) -> Verd
     events.append((occ.when, place))
     events.sort()
     here.append(occ.when)
-    fired = len(here) >= spec.count
+    if spec.kind == "spread":
+        fired = bool(occ.after_reset) or len({p for _, p in events}) >= spec.count
+    else:
+        fired = len(here) >= spec.count
     # A used-up event's floor reaches ``burst`` past it: the lines within ``burst`` after it
     # were that same event when first read, and must stay so when read again (without the
     # margin, a replay after the fence counted such a line as a new event)
@@ -199,15 +220,24 @@ def judge(state: Any, occ: Occurrence, spec: WorkflowSpec, *, boot: str) -> Verd
             if old != key:
                 del hist[old]
     if fired:
-        return Verdict(
-            fresh,
-            True,
-            spec.action,
-            True,
-            "same-place" if spec.kind == "same-location" else "same-gpu",
-            f"{label}: {len(here)} times within {spec.window:g}s",
-        )
+        return Verdict(fresh, True, spec.action, True, *_fired_why(spec, occ, here, events, label))
     return Verdict(fresh, True, spec.otherwise, False, _why(spec, len(here), events), label)
+
+
+def _fired_why(
+    spec: WorkflowSpec,
+    occ: Occurrence,
+    here: list[float],
+    events: list[tuple[float, str]],
+    label: str,
+) -> tuple[str, str]:
+    if spec.kind == "spread":
+        if occ.after_reset:
+            return "after-reset", f"{label}: within {spec.within:g}s after {occ.after_reset}"
+        places = sorted({p for _, p in events})
+        return "spreading", f"{len(places)} processes within {spec.window:g}s: {', '.join(places)}"
+    kind = "same-place" if spec.kind == "same-location" else "same-gpu"
+    return kind, f"{label}: {len(here)} times within {spec.window:g}s"
 
 
 def _label(spec: WorkflowSpec, place: str) -> str:
@@ -222,6 +252,27 @@ def _why(spec: WorkflowSpec, here: int, events: list[tuple[float, str]]) -> str:
     if spec.kind == "same-location" and len({p for _, p in events}) > 1:
         return "different-places"
     return "solo"
+
+
+@dataclasses.dataclass
+class Resets:
+    """The last reset per GPU (the rules a ``spread`` workflow names in ``after``), in
+    memory: what a page fault comes right after. Rebuilt by reading the log again after a
+    restart, as :class:`Recent` is."""
+
+    limit: int = 256
+    by_gpu: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
+
+    def note(self, gpu: str, when: float, rule: str) -> None:
+        self.by_gpu.pop(gpu, None)
+        self.by_gpu[gpu] = (when, rule)
+        while len(self.by_gpu) > self.limit:
+            self.by_gpu.pop(next(iter(self.by_gpu)))
+
+    def just_before(self, gpu: str, when: float, within: float) -> str:
+        """The reset rule noted on ``gpu`` at most ``within`` seconds before ``when``."""
+        last = self.by_gpu.get(gpu)
+        return last[1] if last is not None and 0 <= when - last[0] <= within else ""
 
 
 @dataclasses.dataclass

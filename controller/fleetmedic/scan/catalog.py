@@ -13,6 +13,11 @@ with a ``sources`` table that every entry must cite):
   RAS errors, page faults, init failures).
 - ``workload_catalog.yaml``: NCCL and CUDA messages in pod logs that mean
   hardware.
+- ``source_nvidia.yaml`` / ``source_amdgpu.yaml`` / ``source_nvswitch.yaml``: what the
+  driver sources print on each family's error path, and every SXid code the NVSwitch
+  driver defines with the severity it prints (derived by ``scripts/derive_families.py``,
+  :mod:`fleetmedic.scan.families`); the catalog files' ``families:`` say what each
+  family calls for.
 
 :func:`load` validates everything once (an unknown action, a missing
 source, a bad regex is a :class:`~fleetmedic.errors.ConfigError` with a
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -34,9 +40,18 @@ import yaml
 
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.actions import FENCING_ACTIONS
-from fleetmedic.scan.finding import ACTIONS
+from fleetmedic.scan import families as fammod
+from fleetmedic.scan.finding import ACTION_RANK, ACTIONS
 
-FILES = ("xid_catalog.yaml", "sxid_catalog.yaml", "amdgpu_catalog.yaml", "workload_catalog.yaml")
+FILES = (
+    "xid_catalog.yaml",
+    "sxid_catalog.yaml",
+    "amdgpu_catalog.yaml",
+    "workload_catalog.yaml",
+    "fabricmanager_catalog.yaml",
+)
+SOURCE_LISTS = ("source_nvidia.yaml", "source_amdgpu.yaml", "source_nvswitch.yaml")
+"""The lists derived from the driver sources (scripts/derive_families.py) the catalog reads."""
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster start-up
 
@@ -83,7 +98,7 @@ class Rule:
     vendor: str
     kind: str
     requires: str
-    match: re.Pattern[str]
+    match: re.Pattern[str] | fammod.FamilyPattern
     unless: re.Pattern[str] | None
     action: str
     bucket: str | None
@@ -92,6 +107,27 @@ class Rule:
     description: str
     sources: tuple[str, ...]
     continued_by: re.Pattern[str] | None = None
+    awaits_process: bool = False
+    """The report names its process on a follow-up line (newer amdgpu page faults): the
+    scanner holds the finding for that line (context workflows judge by process)."""
+    by_status: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    """The driver's status code on the line (``status=0x..``) -> action; a status not
+    listed gives ``status_default`` (a line without a status keeps ``action``)."""
+    status_default: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Join:
+    """A record the log cut in two (``joins`` in the catalog): a line matching ``head``
+    (the driver stopped mid-message, or an author wrapped it) is joined with the next
+    line when that one matches ``tail`` and carries no driver literal of its own."""
+
+    id: str
+    requires: str  # a literal every head contains (the head regex runs only then)
+    head: re.Pattern[str]
+    tail: re.Pattern[str]
+    literals: tuple[str, ...]
+    sources: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -163,20 +199,39 @@ class Catalog:
     net: tuple[NetRule, ...] = ()
     failure_words: re.Pattern[str] | None = None
     benign: tuple[Benign, ...] = ()
+    families: tuple[fammod.Family, ...] = ()
+    source_lists: Mapping[str, fammod.SourceList] = dataclasses.field(default_factory=dict)
+    driver_sxids: Mapping[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    """Every SXid the NVSwitch driver defines: code -> (name, severity it prints)."""
+    joins: tuple[Join, ...] = ()
+    sxid_raise_reasons: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    device_aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Another name a driver's lines carry instead of its literal (``drmn`` -> ``amdgpu``)."""
 
     def threshold_for(self, rule: str) -> Threshold | None:
         """The threshold of rule id ``rule`` (an exact key first, then fnmatch patterns)."""
         return threshold_for(self.thresholds, rule)
 
     def rules_for(self, message: str) -> tuple[Rule, ...]:
-        """Rules whose ``requires`` literal occurs in ``message``, in catalog order."""
-        return tuple(rule for rule in self.rules if rule.requires in message)
+        """Rules whose ``requires`` literal (or an alias of it) occurs in ``message``, in
+        catalog order."""
+        present = {lit for lit in self._literals if lit in message}
+        present |= {lit for alias, lit in self.device_aliases.items() if alias in message}
+        return tuple(rule for rule in self.rules if rule.requires in present)
+
+    @functools.cached_property
+    def _literals(self) -> frozenset[str]:
+        """The distinct ``requires`` literals (tested once each per message)."""
+        return frozenset(rule.requires for rule in self.rules)
 
     @property
     def triggers(self) -> tuple[str, ...]:
         """Literal substrings of which every classifiable line contains one."""
         found = [TRIGGER_NVRM, TRIGGER_SXID]
-        for literal in [rule.requires for rule in self.rules] + [n.requires for n in self.net]:
+        literals = [rule.requires for rule in self.rules] + [n.requires for n in self.net]
+        literals += [lit for join in self.joins for lit in join.literals]
+        literals += list(self.device_aliases)
+        for literal in literals:
             if not any(t in literal for t in found):
                 found.append(literal)
         return tuple(found)
@@ -233,8 +288,16 @@ def parse_threshold(where: str, key: str, raw: Any) -> Threshold:
 
 
 def _thresholds(file: str, data: Mapping[str, Any]) -> dict[str, Threshold]:
-    raw = data.get("thresholds") or {}
-    return {str(k): parse_threshold(f"fault catalog {file}", str(k), v) for k, v in raw.items()}
+    """A count the catalog ships must cite where it comes from (an operator's own counts in
+    the agent config need not): a count without a published source fences healthy nodes."""
+    out = {}
+    for key, raw in (data.get("thresholds") or {}).items():
+        entry = dict(raw) if isinstance(raw, Mapping) else raw
+        if isinstance(entry, dict):
+            _sources(file, {"id": f"threshold {key}", **entry}, data["sources"])
+            entry.pop("source", None)
+        out[str(key)] = parse_threshold(f"fault catalog {file}", str(key), entry)
+    return out
 
 
 def _fail(file: str, what: str) -> ConfigError:
@@ -346,21 +409,35 @@ def _load_xids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _load_sxids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+def _load_sxids(name: str, data: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
     sources = data["sources"]
     severities = {str(k): _action(name, {"id": k}, v) for k, v in data["severity_actions"].items()}
     sxids: dict[int, SxidEntry] = {}
+    raises: dict[int, str] = {}
     for entry in data["sxids"]:
         code = int(entry["code"])
         if code in sxids:
             raise _fail(name, f"SXid {code} is listed twice")
-        if entry["severity"] not in severities:
-            raise _fail(name, f"SXid {code} has unknown severity {entry['severity']!r}")
+        severity = str(entry["severity"])
+        if severity not in severities:
+            raise _fail(name, f"SXid {code} has unknown severity {severity!r}")
+        floor = severities[severity]
+        action = _action(name, entry, entry.get("action", floor))
+        if action != floor and not entry.get("why"):
+            raise _fail(name, f"SXid {code} departs from its severity's action without a `why`")
+        if ACTION_RANK[action] < ACTION_RANK[floor] and floor in FENCING_ACTIONS:
+            raise _fail(
+                name,
+                f"SXid {code} action {action!r} is below its severity's {floor!r}: "
+                "an entry may raise the driver's word, never lower a fence",
+            )
+        if ACTION_RANK[action] > ACTION_RANK[floor]:
+            raises[code] = str(entry["why"])
         sxids[code] = SxidEntry(
             code,
             str(entry["name"]),
-            str(entry["severity"]),
-            _action(name, entry, entry["action"]),
+            severity,
+            action,
             entry.get("why"),
             _sources(name, entry, sources),
         )
@@ -368,6 +445,13 @@ def _load_sxids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     for word, severity in printed.items():
         if severity not in severities:
             raise _fail(name, f"printed severity {word!r} maps to unknown {severity!r}")
+    driver: dict[int, tuple[str, str]] = {}
+    if data.get("driver_list"):
+        listed = _read_plain(base, str(data["driver_list"]))
+        for row in next(iter(listed.values())).get("sxids") or ():
+            said = printed.get(str(row["severity"]).lower())
+            if said is not None:
+                driver[int(row["code"])] = (str(row["name"]), said)
     return {
         "sxids": sxids,
         "sxid_severity_actions": severities,
@@ -379,6 +463,8 @@ def _load_sxids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
             str(k): _regex(name, {"id": f"parts.{k}"}, v)
             for k, v in (data.get("parts") or {}).items()
         },
+        "driver_sxids": driver,
+        "sxid_raise_reasons": raises,
     }
 
 
@@ -452,9 +538,100 @@ def _load_rules(
                     if entry.get("continued_by")
                     else None
                 ),
+                awaits_process=bool(entry.get("awaits_process", False)),
+                **_status_actions(name, entry),
             )
         )
     return tuple(rules)
+
+
+def _status_actions(file: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    raw = entry.get("by_status") or {}
+    return {
+        "by_status": {_hex(k): _action(file, entry, v) for k, v in raw.items()},
+        "status_default": (
+            _action(file, entry, entry["status_default"]) if "status_default" in entry else None
+        ),
+    }
+
+
+def _load_families(file: str, data: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
+    """The ``families:`` section of one catalog file, with its derived source list."""
+    section = data.get("families")
+    if not section:
+        return {"rules": (), "families": (), "lists": {}}
+    sources = data["sources"]
+    listed = fammod.parse_source_list(_read_plain(base, str(section["list"])))
+    rules, families = [], []
+    for entry in section["entries"]:
+        name = str(entry["family"])
+        if name not in listed.families:
+            raise _fail(file, f"family {name!r} is not in {section['list']}")
+        path, members = listed.families[name]
+        if not members:
+            raise _fail(file, f"family {name!r} has no members in {section['list']}")
+        family = fammod.Family(
+            name,
+            str(entry["id"]),
+            listed.vendor,
+            path,
+            _action(file, entry, entry["action"]),
+            members,
+            bool(section.get("by_function", False)),
+        )
+        families.append(family)
+        rules.append(
+            Rule(
+                id=family.rule_id,
+                vendor=str(section.get("vendor", "nvidia")),
+                kind=str(section["kind"]),
+                requires=str(section["requires"]),
+                match=fammod.FamilyPattern(family),
+                unless=_regex(file, entry, entry["unless"]) if entry.get("unless") else None,
+                action=family.action,
+                bucket=entry.get("bucket"),
+                code=None,
+                same_as=None,
+                description=" ".join(str(entry.get("description", "")).split()),
+                sources=_sources(file, entry, sources),
+                continued_by=None,
+                **_status_actions(file, entry),
+            )
+        )
+    unnamed = set(listed.families) - {f.name for f in families}
+    if unnamed:
+        raise _fail(file, f"family {sorted(unnamed)[0]!r} of {section['list']} has no entry")
+    return {"rules": tuple(rules), "families": tuple(families), "lists": {listed.vendor: listed}}
+
+
+def _load_joins(file: str, data: Mapping[str, Any]) -> tuple[Join, ...]:
+    sources = data["sources"]
+    return tuple(
+        Join(
+            str(entry["id"]),
+            str(entry["requires"]),
+            _regex(file, entry, entry["head"]),
+            _regex(file, entry, entry["tail"]),
+            tuple(str(x) for x in entry.get("literals") or ()),
+            _sources(file, entry, sources),
+        )
+        for entry in data.get("joins") or ()
+    )
+
+
+def _read_plain(directory: Path | None, name: str) -> dict[str, Any]:
+    """A data file without a ``sources`` table (the derived lists)."""
+    try:
+        if directory is None:
+            text = resources.files("fleetmedic.data").joinpath(name).read_text(encoding="utf-8")
+        else:
+            text = (directory / name).read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=_LOADER)
+    except (OSError, yaml.YAMLError) as exc:
+        raise _fail(name, f"cannot be read: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict) or len(data) != 1:
+        raise _fail(name, "is not a mapping with one vendor key")
+    return data
 
 
 @cache
@@ -474,15 +651,29 @@ def load(directory: str | None = None) -> Catalog:
             sources[key] = " ".join(str(text).split())
     try:
         parts = _load_xids(FILES[0], files[FILES[0]])
-        parts.update(_load_sxids(FILES[1], files[FILES[1]]))
+        nv_families = _load_families(FILES[0], files[FILES[0]], base)
+        parts["rules"] += nv_families["rules"]
+        parts.update(_load_sxids(FILES[1], files[FILES[1]], base))
         amd = files[FILES[2]]
         parts["rules"] += _load_rules(
             FILES[2], amd["rules"], amd["sources"], "amd", "amdgpu", TRIGGER_AMDGPU
         )
+        amd_families = _load_families(FILES[2], amd, base)
+        parts["rules"] += amd_families["rules"]
         work = files[FILES[3]]
         parts["rules"] += _load_rules(
             FILES[3], work["rules"], work["sources"], "nvidia", None, None
         )
+        fm = files[FILES[4]]
+        parts["rules"] += _load_rules(FILES[4], fm["rules"], fm["sources"], "nvidia", None, None)
+        parts["families"] = nv_families["families"] + amd_families["families"]
+        parts["source_lists"] = {**nv_families["lists"], **amd_families["lists"]}
+        parts["joins"] = tuple(j for name in FILES for j in _load_joins(name, files[name]))
+        parts["device_aliases"] = {
+            str(k): str(v)
+            for name in FILES
+            for k, v in (files[name].get("device_aliases") or {}).items()
+        }
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"fault catalog: malformed entry ({type(exc).__name__}: {exc})") from None
     net: list[NetRule] = []

@@ -30,7 +30,7 @@ from fleetmedic.model.actions import ACTION_RANK, ACTIONS
 __all__ = ["ACTIONS", "ACTION_RANK", "JSON_FIELDS", "KINDS", "VENDORS", "Finding", "worst"]
 
 VENDORS: tuple[str, ...] = ("nvidia", "amd")
-KINDS: tuple[str, ...] = ("xid", "sxid", "nvrm", "amdgpu", "nccl", "cuda")
+KINDS: tuple[str, ...] = ("xid", "sxid", "nvrm", "amdgpu", "nccl", "cuda", "fabricmanager")
 
 JSON_FIELDS: tuple[str, ...] = (
     "line",
@@ -55,7 +55,8 @@ class Finding:
       the count of lines read from it so far).
     - ``vendor``: ``nvidia`` or ``amd``.
     - ``kind``: ``xid``, ``sxid``, ``nvrm`` (an NVIDIA kernel message without
-      an Xid number), ``amdgpu``, ``nccl`` or ``cuda``.
+      an Xid number), ``amdgpu``, ``nccl``, ``cuda`` or ``fabricmanager`` (a line of
+      NVIDIA Fabric Manager's own log).
     - ``code``: the Xid / SXid number, the InfiniBand completion status for
       ``nccl``, else ``None``.
     - ``pci``: the device as lowercase ``dddd:bb:dd`` (no ``PCI:`` prefix,

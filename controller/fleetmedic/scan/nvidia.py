@@ -10,6 +10,14 @@ and ``name`` (the task's ``comm``, at most 15 characters) may hold spaces,
 quotes and parentheses. NVSwitch SXids look like::
 
     nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt
+    nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 10002, Severity 1 Engine instance 00 ...
+
+The NVSwitch driver writes the severity itself (src/common/nvswitch/kernel/inc/
+intr_nvswitch.h: ``Fatal,``, ``Non-fatal,`` or ``Correctable,`` after the code; the
+``Severity N Engine ...`` line of the same event carries NVSWITCH_ERROR_SEVERITY_TYPE,
+0 non-fatal, 1 fatal: interface/ctrl_dev_nvswitch.h), and an Xid 94/95 line says whether
+the GPU needs a reset (``RST: Yes``) or a drain and reset (``D-RST: Yes``). These words
+are :func:`driver_words`: the classifier never acts below them.
 """
 
 from __future__ import annotations
@@ -25,6 +33,12 @@ _PID = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+|\S*?)(?:,\s?|$)")
 _COMM_MAX = 15
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _TO_HEX = re.compile(r"\bto\s+(0x[0-9a-fA-F]+)")
+_TO = re.compile(r"\bto\b")
+_ENGINE_SEVERITY = re.compile(r"^Severity (\d+) Engine instance")
+_SXID_WORDS = {"fatal": "fatal", "non-fatal": "non-fatal", "nonfatal": "non-fatal"}
+_SXID_WORDS["correctable"] = "correctable"
+_ENGINE_WORDS = {"0": "non-fatal", "1": "fatal"}  # NVSWITCH_ERROR_SEVERITY_TYPE
+_RESET_WORDS = re.compile(r"\b(D-RST|RST): Yes\b")
 _NVL5 = re.compile(
     r"(?P<unit>[A-Za-z][\w/]*)(?:\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\b)?.*?\((?P<regs>[^)]*)\)",
     re.S,
@@ -118,7 +132,10 @@ def parse_sxid(message: str) -> SxidLine | None:
         return None
     rest = match.group("rest")
     word = rest.split(",", 1)[0].strip().lower()
-    severity = word if word in ("fatal", "non-fatal", "nonfatal") else None
+    severity = _SXID_WORDS.get(word)
+    if severity is None:
+        engine = _ENGINE_SEVERITY.match(rest)
+        severity = _ENGINE_WORDS.get(engine.group(1)) if engine else None
     return SxidLine(
         int(match.group("code")), pcimod.normalize(match.group("dev")), severity, rest.strip()
     )
@@ -128,14 +145,26 @@ def recovery_action(text: str) -> int | None:
     """Xid 154's new recovery action: the hex value after ``to``, never the words.
 
     ``"GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"``
-    gives ``2``. Without a ``to 0x..`` the last hex value counts; without any
-    hex value the result is ``None``.
+    gives ``2``. A line that says ``to`` without a value after it, or ``from`` without
+    ``to``, was cut (a log wrapped by hand): ``None``, never the *old* value. A line
+    without ``from``/``to`` (an older wording) gives its last hex value.
     """
     match = _TO_HEX.search(text)
     if match is not None:
         return int(match.group(1), 16)
+    if _TO.search(text) or "from" in text:
+        return None
     values = _HEX.findall(text)
     return int(values[-1], 16) if values else None
+
+
+def reset_words(text: str) -> str | None:
+    """``"D-RST"`` or ``"RST"`` when an Xid 94/95 line says the GPU needs a (drain and)
+    reset (``RST: Yes`` / ``D-RST: Yes``), else ``None``."""
+    found = _RESET_WORDS.findall(text)
+    if not found:
+        return None
+    return "D-RST" if "D-RST" in found else "RST"
 
 
 def nvlink5_fields(text: str) -> tuple[str | None, str | None, list[int]]:

@@ -18,6 +18,7 @@ raw syslog priority               ``<3>Feb 14 05:03:41 host kernel: ...``
 Talos (talosctl dmesg)            ``node: kern:    warning: [2026-04-22T21:27:51.29Z]: NVRM: ...``
 /dev/kmsg                         ``6,1234,5678901,-;NVRM: ...`` (``\\x0a`` escapes are unescaped)
 kubectl logs --timestamps         ``2024-02-14T05:03:41.123456789Z RuntimeError: CUDA error: ...``
+Fabric Manager's log              ``[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch ...``
 ================================  ===============================================================
 
 Timestamps are converted to seconds once per distinct text (cached): the
@@ -40,6 +41,11 @@ _UPTIME = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
 _CTIME = re.compile(
     r"\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?"
 )
+_FM = re.compile(
+    r"\[((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d{4} \d\d:\d\d:\d\d)\] "
+    r"\[(FATAL|ERROR|WARNING|WARN|NOTICE|INFO|DEBUG)\] (?:\[tid \d+\] )?"
+)
+_FM_LEVELS = {"FATAL": 2, "ERROR": 3, "WARNING": 4, "WARN": 4, "NOTICE": 5, "INFO": 6, "DEBUG": 7}
 _DECODED = re.compile(
     r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\d)\s*:"
     r"\s*(emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?"
@@ -186,6 +192,10 @@ def _parse_bracketed(text: str) -> Record:
     if match is not None:
         stamp = match.group(1)
         return Record(text[match.end() :].strip(), stamp, "ctime")
+    match = _FM.match(text)
+    if match is not None:
+        level = _FM_LEVELS[match.group(2)]
+        return Record(text[match.end() :].strip(), match.group(1), "fm", level=level)
     return Record(text)
 
 
@@ -288,10 +298,21 @@ def _uptime_seconds(stamp: str) -> float | None:
         return None
 
 
+@lru_cache(maxsize=4096)
+def _fm_seconds(stamp: str) -> float | None:
+    """``Jul 23 2024 07:53:55`` (Fabric Manager's log, local time)."""
+    parts = stamp.split()
+    if len(parts) != 4 or not parts[2].isdigit():
+        return None
+    month, day, year, clock = parts
+    return _local_seconds(int(year), month, day, clock)
+
+
 _SECONDS: dict[str, Callable[[str], float | None]] = {
     "uptime": _uptime_seconds,
     "kmsg": _uptime_seconds,
     "iso": _iso_seconds,
     "syslog": _syslog_seconds,
     "ctime": _ctime_seconds,
+    "fm": _fm_seconds,
 }

@@ -40,6 +40,16 @@ What the scanner adds on top of :func:`~fleetmedic.scan.classify.classify`:
   within :data:`REPORT_LINES` lines, name the same device and code, and ask for
   nothing stronger (a stronger one is its own finding: an escalation is never
   lost). A part seen twice starts the next report;
+- records the log cut in two (the catalog's ``joins``: an Xid 154 line wrapped before
+  its new recovery action, the old powerplay code's ``[powerplay]`` head and its
+  message on the next line): the head is held and joined with the next line when
+  that one continues it, else classified alone;
+- a report whose first line names no process (a newer amdgpu page fault prints
+  ``Process python3 pid 15615 thread ...`` on its second line) is held until its next
+  line, which lends the finding its process and pid. Held findings come out with the
+  next line fed, or from :meth:`Scanner.flush` (every ``scan*`` method calls it at
+  the end of its input; a follower that waits on a quiet log keeps a held line until
+  the next one);
 - the safety net (:mod:`fleetmedic.scan.net`, on by default): a GPU driver line
   that no rule matches but that was logged at ``err`` or says a failure word
   becomes an ``<driver>.unclassified`` finding (action ``monitor``);
@@ -72,6 +82,7 @@ _GPU_HEADER = re.compile(r"NVRM: The NVIDIA GPU (\S+)")
 _HINT_LINES = 4
 _CACHE_SIZE = 4096
 _DEVICE = re.compile(r"^ DEVICE=\+pci:(\S+)", re.M)
+_PROCESS = re.compile(r"\b[Pp]rocess (?P<process>\S+) pid (?P<pid>\d+) thread")
 
 REPORT_LINES = 4
 """A follow-up line joins a report when it comes within this many lines of the
@@ -121,7 +132,13 @@ class Scanner:
         self._report: _Report | None = None
         self._net_cache: dict[tuple[str, int | None], Classified | None] = {}
         self.triggers: tuple[str, ...] = self.catalog.triggers
+        # one C-level pass over the line instead of one substring test per trigger
+        self._trigger = re.compile("|".join(re.escape(t) for t in self.triggers))
         self._rules = {rule.id: rule for rule in self.catalog.rules}
+        joined = {lit for join in self.catalog.joins for lit in join.literals}
+        self._own_literals = tuple(t for t in self.triggers if t not in joined)
+        self._held: tuple[int, parser.Record, str, catalog_mod.Join] | None = None
+        self._pending: Finding | None = None
 
     @property
     def boot_key(self) -> str:
@@ -141,36 +158,79 @@ class Scanner:
         else:
             self.lines_read = max(self.lines_read, lineno)
         text = line.decode("utf-8", "replace") if isinstance(line, (bytes, bytearray)) else line
-        if not any(trigger in text for trigger in self.triggers):
+        if self._trigger.search(text) is None:
             return []
         return self._feed_candidate(text, lineno)
 
     def _feed_candidate(self, text: str, lineno: int) -> list[Finding]:
         record = parser.parse(text)
+        out: list[Finding] = []
+        held = self._held
+        if held is not None:
+            self._held = None
+            head_line, head, head_text, join = held
+            if (
+                lineno == head_line + 1
+                and join.tail.search(record.message)
+                and not any(lit in record.message for lit in self._own_literals)
+            ):
+                joined = f"{head.message.rstrip()} {record.message.strip()}"
+                return self._emit_pending() + self._process(
+                    dataclasses.replace(head, message=joined), head_line, head_text
+                )
+            out += self._emit_pending() + self._process(head, head_line, head_text)
+        for join in self.catalog.joins:
+            if join.requires in record.message and join.head.match(record.message):
+                self._held = (lineno, record, text, join)
+                return out + self._emit_pending()
+        return out + self._process(record, lineno, text)
+
+    def flush(self) -> list[Finding]:
+        """Findings held for a next line that did not come (the end of the input)."""
+        out: list[Finding] = []
+        held, self._held = self._held, None
+        if held is not None:
+            out += self._emit_pending() + self._process(held[1], held[0], held[2])
+        return out + self._emit_pending()
+
+    def _emit_pending(self) -> list[Finding]:
+        found, self._pending = self._pending, None
+        if found is None:
+            return []
+        if self.dedup is not None and not self.dedup.admit(found, self.boot_key):
+            return []
+        return [found]
+
+    def _process(self, record: parser.Record, lineno: int, text: str) -> list[Finding]:
         message = record.message
         if self.boot_id is None and any(marker in message for marker in DRIVER_LOADS):
             self._segment += 1
             self._hint = None
             self._report = None
-            return []
+            return self._emit_pending()
         if self._continues(message, lineno):
             return []
+        out = self._emit_pending()
         found = self._classify(message)
         if found is None:
             header = _GPU_HEADER.search(message)
             if header is not None:
                 pci = pcimod.normalize(header.group(1))
                 self._hint = (lineno, pci) if pci else None
-                return []
+                return out
             found = self._unclassified(message, record.level) if self.net else None
             if found is None:
-                return []
+                return out
         finding = self._finding(found, record, lineno, text)
         if self._joins(finding, message, lineno):
-            return []
+            return out
+        rule = self._rules.get(finding.rule)
+        if rule is not None and rule.awaits_process and finding.pid is None:
+            self._pending = finding  # its next line may name the process
+            return out
         if self.dedup is not None and not self.dedup.admit(finding, self.boot_key):
-            return []
-        return [finding]
+            return out
+        return [*out, finding]
 
     def _continues(self, message: str, lineno: int) -> bool:
         """A follow-up line of the open report that the catalog names (``continued_by``)."""
@@ -184,6 +244,14 @@ class Scanner:
         if pci is not None and report.finding.pci is not None and pci != report.finding.pci:
             return False
         report.last_line = lineno
+        pending = self._pending
+        if pending is not None and pending is report.finding:
+            named = _PROCESS.search(message)
+            if named is not None:
+                pid = int(named.group("pid"))
+                self._pending = report.finding = dataclasses.replace(
+                    pending, process=named.group("process"), pid=pid or None
+                )
         return True
 
     def _joins(self, finding: Finding, message: str, lineno: int) -> bool:
@@ -259,6 +327,7 @@ class Scanner:
         """Findings from an iterable of lines (a list, a file, a follower), lazily."""
         for line in lines:
             yield from self.feed(line)
+        yield from self.flush()
 
     def scan_binary(
         self,
@@ -310,6 +379,7 @@ class Scanner:
                 lineno, raw = next(generator)
             except StopIteration as stop:
                 self.lines_read = base + (stop.value or 0)
+                yield from self.flush()
                 return
             self.lines_read = base + lineno
             yield from self._feed_candidate(raw.decode("utf-8", "replace"), base + lineno)

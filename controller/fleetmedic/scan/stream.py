@@ -20,14 +20,18 @@ waiting they yield nothing. :func:`follow` picks one from a source spec.
   on the write (inotify on the file's directory, :class:`FileWaker`), not on a
   timer; ``poll`` only bounds each wait (for ``stop``, and for file systems
   that send no inotify events, e.g. a file changed on another NFS client).
-- :func:`follow_journal` runs ``journalctl -k -f -o short-iso-precise``
-  (current boot unless told otherwise) and yields its lines; the process is
-  stopped when the generator is closed.
+- :func:`follow_journal` runs ``journalctl -k -f -o json`` (current boot unless told
+  otherwise; ``-u UNIT`` instead of ``-k`` for a service such as Fabric Manager) and
+  yields each record as a syslog-style line that keeps the record's priority
+  (:func:`journal_line`: ``<3>2024-02-14T05:03:41.123456+0000 host kernel: ...``), so the
+  scanner knows an ``err``-level line from an ``info`` one, as it does from /dev/kmsg; the
+  process is stopped when the generator is closed.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import select
 import subprocess
@@ -293,20 +297,51 @@ def follow_file(
             handle.close()
 
 
+def journal_line(record: object) -> str | None:
+    """One ``journalctl -o json`` record as a line the parser reads, priority kept:
+    ``<PRIORITY>ISO-time host identifier: MESSAGE``. ``None`` for a record without a
+    message. A message with newlines (one record the kernel logged in parts) stays one
+    line."""
+    if not isinstance(record, dict):
+        return None
+    msg = record.get("MESSAGE")
+    if isinstance(msg, list):  # not valid UTF-8: journalctl gives the bytes
+        msg = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")
+    if not isinstance(msg, str):
+        return None
+    text = " ".join(msg.splitlines())
+    host = str(record.get("_HOSTNAME") or "localhost")
+    ident = str(
+        record.get("SYSLOG_IDENTIFIER")
+        or ("kernel" if record.get("_TRANSPORT") == "kernel" else "journal")
+    )
+    try:
+        usec = int(str(record.get("__REALTIME_TIMESTAMP")))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(usec // 1_000_000))
+        stamp += f".{usec % 1_000_000:06d}+0000 "
+    except ValueError:
+        stamp = ""
+    pri = str(record.get("PRIORITY", ""))
+    prefix = f"<{pri}>" if pri.isdigit() else ""
+    return f"{prefix}{stamp}{host} {ident}: {text}"
+
+
 def follow_journal(
     *,
     args: Sequence[str] = ("-b",),
     stop: threading.Event | None = None,
     poll: float = POLL,
     journalctl: str = "journalctl",
+    select_: Sequence[str] = ("-k",),
 ) -> Iterator[str]:
-    """Yield lines of ``journalctl -k -f -o short-iso-precise <args>``.
+    """Yield the records of ``journalctl <select_> -f -o json <args>`` as lines
+    (:func:`journal_line`).
 
-    ``args`` defaults to ``-b`` (this boot from its start); pass ``("-n", "0")``
-    for new lines only. Raises :class:`PermanentError` if journalctl cannot
-    be started.
+    ``select_`` defaults to ``-k`` (the kernel's messages); ``("-u", UNIT)`` follows a
+    service. ``args`` defaults to ``-b`` (this boot from its start); pass ``("-n", "0")``
+    for new lines only. Raises :class:`PermanentError` if journalctl cannot be started.
     """
-    command = [journalctl, "-k", "-f", "-o", "short-iso-precise", "--no-pager", *args]
+    command = [journalctl, *select_, "-f", "-o", "json", "--no-pager", *args]
     try:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     except OSError as exc:
@@ -327,7 +362,12 @@ def follow_journal(
             lines = data.split(b"\n")
             partial = lines.pop()
             for line in lines:
-                yield line.decode("utf-8", "replace")
+                try:
+                    converted = journal_line(json.loads(line))
+                except ValueError:
+                    continue  # not a record (journalctl's own notice)
+                if converted is not None:
+                    yield converted
     finally:
         proc.terminate()
         try:

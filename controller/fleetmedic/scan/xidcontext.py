@@ -20,6 +20,10 @@ that look at the fault's *place* and *company*, not at how often it comes:
 
 - Xid 43 / 45 name the channel (``Ch 0000000b``, ``channel 0x00000015``), and a newer
   Xid 45 the Xid it cleans up after (``Ch 00000001 caused by previous Xid 149``).
+- an amdgpu page fault names its VMID and PASID, and the process (on the line, or on the
+  next line, which the scanner attaches to the finding as its ``process``)::
+
+      [gfxhub] page fault (src_id:0 ring:173 vmid:8 pasid:32791, for process python3 pid 15615 ...
 
 :func:`context_of` reads these from a finding's message, which the parser has already
 freed of every log prefix the scanner reads (dmesg, ``dmesg -T``, journal, syslog,
@@ -56,8 +60,11 @@ _CHANNEL = re.compile(
     r"\b(?:Ch(?:annel)?(?: ID)?|ChId|channel)\s+(?:0x)?(?P<ch>[0-9a-fA-F]{1,8})\b"
 )
 _CAUSE = re.compile(r"caused by previous Xid (\d{1,6})")
+_VMID = re.compile(r"\bvmid[: ]\s*(\d+)")
+_PASID = re.compile(r"\bpas_?id[: ]\s*(\d+)")
+_FAULT_PROCESS = re.compile(r"for process (\S+) pid \d+")
 
-WORKFLOW_KINDS = ("same-location", "same-gpu", "follows")
+WORKFLOW_KINDS = ("same-location", "same-gpu", "follows", "spread")
 """The kinds of context a workflow decides on (one evaluator each in policy/workflow.py)."""
 
 
@@ -73,6 +80,9 @@ class XidContext:
     fault_type: str | None = None  # Xid 31: FAULT_PDE, FAULT_PTE, ...
     channel: int | None = None
     cause: int | None = None  # Xid 45: the Xid it says it follows
+    vmid: int | None = None  # amdgpu page fault: the VM id (0: the kernel's own)
+    pasid: int | None = None  # amdgpu page fault: the process address space id
+    process: str | None = None  # amdgpu page fault: the faulting process's name
 
     def location(self, fields: tuple[str, ...]) -> str | None:
         """``fields`` as ``"gpc=7,tpc=7"``, or ``None`` if the line lacks any of them."""
@@ -98,6 +108,11 @@ def context_of(message: str) -> XidContext:
         fault_type = kind.group(1) if kind else None
     ch = _CHANNEL.search(message)
     cause = _CAUSE.search(message)
+    vmid, pasid, proc = (
+        _VMID.search(message),
+        _PASID.search(message),
+        _FAULT_PROCESS.search(message),
+    )
     return XidContext(
         gpc=gpc,
         tpc=tpc,
@@ -107,6 +122,9 @@ def context_of(message: str) -> XidContext:
         fault_type=fault_type,
         channel=int(ch.group("ch"), 16) if ch else None,
         cause=int(cause.group(1)) if cause else None,
+        vmid=int(vmid.group(1)) if vmid else None,
+        pasid=int(pasid.group(1)) if pasid else None,
+        process=proc.group(1) if proc else None,
     )
 
 
@@ -121,7 +139,9 @@ class WorkflowSpec:
     - ``action``: what the context calls for when it says hardware; ``otherwise``: when
       it does not (different places, across GPUs, solo);
     - ``within``: (follows) an Xid this many seconds before on the same GPU is the one
-      this line follows.
+      this line follows; (spread) a fault this soon after a rule of ``after`` on the same
+      GPU (a reset) calls for ``action`` at once;
+    - ``after``: (spread) the rules (GPU resets) whose aftermath a fault is.
     """
 
     rule: str
@@ -135,11 +155,12 @@ class WorkflowSpec:
     where: tuple[str, ...] = ()
     within: float = 10.0
     sources: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
 
 
 _FIELDS = {f.name for f in dataclasses.fields(XidContext)}
 _KEYS = {"kind", "action", "otherwise", "bucket", "count", "window", "burst", "where"}
-_KEYS |= {"within", "source", "why"}
+_KEYS |= {"within", "source", "why", "after"}
 
 
 def parse_workflows(where: str, raw: Any, sources: Mapping[str, Any]) -> dict[str, WorkflowSpec]:
@@ -167,7 +188,7 @@ def parse_workflows(where: str, raw: Any, sources: Mapping[str, Any]) -> dict[st
                 )
         fields = tuple(str(f) for f in entry.get("where") or ())
         bad = [f for f in fields if f not in _FIELDS]
-        if bad or (kind == "same-location" and not fields):
+        if bad or (kind in ("same-location", "spread") and not fields):
             raise ConfigError(
                 f"{where}: workflow {rule!r} needs `where` from {', '.join(sorted(_FIELDS))}"
             )
@@ -188,6 +209,7 @@ def parse_workflows(where: str, raw: Any, sources: Mapping[str, Any]) -> dict[st
                 where=fields,
                 within=float(entry.get("within", 10)),
                 sources=names,
+                after=tuple(str(r) for r in entry.get("after") or ()),
             )
         except (TypeError, ValueError):
             raise ConfigError(
@@ -201,20 +223,28 @@ def parse_workflows(where: str, raw: Any, sources: Mapping[str, Any]) -> dict[st
     return out
 
 
+WORKFLOW_FILES = ("xid_catalog.yaml", "amdgpu_catalog.yaml")
+
+
 @cache
 def load_workflows(directory: str | None = None) -> dict[str, WorkflowSpec]:
-    """The Xid catalog's ``workflows`` (from ``fleetmedic/data`` unless ``directory``)."""
-    name = "xid_catalog.yaml"
-    try:
-        if directory is None:
-            text = resources.files("fleetmedic.data").joinpath(name).read_text(encoding="utf-8")
-        else:
-            text = (Path(directory) / name).read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"fault catalog {name}: cannot be read: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"fault catalog {name}: is not a mapping")
-    return parse_workflows(
-        f"fault catalog {name}", data.get("workflows"), data.get("sources") or {}
-    )
+    """The catalogs' ``workflows`` (Xid 13/31/45, amdgpu page faults), from
+    ``fleetmedic/data`` unless ``directory``."""
+    out: dict[str, WorkflowSpec] = {}
+    for name in WORKFLOW_FILES:
+        try:
+            if directory is None:
+                text = resources.files("fleetmedic.data").joinpath(name).read_text(encoding="utf-8")
+            else:
+                text = (Path(directory) / name).read_text(encoding="utf-8")
+            data = yaml.safe_load(text)
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"fault catalog {name}: cannot be read: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"fault catalog {name}: is not a mapping")
+        out.update(
+            parse_workflows(
+                f"fault catalog {name}", data.get("workflows"), data.get("sources") or {}
+            )
+        )
+    return out

@@ -51,6 +51,13 @@ def test_from_file_with_nested_sections(tmp_path):
         ("interval: 0", "interval: must be positive"),
         ("taints: nope", "unknown taint preset"),
         ("kernel: {poll: -1}", "kernel.poll"),
+        ("fabricmanager: {poll: 0}", "fabricmanager.poll"),
+        ("fabricmanager: {sorce: journal}", "sorce"),
+        # page faults are judged by context (issue 39): a count for them is refused
+        (
+            "kernel: {thresholds: {amdgpu.page-fault: {count: 10, action: reset}}}",
+            "judged by context",
+        ),
         ("checks: {vendor: intel}", "vendor"),
         ("[1, 2]", "mapping"),
         ("interval: [", "agent.yaml"),

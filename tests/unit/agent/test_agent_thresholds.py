@@ -93,7 +93,10 @@ def test_the_catalog_counts_no_application_xid(tmp_path):
     assert repair_taints(node) == [] and counts(node) == {}
 
 
-def test_the_agent_config_overrides_the_catalog(tmp_path):
+def test_the_catalog_ships_no_count_and_the_agent_config_adds_one(tmp_path):
+    """Issue 39 item 6: no count without a published source ships, so GSP watchdogs (the
+    driver: "not considered as errors") never fence by a count of ours; an operator's
+    own count in the agent config still does."""
     node = Node(tmp_path)
     node.log.write_text(
         "".join(
@@ -101,13 +104,13 @@ def test_the_agent_config_overrides_the_catalog(tmp_path):
             for t in (100, 200, 300, 400)
         )
     )
+    node.run_once()
+    assert repair_taints(node) == [] and "seen" not in counts(node)
     cfg = KernelWatchConfig(
         source=str(node.log),
         boot_id_file=str(node.boot_file),
-        thresholds={"nvrm.gsp-watchdog": {"count": 0, "window": 3600, "action": "reset"}},
+        thresholds={"nvrm.gsp-watchdog": {"count": 3, "window": 3600, "action": "reset"}},
     )
     stop = threading.Event()
     KernelWatch(cfg, NodeWriter(node.kube, "n1", preset()), Retrier(stop), stop, once=True).run()
-    assert repair_taints(node) == [] and counts(node) == {}
-    node.run_once()  # the catalog's own: 3 within an hour
     assert repair_taints(node) == [RESET]

@@ -13,7 +13,17 @@ from fleetmedic.adapters.loki import Entry
 from fleetmedic.agent.lokicursor import Cursor
 from fleetmedic.agent.lokisource import LokiMetrics, LokiSource, LokiSourceConfig
 from fleetmedic.agent.writer import NodeWriter
-from tests.harness.storm import GPUS, TWO_HOURS, storm, xid13, xid79
+from tests.harness.storm import (
+    AMD_GPUS,
+    GPUS,
+    TWO_HOURS,
+    amd_fault,
+    amd_reset,
+    amd_storm,
+    storm,
+    xid13,
+    xid79,
+)
 
 DIAGNOSE = "fleetmedic.io/repair=diagnose"
 
@@ -80,4 +90,22 @@ def test_storm_then_xid79_through_loki_raises_a_diagnose_fence_to_reboot():
 def test_xid13_at_one_place_through_loki_fences_diagnose():
     kube = MemoryKube()
     run([(t, m) for t in (100, 2000, 5000) for m in xid13(GPUS[3], 4, 5)], kube)
+    assert ours(kube) == {DIAGNOSE}
+
+
+def test_one_jobs_amd_page_fault_storm_through_loki_fences_nothing():
+    """Issue 39: the AMD storm judged by context in the Loki source as in the agent."""
+    kube = MemoryKube()
+    src = run(amd_storm(), kube)
+    assert ours(kube) == set() and src.fenced == 0
+
+
+def test_an_amd_fault_right_after_a_reset_through_loki_fences_diagnose():
+    """The fault is the stream's last report: the batch's end lets it out."""
+    kube = MemoryKube()
+    bus = AMD_GPUS[2]
+    run(
+        [*[(500.0, ln) for ln in amd_reset(bus)], *[(502.0, ln) for ln in amd_fault(bus, 7, 9)]],
+        kube,
+    )
     assert ours(kube) == {DIAGNOSE}

@@ -58,12 +58,12 @@ def reports() -> tuple[dict, ...]:
 
 
 def scan_line(line: str) -> list[Finding]:
-    return Scanner(dedup=False).feed(line)
+    """As ``fleetmedic scan --no-dedup`` on a one-line file (a held line comes out at the end)."""
+    return list(Scanner(dedup=False).scan([line]))
 
 
 def scan_report(report: dict) -> list[Finding]:
-    scanner = Scanner(dedup=False)
-    return [f for line in report["lines"] for f in scanner.feed(line)]
+    return list(Scanner(dedup=False).scan(report["lines"]))
 
 
 @dataclasses.dataclass

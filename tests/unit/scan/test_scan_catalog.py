@@ -11,7 +11,7 @@ import yaml
 
 from fleetmedic.errors import ConfigError
 from fleetmedic.scan import catalog
-from fleetmedic.scan.finding import ACTIONS
+from fleetmedic.scan.finding import ACTION_RANK, ACTIONS
 from fleetmedic.scan.xidcontext import load_workflows
 
 CAT = catalog.load()
@@ -82,7 +82,7 @@ def test_sxid_severities():
 
 
 def test_rules_have_sources_and_triggers():
-    assert {rule.kind for rule in CAT.rules} == {"nvrm", "amdgpu", "nccl", "cuda"}
+    assert {rule.kind for rule in CAT.rules} == {"nvrm", "amdgpu", "nccl", "cuda", "fabricmanager"}
     for rule in CAT.rules:
         assert rule.sources
         assert any(t in rule.requires for t in CAT.triggers)
@@ -104,7 +104,7 @@ def test_amdgpu_covers_the_issue_list():
 
 
 def _copy_catalog(tmp_path: Path) -> Path:
-    for name in catalog.FILES:
+    for name in catalog.FILES + catalog.SOURCE_LISTS:
         shutil.copy(resources.files("fleetmedic.data").joinpath(name), tmp_path / name)
     return tmp_path
 
@@ -117,8 +117,22 @@ def _copy_catalog(tmp_path: Path) -> Path:
         ("xid_catalog.yaml", lambda d: d["xids"][0].update(action="reset_gpu")),
         (
             "xid_catalog.yaml",
-            lambda d: d["thresholds"].update({"xid.13": {"count": 3, "action": "monitor"}}),
+            lambda d: d.update(thresholds={"xid.9": {"count": 3, "action": "monitor"}}),
         ),
+        (  # a shipped count needs its published source (issue 39 item 6)
+            "xid_catalog.yaml",
+            lambda d: d.update(thresholds={"xid.9": {"count": 3, "action": "reboot"}}),
+        ),
+        ("xid_catalog.yaml", lambda d: d["families"]["entries"][0].update(family="no-such")),
+        ("xid_catalog.yaml", lambda d: d["families"]["entries"].pop()),  # a family left out
+        ("amdgpu_catalog.yaml", lambda d: d["families"]["entries"][0].update(action="fix")),
+        (  # an entry may raise the driver's word, never lower a fence
+            "sxid_catalog.yaml",
+            lambda d: next(e for e in d["sxids"] if e["severity"] == "fatal").update(
+                action="monitor", why="x"
+            ),
+        ),
+        ("xid_catalog.yaml", lambda d: d["joins"][0].update(head="(unclosed")),
         ("amdgpu_catalog.yaml", lambda d: d["rules"][-1].update(continued_by="(unclosed")),
         ("amdgpu_catalog.yaml", lambda d: d["rules"][0].update(match="(unclosed")),
         ("sxid_catalog.yaml", lambda d: d["sxids"][0].update(severity="maybe")),
@@ -165,8 +179,8 @@ def test_every_bucket_the_catalog_uses_maps_to_one_of_our_actions():
     assert rows | {"RESET_GPU"} <= set(CAT.nvlink5_bucket_actions)
     for rule in CAT.rules:
         assert rule.bucket is None or rule.bucket in CAT.bucket_actions, rule.id
-        if rule.bucket is not None:
-            assert rule.action == CAT.bucket_actions[rule.bucket], rule.id
+        if rule.bucket is not None:  # never weaker than the bucket (the boot path reboots)
+            assert ACTION_RANK[rule.action] >= ACTION_RANK[CAT.bucket_actions[rule.bucket]], rule.id
 
 
 def test_no_bucket_mapping_is_dead():

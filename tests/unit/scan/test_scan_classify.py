@@ -98,7 +98,7 @@ def test_xid154_classification(tail, action, rule):
         ),
         (
             "147, SOMETHING_NEW Fatal XC0 i0 Link 0 (0x0 0x1 0x0 0x0 0x0 0x0)",
-            "reboot",
+            "reset",  # the printed Fatal: RESET_GPU, the bucket of every fatal decoded row
             "WORKFLOW_NVLINK5_ERR",
         ),
         (

@@ -227,3 +227,23 @@ def test_journal_without_journalctl_exits_3_with_one_line(tmp_path: Path):
 def test_unknown_does_not_follow():
     result = scan("--unknown", "--follow", "/dev/null")
     assert result.returncode == 2 and "--unknown reads whole files" in result.stderr
+
+
+def test_scan_reads_a_fabric_manager_log_file(tmp_path: Path):
+    """Issue 39 item 3: Fabric Manager's own log through the same command (published
+    lines: leptonai/gpud's Fabric Manager tests and testdata)."""
+    log = tmp_path / "fabricmanager.log"
+    log.write_text(
+        "[Feb 25 2025 13:59:45] [INFO] [tid 1808] multicast group 0 is freed.\n"
+        "[Jul 09 2024 18:14:07] [ERROR] [tid 12727] detected NVSwitch non-fatal error 12028 on "
+        "fid 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61\n"
+        "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 "
+        "on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33\n"
+    )
+    result = scan("--json", str(log))
+    assert result.returncode == 1, result.stderr  # the fatal one fences
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["line"], r["kind"], r["code"], r["pci"], r["action"]) for r in rows] == [
+        (2, "fabricmanager", 12028, "0000:86:00", "monitor"),
+        (3, "fabricmanager", 20034, "0000:86:00", "reset"),
+    ]

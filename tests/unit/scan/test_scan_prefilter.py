@@ -99,7 +99,9 @@ def test_search_keys_are_suffixes_and_few_passes_cover_the_catalog():
     assert len(keys) == len(triggers)
     for trigger, key in zip(triggers, keys, strict=True):
         assert trigger.endswith(key) and len(key) >= 3
-    assert len({key[0] for key in keys}) <= 3  # one pass per distinct first byte
+    # one pass per distinct first byte (issue 39's literals for Fabric Manager, the cut
+    # records' continuations and FreeBSD's drmn0 made it four)
+    assert len({key[0] for key in keys}) <= 4
     assert len(literals.searchers(triggers)) == len({key[0] for key in keys})
 
 

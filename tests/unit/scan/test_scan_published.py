@@ -16,7 +16,7 @@ CASES = published_cases()
 def test_published_line(case):
     assert case.get("source"), "every test line names where it was published"
     assert case.get("format")
-    findings = Scanner(dedup=False).feed(case["line"])
+    findings = list(Scanner(dedup=False).scan([case["line"]]))
     if case["expect"] is None:
         assert findings == []
         return
@@ -30,7 +30,7 @@ def test_published_line(case):
 @pytest.mark.parametrize("case", CASES, ids=[case_id(i, c) for i, c in enumerate(CASES)])
 def test_bulk_path_agrees(case):
     line = case["line"].encode()
-    by_line = Scanner(dedup=False).feed(case["line"])
+    by_line = list(Scanner(dedup=False).scan([case["line"]]))
     bulk = list(Scanner(dedup=False).scan_binary(io.BytesIO(line + b"\n")))
     assert bulk == by_line
 

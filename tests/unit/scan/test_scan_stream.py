@@ -248,11 +248,11 @@ def test_read_real_dev_kmsg_without_waiting():
 def test_follow_journal_runs_journalctl_and_stops_it(tmp_path: Path):
     fake = tmp_path / "journalctl"
     log = tmp_path / "args"
-    # A stand-in that records its arguments and writes two short-iso lines, then blocks like -f does.
+    # A stand-in that records its arguments and writes two JSON records, then blocks like -f does.
     fake.write_text(
         f'#!/bin/sh\necho "$@" > {log}\n'
-        "echo '2026-02-14T05:03:41.000001+0000 gpu-1 kernel: NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.'\n"
-        "echo '2026-02-14T05:03:42.000001+0000 gpu-1 kernel: usb 1-1: new device'\n"
+        """echo '{"PRIORITY":"3","MESSAGE":"NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.","__REALTIME_TIMESTAMP":"1771045421000001","_HOSTNAME":"gpu-1","SYSLOG_IDENTIFIER":"kernel"}'\n"""
+        """echo '{"PRIORITY":"6","MESSAGE":"usb 1-1: new device","__REALTIME_TIMESTAMP":"1771045422000001","_HOSTNAME":"gpu-1","SYSLOG_IDENTIFIER":"kernel"}'\n"""
         "exec sleep 60\n"
     )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
@@ -266,7 +266,7 @@ def test_follow_journal_runs_journalctl_and_stops_it(tmp_path: Path):
     thread.join(10)
     assert not thread.is_alive()
     assert [(f.code, f.pci, f.clock) for f in got] == [(79, "0000:44:00", "wall")]
-    assert log.read_text().split()[:4] == ["-k", "-f", "-o", "short-iso-precise"]
+    assert log.read_text().split()[:4] == ["-k", "-f", "-o", "json"]
 
 
 def test_follow_journal_missing_binary(tmp_path: Path):
