@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the repair record in Extra costs the controller's poll: one ``sinfo --json`` of a
 2,000-node cluster whose every node carries a record of the largest size we allow
-(``adapters.slurm.RECORD_MAX``), against the same cluster with no record at all and with a
+(``adapters.slurmrecord.RECORD_MAX``), against the same cluster with no record at all and with a
 typical one, in the same run (issue 37).
 
 Usage::
@@ -16,7 +16,7 @@ nodename=gpu[0001-N] extra=...`` to a record built as the controller builds it: 
 record (``{"fleetmedic": {...}}``) with an in-flight marker, last results, the last
 finding, strikes, and attempts in the history, each attempt's message at its longest
 (policy/history.MESSAGE_LIMIT), as many attempts as fit the size; the record is written
-through the adapter's own fitting (adapters/slurm._fitted), so it is never larger than
+through the adapter's own fitting (adapters/slurmrecord.fitted), so it is never larger than
 what the adapter would write.
 
 Measured per size, the median of the reads: the wall time of the controller's read as
@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT / "controller"))
 
 import _common  # noqa: E402
 
-from fleetmedic.adapters.slurm import RECORD_KEY, RECORD_MAX, Slurm, _fitted  # noqa: E402
+from fleetmedic.adapters.slurm import Slurm  # noqa: E402
+from fleetmedic.adapters.slurmrecord import RECORD_KEY, RECORD_MAX, fitted  # noqa: E402
 from fleetmedic.model import keys  # noqa: E402
 from fleetmedic.model.config.slurm import DEFAULT_POLL  # noqa: E402
 from fleetmedic.policy.history import MESSAGE_LIMIT  # noqa: E402
@@ -89,7 +90,7 @@ def record(size: int) -> str:
         ),
     }
     history: list[dict] = []
-    text = _fitted("bench", {RECORD_KEY: {**rec, keys.ANN_HISTORY: "[]"}})
+    text = fitted("bench", {RECORD_KEY: {**rec, keys.ANN_HISTORY: "[]"}})
     while True:
         history.append(attempt)
         doc = {RECORD_KEY: {**rec, keys.ANN_HISTORY: json.dumps(history)}}

@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmedic.adapters import slurmread
+from fleetmedic.adapters.slurmrecord import RECORD_KEY, extra_doc, fitted
 from fleetmedic.errors import (
     ConfigError,
     NotFoundError,
@@ -88,14 +89,8 @@ from fleetmedic.errors import (
     TemporaryError,
     one_line,
 )
-from fleetmedic.model import keys
 from fleetmedic.model.slurmreason import DEFAULT_PREFIX, check_prefix, format_reason, is_ours
 
-RECORD_KEY = "fleetmedic"
-RECORD_MAX = 32 * 1024
-"""Bytes of Extra our record may fill: room for a long repair history, far below what
-slurmctld accepted (70,000 characters), small enough that ``sinfo --json`` over a few
-thousand nodes stays quick."""
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")  # a job, or one task of an array
 DRAINED_STATES = ("idle", "down", "future")  # with DRAIN and no job left: drained
@@ -159,7 +154,7 @@ class SlurmNode:
     def record(self) -> dict[str, str]:
         """Our repair record from Extra ({} when there is none or it is unreadable: the
         worst case is one more repair, never a missed one)."""
-        doc = _extra_doc(self.extra)
+        doc = extra_doc(self.extra)
         rec = doc.get(RECORD_KEY) if isinstance(doc, dict) else None
         return {str(k): str(v) for k, v in rec.items()} if isinstance(rec, dict) else {}
 
@@ -180,17 +175,6 @@ class SlurmNode:
             gres=str(n.get("gres") or ""),
             features=str(n.get("features") or ""),
         )
-
-
-def _extra_doc(extra: str) -> dict | None:
-    """Extra as a JSON object ({} when empty), or None when it holds anything else."""
-    if not extra.strip():
-        return {}
-    try:
-        doc = json.loads(extra)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 class Slurm:
@@ -302,7 +286,7 @@ class Slurm:
             )
 
     def _extra_with(self, node: SlurmNode, values: Mapping[str, str | None]) -> str:
-        doc = _extra_doc(node.extra)
+        doc = extra_doc(node.extra)
         if doc is None:
             raise ForeignField(
                 f"Slurm node {node.name}: Extra holds something else "
@@ -320,7 +304,7 @@ class Slurm:
             doc[RECORD_KEY] = rec
         else:
             doc.pop(RECORD_KEY, None)
-        return _fitted(node.name, doc)
+        return fitted(node.name, doc)
 
     def fence(
         self,
@@ -414,35 +398,6 @@ class Slurm:
         self._run(
             "scontrol", "reboot", "ASAP", f"nextstate={nextstate}", f"reason={reason}", node.name
         )
-
-
-def _fitted(name: str, doc: dict) -> str:
-    """``doc`` as Extra's text within :data:`RECORD_MAX` bytes: the oldest attempts of the
-    repair history go first (flap damping and status read the recent ones); a record still
-    too big without any history is refused (PermanentError, nothing written)."""
-    text = _dumps(doc) if doc else ""
-    rec = doc.get(RECORD_KEY)
-    history: list = []
-    if len(text.encode()) > RECORD_MAX and isinstance(rec, dict):
-        try:
-            loaded = json.loads(rec.get(keys.ANN_HISTORY) or "[]")
-        except ValueError:
-            loaded = None
-        history = loaded if isinstance(loaded, list) else []
-    while len(text.encode()) > RECORD_MAX and history and isinstance(rec, dict):
-        history = history[max(1, len(history) // 8) :]  # (a few at a time: each try dumps)
-        rec[keys.ANN_HISTORY] = _dumps(history)
-        text = _dumps(doc)
-    if len(text.encode()) > RECORD_MAX:
-        raise PermanentError(
-            f"Slurm node {name}: record of {len(text.encode())} bytes exceeds {RECORD_MAX} "
-            "even without its repair history (nothing written)"
-        )
-    return text
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def _error(what: str, stderr: str) -> Exception:
