@@ -161,17 +161,21 @@ def amd_reset(bus: int) -> list[str]:
 
 
 def amd_storm() -> list[tuple[float, str]]:
-    """One job's page faults for two hours, in time order: (seconds after start, message)."""
+    """One job's page faults for two hours, in time order: (seconds after start, message).
+
+    The job runs on all eight GPUs and restarts every three minutes under a new pid and
+    PASID; each run faults on one rank's GPU (round robin), the fault repeating within a
+    second (MORE_FAULTS) and, every other run, once more a minute later."""
     out: list[tuple[float, str]] = []
-    for i in range(40):  # the job restarts every three minutes under a new pid and PASID
+    for i in range(40):
         t = 30.0 + i * 175.0
         pid, pasid = 41000 + i, 32769 + i
-        for k, bus in enumerate(AMD_GPUS[: 4 if i < 20 else 8]):
-            lines = amd_fault(bus, pasid, pid) if i % 2 else amd_fault_old(bus, pasid, pid)
-            out += [(t + k * 0.01, line) for line in lines]
-            # the same fault repeats within a second (MORE_FAULTS), then once more later
-            out += [(t + 0.5 + k * 0.01, lines[0])]
-            out += [(t + 60.0 + k * 0.01, line) for line in lines]
+        bus = AMD_GPUS[i % len(AMD_GPUS)]
+        lines = amd_fault(bus, pasid, pid) if i % 2 else amd_fault_old(bus, pasid, pid)
+        out += [(t, line) for line in lines]
+        out += [(t + 0.5, lines[0])]
+        if i % 2:
+            out += [(t + 60.0, line) for line in lines]
     out.sort(key=lambda p: p[0])
     assert max(t for t, _ in out) < TWO_HOURS
     return out

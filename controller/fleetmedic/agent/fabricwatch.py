@@ -133,7 +133,7 @@ class FabricWatch:
             mark = fm.get("t") if isinstance(fm, dict) else None
             self._since = max(boot_time(self.cfg.stat_file), float(mark or 0.0))
         log.info("fabric manager log %s: acting on lines after %s", self.path, _when(self._since))
-        scanner = Scanner(dedup=False)
+        scanner = Scanner(dedup=False, fabric=True)
         read = 0
         for line in self._catch_up():
             read += 1

@@ -35,7 +35,7 @@ from fleetmedic.model.actions import ACTION_RANK, ACTIONS, FENCING_ACTIONS
 from fleetmedic.scan import render, stream, unknown
 from fleetmedic.scan.dedup import DEFAULT_WINDOW, Dedup
 from fleetmedic.scan.finding import Finding
-from fleetmedic.scan.scanner import Scanner
+from fleetmedic.scan.scanner import FABRIC, Scanner, is_fabric_log
 
 NEVER = "never"
 DEFAULT_FAIL_ON = FENCING_ACTIONS[0]
@@ -87,9 +87,21 @@ def _open(name: str) -> BinaryIO:
     return handle
 
 
-def _scanner(no_dedup: bool, window: float, boot_id: str | None) -> Scanner:
+def _scanner(no_dedup: bool, window: float, boot_id: str | None, fabric: bool = True) -> Scanner:
     dedup: Dedup | bool = False if no_dedup else Dedup(window, replay_guard=boot_id is not None)
-    return Scanner(boot_id=boot_id, dedup=dedup)
+    return Scanner(boot_id=boot_id, dedup=dedup, fabric=fabric)
+
+
+def _fabric(name: str) -> bool:
+    """A Fabric Manager log (its own format or its unit's lines in the first 64 KB, or
+    its file name), read with the Fabric Manager rules too; stdin always is."""
+    if name == "-" or FABRIC in os.path.basename(name):
+        return True
+    try:
+        with open(name, "rb") as f:
+            return is_fabric_log(f.read(65536).decode("utf-8", "replace"))
+    except OSError:
+        return True
 
 
 def _fails(findings: list[Finding], fail_on: str) -> bool:
@@ -108,7 +120,7 @@ def _scan_inputs(
 ) -> Iterator[tuple[str, Finding]]:
     handles = [(name, _open(name)) for name in names]  # fail before printing anything
     for name, handle in handles:
-        scanner = _scanner(no_dedup, window, boot_id)
+        scanner = _scanner(no_dedup, window, boot_id, _fabric(name))
         try:
             if handle is sys.stdin.buffer or jobs <= 1:
                 findings = scanner.scan_binary(handle)
@@ -279,7 +291,7 @@ def _list_unknown(names: list[str], as_json: bool) -> None:
     groups = unknown.Groups()
     try:
         for name, handle in handles:
-            scanner = Scanner(dedup=False)
+            scanner = Scanner(dedup=False, fabric=_fabric(name))
             try:
                 groups.add_all(name, scanner.scan_binary(handle))
             except OSError as exc:

@@ -83,6 +83,31 @@ _HINT_LINES = 4
 _CACHE_SIZE = 4096
 _DEVICE = re.compile(r"^ DEVICE=\+pci:(\S+)", re.M)
 _PROCESS = re.compile(r"\b[Pp]rocess (?P<process>\S+) pid (?P<pid>\d+) thread")
+FABRIC = "fabricmanager"
+"""The rule kind of Fabric Manager's log (data/fabricmanager_catalog.yaml)."""
+_FABRIC_LOG = re.compile(
+    r"^\[[A-Z][a-z]{2} [ \d]\d \d{4} \d\d:\d\d:\d\d\] \[[A-Z]+\] \[tid \d+\]|fabricmanager|"
+    r"fabric manager|Fabric Manager",
+    re.M,
+)
+_KERNEL_ONLY: dict[int, catalog_mod.Catalog] = {}
+
+
+def is_fabric_log(head: str) -> bool:
+    """Does this text (a file's first lines) come from NVIDIA Fabric Manager's log or unit?
+    ``fleetmedic scan`` then adds the Fabric Manager rules, whose literals would slow the
+    scan of every kernel log (each trigger literal costs the bulk pre-filter a share)."""
+    return _FABRIC_LOG.search(head) is not None
+
+
+def kernel_catalog(catalog: catalog_mod.Catalog) -> catalog_mod.Catalog:
+    """``catalog`` without the Fabric Manager rules (kept per catalog)."""
+    found = _KERNEL_ONLY.get(id(catalog))
+    if found is None or found.sources is not catalog.sources:
+        rules = tuple(r for r in catalog.rules if r.kind != FABRIC)
+        found = _KERNEL_ONLY[id(catalog)] = dataclasses.replace(catalog, rules=rules)
+    return found
+
 
 REPORT_LINES = 4
 """A follow-up line joins a report when it comes within this many lines of the
@@ -108,6 +133,9 @@ class Scanner:
       on when ``boot_id`` is given), ``False`` for none, or a :class:`Dedup`
       to share or restore state.
     - ``net``: the safety net for driver lines no rule knows (default on).
+    - ``fabric``: also the Fabric Manager rules (for its log: the agent's Fabric Manager
+      source, ``fleetmedic scan`` of a file :func:`is_fabric_log` recognises); off for
+      kernel logs, whose bulk scan they would slow.
     """
 
     def __init__(
@@ -117,8 +145,10 @@ class Scanner:
         boot_id: str | None = None,
         dedup: Dedup | bool = True,
         net: bool = True,
+        fabric: bool = False,
     ) -> None:
-        self.catalog = catalog or catalog_mod.load()
+        full = catalog or catalog_mod.load()
+        self.catalog = full if fabric else kernel_catalog(full)
         self.net = net
         self.boot_id = boot_id or None
         if dedup is True:

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from fleetmedic.scan import Finding, Scanner
+from fleetmedic.scan.scanner import is_fabric_log
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 
@@ -59,11 +60,12 @@ def reports() -> tuple[dict, ...]:
 
 def scan_line(line: str) -> list[Finding]:
     """As ``fleetmedic scan --no-dedup`` on a one-line file (a held line comes out at the end)."""
-    return list(Scanner(dedup=False).scan([line]))
+    return list(Scanner(dedup=False, fabric=is_fabric_log(line)).scan([line]))
 
 
 def scan_report(report: dict) -> list[Finding]:
-    return list(Scanner(dedup=False).scan(report["lines"]))
+    fabric = is_fabric_log("\n".join(report["lines"]))
+    return list(Scanner(dedup=False, fabric=fabric).scan(report["lines"]))
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from scan_helpers import DATA, assert_valid
 
-from fleetmedic.scan import JSON_FIELDS
+from fleetmedic.scan import JSON_FIELDS, Scanner
 from fleetmedic.scan.finding import Finding
 
 XID79 = "[ 100.0] NVRM: Xid (PCI:0000:3B:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
@@ -247,3 +247,15 @@ def test_scan_reads_a_fabric_manager_log_file(tmp_path: Path):
         (2, "fabricmanager", 12028, "0000:86:00", "monitor"),
         (3, "fabricmanager", 20034, "0000:86:00", "reset"),
     ]
+
+
+def test_fabric_manager_rules_stay_out_of_kernel_log_scans():
+    """Their literals would slow the bulk scan of every kernel log (issue 39's speed
+    target); a Fabric Manager log is recognised by its own format or its unit's name."""
+    from fleetmedic.scan.scanner import is_fabric_log
+
+    assert "GPU NVL" not in Scanner().triggers
+    assert "GPU NVL" in Scanner(fabric=True).triggers
+    assert is_fabric_log("[Feb 25 2025 13:59:45] [INFO] [tid 1808] multicast group 0 is freed.")
+    assert is_fabric_log("Jan 30 11:58:43 node systemd[1]: nvidia-fabricmanager.service: Killing")
+    assert not is_fabric_log(XID79 + XID13)
