@@ -104,7 +104,7 @@ def controller(path: Path) -> tuple[Controller, threading.Event]:
     ctl._stop = stop
     ctl.watcher.start(stop)
     wait_synced(ctl.watcher, 600)
-    ctl._restore_breakers()
+    ctl.restore()
     return ctl, stop
 
 

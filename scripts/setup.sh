@@ -122,11 +122,16 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 # The stamp says which extra was installed for which pyproject.toml; test includes demo.
 stamp=.venv/.fleetmedic-installed
-key="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+key="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 pip_install() {
   log "pip: installing fleetmedic[$EXTRA] into .venv"
-  .venv/bin/pip install -q --upgrade pip >/dev/null || return
-  .venv/bin/pip install -q -e ".[$EXTRA]" || return
+  # constraints.txt pins every version (no resolver backtracking); the registry's downloads
+  # get interrupted at times, so pip resumes and retries, and the whole install runs twice.
+  # (--resume-retries needs pip >= 25.1, so only after the upgrade)
+  .venv/bin/pip install -q --retries 10 --timeout 60 --upgrade pip >/dev/null || return
+  local opts=(-q --retries 10 --resume-retries 10 --timeout 60)
+  .venv/bin/pip install "${opts[@]}" -c constraints.txt -e ".[$EXTRA]" \
+    || .venv/bin/pip install "${opts[@]}" -c constraints.txt -e ".[$EXTRA]" || return
   echo "$key $EXTRA" > "$stamp"
 }
 have="$(cat "$stamp" 2>/dev/null || true)"

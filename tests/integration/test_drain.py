@@ -1,4 +1,4 @@
-"""controller/drain.py against the real API server, with kwok playing the kubelet.
+"""kinds/kubedrain.py against the real API server, with kwok playing the kubelet.
 
 Pods annotated ``fleetmedic.test/ignores-sigterm`` stay Terminating for their whole grace
 period (our kwok stage, tests/kube/kwok/stages), so a drain that does not wait, or does not
@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from fleetmedic.adapters import kube as kube_adapter
-from fleetmedic.controller import drain
+from fleetmedic.kinds import kubedrain as drain
 from fleetmedic.model.config import DrainConfig
 from fleetmedic.policy.drainplan import EMPTYDIR, NO_CONTROLLER
 

@@ -8,9 +8,9 @@ import pytest
 
 from fleetmedic.adapters import kube as kube_adapter
 from fleetmedic.adapters.lease import Lease
-from fleetmedic.controller import drain
 from fleetmedic.controller.watcher import NodeWatcher, wait_synced
 from fleetmedic.errors import ConfigError, NotFoundError, PermanentError, TemporaryError
+from fleetmedic.kinds import kubedrain as drain
 from fleetmedic.model import keys, nodeedit
 from fleetmedic.model.config import DrainConfig
 from fleetmedic.model.vocabulary import preset

@@ -262,10 +262,10 @@ def test_a_crash_before_slurmctld_saved_the_reboot_record_never_reboots_twice(sf
     (its StateSaveLocation read-only: tests/harness/slurm.py) from the first phase of the
     repair on, so every record the controller writes after that is lost when slurmctld is
     killed. The controller must not begin the reboot while the record saying it began is
-    unsaved: it waits until that record is in slurmctld's node_state file
-    (execute.Executor._slurm_saved, adapters/slurmsave.py). It is SIGKILLed while it waits,
-    slurmctld is killed and restarted from the frozen state, and a new controller repairs
-    the node: exactly one boot. Without the check (no wait, or the old fixed 6 s) the
+    unsaved: it waits until that record is in slurmctld's node_state file (the Slurm
+    kind's settle, kinds/slurm.py, with adapters/slurmsave.py). It is SIGKILLed while it
+    waits, slurmctld is killed and restarted from the frozen state, and a new controller
+    repairs the node: exactly one boot. Without the check (no wait, or the old fixed 6 s) the
     reboot runs on an unsaved record, the restarted slurmctld forgets it, and the next
     controller reboots the node a second time."""
     n1 = agent_drains_xid79(sf, 1)

@@ -1,6 +1,6 @@
 """The two Slurm steps of the ladder on the Slurm fleet (real slurmctld and slurmd 22.05,
-nodes that really reboot): the drain that waits for jobs (controller/slurmdrain.py) and
-the reboot through Slurm (controller/slurmreboot.py), each called as the executor calls
+nodes that really reboot): the drain that waits for jobs (kinds/slurmdrain.py) and
+the reboot through Slurm (kinds/slurmreboot.py), each called as the executor calls
 it, over the real adapter, without the rest of the controller."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm
-from fleetmedic.controller import slurmdrain, slurmreboot
 from fleetmedic.errors import TemporaryError
+from fleetmedic.kinds import slurmdrain, slurmreboot
 from fleetmedic.model.config.safety import DrainConfig
 
 pytestmark = [pytest.mark.slow]

@@ -41,11 +41,13 @@ from kubernetes.config.config_exception import ConfigException
 from fleetmedic.errors import (
     ConfigError,
     ConflictError,
+    Expired,
     FleetmedicError,
     ForbiddenError,
     NotFoundError,
     PermanentError,
     TemporaryError,
+    TooManyRequests,
 )
 from fleetmedic.model.nodeedit import merge_patch
 
@@ -60,15 +62,6 @@ left 6 MB resident against 12 MB at 500 (and four clusters at once 25 MB against
 the cost is 50 list requests instead of 10, only when (re)listing."""
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-
-
-class Expired(TemporaryError):
-    """A watch's resourceVersion is too old (HTTP 410 Gone): list again."""
-
-
-class TooManyRequests(TemporaryError):
-    """HTTP 429: try again later. From the Eviction API it means a PodDisruptionBudget
-    allows no disruption now (or the server is shedding load)."""
 
 
 def _error_from(status: int | None, reason: str, body: str | None, what: str) -> FleetmedicError:
@@ -102,6 +95,11 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
+
+    @property
+    def pods(self) -> Kube:
+        """The pod calls below: a capability only Kubernetes has (adapters/cluster.py)."""
+        return self
 
     # -- plumbing ---------------------------------------------------------
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -50,6 +50,8 @@ class TailRefused(TemporaryError):
     closed by Loki before it delivered anything): polling works where this does not."""
 
 
+MAX_BACKOFF = 60.0
+"""Longest wait while Loki is away, for the source's polls and its tail alike."""
 TAIL_SILENCE = 30.0
 """Loki's tail handler pings every second; this long without a frame means the
 connection is dead though no error surfaced (a partition, a proxy holding it)."""

@@ -57,7 +57,7 @@ are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.
   reason=<ours> N``. The node goes DRAIN+REBOOT_REQUESTED, DOWN+DRAIN+REBOOT_ISSUED with
   ``<reason> : reboot issued``, and after the boot DOWN (no flags) with ``<reason> : reboot
   issued : reboot complete``, ours at every step; also from DOWN (a second reboot).
-  22.05 refuses ``nextstate=drain``. controller/slurmreboot.py waits for it.
+  22.05 refuses ``nextstate=drain``. kinds/slurmreboot.py waits for it.
 - ``scontrol update state=resume`` on a node that is not drained fails (rc 1, "Invalid
   node state specified"): :meth:`Slurm.unfence` does not call it then. Extra accepted a
   70,000-character value; the record is capped at :data:`RECORD_MAX` all the same, the
@@ -84,6 +84,8 @@ from fleetmedic.adapters import slurmread
 from fleetmedic.adapters.slurmrecord import RECORD_KEY, extra_doc, fitted
 from fleetmedic.errors import (
     ConfigError,
+    ForeignDrain,
+    ForeignField,
     NotFoundError,
     PermanentError,
     TemporaryError,
@@ -98,14 +100,6 @@ DRAINED_STATES = ("idle", "down", "future")  # with DRAIN and no job left: drain
 
 class BadNodeName(PermanentError):
     """A node name we refuse to hand to scontrol."""
-
-
-class ForeignDrain(PermanentError):
-    """The node carries a reason that is not ours: not touched."""
-
-
-class ForeignField(PermanentError):
-    """The node's Extra holds something not ours that we cannot keep beside our record."""
 
 
 def check_node_name(name: str) -> str:

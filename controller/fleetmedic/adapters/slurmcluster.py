@@ -34,7 +34,7 @@ controller's loop needs:
 - **Events** become log lines and JSON lines in ``events`` (a file beside the store),
   which ``fleetmedic status NODE`` reads back as the node's timeline.
 - Pods: a Slurm node runs jobs, not pods; the drain waits for jobs
-  (controller/slurmdrain.py). The pod calls list nothing, and evicting or deleting a pod
+  (kinds/slurmdrain.py). The pod calls list nothing, and evicting or deleting a pod
   or a node is refused in one line.
 """
 

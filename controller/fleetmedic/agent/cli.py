@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -96,46 +95,14 @@ def _merge(cfg, opts: dict[str, Any]):
 
 
 def _connect(cfg, opts: dict[str, Any]) -> tuple[NodeDocs, NodeDocs]:
-    """Where the agent writes: the Node on Kubernetes (one connection per thread, so a slow
-    round never delays a fencing write), or the Slurm node (one adapter for both threads:
-    it serializes their writes, as Slurm has no resourceVersion to do it)."""
-    if cfg.slurm is not None:
-        from fleetmedic.adapters import slurmdoc
-        from fleetmedic.adapters.slurm import check_node_name
+    """Where the agent writes, through its node's kind (fleetmedic/kinds/): one writer for
+    the check rounds and one for the kernel log's thread (a kind may hand both the same
+    adapter, to serialize their writes)."""
+    from fleetmedic import kinds
 
-        check_node_name(cfg.node_name)
-        s = cfg.slurm
-        docs = slurmdoc.connect(
-            s.conf,
-            cfg.vocabulary(),
-            prefix=s.reason_prefix,
-            timeout=s.timeout,
-            read_every=s.read_every,
-            cache_dir=s.cache_dir,
-        )
-        return docs, docs
-    from fleetmedic.adapters.kube import connect
-
-    why = clikit.check_node_name(cfg.node_name)
-    if why:
-        raise ConfigError(f"node name {why}")
-    in_cluster = in_pod(cfg.kubeconfig)
-    if not in_cluster:
-        named_by = "--kubeconfig" if opts["kubeconfig"] else "kubeconfig in the config"
-        clikit.require_kubeconfig(cfg.kubeconfig, named_by)
-    return connect(cfg.kubeconfig, in_cluster=in_cluster), connect(
-        cfg.kubeconfig, in_cluster=in_cluster
-    )
-
-
-def in_pod(kubeconfig: str | None) -> bool:
-    """Use the Pod's ServiceAccount: no kubeconfig named, none in the environment, and
-    Kubernetes' service variables set (what in-cluster clients look for)."""
-    return (
-        kubeconfig is None
-        and "KUBECONFIG" not in os.environ
-        and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    )
+    named_by = "--kubeconfig" if opts["kubeconfig"] else "kubeconfig in the config"
+    make = kinds.node_docs(cfg, cfg.vocabulary(), named_by)
+    return make(), make()
 
 
 def _logging(level: str) -> None:
@@ -348,10 +315,11 @@ def agent(
         signal.signal(sig, lambda *_: stop.set())
     if once:
         out = worker.run_once()
-        if out is None:  # (the API server answered, then stopped answering for retry_cap)
+        if out is None:  # (the server answered, then stopped answering for retry_cap)
+            from fleetmedic import kinds
+
             clikit.fail(
-                f"{'' if cfg.slurm else 'API server '}{kube.server} stopped answering "
-                f"within {cfg.retry_cap:g}s",
+                f"{kinds.where(kube)} stopped answering within {cfg.retry_cap:g}s",
                 clikit.EXIT_UNREACHABLE,
                 "fleetmedic agent",
             )

@@ -236,6 +236,17 @@ class AgentConfig:
         except ValueError as exc:
             raise ConfigError(f"taints: {exc}") from None
 
+    @classmethod
+    def of_flags(
+        cls, kubeconfig: str | None, slurm_conf: str | None, slurm_reason_prefix: str
+    ) -> AgentConfig:
+        """Where the nodes live, from the flags of a process without a config file
+        (``fleetmedic watch loki``): ``--slurm-conf`` names a Slurm cluster."""
+        slurm = None
+        if slurm_conf is not None:
+            slurm = SlurmAgentConfig(conf=slurm_conf, reason_prefix=slurm_reason_prefix)
+        return cls(kubeconfig=kubeconfig, slurm=slurm)
+
     def replace(self, **changes: Any) -> AgentConfig:
         """A copy with top-level fields changed; ``None`` values are ignored (unset flags)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

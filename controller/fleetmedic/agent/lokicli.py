@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from fleetmedic import clikit
-from fleetmedic.agent.cli import _logging, in_pod
+from fleetmedic.agent.cli import _logging
 from fleetmedic.errors import FleetmedicError
 
 
@@ -175,8 +175,9 @@ def loki(
     _logging(log_level)
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from fleetmedic.adapters.kube import Kube, connect
-    from fleetmedic.adapters.nodedocs import NodeDocs
+    from fleetmedic import kinds
+    from fleetmedic.adapters.cluster import Store
+    from fleetmedic.agent.config import AgentConfig
     from fleetmedic.agent.lokicursor import ConfigMapCursor, CursorStore, FileCursor
     from fleetmedic.agent.lokisource import (
         LokiMetrics,
@@ -193,19 +194,15 @@ def loki(
         if cursor_configmap and not (namespace and name):
             raise ValueError(f"--cursor-configmap wants NAMESPACE/NAME, got {cursor_configmap!r}")
         vocab = preset(taints)
-        kube: NodeDocs
-        if slurm_conf is not None:
-            if cursor_configmap:
-                raise ValueError("--cursor-configmap: a Slurm cluster has no ConfigMaps")
-            from fleetmedic.adapters import slurmdoc
-
-            kube = slurmdoc.connect(slurm_conf, vocab, prefix=slurm_reason_prefix)
-        else:
-            if not in_pod(kubeconfig):
-                clikit.require_kubeconfig(kubeconfig, "--kubeconfig")
-            kube = connect(kubeconfig, in_cluster=in_pod(kubeconfig))
+        # the flags as the agent's settings: the nodes' kind picks where they are written
+        side = AgentConfig.of_flags(
+            kubeconfig=kubeconfig, slurm_conf=slurm_conf, slurm_reason_prefix=slurm_reason_prefix
+        )
+        kube = kinds.node_docs(side, vocab, one_node=False)()
         store: CursorStore
-        if cursor_configmap and isinstance(kube, Kube):
+        if cursor_configmap:
+            if not isinstance(kube, Store):
+                raise ValueError(f"--cursor-configmap: {kinds.where(kube)} has no ConfigMaps")
             store = ConfigMapCursor(kube, namespace, name)
         else:
             check_creatable(cursor_file.parent)

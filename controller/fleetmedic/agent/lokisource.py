@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from fleetmedic.adapters.loki import Entry, LokiClient
+from fleetmedic.adapters.loki import MAX_BACKOFF, Entry, LokiClient
 from fleetmedic.adapters.nodedocs import NodeDocs
 from fleetmedic.agent.kernelwatch import describe, merged_thresholds
 from fleetmedic.agent.lokicursor import ConfigMapCursor as ConfigMapCursor  # (re-exported)
@@ -79,7 +79,6 @@ POD_QUERIES = (
     '{k8s_namespace_name=~".+", k8s_daemonset_name!="dmesg"}',  # OpenTelemetry collector
 )
 MODES = ("tail", "poll")
-MAX_BACKOFF = 60.0
 SCANNERS = 4096  # streams with a scanner kept (multi-line context), oldest dropped first
 
 

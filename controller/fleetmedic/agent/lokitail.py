@@ -43,16 +43,12 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from fleetmedic.adapters.loki import Tail, TailBatch, TailRefused
-from fleetmedic.agent.lokisource import MAX_BACKOFF
+from fleetmedic.adapters.loki import MAX_BACKOFF, Entry, Tail, TailBatch, TailRefused
 from fleetmedic.errors import FleetmedicError
-
-if TYPE_CHECKING:
-    from fleetmedic.agent.lokisource import LokiSource
 
 log = logging.getLogger("fleetmedic.loki")
 
@@ -62,10 +58,38 @@ BACKOFF = 1.0  # Loki away: 2 s, doubling to MAX_BACKOFF (as the poll mode's bac
 BRIEF = 10.0  # a session shorter than this waits BACKOFF before the next one
 
 
+class Followed(Protocol):
+    """What the tail needs of the Loki source (agent/lokisource.py's LokiSource, which
+    imports this module, never the other way round)."""
+
+    cfg: Any  # LokiSourceConfig: poll_interval, tail_retry, batch
+    client: Any  # adapters/loki.py's LokiClient: tail()
+    metrics: Any  # LokiMetrics: lines, last_poll
+    _cursor_loaded: bool
+
+    @property
+    def queries(self) -> Sequence[str]: ...
+
+    def clock(self) -> float: ...
+
+    def poll(self) -> int: ...
+
+    def take(self, query: str, entries: Sequence[Entry]) -> int: ...
+
+    def failed(self, exc: FleetmedicError) -> None: ...
+
+    def run_polling(
+        self,
+        stop: threading.Event,
+        active: Callable[[], bool] = ...,
+        until: Callable[[], bool] = ...,
+    ) -> None: ...
+
+
 class Follower:
     """``run(stop, active)``: tail sessions, with the poll as the fallback."""
 
-    def __init__(self, source: LokiSource) -> None:
+    def __init__(self, source: Followed) -> None:
         self.source = source
         self.cfg = source.cfg
         self.refused = 0

@@ -1,6 +1,6 @@
 """Apply what the agent saw to its own Node: strikes, taints, annotations, Events.
 
-Every write is :meth:`Kube.update_node` (read, edit, patch with the
+Every write is :meth:`NodeDocs.update_node` (read, edit, patch with the
 resourceVersion as a precondition, retry on 409), and the policy decision is
 made *inside* the edit, on the freshly read Node. So the kernel-log thread and
 the check loop can write at the same time, and a taint the controller added or
@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from fleetmedic.adapters.nodedocs import NodeDocs
-from fleetmedic.adapters.slurm import ForeignDrain, ForeignField
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.checks.base import CheckResult
+from fleetmedic.errors import ForeignDrain, ForeignField
 from fleetmedic.model import gpuvendor, keys, nodeedit
 from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import counts, fenceup, netcount, workflow

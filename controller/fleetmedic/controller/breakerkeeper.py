@@ -1,5 +1,6 @@
 """The circuit breaker as the controller keeps it: observed every cycle, recorded on the
-pause ConfigMap so it outlives the process, one storm email per trip.
+pause ConfigMap so it outlives the process, one storm email per trip (through the
+outbox, controller/outbox.py).
 
 The policy (when it trips, what a reset forgets) is :mod:`fleetmedic.policy.breaker`;
 this module is its I/O: the record on the ConfigMap (read at start and on becoming
@@ -12,12 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from threading import Event
 
 from fleetmedic.adapters import notify
 from fleetmedic.adapters.cluster import Cluster
+from fleetmedic.controller import channels
 from fleetmedic.controller.metrics import Metrics
-from fleetmedic.controller.switches import pause_configmap, read_switches
+from fleetmedic.controller.outbox import Outbox
+from fleetmedic.controller.parts import Look, Part
+from fleetmedic.controller.switches import Switches, pause_configmap, read_switches
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
@@ -25,11 +28,10 @@ from fleetmedic.policy import breaker
 from fleetmedic.policy.history import stamp
 
 log = logging.getLogger(__name__)
-STORM_EMAIL_TRIES = 10
 
 
 class BreakerKeeper:
-    """``send`` runs a job off the main loop (the storm email); ``stop`` says when to give up."""
+    """``outbox``: where the storm email goes."""
 
     def __init__(
         self,
@@ -38,15 +40,14 @@ class BreakerKeeper:
         metrics: Metrics,
         *,
         dry_run: bool,
-        send: Callable[[Callable[[], None]], object],
-        stop: Callable[[], Event],
+        outbox: Outbox,
         profile: str = "default",
         on_trip: Callable[[str, list[str], int, float], None] = lambda *a: None,
     ) -> None:
         """``cfg``: the profile's effective config (its breaker settings and recipients);
         ``on_trip(profile, nodes, pool, window)``: the chat notification of a trip."""
         self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
-        self.send, self.stop, self.profile, self.on_trip = send, stop, profile, on_trip
+        self.outbox, self.profile, self.on_trip = outbox, profile, on_trip
         self.gauge = metrics.breaker_open.labels(profile=profile)
         self.key = breaker.record_key(profile)
         self.state = breaker.BreakerState()
@@ -127,7 +128,14 @@ class BreakerKeeper:
                 profile=self.profile,
                 cluster=self.cfg.cluster_name or "",
             )
-            self.send(lambda: self._send_storm(storm))
+            self.outbox.post(
+                channels.email(
+                    storm,
+                    id=f"email/storm/{self.profile}/{storm.tripped_at}",
+                    what="storm email",
+                    profile=self.profile,
+                )
+            )
 
     def adopt_reset(self, record: breaker.Record | None, now: datetime) -> None:
         """A human reset the trip we recorded (``fleetmedic breaker reset``): close it."""
@@ -161,13 +169,52 @@ class BreakerKeeper:
             )
             return False
 
-    def _send_storm(self, storm: notify.Storm) -> None:
-        assert self.cfg.smtp is not None
-        for attempt in range(STORM_EMAIL_TRIES):
-            try:
-                notify.send_storm(storm, self.cfg.smtp)
-                return
-            except FleetmedicError as exc:
-                log.warning("storm email not sent (try %d): %s", attempt + 1, exc)
-                if self.stop().wait(self.cfg.smtp.retry_interval):
-                    return
+
+class Breakers(Part):
+    """Every profile's breaker, as one part of the loop (controller/parts.py)."""
+
+    name = "breakers"
+
+    def __init__(
+        self,
+        cfg: Config,
+        kube: Cluster,
+        metrics: Metrics,
+        *,
+        dry_run: bool,
+        outbox: Outbox,
+        on_trip: Callable[[str, list[str], int, float], None],
+    ) -> None:
+        self.keepers = {
+            name: BreakerKeeper(
+                cfg.profile(name),
+                kube,
+                metrics,
+                dry_run=dry_run,
+                outbox=outbox,
+                profile=name,
+                on_trip=on_trip,
+            )
+            for name in cfg.profile_names()
+        }
+
+    def restore(self) -> None:
+        for keeper in self.keepers.values():
+            keeper.restore()
+
+    def observe(self, look: Look) -> None:
+        for name, keeper in self.keepers.items():
+            members = look.assignment.nodes_of(name)
+            keeper.observe([v for v in look.views if v.name in members], look.now)
+
+    def any_open(self) -> bool:
+        return any(k.open for k in self.keepers.values())
+
+    def reasons(self) -> dict[str, str | None]:
+        """Why each profile's automation is stopped (for budget.admit), or None."""
+        return {name: k.reason for name, k in self.keepers.items()}
+
+    def adopt_resets(self, switches: Switches, now: datetime) -> None:
+        """A human's ``fleetmedic breaker reset`` on the pause ConfigMap, per profile."""
+        for name, keeper in self.keepers.items():
+            keeper.adopt_reset(switches.breaker_of(name), now)

@@ -111,48 +111,10 @@ def load_config(path: Path | None) -> Config:
 
 
 def connect(cfg: Config, kubeconfig: str | None) -> Cluster:
-    """The cluster ``cfg`` serves: its API server, or (``kind: slurm``) its slurmctld."""
-    if cfg.kind == "slurm":
-        if kubeconfig:
-            raise ConfigError("--kubeconfig: this cluster is `kind: slurm` (no API server)")
-        return connect_slurm(cfg)
-    from fleetmedic.adapters.kube import connect as kube_connect
+    """The cluster ``cfg`` serves, through its kind (fleetmedic/kinds/)."""
+    from fleetmedic import kinds
 
-    if kubeconfig:
-        clikit.require_kubeconfig(kubeconfig, "--kubeconfig")
-        return kube_connect(kubeconfig, cfg.kube.context)
-    path = configmod.secret_path(cfg.kube.kubeconfig, cfg.kube.kubeconfig_credential)
-    if path is not None:
-        clikit.require_kubeconfig(path, "kube.kubeconfig in the config")
-    if (
-        path is None
-        and os.environ.get("KUBERNETES_SERVICE_HOST")
-        and not os.environ.get("KUBECONFIG")
-    ):
-        return kube_connect(in_cluster=True)
-    if path is None:
-        clikit.require_kubeconfig(None, "KUBECONFIG")
-    return kube_connect(str(path) if path else None, cfg.kube.context)
-
-
-def connect_slurm(cfg: Config) -> Cluster:
-    """The Slurm cluster through its client tools, with the file store and events file
-    under ``slurm.state_dir`` (model/config/slurm.py)."""
-    from fleetmedic.adapters.filestore import FileStore
-    from fleetmedic.adapters.slurm import Slurm
-    from fleetmedic.adapters.slurmcluster import SlurmCluster
-
-    settings = cfg.slurm_settings()
-    slurm = Slurm(settings.conf, prefix=settings.reason_prefix, timeout=settings.timeout)
-    return SlurmCluster(
-        slurm,
-        cfg.vocabulary(),
-        FileStore(settings.state_dir / "store"),
-        partitions=settings.partitions,
-        poll_interval=settings.poll_interval,
-        events=settings.state_dir / "events.jsonl",
-        state_save_location=settings.state_save_location,
-    )
+    return kinds.connect(cfg, kubeconfig)
 
 
 def now() -> datetime:

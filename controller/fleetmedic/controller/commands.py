@@ -220,6 +220,7 @@ def _sweep_items(
     """The sweeps the controller's next cycle would start, those under way (a node under
     the maintenance taint: a controller's sweep, which this command cannot tell from an
     orphan), and each pool whose sweeps are held, in `plan`'s item shape."""
+    from fleetmedic.adapters.cluster import pods_of
     from fleetmedic.controller.podwatch import gpu_nodes_now
     from fleetmedic.policy import sweep
 
@@ -229,7 +230,7 @@ def _sweep_items(
         at,
         cfg,
         assignment,
-        gpu_busy=gpu_nodes_now(kube),
+        gpu_busy=gpu_nodes_now(pods_of(kube, "sweeps")),
         sweeping=running,
         skip=admitted,
         paused=paused,
@@ -296,21 +297,18 @@ def _domain_review(kube: Cluster, cfg: Config, vs: list[NodeView], at: datetime)
     """The domains as the next cycle would see them: the incidents on the record, and
     fences as recent as their state-since stamps say (this command has no memory of
     when each node fenced; a fence without a stamp does not count)."""
-    from fleetmedic.controller.switches import pause_configmap
+    from fleetmedic.controller import domainrecord
     from fleetmedic.model import keys
     from fleetmedic.policy import domains
 
     if not cfg.domains:
         return domains.NONE
-    ref = pause_configmap(cfg)
-    cm = kube.get_config_map(*ref) if ref else None
-    record = domains.decode(((cm or {}).get("data") or {}).get(domains.RECORD_KEY))
+    open_ = domainrecord.read(kube, cfg).open
     since = {
         v.name: v.annotations.get(keys.ANN_STATE_SINCE) or domains.BEFORE
         for v in vs
         if domains.fenced(v)
     }
-    open_ = tuple(i for i in record if i.open)
     return domains.review(vs, cfg.domains, at, domains.Memory(True, since), open_)
 
 

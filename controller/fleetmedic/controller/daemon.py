@@ -20,17 +20,22 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fleetmedic import clikit, logcontext
+from fleetmedic import clikit, kinds, logcontext
 from fleetmedic.backoff import Backoff
 from fleetmedic.controller import sdnotify
-from fleetmedic.controller.cli import connect
 from fleetmedic.errors import ConfigError, FleetmedicError
 from fleetmedic.model.config import Config
 
 if TYPE_CHECKING:  # (imported when the daemon starts, not for --help)
     from fleetmedic.adapters.cluster import Cluster
-    from fleetmedic.controller.loop import Controller, Sidecar
+    from fleetmedic.controller.loop import Controller
     from fleetmedic.controller.metrics import Metrics
+
+
+Sidecar = Callable[[threading.Event, Callable[[], bool]], None]
+"""A detector run beside the loop (the Loki source), on a thread of its own, as
+``sidecar(stop, acting)``: until ``stop``, changing the cluster only while ``acting()``
+(:meth:`Controller.acting`; serve starts them)."""
 
 
 def _setup_logging(level: str) -> None:
@@ -86,7 +91,7 @@ def serve(
     def make(member: Config) -> Controller:
         c = Controller(
             member,
-            connect(member, kubeconfig),
+            kinds.connect(member, kubeconfig),
             dry_run=dry_run,
             metrics=metrics_of[member.cluster_name],
         )
@@ -95,11 +100,11 @@ def serve(
 
     if once or not cfg.clusters:  # (before any loop exists: nothing to stop on failure)
         for member in members:
-            reach(connect(member, kubeconfig), member, once_timeout if once else None)
+            reach(kinds.connect(member, kubeconfig), member, once_timeout if once else None)
     for member in members:
         make(member)
-        if member.kind == "slurm" and not dry_run:
-            _ensure_pause_configmap(current[member.cluster_name].kube, member)
+        if not dry_run:  # (the kind's start-up preparation: Slurm's pause ConfigMap)
+            kinds.for_config(member).prepare(current[member.cluster_name].kube, member)
     for member in members if not once else ():
         name = member.cluster_name
         for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
@@ -163,19 +168,6 @@ def serve(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _ensure_pause_configmap(cluster: Cluster, cfg: Config) -> None:
-    """On a file store nobody ships the pause ConfigMap (deploy/controller does on
-    Kubernetes); the breaker, domains and the replacements ledger patch it with a
-    resourceVersion, so it must exist: made empty at start."""
-    from fleetmedic.adapters.filestore import FileStore
-    from fleetmedic.adapters.slurmcluster import SlurmCluster
-    from fleetmedic.controller.switches import pause_configmap
-
-    ref = pause_configmap(cfg)
-    if ref and isinstance(cluster, SlurmCluster) and isinstance(cluster.store, FileStore):
-        cluster.store.ensure_config_map(*ref)
 
 
 CLUSTER_RETRY = 30.0  # seconds before a cluster whose loop failed is started again
@@ -276,11 +268,9 @@ def preflight_problems(cfg: Config, create: bool = True) -> list[str]:
             if "No such file" not in str(exc):  # (missing_files said so already)
                 problems.append(str(exc))
     dirs = [cfg.ansible.run_dir, cfg.ansible.evidence_dir]
-    if cfg.kind == "slurm":
-        slurm = cfg.slurm_settings()
-        if slurm.conf is not None and not slurm.conf.is_file():
-            problems.append(f"slurm.conf: {slurm.conf}: no such file")
-        dirs.append(slurm.state_dir)
+    kind_problems, kind_dirs = kinds.for_config(cfg).preflight(cfg)  # (slurm.conf, its store)
+    problems += kind_problems
+    dirs += kind_dirs
     for d in dirs:
         if create:
             try:

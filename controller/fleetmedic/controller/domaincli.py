@@ -15,8 +15,9 @@ import json
 import click
 
 from fleetmedic import clikit
+from fleetmedic.controller import domainrecord
 from fleetmedic.controller.cli import common, connect, now, operator
-from fleetmedic.errors import ConfigError, ConflictError, FleetmedicError, NotFoundError
+from fleetmedic.errors import ConflictError, FleetmedicError
 from fleetmedic.model.config import Config
 from fleetmedic.policy import domains
 from fleetmedic.policy.domains import Incident
@@ -39,25 +40,6 @@ def domain() -> None:
     incident: their per-node repairs are held and one email goes out. It closes when the
     nodes pass, or here by hand, which hands them back to their own ladders.
     """
-
-
-def _record(cfg: Config, kube) -> tuple[tuple[str, str], tuple[Incident, ...], str | None]:
-    from fleetmedic.controller.switches import pause_configmap
-
-    ref = pause_configmap(cfg)
-    if ref is None:
-        raise ConfigError(
-            "safety.pause_configmap is empty, so domain incidents live only in the "
-            "controller's memory"
-        )
-    cm = kube.get_config_map(*ref)
-    if cm is None:
-        raise NotFoundError(
-            f"ConfigMap {cfg.safety.pause_configmap} not found (ship "
-            "deploy/controller/configmap.yaml)"
-        )
-    raw = (cm.get("data") or {}).get(domains.RECORD_KEY)
-    return ref, domains.decode(raw), (cm.get("metadata") or {}).get("resourceVersion")
 
 
 def pick(incidents: tuple[Incident, ...], name: str) -> Incident:
@@ -83,7 +65,7 @@ def pick(incidents: tuple[Incident, ...], name: str) -> Incident:
 @clikit.json_option("Print JSON: a list of the incidents on the record, open ones first.")
 def domain_status(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     """List the open domain incidents (and the last closed ones)."""
-    _, incidents, _ = _record(cfg, connect(cfg, kubeconfig))
+    incidents = domainrecord.require(connect(cfg, kubeconfig), cfg).incidents
     ordered = sorted(incidents, key=lambda i: (not i.open, i.opened_at))
     if as_json:
         click.echo(json.dumps([{"open": i.open, **i.to_json()} for i in ordered], indent=2))
@@ -130,7 +112,8 @@ def domain_release(
     kube = connect(cfg, kubeconfig)
     by = operator()
     for _ in range(RELEASE_TRIES):
-        ref, incidents, version = _record(cfg, kube)
+        there = domainrecord.require(kube, cfg)
+        ref, incidents, version = there.ref, there.incidents, there.version
         inc = pick(incidents, name)
         if dry_run:
             click.echo(
@@ -155,6 +138,7 @@ def domain_release(
             }
         )
         record = [done if i.id == inc.id else i for i in incidents]
+        assert ref is not None  # (require: the record exists)
         try:
             kube.patch_config_map_data(*ref, {domains.RECORD_KEY: domains.encode(record)}, version)
         except ConflictError:

@@ -1,13 +1,15 @@
-"""Domain incidents as the controller keeps them: reviewed every cycle, recorded on the
-pause ConfigMap so a restarted or new leader finds them, one email and one chat message
-per incident, an Event and a record on each of its nodes, the metrics.
+"""Domain incidents as the controller drives them: reviewed every cycle, recorded so a
+restarted or new leader finds them, told to people, an Event and a record on each of its
+nodes, the metrics.
 
 The policy (when an incident opens, which nodes it holds, when it closes) is
-:mod:`fleetmedic.policy.domains`; this module is its I/O:
+:mod:`fleetmedic.policy.domains`; this module drives it, with three helpers:
 
-- the record: data key ``domains`` of the pause ConfigMap (the breaker's ConfigMap, so no
-  new object and no new RBAC), a JSON list of the open incidents and the last few closed;
+- the record (controller/domainrecord.py): data key ``domains`` of the pause ConfigMap,
   read at start and on becoming leader, written when one opens or closes;
+- the messages (controller/domainmessages.py): one email and one chat message per
+  incident, and one of each when its playbook's incident closes, through the outbox
+  (controller/outbox.py), which retries and keeps them;
 - ``fleetmedic domain release NAME`` marks the incident closed on that record; the leader
   reads the record every few seconds while an incident is open and adopts the release;
 - on each node of the domain: an Event (``DomainIncidentOpened``/``Closed``) and the
@@ -17,43 +19,45 @@ The policy (when an incident opens, which nodes it holds, when it closes) is
   :class:`~fleetmedic.controller.domainplayer.DomainPlayer`; the incident closes when the
   verify has returned the nodes that pass, and the close's email says what it did.
 
-Side effects run off the main loop (``send``), and never break it.
+The nodes' records run off the main loop (``send``), and never break it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from threading import Event
 
-from fleetmedic.adapters import chat, notify, runner
+from fleetmedic.adapters import runner
 from fleetmedic.adapters.cluster import Cluster
+from fleetmedic.controller import domainmessages
 from fleetmedic.controller.domainplayer import RUN, VERIFY, DomainPlayer, Done
+from fleetmedic.controller.domainrecord import CLOSED_KEPT, IncidentStore
 from fleetmedic.controller.metrics import Metrics
-from fleetmedic.controller.switches import pause_configmap
-from fleetmedic.errors import ConflictError, FleetmedicError
-from fleetmedic.model import keys, nodeedit
-from fleetmedic.model.config import Config, DomainConfig, NotifyConfig, TargetConfig
+from fleetmedic.controller.outbox import Outbox
+from fleetmedic.controller.parts import Look, Part
+from fleetmedic.errors import FleetmedicError
+from fleetmedic.model import nodeedit
+from fleetmedic.model.config import Config, DomainConfig
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import domainnode, domains, domains_play
 from fleetmedic.policy.domains import Incident, Review
 from fleetmedic.policy.history import stamp
 
 log = logging.getLogger(__name__)
-SEND_TRIES = 10
 READ_EVERY = 5.0  # seconds between reads of the record while incidents are open
-CLOSED_KEPT = 20  # closed incidents kept on the record (for `domain status`)
 PLAY_RETRY = 30.0  # seconds before a domain playbook that could not start is tried again
 EMPTY = domains.NONE
 
 
-class DomainKeeper:
-    """``send`` runs a job off the main loop; ``stop`` says when to give up retrying."""
+class DomainKeeper(Part):
+    """``send`` runs a job off the main loop (the nodes' records); ``outbox`` takes the
+    messages. One part of the loop (controller/parts.py): its review of the cycle is
+    :attr:`last`, which the plan reads."""
+
+    name = "domains"
 
     def __init__(
         self,
@@ -63,14 +67,14 @@ class DomainKeeper:
         *,
         dry_run: bool,
         send: Callable[[Callable[[], None]], object],
-        stop: Callable[[], Event],
+        outbox: Outbox,
         cluster: str = "",
-        chat_send: Callable[..., None] = chat.send,
         player: DomainPlayer | None = None,
         wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
-        self.send, self.stop, self.cluster, self.chat_send = send, stop, cluster, chat_send
+        self.send, self.outbox, self.cluster = send, outbox, cluster
+        self.store = IncidentStore(cfg, kube, dry_run=dry_run)
         self.player, self.wake = player, wake
         self._play_retry: dict[str, float] = {}  # incident id -> monotonic time to try again
         self._play_said: dict[str, str] = {}  # incident id -> the last wait logged
@@ -94,7 +98,7 @@ class DomainKeeper:
         if not self.enabled:
             return
         try:
-            every = self._read()[0]
+            every = self.store.read().incidents
         except FleetmedicError as exc:
             log.warning("cannot read the domain incidents' record (%s); starting with none", exc)
             return
@@ -125,14 +129,6 @@ class DomainKeeper:
                     domains_play.request_id(inc.id),
                 )
 
-    def _read(self) -> tuple[tuple[Incident, ...], str | None]:
-        ref = pause_configmap(self.cfg)
-        cm = self.kube.get_config_map(*ref) if ref else None
-        if cm is None:
-            return (), None
-        raw = (cm.get("data") or {}).get(domains.RECORD_KEY)
-        return domains.decode(raw), (cm.get("metadata") or {}).get("resourceVersion")
-
     def poll_releases(self) -> None:
         """While incidents are open, adopt a ``fleetmedic domain release`` from the record
         (read at most every :data:`READ_EVERY` seconds)."""
@@ -140,7 +136,7 @@ class DomainKeeper:
             return
         self._read_at = time.monotonic()
         try:
-            record = {i.id: i for i in self._read()[0]}
+            record = {i.id: i for i in self.store.read().incidents}
         except FleetmedicError as exc:
             log.warning("cannot read the domain incidents' record (%s)", exc)
             return
@@ -158,34 +154,25 @@ class DomainKeeper:
         self.incidents = tuple(i for i in self.incidents if i.id not in gone)
 
     def _save(self, still_open: str | None = None) -> bool:
-        """The open incidents and the last closed ones on the pause ConfigMap, merged with
-        what a human wrote there meanwhile (a release wins: it is never overwritten).
-        True when written, and (``still_open``: an incident's id) that incident was not
-        released by hand meanwhile: what a domain playbook needs before it starts."""
-        ref = pause_configmap(self.cfg)
-        if ref is None or self.dry_run:
-            return False
-        for _ in range(5):
-            try:
-                there, version = self._read()
-                by_hand = {i.id: i for i in there if not i.open}
-                mine = [by_hand.get(i.id, i) for i in (*self.closed, *self.incidents)]
-                raw = domains.encode(mine)
-                self.kube.patch_config_map_data(*ref, {domains.RECORD_KEY: raw}, version)
-                return still_open not in by_hand
-            except ConflictError:
-                continue
-            except FleetmedicError as exc:
-                log.warning(
-                    "domain incidents kept in memory only, a restart forgets them (%s); ship "
-                    "the ConfigMap of deploy/controller/configmap.yaml",
-                    exc,
-                )
-                return False
-        return False
+        """The last closed incidents and the open ones on the record (domainrecord.py)."""
+        return self.store.save((*self.closed, *self.incidents), still_open)
 
     # -- every cycle ---------------------------------------------------------------------
-    def observe(
+    def observe(self, look: Look) -> None:
+        self.review(look.views, look.now, look.busy)
+
+    def active(self) -> bool:
+        return self.player is not None and self.player.active()
+
+    def cancel(self) -> None:
+        if self.player is not None:
+            self.player.cancel()  # (its record says running: the next leader resumes)
+
+    def shutdown(self, grace: float) -> None:
+        if self.player is not None:
+            self.player.shutdown(grace)
+
+    def review(
         self, views: Sequence[NodeView], now: datetime, busy: Collection[str] = ()
     ) -> Review:
         """One look (every cycle). ``busy``: nodes with ladder work under way in this
@@ -361,14 +348,12 @@ class DomainKeeper:
         if self.dry_run:
             return
         fenced = [by_name[n] for n in inc.nodes if n in by_name]
-        page = self._page(inc, fenced, len(members))
-        cfg = self.by_key.get(inc.key)
+        page = domainmessages.page(self.cfg, inc, fenced, len(members), self.cluster)
         message = f"{inc.why}; held with the domain's {len(members)} nodes"
         names = [v.name for v in members]
         self.send(lambda: self._mark(names, inc, "DomainIncidentOpened", message, "Warning"))
-        if self.cfg.smtp is not None:
-            self.send(lambda: self._send_email(page, cfg.to if cfg else ()))
-        self._chat(inc, page, cfg)
+        for letter in domainmessages.opened(self.cfg, inc, page, self.by_key.get(inc.key)):
+            self.outbox.post(letter)
 
     def _closed(self, inc: Incident, views: Sequence[NodeView]) -> None:
         log.warning("domain incident %s closed (%s): %s", inc.name, inc.closed_by, inc.why)
@@ -378,50 +363,9 @@ class DomainKeeper:
         message = f"closed ({inc.closed_by}): {inc.why}; nodes still fenced go to their own ladders"
         self.send(lambda: self._mark(names, inc, "DomainIncidentClosed", message, "Normal"))
         if inc.play is not None and inc.play.status == domains_play.DONE:
-            self._tell_closed(inc)
-
-    def _tell_closed(self, inc: Incident) -> None:
-        """The close of an incident whose playbook ran: what it did, which nodes returned
-        (email and chat, to whom the opening went)."""
-        assert inc.play is not None
-        cfg = self.by_key.get(inc.key)
-        closed = notify.DomainClosed(
-            name=inc.name,
-            incident_id=inc.id,
-            opened_at=inc.opened_at,
-            closed_at=inc.closed_at or "",
-            summary=inc.why,
-            play=inc.play.to_json(),
-            request_id=domains_play.request_id(inc.id),
-            cluster=self.cluster,
-        )
-        smtp = self.cfg.smtp
-        if smtp is not None:
-            to = cfg.to if cfg else ()
-
-            def email() -> None:
-                for attempt in range(SEND_TRIES):
-                    try:
-                        notify.send_domain_closed(closed, smtp, to)
-                        log.info("domain incident %s: closing email sent", inc.name)
-                        return
-                    except FleetmedicError as exc:
-                        log.warning("domain closing email not sent (try %d): %s", attempt + 1, exc)
-                        if self.stop().wait(smtp.retry_interval):
-                            return
-
-            self.send(email)
-        named = set(cfg.targets) if cfg and cfg.targets else None
-        where = f" on {self.cluster}" if self.cluster else ""
-        msg = chat.Message(
-            "breaker",
-            f"[fleetmedic] domain incident {inc.name}{where} closed: "
-            f"{len(inc.play.passed)} of {len(inc.play.nodes)} nodes returned",
-            inc.why[: chat.CHAT_LIMIT],
-        )
-        for target in self.cfg.notify.targets:
-            if target.name in named if named is not None else "breaker" in target.events:
-                self.send(functools.partial(self._deliver, target, msg, self.cfg.notify))
+            domain: DomainConfig | None = self.by_key.get(inc.key)
+            for letter in domainmessages.closed(self.cfg, inc, domain, self.cluster):
+                self.outbox.post(letter)
 
     # -- side effects (on the worker pool) -----------------------------------------------
     def _mark(self, names: list[str], inc: Incident, reason: str, message: str, kind: str) -> None:
@@ -439,104 +383,3 @@ class DomainKeeper:
                 log.warning("%s: domain incident %s not recorded on it: %s", name, inc.name, exc)
                 continue
             self.kube.post_event(written, reason, f"{inc.name}: {message}", kind)
-
-    def _page(self, inc: Incident, fenced: list[NodeView], size: int) -> notify.DomainIncident:
-        rows = []
-        evidence: list[str] = []
-        for v in fenced:
-            finding = v.annotation_json(keys.ANN_LAST_FINDING)
-            results = v.annotation_json(keys.ANN_LAST_RESULTS)
-            failing = (
-                {
-                    c: e
-                    for c, e in results.items()
-                    if isinstance(e, dict) and e.get("status") != "ok"
-                }
-                if isinstance(results, dict)
-                else {}
-            )
-            rows.append(
-                {
-                    "node": v.name,
-                    "state": v.state,
-                    "finding": _one(finding),
-                    "checks": _one(failing) if failing else "",
-                    "signals": ", ".join(v.foreign_signals),
-                    "last_finding": finding,
-                    "last_results": results,
-                }
-            )
-            evidence += runner.evidence_for(v.name, self.cfg.ansible)[:1]
-        return notify.DomainIncident(
-            name=inc.name,
-            incident_id=inc.id,
-            opened_at=inc.opened_at,
-            why=inc.why,
-            size=size,
-            nodes=rows,
-            common=domains.common(fenced),
-            evidence=evidence,
-            cluster=self.cluster,
-            playbook=inc.play.playbook if inc.play else "",
-        )
-
-    def _send_email(self, page: notify.DomainIncident, to: Sequence[str]) -> None:
-        assert self.cfg.smtp is not None
-        for attempt in range(SEND_TRIES):
-            try:
-                notify.send_domain_incident(page, self.cfg.smtp, to)
-                log.info("domain incident %s: email sent", page.name)
-                return
-            except FleetmedicError as exc:
-                log.warning("domain incident email not sent (try %d): %s", attempt + 1, exc)
-                if self.stop().wait(self.cfg.smtp.retry_interval):
-                    return
-
-    def _chat(self, inc: Incident, page: notify.DomainIncident, cfg: DomainConfig | None) -> None:
-        named = set(cfg.targets) if cfg and cfg.targets else None
-        targets = [
-            t
-            for t in self.cfg.notify.targets
-            if (t.name in named if named is not None else "breaker" in t.events)
-        ]
-        if not targets:
-            return
-        where = f" on {self.cluster}" if self.cluster else ""
-        shared = "; ".join(page.common[:5]) or "nothing recorded in common"
-        body = (
-            f"{inc.why}. Nodes: {', '.join(inc.nodes)}. In common: {shared}. Their repairs "
-            f"are held; they stay fenced. `fleetmedic domain release {inc.name}` hands them "
-            "back to their own ladders."
-        )
-        msg = chat.Message(
-            "breaker",
-            f"[fleetmedic] domain incident {inc.name}{where}: "
-            f"{len(inc.nodes)} nodes fenced together",
-            body[: chat.CHAT_LIMIT],
-        )
-        notify_cfg = self.cfg.notify
-        for target in targets:
-            self.send(functools.partial(self._deliver, target, msg, notify_cfg))
-
-    def _deliver(self, target: TargetConfig, msg: chat.Message, notify_cfg: NotifyConfig) -> None:
-        for attempt in range(notify_cfg.tries):
-            try:
-                self.chat_send(target, msg, notify_cfg.timeout)
-                log.info("domain notification sent to %s: %s", target.name, msg.title)
-                return
-            except FleetmedicError as exc:
-                log.warning(
-                    "domain notification to %s not sent (try %d): %s", target.name, attempt + 1, exc
-                )
-                if self.stop().wait(notify_cfg.retry_interval):
-                    return
-
-
-def _one(value: object) -> str:
-    """A finding or a check summary in one short line."""
-    if isinstance(value, dict):
-        for k in ("rule", "summary", "msg"):
-            if value.get(k):
-                return str(value[k])[:160]
-        return json.dumps(value, sort_keys=True)[:160]
-    return "" if value is None else str(value)[:160]

@@ -1,4 +1,4 @@
-"""Run one :class:`~fleetmedic.policy.actions.Action` through the adapters and say how it
+r"""Run one :class:`~fleetmedic.policy.actions.Action` through the adapters and say how it
 went as an :class:`~fleetmedic.policy.actions.Outcome` (what ``ladder.complete`` reads).
 
 =========  ==========================================================  ====================
@@ -12,11 +12,15 @@ RUN        ``action.playbook`` on the node (ansible-runner), within    ok | fail
            the credential files' paths (``bmc:``; none: failed,
            without a run); the restore phase of an operator-
            managed node hands the layout to the GPU operator and
-           waits for it first (migop.py; failed: no run)
+           waits for it first (migop.py; failed: no run). Before a
+           disruptive phase the cluster ``settle``\ s (its record
+           of the phase's start must be durable); the reboot phase
+           is the cluster's ``reboot`` verb when ``ladder.
+           reboot_via`` names its kind's own way
 PROBE      read /proc/sys/kernel/random/boot_id over SSH               ok (``boot_id``) | ...
-DRAIN      cordon, evict, wait for the pods to be gone (PDB-aware,     ok | blocked |
-           ``force`` deletes what a PDB still protects after the       forbidden (no grant)
-           timeout; see drain.py)
+DRAIN      the cluster's ``drain`` verb: the node's work off it, as    ok | blocked |
+           its kind drains (fleetmedic/kinds/), within the timeout;    forbidden (no grant)
+           ``force`` removes what still holds it after the timeout
 ESCALATE   the escalation email with history, last results and this    ok | failed | skipped
            episode's evidence bundles (the replace rung's ``notify``   (no SMTP configured)
            phase: a slot in the day's replacements first, then the     | held
@@ -48,7 +52,6 @@ import json
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,39 +61,25 @@ import yaml
 
 from fleetmedic.adapters import notify, runner
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.slurmcluster import SlurmCluster
-from fleetmedic.controller import drain as drainmod
-from fleetmedic.controller import ledger, migop, slurmdrain, slurmreboot
+from fleetmedic.controller import channels, ledger, migop, outbox
 from fleetmedic.errors import (
+    Cancelled,
     ConfigError,
     FleetmedicError,
     ForbiddenError,
     NotFoundError,
-    TemporaryError,
     one_line,
 )
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.model.slurmreason import format_reason, parse_reason
 from fleetmedic.policy import partition
 from fleetmedic.policy.actions import LOST, Action, Kind, Outcome
-from fleetmedic.policy.history import decode, of_episode, parse_time, stamp
-from fleetmedic.policy.inflight import Escalated, InFlight
-from fleetmedic.policy.ladder import DISRUPTIVE_PHASES
+from fleetmedic.policy.history import decode, of_episode, stamp
+from fleetmedic.policy.inflight import Escalated
 
 log = logging.getLogger(__name__)
-
-
-REBOOT_TIMEOUT_FLOOR = 30.0
-"""Seconds a resumed reboot through Slurm still gets when its timeout ran out while no
-controller watched: enough to see the new boot that likely happened meanwhile."""
-
-
-class Cancelled(TemporaryError):
-    """The controller is stopping or lost its leadership: the phase was abandoned and will
-    run again (its in-flight marker still says ``running``)."""
 
 
 @dataclass
@@ -142,10 +131,12 @@ class Executor:
         if isinstance(extra, str):
             log.warning("%s: %s not run: %s", view.name, action.phase, extra)
             return Outcome("failed", message=extra, task="bmc")
-        if action.phase in DISRUPTIVE_PHASES and isinstance(self.kube, SlurmCluster):
-            requested_at = self._slurm_saved(view, cancel)
-            if action.phase == "reboot" and self._slurm_reboots(action):
-                return self._slurm_reboot(action, view, cancel, requested_at)
+        if action.disruptive:  # (a repair verb: the phases of policy/phases/repair.py)
+            requested_at = self.kube.settle(view, cancel)
+            if action.phase == "reboot":
+                rebooted = self._reboot(action, view, cancel, requested_at)
+                if rebooted is not None:
+                    return rebooted
         handed = migop.HandOff()
         if action.phase == partition.PHASE:  # an operator-managed node: its operator first
             restore = self.cfg.profile(action.profile).ladder.restore
@@ -174,6 +165,27 @@ class Executor:
             note = partition.operator_note(handed.op, handed.value, handed.waited, outcome.stdout)
             outcome = dataclasses.replace(outcome, stdout=json.dumps({"note": note}))
         return outcome
+
+    def _reboot(
+        self, action: Action, view: NodeView, cancel: threading.Event, requested_at: float
+    ) -> Outcome | None:
+        """The kind's own reboot when ``ladder.reboot_via`` names one; None: the reboot
+        playbook runs."""
+        timeout = action.timeout or self.cfg.ansible.job_timeout
+        via = self.cfg.profile(action.profile).ladder.reboot_via
+        self.on_run(1)
+        try:
+            done = self.kube.reboot(
+                view,
+                via=via,
+                why=action.reason,
+                timeout=timeout,
+                requested_at=requested_at,
+                cancel=cancel,
+            )
+        finally:
+            self.on_run(-1)
+        return None if done is None else Outcome(done.status, message=done.message, task=done.task)
 
     def _phase_vars(self, action: Action, view: NodeView) -> dict[str, Any] | str:
         """Host variables a phase needs from the config; a string says why it cannot run."""
@@ -239,82 +251,20 @@ class Executor:
             return Outcome(LOST, result.run_id, host.message, host.task)
         return Outcome(host.status, result.run_id, host.message, host.task, stdout=host.stdout)
 
-    # -- Slurm's reboot (ladder.reboot_via: slurm) ----------------------------
-    def _slurm_reboots(self, action: Action) -> bool:
-        via = self.cfg.profile(action.profile).ladder.reboot_via
-        return via == "slurm" and isinstance(self.kube, SlurmCluster)
-
-    def _slurm_saved(self, view: NodeView, cancel: threading.Event) -> float:
-        """Wait until slurmctld has saved the in-flight record this phase started with, and
-        return when it was written. slurmctld answers an update before it saves it (up to
-        ~6 s later: adapters/slurmsave.py, which reads what it saved); a slurmctld crash in
-        between would lose the record that says this phase ran, and the next controller
-        would run it again (a second reboot). The record's ``since`` is when it was written."""
-        assert isinstance(self.kube, SlurmCluster)
-        fl = InFlight.decode(view.annotations.get(keys.ANN_IN_FLIGHT))
-        since = parse_time(fl.since) if fl else None
-        written = since.timestamp() if since else time.time()
-        if not self.kube.wait_saved(view.name, written, cancel):
-            raise Cancelled(f"{view.name}: stopping before the disruptive phase began")
-        return written
-
-    def _slurm_reboot(
-        self, action: Action, view: NodeView, cancel: threading.Event, requested_at: float
-    ) -> Outcome:
-        """``scontrol reboot ASAP nextstate=down`` through the site's RebootProgram, and the
-        wait for the new boot (slurmreboot.py). The request time is the in-flight record's
-        (saved before this phase began: :meth:`_slurm_saved`), so a resumed controller
-        passes the same time and never asks twice."""
-        assert isinstance(self.kube, SlurmCluster)
-        slurm = self.kube.slurm
-        # the reason keeps the finding the node was fenced for (the record keeps the rest)
-        fenced = parse_reason(slurmreboot.base_reason(slurm.node(view.name).reason), slurm.prefix)
-        finding = fenced.finding if fenced else f"rebooting through Slurm ({action.reason})"
-        # a resumed phase gets what is left of its timeout (the request time is the first's)
-        left = (action.timeout or self.cfg.ansible.job_timeout) - (time.time() - requested_at)
-        self.on_run(1)
-        try:
-            done = slurmreboot.reboot(
-                slurm,
-                view.name,
-                reason=format_reason("reboot", finding, slurm.prefix),
-                timeout=max(REBOOT_TIMEOUT_FLOOR, left),
-                requested_at=requested_at,
-                cancel=cancel,
-                boot_time=self.kube.boot_time,
-            )
-        finally:
-            self.on_run(-1)
-        log.info("%s: reboot through Slurm: %s (%s)", view.name, done.status, done.message)
-        if done.status == "cancelled":
-            raise Cancelled(f"{view.name}: reboot through Slurm: {done.message}")
-        return Outcome(done.status, message=done.message, task="slurm reboot")
-
     # -- drain --------------------------------------------------------------
     def _drain(
         self, action: Action, _view: NodeView, _run: object, cancel: threading.Event
     ) -> Outcome:
-        if isinstance(self.kube, SlurmCluster):  # the jobs, not pods (slurmdrain.py)
-            slurm_done = slurmdrain.drain(
-                self.kube.slurm,
-                action.node,
-                self.cfg.profile(action.profile).safety.drain,
-                timeout=action.timeout or self.cfg.profile(action.profile).safety.drain.timeout,
-                force_blocked=action.force,
-                cancel=cancel,
-            )
-            if slurm_done.cancelled and not slurm_done.complete:
-                raise Cancelled(f"{action.node}: drain abandoned (stopping)")
-            return Outcome(slurm_done.status, message=slurm_done.message)
-        done = drainmod.drain(
-            self.kube,
+        """The node's work off it, as its kind drains (the cluster's ``drain`` verb)."""
+        done = self.kube.drain(
             action.node,
             self.cfg.profile(action.profile).safety.drain,
             timeout=action.timeout,
-            force_blocked=action.force,
+            force=action.force,
             gpu_only=action.gpu_only,
+            cancel=cancel,
         )
-        return Outcome(done.status, message=done.message)
+        return Outcome(done.status, message=done.message, task=done.task)
 
     # -- email --------------------------------------------------------------
     def _escalate(self, action: Action, view: NodeView, *_: object) -> Outcome:
@@ -342,18 +292,17 @@ class Executor:
             cluster=self.cluster,
             replaced_via=via,
         )
-        try:
-            sent = notify.send_escalation(esc, smtp)
+        letter = channels.email(
+            esc, id=f"email/escalation/{view.name}/e{action.ep}", what="escalation email",
+            profile=action.profile,
+        )  # fmt: skip
+        try:  # one try: the ladder keeps the record and retries (ladder.after_email)
+            sent = outbox.deliver_now(self.cfg, letter, channels.CHANNELS)
         except FleetmedicError as exc:  # TemporaryError (relay down), ConfigError (password)
             log.warning("%s: escalation email not sent: %s", view.name, exc)
             return Outcome("failed", message=str(exc))
-        log.info(
-            "%s: escalation email sent (%s, %d attachment(s))",
-            view.name,
-            sent.message_id,
-            len(sent.attached) + 1,
-        )
-        return Outcome("ok", message=sent.message_id)
+        log.info("%s: escalation email sent (%s)", view.name, sent)
+        return Outcome("ok", message=sent)
 
     # -- replace ------------------------------------------------------------
     def _replace(

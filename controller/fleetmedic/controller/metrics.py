@@ -16,6 +16,7 @@ from fleetmedic import __version__
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
+from fleetmedic.policy import phases
 from fleetmedic.policy.history import decode, parse_time
 from fleetmedic.policy.inflight import InFlight
 from fleetmedic.policy.repairtimes import last_repair
@@ -89,37 +90,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
-        self.quarantines = Counter(
-            "fleetmedic_quarantines",
-            "Quarantine rung runs judged, by recommendation "
-            "(return-to-service, replace, unknown: the node stays fenced for a human)",
-            ["recommendation"],
-            registry=r,
-        )
-        self.diagnostics = Counter(
-            "fleetmedic_diagnostics",
-            "Diagnose state runs of the vendor diagnostics judged, by result (pass: on to "
-            "verify and back untouched; fail: into the rung the failed test maps to; "
-            "unknown: into the first repair rung)",
-            ["result"],
-            registry=r,
-        )
-        self.partition_restores = Counter(
-            "fleetmedic_partition_restores",
-            "Restore phase runs (the GPU partition layout recorded before a repair put back "
-            "and read back), by outcome (ok; failed: it differs, the rung fails); a node "
-            "recorded without partitions runs none",
-            ["outcome"],
-            registry=r,
-        )
-        self.burnin = Counter(
-            "fleetmedic_burnin",
-            "Burn-in runs before a repaired node returns (ladder.burnin: diagnostics and the "
-            "single-node all-reduce against the hardware profile), by outcome (pass; fail: too "
-            "slow, a test failed; unknown; timeout, unreachable); none where it is off",
-            ["outcome"],
-            registry=r,
-        )
+        # each phase that keeps a count of its runs declares it (policy/phases/)
+        self.phases = {
+            name: Counter(p.metric.name, p.metric.help, [p.metric.label], registry=r)
+            for name, p in phases.metrics().items()
+            if p.metric is not None
+        }
         self.escalations = Counter(
             "fleetmedic_escalations", "Escalation emails by outcome", ["outcome"], registry=r
         )

@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.kube import TooManyRequests
-from fleetmedic.errors import ForbiddenError, TemporaryError
+from fleetmedic.adapters.cluster import Cluster, pods_of
+from fleetmedic.errors import ForbiddenError, TemporaryError, TooManyRequests
 from fleetmedic.model import keys
 from fleetmedic.model.config.partition import PartitionOperatorConfig, RestoreConfig
 from fleetmedic.model.nodestate import NodeView
@@ -153,7 +152,7 @@ def _selector(op: PartitionOperatorConfig) -> str:
 def _agent_pods(kube: Cluster, node: str, op: PartitionOperatorConfig) -> list[dict]:
     """The agent's pods on ``node`` that are not being deleted (one LIST, narrowed to the
     node by field selector, as the drain's)."""
-    pods, _ = kube.list_pods_on_node(node)
+    pods, _ = pods_of(kube, "the GPU operator's hand-off").list_pods_on_node(node)
     return [
         p
         for p in pods
@@ -184,7 +183,9 @@ def _restart(kube: Cluster, node: str, op: PartitionOperatorConfig, trigger: dic
     for p in _agent_pods(kube, node, op):
         if p["metadata"]["uid"] == trigger.get("pod"):
             log.info("%s: restarting %s pod %s", node, op.name, p["metadata"]["name"])
-            kube.evict_pod(op.namespace, p["metadata"]["name"])
+            pods_of(kube, "the GPU operator's hand-off").evict_pod(
+                op.namespace, p["metadata"]["name"]
+            )
 
 
 def _timeout_line(

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from fleetmedic import logcontext
+from fleetmedic.controller.parts import Part
 
 log = logging.getLogger(__name__)
 
 
-class Paperwork:
+class Paperwork(Part):
+    name = "paperwork"
+
     def __init__(self, cluster: str | None = None) -> None:
         self._pool = ThreadPoolExecutor(
             max_workers=1,  # in order
@@ -41,6 +44,9 @@ class Paperwork:
             return
         with self._lock:
             self._last = future
+
+    def shutdown(self, grace: float) -> None:
+        self.close(grace)
 
     def close(self, grace: float) -> None:
         """Stop taking work; wait up to ``grace`` seconds for what is queued."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.controller.watcher import NodeWatcher
+from fleetmedic.adapters.cluster import Pods
+from fleetmedic.controller.watcher import Informer
 from fleetmedic.policy.sweep import wants_gpu
 
 ACTIVE_BOUND = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -24,17 +24,18 @@ def _kept(pod: dict) -> tuple[str, bool]:
     return (pod.get("spec") or {}).get("nodeName") or "", wants_gpu(pod)
 
 
-class GpuPodWatcher(NodeWatcher[tuple[str, bool]]):
+class GpuPodWatcher(Informer[tuple[str, bool]]):
     what = "pod"
 
-    def __init__(self, kube: Cluster, watch_timeout: int = 300) -> None:
-        super().__init__(kube, watch_timeout=watch_timeout, transform=_kept)
+    def __init__(self, pods: Pods, watch_timeout: int = 300) -> None:
+        super().__init__(watch_timeout=watch_timeout, transform=_kept)
+        self.pods = pods
 
     def _list_pages(self) -> Iterator[tuple[list[dict], str]]:
-        return self.kube.list_pod_pages(ACTIVE_BOUND)
+        return self.pods.list_pod_pages(ACTIVE_BOUND)
 
     def _watch(self, rv: str) -> Iterator[tuple[str, dict]]:
-        return self.kube.watch_pods(ACTIVE_BOUND, rv, self.watch_timeout)
+        return self.pods.watch_pods(ACTIVE_BOUND, rv, self.watch_timeout)
 
     @staticmethod
     def _key(obj: dict) -> str:
@@ -46,7 +47,7 @@ class GpuPodWatcher(NodeWatcher[tuple[str, bool]]):
         return {node for node, gpu in self.snapshot().values() if gpu and node}
 
 
-def gpu_nodes_now(kube: Cluster) -> set[str]:
+def gpu_nodes_now(pods: Pods) -> set[str]:
     """The same set from one paged LIST and no cache (for `fleetmedic plan`)."""
-    kept = (_kept(pod) for page, _rv in kube.list_pod_pages(ACTIVE_BOUND) for pod in page)
+    kept = (_kept(pod) for page, _rv in pods.list_pod_pages(ACTIVE_BOUND) for pod in page)
     return {node for node, gpu in kept if gpu and node}

@@ -1,6 +1,6 @@
 """Writing a decision's :class:`~fleetmedic.policy.actions.Update` to its Node.
 
-One read-modify-write guarded by resourceVersion (``Kube.update_node``); then the
+One read-modify-write guarded by resourceVersion (``Cluster.update_node``); then the
 informer's cache gets the Node as written (so the next cycle decides from it, not from
 an older copy) and the step metrics are counted; the update's Events and the Node's
 condition follow on the paperwork thread (``later``), off the step's critical path.

@@ -16,14 +16,14 @@ from typing import Any
 from fleetmedic.model import keys
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import netcount, quarantine
+from fleetmedic.policy import netcount, phases, quarantine
 from fleetmedic.policy.history import decode, last_episode, of_episode, parse_time
 from fleetmedic.policy.inflight import Escalated, InFlight
 from fleetmedic.policy.sweep import LastSweep
 
-GATE_PHASES = {"restore": "RESTORE", "burnin": "BURN-IN"}
+GATE_PHASES = phases.statuses()
 """The return gate's phases (GPU partitions put back, the burn-in), named as operators
-look for them while a node waits to come back."""
+look for them while a node waits to come back (each phase's ``status``, policy/phases/)."""
 # the worst first: manual, then the highest rungs, healthy last
 STATE_ORDER = {s: i for i, s in enumerate((*reversed(REPAIR_STATES), "healthy"))}
 

@@ -1,6 +1,7 @@
 """Diagnostic sweeps of idle nodes: the I/O around policy/sweep.py.
 
-Each cycle the loop calls :meth:`Sweeper.tick` with its views; the policy says which nodes
+A part of the loop (controller/parts.py): after each cycle's plan it calls
+:meth:`Sweeper.planned`, which ticks with the cycle's views; the policy says which nodes
 to start and which orphaned maintenance taints to take off, and each becomes a job on the
 sweeper's own worker pool (workers.py), so a 10-minute diagnostic never holds the loop or
 a repair slot of the ladder's pool. One sweep, under the node's Lease:
@@ -28,9 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from fleetmedic.adapters import runner
-from fleetmedic.adapters.cluster import Cluster
+from fleetmedic.adapters.cluster import Cluster, pods_of
 from fleetmedic.controller.leadership import Leadership
 from fleetmedic.controller.metrics import Metrics
+from fleetmedic.controller.parts import Look, Part
 from fleetmedic.controller.podwatch import GpuPodWatcher
 from fleetmedic.controller.workers import Workers
 from fleetmedic.errors import FleetmedicError
@@ -39,6 +41,7 @@ from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import sweep
 from fleetmedic.policy.history import stamp
+from fleetmedic.policy.plan import Plan
 from fleetmedic.policy.profiles import Assignment
 
 log = logging.getLogger(__name__)
@@ -53,7 +56,9 @@ class SweepJob:
     release: bool = False  # only take an orphaned maintenance taint off
 
 
-class Sweeper:
+class Sweeper(Part):
+    name = "sweep"
+
     def __init__(
         self,
         cfg: Config,
@@ -67,11 +72,16 @@ class Sweeper:
         dry_run: bool = False,
         watch_timeout: int = 300,
         cluster: str | None = None,
+        paused: Callable[[], str | None] = lambda: None,
+        breakers: Callable[[], Mapping[str, str | None]] = dict,
     ) -> None:
+        """``paused``: reads the pause switch (an API call, made only when a sweep would
+        start); ``breakers``: each profile's breaker reason."""
         self.cfg, self.kube, self.leadership, self.put = cfg, kube, leadership, put
         self.metrics, self.clock, self.dry_run = metrics, clock, dry_run
         self.vocab = cfg.vocabulary()
-        self.pods = GpuPodWatcher(kube, watch_timeout=watch_timeout)
+        self.pod_api = pods_of(kube, "sweeps")  # (the config refuses sweeps without pods)
+        self.pods = GpuPodWatcher(self.pod_api, watch_timeout=watch_timeout)
         size = sum(
             c.sweep.max_concurrent
             for c in (cfg.profile(n) for n in cfg.profile_names())
@@ -81,6 +91,7 @@ class Sweeper:
             self._job, max(2, size + 1), on_done, cluster=cluster, name="fleetmedic-sweep"
         )
         self._said: str = ""
+        self.paused, self.breakers = paused, breakers
 
     def start(self, stop: threading.Event) -> None:
         self.pods.start(stop)
@@ -88,8 +99,29 @@ class Sweeper:
     def busy(self) -> set[str]:
         return set(self.workers.busy())
 
+    def working(self) -> set[str]:
+        return self.busy()
+
+    def active(self) -> bool:
+        return bool(self.workers.busy())
+
+    def cancel(self) -> None:
+        self.cancel_running()
+
     def cancel_running(self) -> None:
         self.workers.cancel_running()
+
+    def planned(self, look: Look, plan: Plan, skip: set[str]) -> None:
+        """Start due sweeps, around the nodes the ladder works on or just admitted."""
+        self.tick(
+            look.views,
+            look.now,
+            look.assignment,
+            skip=skip,
+            sweeping=look.working.get(self.name, set()),
+            paused=self.paused,
+            breakers=self.breakers(),
+        )
 
     def shutdown(self, grace: float) -> None:
         self.workers.shutdown(grace)
@@ -177,7 +209,7 @@ class Sweeper:
         if view.in_repair or not view.maintenance:
             log.info("%s: not swept: fenced or cordoned meanwhile", name)
             return None
-        pods, _ = self.kube.list_pods_on_node(name)
+        pods, _ = self.pod_api.list_pods_on_node(name)
         taken = [p["metadata"]["name"] for p in pods if sweep.wants_gpu(p)]
         if taken:
             self._end(name, None)

@@ -35,8 +35,7 @@ class Switches:
 
 def pause_configmap(cfg: Config) -> tuple[str, str] | None:
     """(namespace, name) of the pause ConfigMap, or None when config turned it off."""
-    namespace, _, name = cfg.safety.pause_configmap.partition("/")
-    return (namespace, name) if name else None
+    return cfg.safety.pause_ref()
 
 
 def read_switches(kube: Cluster, cfg: Config) -> Switches:

@@ -23,9 +23,12 @@ from typing import Any, Generic, TypeVar
 
 from fleetmedic import logcontext
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.kube import Expired
 from fleetmedic.backoff import Backoff
-from fleetmedic.errors import FleetmedicError, PermanentError
+from fleetmedic.controller.parts import Part
+from fleetmedic.errors import Expired, FleetmedicError, PermanentError
+from fleetmedic.model.config import Config
+from fleetmedic.model.nodestate import NodeView, own_annotations
+from fleetmedic.model.nodestate import view as view_of
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +42,18 @@ def _keep(node: dict) -> Any:
     return node
 
 
-class NodeWatcher(Generic[T]):
+class Informer(Generic[T]):
+    """List, then watch, of what a subclass names (:meth:`_list_pages`, :meth:`_watch`):
+    the Nodes (:class:`NodeWatcher`), the pods (podwatch.py)."""
+
+    what = "object"
+
     def __init__(
         self,
-        kube: Cluster,
-        label_selector: str | None = None,
         watch_timeout: int = 300,
         retry_delay: float = 2.0,
         transform: Callable[[dict], T] = _keep,
     ) -> None:
-        self.kube, self.label_selector = kube, label_selector
         self.watch_timeout, self.retry_delay = watch_timeout, retry_delay
         self.transform = transform
         self._items: dict[str, tuple[int, T]] = {}  # name -> (resourceVersion, kept form)
@@ -125,14 +130,12 @@ class NodeWatcher(Generic[T]):
                 self.error = exc
                 stop.wait(outage.failed(exc))
 
-    # -- what is watched (a subclass watches something else: podwatch.py) ----------------
-    what = "node"
-
+    # -- what is watched ----------------------------------------------------------------
     def _list_pages(self) -> Iterator[tuple[list[dict], str]]:
-        return self.kube.list_node_pages(self.label_selector)
+        raise NotImplementedError
 
     def _watch(self, rv: str) -> Iterator[tuple[str, dict]]:
-        return self.kube.watch_nodes(rv, self.watch_timeout, self.label_selector)
+        raise NotImplementedError
 
     @staticmethod
     def _key(obj: dict) -> str:
@@ -173,6 +176,56 @@ class NodeWatcher(Generic[T]):
         return kept
 
 
+class NodeWatcher(Informer[T]):
+    """The Nodes of one cluster (matching ``label_selector``)."""
+
+    what = "node"
+
+    def __init__(
+        self,
+        kube: Cluster,
+        label_selector: str | None = None,
+        watch_timeout: int = 300,
+        retry_delay: float = 2.0,
+        transform: Callable[[dict], T] = _keep,
+    ) -> None:
+        super().__init__(watch_timeout, retry_delay, transform)
+        self.kube, self.label_selector = kube, label_selector
+
+    def _list_pages(self) -> Iterator[tuple[list[dict], str]]:
+        return self.kube.list_node_pages(self.label_selector)
+
+    def _watch(self, rv: str) -> Iterator[tuple[str, dict]]:
+        return self.kube.watch_nodes(rv, self.watch_timeout, self.label_selector)
+
+
+def view_transform(cfg: Config) -> Callable[[dict], NodeView]:
+    """What the informer keeps of each Node: its view, holding only the annotations the
+    controller reads (its own and the configured BMC address one), not other tools'."""
+    vocab, foreign = cfg.vocabulary(), cfg.foreign()
+    keep = own_annotations(cfg.read_annotations())
+    return lambda node: view_of(node, vocab, foreign, keep=keep)
+
+
+class NodeFeed(Part):
+    """The loop's informer as one of its parts (controller/parts.py): started with the
+    loop, and the loop woken on every event."""
+
+    name = "nodes"
+
+    def __init__(self, watcher: NodeWatcher, wake: Callable[[], None]) -> None:
+        self.watcher, self.wake = watcher, wake
+
+    def start(self, stop: threading.Event) -> None:
+        self.watcher.start(stop)
+        logcontext.thread(self._relay, args=(stop,), name="fleetmedic-wake").start()
+
+    def _relay(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if self.watcher.wait_for_change(1.0):
+                self.wake()
+
+
 def _rv(node: dict) -> int:
     try:
         return int(node["metadata"].get("resourceVersion") or 0)
@@ -180,7 +233,7 @@ def _rv(node: dict) -> int:
         return 0
 
 
-def wait_synced(watcher: NodeWatcher, timeout: float) -> None:
+def wait_synced(watcher: Informer, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not watcher.synced.wait(0.2):
         if time.monotonic() > deadline:

@@ -22,10 +22,9 @@ from fleetmedic.controller.leadership import Leadership
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.recorder import Recorder
 from fleetmedic.errors import FleetmedicError, NotFoundError, TemporaryError
-from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
-from fleetmedic.policy import burnin, diagnose, ladder, partition, quarantine
+from fleetmedic.policy import ladder, phases
 from fleetmedic.policy.actions import Action, Kind, Stale
 
 log = logging.getLogger(__name__)
@@ -110,9 +109,9 @@ class NodeWork:
         # the probe reads a boot id: logged, but no Event each time
         events = self.executor.kube if action.kind != Kind.PROBE else None
         audit.of_action(who, action, outcome, run_id, events)
-        if action.kind == Kind.ESCALATE and action.phase != "notify":
+        if action.kind == Kind.ESCALATE and not ladder.notice(action):
             self.metrics.escalations.labels(outcome=outcome.status).inc()
-        if action.kind == Kind.REPLACE or (action.phase == "notify" and outcome.status == "held"):
+        if action.kind == Kind.REPLACE or (ladder.notice(action) and outcome.status == "held"):
             via = cfg.cloud.replace_via
             self.metrics.replacements.labels(action.profile, via, outcome.status).inc()
         upd = ladder.complete(view, action, outcome, self.clock(), cfg)
@@ -126,12 +125,8 @@ class NodeWork:
             # the hand-off deleted the Node: the audit line above and the email are its record
             log.info("%s: replaced; the Node is gone with its record", action.node)
             return
-        if action.phase == partition.PHASE and action.kind == Kind.RUN:
-            self.metrics.partition_restores.labels(outcome=outcome.status).inc()
-        if action.phase == burnin.PHASE and action.kind == Kind.RUN:
-            self.metrics.burnin.labels(outcome=burnin.outcome_label(outcome)).inc()
-        if action.phase == diagnose.PHASE and action.kind == Kind.RUN:
-            self.metrics.diagnostics.labels(result=diagnose.verdict(outcome).result).inc()
-        said = quarantine.recommendation_of(upd.annotations.get(keys.ANN_QUARANTINE))
-        if said is not None and action.phase == quarantine.PHASE:
-            self.metrics.quarantines.labels(recommendation=said).inc()
+        counted = phases.metrics().get(action.phase or "")
+        if counted is not None and counted.metric is not None and action.kind == Kind.RUN:
+            value = counted.metric.value(outcome, upd)  # (the phase's metric, its label's value)
+            if value is not None:
+                self.metrics.phases[counted.name].labels(value).inc()

@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, Protocol, TypeVar
 
 from fleetmedic import logcontext
+from fleetmedic.controller.parts import Part
 from fleetmedic.model.nodestate import NodeView
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,11 @@ class OnNode(Protocol):
 A = TypeVar("A", bound=OnNode)
 
 
-class Workers(Generic[A]):
+class Workers(Part, Generic[A]):
+    """A pool of jobs on nodes; as a part of the loop (controller/parts.py), the ladder's."""
+
+    name = "ladder"
+
     def __init__(
         self,
         job: Callable[[NodeView, A, threading.Event], float | None],
@@ -102,6 +107,12 @@ class Workers(Generic[A]):
                 self._futures.pop(action.node, None)
                 self.finished += 1
             self.on_done()
+
+    def active(self) -> bool:
+        return bool(self.busy())
+
+    def cancel(self) -> None:
+        self.cancel_running()
 
     def cancel_running(self) -> None:
         with self._lock:

@@ -1,4 +1,4 @@
-"""Pure edits on a Node dict, for use inside ``Kube.update_node(name, mutate)``.
+"""Pure edits on a Node dict, for use inside ``Cluster.update_node(name, mutate)``.
 
 Each function edits the dict in place and returns True when it changed
 something, so a mutate callback can return ``any([...])`` and skip no-op

@@ -5,7 +5,7 @@ beyond :meth:`Update.apply`, a pure edit of a Node dict.
   the boot_id, drain, send the escalation email, write a record, or wait).
 - :class:`Outcome`: what came of it, fed back to ``ladder.complete``.
 - :class:`Update`: what to write on the Node, in one read-modify-write
-  (``Kube.update_node(name, update.apply_for(vocab))``).
+  (``Cluster.update_node(name, update.apply_for(vocab))``).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Update:
         return any(changed)
 
     def apply_for(self, vocab: Vocabulary) -> Callable[[dict], bool]:
-        """A ``mutate`` callback for ``Kube.update_node``."""
+        """A ``mutate`` callback for ``Cluster.update_node``."""
         return lambda node: self.apply(node, vocab)
 
 

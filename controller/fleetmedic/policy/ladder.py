@@ -19,7 +19,7 @@ The controller loop, for each node it has no run in progress for (in this proces
   ``REPLACE``: hand the node to its cloud (delete the Node, or terminate its instance
   through the Auto Scaling group); ``Outcome("held", retry_at=...)`` when the pool's day
   of replacements is spent.
-- Writes go through ``Kube.update_node(name, upd.apply_for(vocab))``; a
+- Writes go through ``Cluster.update_node(name, upd.apply_for(vocab))``; a
   :class:`~fleetmedic.policy.actions.Stale` from it means "decide again".
 - Post ``upd.events`` on the Node after a successful write.
 
@@ -28,8 +28,9 @@ record; see inflight.py), so the loop can be killed anywhere and ``decide`` on
 the re-read Node picks up safely: a finished reboot is never repeated, one
 under way is never forgotten. Rungs and phases come from ``cfg.ladder``: by default
 ``reset`` -> ``reboot`` -> ``reimage`` -> ``manual`` (``ladder.order``; rungs.py says where a
-state the order leaves out enters); unreachable and timeout count as failure. How
-outcomes move an attempt is in steps.py.
+state the order leaves out enters); unreachable and timeout count as failure. What each
+phase does and what its outcome means is its module in the phase registry (policy/phases/);
+how the attempt then moves on is advance.py and steps.py.
 
 A step ends in a verify (a pass returns the node to service) or, when it is terminal
 (``StepConfig.terminal``: the replace rung), in the hand-off to the cloud: its pass ends
@@ -43,20 +44,17 @@ passes the attempt, replace climbs to the pool's terminal step.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import datetime
 
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
-from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import REPAIR_STATES
-from fleetmedic.policy import burnin, diagnose, flap, foreign, partition, quarantine
+from fleetmedic.policy import advance, flap, foreign, phases
 from fleetmedic.policy.actions import HEALTHY, LOST, Action, Event, Kind, Outcome, Update
 from fleetmedic.policy.history import (
     ESCALATED,
-    FAIL,
     FLAP_DAMPED,
     RELEASED,
     SUPERSEDED,
@@ -67,27 +65,7 @@ from fleetmedic.policy.history import (
 )
 from fleetmedic.policy.inflight import RUNNING, Escalated, InFlight
 from fleetmedic.policy.rungs import entry_rung
-from fleetmedic.policy.steps import (
-    MANUAL,
-    RESULT_OF,
-    NodeCtx,
-    after_burnin,
-    after_diagnostics,
-    after_drain,
-    after_email,
-    after_lost,
-    after_notify,
-    after_probe,
-    after_quarantine,
-    after_replace,
-    fail_step,
-    failure_text,
-    next_phase,
-    still_rebooting,
-)
-
-DISRUPTIVE_PHASES = ("reset", "reboot", "power_cycle", "reinstall")
-OUT_OF_BAND = ("power_cycle", "replace")  # rungs whose action does not need the node's SSH
+from fleetmedic.policy.steps import MANUAL, NodeCtx, after_email
 
 
 def decide(view: NodeView, now: datetime, cfg: Config) -> Action:
@@ -152,31 +130,6 @@ def _fence_moved(n: NodeCtx, fl: InFlight) -> Action:
     )
 
 
-def returned_by_scheduler(n: NodeCtx, fl: InFlight) -> bool:
-    """Our fence is gone while a repair is in flight: a person's resume (the repair is
-    released), or the scheduler's own return to service (the fence is put back)?
-
-    On Slurm both clear the reason, its user and its time the same way (22.05 to 25.05:
-    ``update_node`` for ``state=resume`` and ``validate_node_specs`` for ReturnToService
-    both end in ``clusteracct_storage_g_node_up``, which frees them), and slurmctld's log,
-    where they differ, is not ours to read. What differs is when Slurm can do it at all:
-    only to a node DOWN without DRAIN, and our fence keeps DRAIN set except after a reboot
-    through Slurm (``nextstate=down`` clears it on the node's return, and so does Slurm's
-    own ``reboot timed out``); and only with ``ReturnToService=2`` (``=1`` returns only a
-    node whose reason is Slurm's ``Not responding``, ``=0`` never). So the scheduler's
-    return is the only explanation we take while our reboot through the scheduler is
-    running (asked, or about to be) on a node whose scheduler returns nodes by itself
-    (:data:`~fleetmedic.model.keys.LABEL_SCHEDULER_RETURNS`); everywhere else our fence's
-    end is a person's doing. A person who resumes a node in that one phase has it fenced
-    again, and releases it with ``fleetmedic release``."""
-    return (
-        fl.phase == "reboot"
-        and fl.status == RUNNING
-        and n.cfg.ladder.reboot_via == "slurm"
-        and n.view.labels.get(keys.LABEL_SCHEDULER_RETURNS) == "true"
-    )
-
-
 def _unreadable(n: NodeCtx, why: str) -> Action:
     if n.view.state == HEALTHY:
         return n.write(why, annotations={keys.ANN_IN_FLIGHT: None})
@@ -192,7 +145,7 @@ def _unreadable(n: NodeCtx, why: str) -> Action:
 
 def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
     view, cfg = n.view, n.cfg
-    if fl and returned_by_scheduler(n, fl):
+    if fl and fl.phase in phases.PHASES and phases.of(fl.phase).returned(n, fl):
         why = (
             f"back in service without our fence during {fl.step}/{fl.phase}, which the "
             "scheduler does by itself after its reboot: fenced again, to verify before it "
@@ -330,12 +283,15 @@ def _entered(n: NodeCtx) -> Action:
 
 
 def _continue(n: NodeCtx, fl: InFlight) -> Action:
-    view, cfg, now = n.view, n.cfg, n.now
-    phases = n.step_cfg(fl.step).phases
-    if fl.phase == burnin.PHASE and not burnin.gates(cfg, fl.step):
-        why = f"{fl.step}: the burn-in was turned off meanwhile; verify passed"
-        return n.action(Kind.WRITE, why, update=next_phase(n, fl), step=fl.step, phase=fl.phase)
-    if fl.phase not in phases and fl.phase not in (quarantine.PHASE, burnin.PHASE):
+    """The attempt's phase goes on: its action, from the phase registry (policy/phases/)."""
+    now = n.now
+    phase = phases.PHASES.get(fl.phase)
+    ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
+    if phase is not None and phase.gate is not None:
+        why = phase.dropped(n, fl)
+        if why is not None:  # a return-gate phase that no longer applies: on without it
+            return n.action(Kind.WRITE, why, update=advance.next_phase(n, fl), **ctx)
+    elif phase is None or fl.phase not in n.step_cfg(fl.step).phases:
         new = n.first(fl.ep, fl.step, fl.attempt)
         return n.write(
             f"phase {fl.phase} is no longer in {fl.step}: restart the attempt",
@@ -343,127 +299,17 @@ def _continue(n: NodeCtx, fl: InFlight) -> Action:
         )
     retry = fl.retry_time()
     if retry and now < retry:
-        return n.action(
-            Kind.WAIT,
-            f"{fl.step}/{fl.phase}: back off",
-            step=fl.step,
-            phase=fl.phase,
-            ep=fl.ep,
-            not_before=retry,
-        )
-    resumed = fl.status == RUNNING
-    ctx = dict(step=fl.step, phase=fl.phase, ep=fl.ep)
-    if fl.phase in BOOTING_PHASES and (resumed or not fl.boot_id):
-        why = (
-            f"a {fl.phase} was under way before a restart: did it happen?"
-            if resumed
-            else f"read boot_id so the {fl.phase} can be confirmed after any restart"
-        )
-        return n.action(Kind.PROBE, why, timeout=cfg.ladder.probe_timeout, **ctx)
-    again = " (again: interrupted by a restart)" if resumed else ""
-    if fl.phase in ("drain", "drain_gpu"):
-        drain = cfg.safety.drain
-        gpu_only = fl.phase == "drain_gpu"
-        return n.action(
-            Kind.DRAIN,
-            f"drain{' the GPU pods' if gpu_only else ''} before {fl.step}{again}",
-            timeout=drain.timeout,
-            force=drain.pdb_blocked == "force",
-            gpu_only=gpu_only,
-            disruptive=True,
-            **ctx,
-        )
-    if fl.phase == "notify":
-        return n.action(
-            Kind.ESCALATE,
-            f"{fl.step}: tell the team the node is being replaced{again}",
-            resumed=resumed,
-            **ctx,
-        )
-    if fl.phase == "replace":
-        return n.action(
-            Kind.REPLACE,
-            f"{fl.step} attempt {fl.attempt}: hand the node to the cloud{again}",
-            playbook=str(cfg.playbook_path(cfg.ladder.playbooks.replace)),
-            timeout=n.phase_timeout("replace"),
-            hostvars=_hostvars(view, fl, phases),
-            resumed=resumed,
-            disruptive=True,
-            **ctx,
-        )
-    if fl.phase == quarantine.PHASE:
-        q = cfg.ladder.quarantine
-        return n.action(
-            Kind.RUN,
-            f"{fl.step} passed verify: quarantine, level {q.level} diagnostics and the "
-            f"fabric checks{again}",
-            playbook=str(cfg.ansible.playbook_dir / q.playbook),
-            timeout=q.timeout,
-            hostvars={**_hostvars(view, fl, phases), "quarantine_level": q.level},
-            resumed=resumed,
-            **ctx,
-        )
-    if fl.phase == burnin.PHASE:
-        b = cfg.ladder.burnin
-        return n.action(
-            Kind.RUN,
-            f"{fl.step} passed verify: burn-in, level {b.diag_level} diagnostics and the "
-            f"collective test{again}",
-            playbook=str(cfg.ansible.playbook_dir / b.playbook),
-            timeout=b.timeout_for(fl.step),
-            hostvars={**_hostvars(view, fl, phases), **burnin.hostvars(cfg, view)},
-            resumed=resumed,
-            **ctx,
-        )
-    if fl.phase == partition.PHASE and not partition.needs_restore(view, fl.ep):
-        note = partition.skip_note(view, fl.ep)
-        return n.action(
-            Kind.WRITE, note, update=next_phase(n, fl.with_(notes=(*fl.notes, note))), **ctx
-        )
-    pb = cfg.ladder.playbooks.for_phase(fl.phase, view.vendor)
-    if pb is None:
-        msg = (
-            f"no {keys.LABEL_VENDOR} label (nvidia|amd): cannot choose a driver or ROCm "
-            "to reinstall"
-        )
-        return n.action(Kind.WRITE, msg, update=fail_step(n, fl, FAIL, msg), **ctx)
-    extra = diagnose.hostvars(cfg) if fl.phase == diagnose.PHASE else {}
-    if fl.phase == partition.PHASE:
-        extra = partition.hostvars(view, fl.ep)
-    return n.action(
-        Kind.RUN,
-        f"{fl.step} attempt {fl.attempt}: {fl.phase}{again}",
-        playbook=str(cfg.playbook_path(pb)),
-        timeout=pb.timeout or cfg.ansible.job_timeout,
-        hostvars={**_hostvars(view, fl, phases), **extra},
-        resumed=resumed,
-        disruptive=fl.phase in DISRUPTIVE_PHASES,
-        **ctx,
-    )
+        return n.action(Kind.WAIT, f"{fl.step}/{fl.phase}: back off", not_before=retry, **ctx)
+    note = phase.skip(n, fl)
+    if note is not None:  # nothing for it to do: passed over without a run
+        upd = advance.next_phase(n, fl.with_(notes=(*fl.notes, note)))
+        return n.action(Kind.WRITE, note, update=upd, **ctx)
+    return phase.act(n, fl, fl.status == RUNNING)
 
 
-def _notice(action: Action) -> bool:
-    """The replace rung's email (a phase of its own), not the manual escalation."""
-    return action.kind == Kind.ESCALATE and action.phase == "notify"
-
-
-def request_id(fl: InFlight) -> str:
-    """Stable for one attempt, unique over the node's life (the start time is in it): the
-    roles act once per request id, so a re-run after a crash never repeats their work."""
-    return f"e{fl.ep}-{fl.step}{fl.attempt}-{fl.step_start.replace('-', '').replace(':', '')}"
-
-
-def _hostvars(view: NodeView, fl: InFlight, phases: tuple[str, ...]) -> dict:
-    return {
-        "fleetmedic_request_id": request_id(fl),
-        "fleetmedic_step": fl.step,
-        "fleetmedic_phase": fl.phase,
-        "fleetmedic_attempt": fl.attempt,
-        "fleetmedic_episode": fl.ep,
-        "fleetmedic_vendor": view.vendor,
-        # the diagnose phase took the evidence already
-        "fleetmedic_collect_evidence": "diagnose" not in phases,
-    }
+def notice(action: Action) -> bool:
+    """An email of a phase's (the replace rung's notice), not the manual escalation."""
+    return action.kind == Kind.ESCALATE and action.phase is not None
 
 
 def begin(
@@ -471,7 +317,7 @@ def begin(
 ) -> Update | None:
     """What to write before executing ``action`` (None: nothing)."""
     n = NodeCtx(view, now, cfg)
-    if action.kind in (Kind.RUN, Kind.DRAIN, Kind.REPLACE) or _notice(action):
+    if action.kind in (Kind.RUN, Kind.DRAIN, Kind.REPLACE) or notice(action):
         fl = InFlight.decode(n.raw)
         if fl is None:
             return None
@@ -504,46 +350,11 @@ def complete(
 ) -> Update | None:
     """What to write after ``action`` ended with ``outcome``; None if the Node moved on."""
     n = NodeCtx(view, now, cfg)
-    if action.kind == Kind.ESCALATE and not _notice(action):
+    if action.kind == Kind.ESCALATE and not notice(action):
         return after_email(n, outcome)
     fl = InFlight.decode(n.raw)
     if fl is None or (fl.step, fl.phase) != (action.step, action.phase):
         return None
     if outcome.status == LOST:
-        return after_lost(n, fl, outcome)
-    if action.kind == Kind.ESCALATE:
-        return after_notify(n, fl, outcome)
-    if action.kind == Kind.REPLACE:
-        return after_replace(n, fl, outcome)
-    if action.kind == Kind.PROBE:
-        return after_probe(n, fl, outcome)
-    if action.kind == Kind.DRAIN:
-        return after_drain(n, fl, outcome)
-    if fl.phase == quarantine.PHASE:
-        return after_quarantine(n, fl, outcome)
-    if fl.phase == burnin.PHASE:
-        return after_burnin(n, fl, outcome)
-    if fl.phase == diagnose.PHASE:
-        return after_diagnostics(n, fl, outcome)
-    # Evidence capture is best effort: a failed diagnose must not block the repair. A node
-    # that does not answer fails the rungs that need SSH at once (the ladder climbs), but
-    # not those that act around the node: power_cycle's BMC reaches a hung node (and keeps
-    # the event log as evidence), and replace's cloud takes a dead instance as it is.
-    hung_ok = fl.step in OUT_OF_BAND and outcome.status in ("unreachable", "timeout")
-    if outcome.ok or (fl.phase == "diagnose" and (outcome.status == "failed" or hung_ok)):
-        note = () if outcome.ok else (f"diagnose {outcome.status}: {outcome.message}",)
-        if outcome.ok and fl.phase == partition.PHASE:
-            note = (partition.restored_note(outcome.stdout),)
-        upd = next_phase(n, fl.with_(notes=fl.notes + note, run_id=outcome.run_id or fl.run_id))
-        if fl.phase == partition.RECORD_PHASE:
-            # the layout before the repair, kept on the Node for the restore phase
-            rec = partition.record_from(n.view, fl.ep, outcome.stdout, stamp(now))
-            upd = dataclasses.replace(upd, annotations={**upd.annotations, **rec})
-        return upd
-    if action.resumed and outcome.status == "unreachable":
-        held = still_rebooting(n, fl, action.timeout or cfg.ansible.job_timeout)
-        if held:
-            return held
-    return fail_step(
-        n, fl, RESULT_OF.get(outcome.status, FAIL), failure_text(fl.phase, outcome), outcome.run_id
-    )
+        return advance.after_lost(n, fl, outcome)
+    return advance.apply(n, fl, phases.of(fl.phase).complete(n, fl, action, outcome))

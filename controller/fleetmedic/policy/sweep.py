@@ -246,7 +246,7 @@ def record_edit(
     level: int,
     run: str = "",
 ) -> bool:
-    """End a sweep on ``node`` (a ``Kube.update_node`` mutate): the maintenance taint off;
+    """End a sweep on ``node`` (a ``Cluster.update_node`` mutate): the maintenance taint off;
     with a verdict, the ``last-sweep`` record, and for a failure the repair taint at its
     rung with the diagnostics as evidence (``last-finding`` and a ``diag`` entry in
     ``last-results``, the annotations the agent's findings use). Without a verdict (the
@@ -283,7 +283,7 @@ def record_edit(
 
 
 def begin_edit(node: dict, vocab: Vocabulary) -> bool:
-    """Start a sweep (a ``Kube.update_node`` mutate): the maintenance taint on, only if the
+    """Start a sweep (a ``Cluster.update_node`` mutate): the maintenance taint on, only if the
     node is still healthy, schedulable and not under maintenance; False skips the write."""
     spec = node.get("spec") or {}
     taints = spec.get("taints") or []

@@ -1,9 +1,9 @@
-"""What a drain reports (controller/drain.py's DrainResult): the Outcome status and the
+"""What a drain reports (kinds/kubedrain.py's DrainResult): the Outcome status and the
 one-line message the ladder records and posts, for each way a drain can end."""
 
 from __future__ import annotations
 
-from fleetmedic.controller.drain import DrainResult
+from fleetmedic.kinds.kubedrain import DrainResult
 from fleetmedic.policy.drainplan import EMPTYDIR, NO_CONTROLLER
 
 

@@ -1,4 +1,4 @@
-"""The pure parts of the Slurm ladder steps (controller/slurmdrain.py, slurmreboot.py): the
+"""The pure parts of the Slurm ladder steps (kinds/slurmdrain.py, slurmreboot.py): the
 boot-time rule, Slurm's notes on a reason, ownership, and the drain's one-line messages.
 The steps themselves run against real Slurm daemons in tests/integration/test_slurm_steps.py."""
 
@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode
-from fleetmedic.controller.slurmdrain import SlurmDrainResult, _refusal, check_ours
-from fleetmedic.controller.slurmreboot import BOOT_TIME_JITTER, base_reason, is_new_boot
+from fleetmedic.kinds.slurmdrain import SlurmDrainResult, _refusal, check_ours
+from fleetmedic.kinds.slurmreboot import BOOT_TIME_JITTER, base_reason, is_new_boot
 from fleetmedic.model.slurmreason import parse_reason
 
 OURS = "fleetmedic: reboot: xid.79 0000:3b:00: GPU has fallen off the bus."

@@ -1,6 +1,6 @@
 """Our fence gone while a repair is in flight: a person's resume releases the repair, the
 scheduler's own return to service does not (issue 37). Slurm clears our reason the same
-way for both (policy/ladder.returned_by_scheduler says why and when it can be Slurm):
+way for both (policy/phases/repair.returned_by_scheduler says why and when it can be Slurm):
 with ReturnToService=2 (the adapter's ``scheduler-returns-nodes`` label) and a reboot
 through Slurm running, the fence is put back and the reboot verified; anywhere else, and
 with ReturnToService 0 or 1, a return to service is a person's and releases the node.

@@ -97,3 +97,8 @@ class SafetyConfig(Section):
     maintenance_windows: tuple[Window, ...] = ()
     """When drains, reinstalls and reboots may start. Empty: any time."""
     drain: DrainConfig = DrainConfig()
+
+    def pause_ref(self) -> tuple[str, str] | None:
+        """(namespace, name) of the pause ConfigMap, or None when config turned it off."""
+        namespace, _, name = self.pause_configmap.partition("/")
+        return (namespace, name) if name else None

@@ -26,13 +26,15 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.kube import Expired, TooManyRequests
-from fleetmedic.errors import ForbiddenError, TemporaryError
+from fleetmedic.errors import Expired, ForbiddenError, TemporaryError, TooManyRequests
 from fleetmedic.model import keys, nodeedit
 from fleetmedic.model.config.safety import DrainConfig
 from fleetmedic.policy.drainplan import Fate, PodPlan, Rules, plan, refusal_hint
+
+if TYPE_CHECKING:  # (the client loads in a second; Slurm's drain shares DrainResult)
+    from fleetmedic.adapters.kube import Kube
 
 log = logging.getLogger(__name__)
 EVICT_RETRY = 5.0  # seconds between evictions a PDB refused (kubectl waits 5 s too)
@@ -92,7 +94,7 @@ def shown(refs: list[str] | tuple[str, ...]) -> str:
     return ", ".join(refs[:SHOWN]) + (f" (+{len(refs) - SHOWN} more)" if len(refs) > SHOWN else "")
 
 
-def cordon(kube: Cluster, node: str) -> dict:
+def cordon(kube: Kube, node: str) -> dict:
     """Mark unschedulable; remember that it was us only if it was schedulable."""
 
     def mutate(n: dict) -> bool:
@@ -105,7 +107,7 @@ def cordon(kube: Cluster, node: str) -> dict:
     return kube.update_node(node, mutate)
 
 
-def uncordon_if_ours(kube: Cluster, node: str) -> bool:
+def uncordon_if_ours(kube: Kube, node: str) -> bool:
     """Undo our own cordon; a cordon someone else made stays."""
     changed = False
 
@@ -125,7 +127,7 @@ def uncordon_if_ours(kube: Cluster, node: str) -> bool:
 class PodsGone:
     """Which of the node's pods (by UID) are gone: a list, then a watch resumed from it."""
 
-    def __init__(self, kube: Cluster, node: str, pods: list[dict], resource_version: str) -> None:
+    def __init__(self, kube: Kube, node: str, pods: list[dict], resource_version: str) -> None:
         self.kube, self.node, self.rv = kube, node, resource_version
         self.present = {(p.get("metadata") or {}).get("uid") for p in pods}
 
@@ -160,7 +162,7 @@ class PodsGone:
 
 
 def drain(
-    kube: Cluster,
+    kube: Kube,
     node: str,
     settings: DrainConfig,
     *,
@@ -251,7 +253,7 @@ def _grace(settings: DrainConfig, pod: PodPlan) -> int:
 
 
 def _force(
-    kube: Cluster,
+    kube: Kube,
     node: str,
     settings: DrainConfig,
     by_uid: dict[str, PodPlan],
@@ -312,7 +314,7 @@ def _log_progress(
     log.info("%s: drain waits (%.0fs left): %s", node, max(0.0, left), "; ".join(parts))
 
 
-def _report(kube: Cluster, node_obj: dict, result: DrainResult) -> None:
+def _report(kube: Kube, node_obj: dict, result: DrainResult) -> None:
     """Log the end, and say it on the Node where it helps (events are best effort).
     Blocked and refused drains get their event from the ladder (DrainBlocked)."""
     name = (node_obj.get("metadata") or {}).get("name")

@@ -53,9 +53,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode
-from fleetmedic.controller.drain import DrainResult, shown
-from fleetmedic.errors import PermanentError, TemporaryError, one_line
+from fleetmedic.adapters.slurm import Slurm, SlurmNode
+from fleetmedic.errors import ForeignDrain, PermanentError, TemporaryError, one_line
+from fleetmedic.kinds.kubedrain import DrainResult, shown
 from fleetmedic.model.config.safety import DrainConfig
 from fleetmedic.model.slurmreason import parse_reason
 

@@ -69,8 +69,8 @@ import time
 from collections.abc import Callable
 
 from fleetmedic.adapters.slurm import Slurm, SlurmNode
-from fleetmedic.controller.slurmdrain import UNKNOWN, check_ours
 from fleetmedic.errors import PermanentError, TemporaryError, one_line
+from fleetmedic.kinds.slurmdrain import UNKNOWN, check_ours
 from fleetmedic.model.slurmreason import parse_reason
 
 log = logging.getLogger(__name__)
