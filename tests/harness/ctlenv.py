@@ -462,8 +462,9 @@ class ControllerProcess:
     """``fleetmedic run --config CONFIG`` in the background, logging to ``log``. It is
     stopped (SIGTERM) if the process that started it dies."""
 
-    def __init__(self, config: Path, log: Path, *args: str) -> None:
-        self.config, self.log, self.args = config, log, args
+    def __init__(self, config: Path, log: Path, *args: str, prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: run it under a command (``nsenter --net=...``: another bastion)."""
+        self.config, self.log, self.args, self.prefix = config, log, args, prefix
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> ControllerProcess:
@@ -475,7 +476,7 @@ class ControllerProcess:
         out = self.log.open("ab")
         try:
             self.proc = subprocess.Popen(
-                [str(FLEETMEDIC), "run", "--config", str(self.config), *self.args],
+                [*self.prefix, str(FLEETMEDIC), "run", "--config", str(self.config), *self.args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

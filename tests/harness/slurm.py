@@ -1,9 +1,11 @@
-"""A real Slurm cluster for tests: Debian's slurmctld and slurmd 22.05 with munge.
+"""A real Slurm cluster for tests: Debian's slurmctld and slurmd, 22.05 (Debian 12, on this
+host) or 24.11 (Debian 13, from its node tree: tests/harness/slurm24.py), with munge.
 
     with start_cluster(nodes=2) as c:            # or the ``slurm`` fixture
+        c = start_cluster(2, version="24.11")    # the same cluster with Slurm 24.11
         c.env                                    # {"SLURM_CONF": ...} for the client tools
         c.run("scontrol", "show", "node", "n1")  # a client tool with that env
-        c.nodes()                                # sinfo --json's nodes, by name
+        c.nodes()                                # the nodes in sinfo --json's 22.05 fields
         c.wait_saved("fleetmedic: reboot")      # slurmctld's node state file holds it
         c.restart_ctld(kill=True)                # SIGKILL slurmctld, start it again
 
@@ -71,8 +73,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness import fleet_net as net
-from tests.harness import procs
-from tests.harness.fleet_sys import kill_and_wait, me, proc_alive, proc_start
+from tests.harness import procs, slurm24
+from tests.harness.fleet_sys import (
+    kill_and_wait,
+    me,
+    mounts_under,
+    proc_alive,
+    proc_start,
+    umount_all,
+)
 
 SLURM_ROOT = Path(os.environ.get("FLEETMEDIC_SLURM", "/run/fleetmedic/slurm"))
 OCTETS = range(224, 240)
@@ -140,6 +149,32 @@ class SlurmCluster:
     start_seconds: float | None = None
     extra_conf: str = ""  # slurm.conf lines of a test's own (Prolog=, HealthCheckProgram=)
     return_to_service: int = 2
+    version: str = "22.05"  # Slurm's release: 22.05 on the host, 24.11 from the Debian 13 tree
+
+    @property
+    def root(self) -> slurm24.Root | None:
+        """The chroot every 24.11 process runs in (None for 22.05: the host's Slurm)."""
+        return slurm24.shared() if self.version != "22.05" else None
+
+    @property
+    def bin_dir(self) -> Path | None:
+        """Where this cluster's client tools are, for ``Slurm(bin_dir=...)`` or the front
+        of PATH (None: the host's, 22.05)."""
+        return self.root.bin_dir if self.root else None
+
+    @property
+    def list_command(self) -> str:
+        """How fleetmedic reads every node of this release (what its errors name)."""
+        return "sinfo --json" if self.version == "22.05" else "show node"
+
+    def marked_down(self, reason: str) -> str:
+        """``reason`` as this release shows it once slurmctld marked the node DOWN (not
+        responding): 24.11 appends its own words (measured), 22.05 leaves it."""
+        return reason if self.version == "22.05" else f"{reason} : Not responding"
+
+    def exe(self, tool: str, *args: str) -> list[str]:
+        """The argv that runs ``tool`` (a daemon or a client) of this cluster's release."""
+        return self.root.argv(tool, *args) if self.root else [tool, *args]
 
     # -- paths and addresses ------------------------------------------------------
     @property
@@ -254,7 +289,7 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
         d = self.dir / "munge"
         self._spawn(
             "munged",
-            [
+            self.exe(
                 "munged",
                 "--foreground",
                 f"--key-file={self.dir / 'mungekey' / 'munge.key'}",
@@ -262,13 +297,13 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
                 f"--pid-file={d / 'munged.pid'}",
                 f"--log-file={d / 'munged.log'}",
                 f"--seed-file={d / 'munged.seed'}",
-            ],
+            ),
             "munged.out",
         )
         wait_for(lambda: self.munge_socket.exists(), 20, "munged socket", self.daemons["munged"])
 
     def start_ctld(self) -> None:
-        self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)], "slurmctld.log")
+        self._spawn("slurmctld", self.exe("slurmctld", "-D", "-f", str(self.conf)), "slurmctld.log")
 
     def start_ctld_on_a_free_port(self, tries: int = 3) -> None:
         """Pick a free port, write slurm.conf, start slurmctld and wait until it answers.
@@ -283,7 +318,9 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
             while p.alive and time.monotonic() < deadline:
                 if (
                     subprocess.run(
-                        ["scontrol", "ping"], capture_output=True, env={**os.environ, **self.env}
+                        self.exe("scontrol", "ping"),
+                        capture_output=True,
+                        env={**os.environ, **self.env},
                     ).returncode
                     == 0
                 ):
@@ -303,12 +340,7 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
             [
                 "nsenter",
                 f"--net=/run/netns/{self.netns(node)}",
-                "slurmd",
-                "-D",
-                "-N",
-                node,
-                "-f",
-                str(self.conf),
+                *self.exe("slurmd", "-D", "-N", node, "-f", str(self.conf)),
             ],
             f"slurmd-{node}.log",
         )
@@ -389,6 +421,7 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
             "ctld_port": self.ctld_port,
             "owner": me() if self.owned else None,
             "procs": {k: p.record() for k, p in self.daemons.items()},
+            "version": self.version,
             "netns": [self.netns(n) for n in self.node_names],
             "links": [veth_name(self.octet, i + 1) for i in range(len(self.node_names))]
             + [bridge_name(self.octet)],
@@ -407,7 +440,7 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> str:
         """A Slurm client tool with this cluster's SLURM_CONF; its stdout."""
         p = subprocess.run(
-            list(argv),
+            self.exe(*argv),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -418,7 +451,11 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
         return p.stdout
 
     def nodes(self) -> dict[str, dict[str, Any]]:
-        """``sinfo --json``'s nodes by name (22.05 ignores ``-n``)."""
+        """The nodes by name, in 22.05's ``sinfo --json`` fields (``state``,
+        ``state_flags``, ``reason``, ``boot_time``, ``extra``, ...) on either release: 24.11's
+        ``scontrol show node --json`` normalized by the harness (slurm24.normalize)."""
+        if self.root:
+            return slurm24.nodes(self.run("scontrol", "show", "node", "--json"))
         return {n["name"]: n for n in json.loads(self.run("sinfo", "--json"))["nodes"]}
 
     def wait_ready(self, timeout: float = 90.0) -> float:
@@ -549,7 +586,17 @@ def teardown(rec: dict, remove_dir: bool) -> None:
     for link in rec.get("links", []):
         net.delete_link(link)
     if remove_dir:
-        shutil.rmtree(rec["dir"], ignore_errors=True)
+        remove(Path(rec["dir"]))
+
+
+def remove(d: Path) -> None:
+    """Remove a cluster's directory, never through a mount (everything under ``d`` is
+    unmounted first; SlurmError, nothing removed, if something stays)."""
+    umount_all(d)
+    left = mounts_under(d)
+    if left:
+        raise SlurmError(f"not removing {d}: still mounted: {', '.join(left[:3])}")
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def live(rec: dict) -> bool:
@@ -573,7 +620,7 @@ def cleanup_stale() -> list[str]:
             rec = read_record(d)
             if rec is None and (d / "cluster.json").exists():
                 if time.time() - d.stat().st_mtime > 3600:
-                    shutil.rmtree(d, ignore_errors=True)  # written whole or never, so stale
+                    remove(d)  # written whole or never, so stale
                 else:
                     unreadable = True  # whose names it holds is unknown: sweep no orphans
             elif rec and live(rec):
@@ -583,7 +630,7 @@ def cleanup_stale() -> list[str]:
                 teardown(rec, remove_dir=True)
                 removed.append(f"cluster {d.name}")
             elif time.time() - d.stat().st_mtime > 3600:
-                shutil.rmtree(d, ignore_errors=True)  # a stopped cluster's logs, after an hour
+                remove(d)  # a stopped cluster's logs, after an hour
     if unreadable:
         log("a cluster record is unreadable: orphan namespaces and links left for later")
         return removed
@@ -658,15 +705,20 @@ def start_cluster(
     slurmd_timeout: int = 30,
     gpus: int = 2,
     extra_conf: str = "",
+    version: str = "22.05",
 ) -> SlurmCluster:
-    """Start munged, slurmctld and ``nodes`` slurmd (``n1``..); wait until every node is
+    """Start munged, slurmctld and ``nodes`` slurmd (``n1``..) of Slurm ``version``
+    (slurm24.VERSIONS); wait until every node is
     up, each with ``gpus`` GPU GRES (device files of our own). ``slurmd_timeout`` is
     Slurm's SlurmdTimeout (a test that waits for a node to be noticed gone may lower it).
     ``extra_conf``: lines appended to slurm.conf (a test's Prolog, HealthCheckProgram).
     On failure everything is torn down (logs stay) and SlurmError says where to look."""
     if os.geteuid() != 0:
         raise SlurmError("the Slurm test cluster needs root (network namespaces)")
-    missing = [b for b in DAEMONS if not shutil.which(b)]
+    if version not in slurm24.VERSIONS:
+        raise SlurmError(f"Slurm {version}: the test clusters run {', '.join(slurm24.VERSIONS)}")
+    needed = DAEMONS if version == "22.05" else ("nsenter", "chroot")
+    missing = [b for b in needed if not shutil.which(b)]
     if missing:
         raise SlurmError(f"{', '.join(missing)} not found; run: bash scripts/setup.sh")
     if not 1 <= nodes <= 200:
@@ -678,9 +730,10 @@ def start_cluster(
     t0 = time.monotonic()
     with lock():
         cleanup_stale()
-        shutil.rmtree(d, ignore_errors=True)
+        remove(d)
         d.mkdir(parents=True)
         c = SlurmCluster(name, d, free_octet(), [f"n{i}" for i in range(1, nodes + 1)])
+        c.version = version
         c.owned = owned
         c.slurmd_timeout = slurmd_timeout
         c.gpus = gpus
@@ -714,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - manual use
     up = sub.add_parser("up", help="a cluster that stays up until `down`")
     up.add_argument("-n", "--nodes", type=int, default=3)
     up.add_argument("--name", default="dev")
+    up.add_argument("--slurm", default="22.05", choices=slurm24.VERSIONS, help="Slurm release")
     down = sub.add_parser("down", help="stop it and remove everything (logs too)")
     down.add_argument("--name", default="dev")
     sub.add_parser("status")
@@ -721,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - manual use
     a = ap.parse_args(argv)
     try:
         if a.cmd == "up":
-            c = start_cluster(a.nodes, name=a.name, owned=False)
+            c = start_cluster(a.nodes, name=a.name, owned=False, version=a.slurm)
             print(f"cluster {c.name} up in {c.start_seconds:.1f}s: export SLURM_CONF={c.conf}")
         elif a.cmd == "down":
             with lock():
@@ -735,14 +789,19 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - manual use
             recs = [r for d in sorted(SLURM_ROOT.glob("*")) if (r := read_record(d))]
             for r in recs:
                 print(
-                    f"{r['name']}: {'live' if live(r) else 'DEAD'}, 192.168.{r['octet']}.0/24, "
+                    f"{r['name']}: Slurm {r.get('version', '22.05')}, "
+                    f"{'live' if live(r) else 'DEAD'}, 192.168.{r['octet']}.0/24, "
                     f"nodes {', '.join(r['nodes'])}; SLURM_CONF={r['dir']}/slurm.conf"
                 )
             if not recs:
                 print("no Slurm clusters")
         else:
             with lock():
-                print("removed: " + (", ".join(cleanup_stale()) or "nothing"))
+                removed = cleanup_stale()
+                recs = [r for d in sorted(SLURM_ROOT.glob("*")) if (r := read_record(d))]
+                if not any(r.get("version", "22.05") != "22.05" and live(r) for r in recs):
+                    removed += slurm24.unmount_all_roots()  # no 24.11 cluster lives
+                print("removed: " + (", ".join(removed) or "nothing"))
     except SlurmError as exc:
         print(f"slurm: error: {exc}", file=sys.stderr)
         return 1

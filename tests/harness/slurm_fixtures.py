@@ -1,11 +1,22 @@
 """pytest fixtures for the real Slurm cluster (see tests/harness/slurm.py).
 
+Every test of a Slurm fixture has its release in its id (``slurm_version``, a session
+parameter: ``test_x[slurm-22.05]``). It runs on ``22.05`` (Debian 12's, on the host), and
+also on ``24.11`` (Debian 13's, from its node tree: tests/harness/slurm24.py) when it is
+marked ``@pytest.mark.every_slurm``: the tests where the release changes what happens
+(JSON parsing, reasons, drain and resume, reboots, HA). The others test our code above
+the adapter, which a second release would only run again (CI time: docs/slurm.md,
+"Support matrix"). While a 24.11 test runs, the 24.11 client tools come first on PATH (as
+on a bastion with 24.11 installed), so what the test runs (``fleetmedic``,
+``ansible-inventory``, the adapter) talks to its cluster with that release's tools.
+
 ``slurm`` (session): a started :class:`~tests.harness.slurm.SlurmCluster` with three
-  nodes (``n1``..``n3``, partition ``gpu``), one per xdist worker. Tests that change a
+  nodes (``n1``..``n3``, partition ``gpu``), one per xdist worker and release. Tests that change a
   node put it back (resume it, clear its Comment/Extra) so the next test finds it idle.
   slurm.env                         {"SLURM_CONF": ...} for client tools and adapters
   slurm.run("scontrol", ...)        a client tool with that env (stdout)
-  slurm.nodes()                     sinfo --json's nodes by name
+  slurm.nodes()                     the nodes by name, in 22.05's sinfo --json fields
+  slurm.version, slurm.bin_dir      its release, and where its client tools are
   slurm.wait_saved(text, ...)       slurmctld's node state file holds the texts
   slurm.restart_ctld(kill=True)     SIGKILL slurmctld and start it again (same state)
 ``slurm_factory`` (function): ``slurm_factory(nodes=2, **start_cluster kwargs) ->
@@ -22,11 +33,14 @@ import shutil
 
 import pytest
 
+from tests.harness import slurm24
 from tests.harness.slurm import DAEMONS, SlurmCluster, SlurmError, start_cluster
 
+SLURM_FIXTURES = frozenset({"slurm", "slurm_factory", "slurm_fleet", "slurm_fleet_factory"})
 
-def _check_installed() -> None:
-    missing = [b for b in DAEMONS if not shutil.which(b)]
+
+def _check_installed(version: str = "22.05") -> None:
+    missing = [b for b in DAEMONS if version == "22.05" and not shutil.which(b)]
     if not missing:
         return
     msg = f"{', '.join(missing)} not installed; run: bash scripts/setup.sh"
@@ -36,16 +50,50 @@ def _check_installed() -> None:
 
 
 def _start(nodes: int, **kwargs) -> SlurmCluster:
-    _check_installed()
+    _check_installed(kwargs.get("version", "22.05"))
     try:
         return start_cluster(nodes, **kwargs)
     except SlurmError as exc:
         pytest.fail(f"test Slurm cluster: {exc}", pytrace=False)
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every release for a test marked ``every_slurm``, the first (22.05) for the rest."""
+    if "slurm_version" not in metafunc.fixturenames:
+        return
+    every = metafunc.definition.get_closest_marker("every_slurm") is not None
+    metafunc.parametrize(
+        "slurm_version",
+        slurm24.VERSIONS if every else slurm24.VERSIONS[:1],
+        ids=lambda v: f"slurm-{v}",
+        indirect=True,
+        scope="session",
+    )
+
+
 @pytest.fixture(scope="session")
-def slurm():
-    c = _start(3)
+def slurm_version(request) -> str:
+    """The Slurm release of the test (session-wide, so each worker runs one at a time)."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def slurm_client_tools(request, monkeypatch) -> None:
+    """For a test of the 24.11 release: its client tools first on PATH (see above)."""
+    if not SLURM_FIXTURES & set(request.fixturenames):
+        return
+    if request.getfixturevalue("slurm_version") == "22.05":
+        return
+    try:
+        bin_dir = slurm24.shared().bin_dir
+    except slurm24.Slurm24Error as exc:
+        pytest.fail(f"Slurm 24.11: {exc}", pytrace=False)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@pytest.fixture(scope="session")
+def slurm(slurm_version):
+    c = _start(3, version=slurm_version)
     try:
         yield c
     finally:
@@ -53,11 +101,11 @@ def slurm():
 
 
 @pytest.fixture
-def slurm_factory():
+def slurm_factory(slurm_version):
     started: list[SlurmCluster] = []
 
     def start(nodes: int = 2, **kwargs) -> SlurmCluster:
-        c = _start(nodes, **kwargs)
+        c = _start(nodes, **{"version": slurm_version, **kwargs})
         started.append(c)
         return c
 

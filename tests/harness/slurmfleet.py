@@ -8,9 +8,12 @@
 
 Each node is a node of the nspawn fleet (tests/harness/fleet.py): systemd, sshd, its own
 address on the fleet's bridge, and a reboot that ``ansible.builtin.reboot`` sees. It
-also runs Debian's slurmd 22.05 from its own systemd unit, registered with one slurmctld
+also runs Debian's slurmd from its own systemd unit, registered with one slurmctld
 on the host (tests/harness/slurm.py's munged and slurmctld, on the fleet bridge's host
-address). The Slurm node names are the fleet's (``node-1``..), so one name reaches a
+address). With ``version="24.11"`` the nodes boot from the Debian 13 tree (systemd 257,
+sshd, Python 3.13 with fleetmedic's venv, slurmd 24.11: scripts/setup.d/24-nodetree-
+trixie.sh) and munged and slurmctld run chrooted in it (tests/harness/slurm24.py). The
+Slurm node names are the fleet's (``node-1``..), so one name reaches a
 node by SSH and in Slurm, as on a real cluster.
 
 What makes it work:
@@ -67,6 +70,7 @@ import yaml
 
 from tests.harness import fleet as fl
 from tests.harness import slurm as sl
+from tests.harness import slurm24
 from tests.harness.fleet import Fleet, FleetError, Node, NodeSetup
 from tests.harness.slurm import SlurmCluster, SlurmError
 
@@ -280,9 +284,15 @@ class SlurmFleet:
             raise SlurmFleetError("; ".join(errors))
 
 
-def slurm_lowerdir() -> str:
+def slurm_lowerdir(version: str = "22.05") -> str:
     """The node tree with the Slurm layer on top, built first if missing (once, about 20 s
-    over a built tree; concurrent callers wait on the script's lock)."""
+    over a built tree; concurrent callers wait on the script's lock). 24.11: the Debian 13
+    tree's."""
+    if version != "22.05":
+        try:
+            return slurm24.tree_lowerdir()
+        except slurm24.Slurm24Error as exc:
+            raise SlurmFleetError(str(exc)) from None
     cmd = ["bash", str(LAYER_SCRIPT)]
     p = subprocess.run([*cmd, "--print"], capture_output=True, text=True)
     if p.returncode != 0:
@@ -306,13 +316,14 @@ def _start_control(
     slurmd_timeout: int,
     resume_timeout: int,
     extra_conf: str,
+    version: str,
 ) -> FleetCluster:
     """munged and slurmctld for ``fleet``'s nodes (run from start_fleet's prepare hook:
     the fleet's addresses exist, its nodes have not booted yet)."""
     d = sl.SLURM_ROOT / fleet.name
     with sl.lock():
         sl.cleanup_stale()
-        shutil.rmtree(d, ignore_errors=True)
+        sl.remove(d)
         d.mkdir(parents=True)
         c = FleetCluster(
             fleet.name,
@@ -326,6 +337,7 @@ def _start_control(
             resume_timeout=resume_timeout,
         )
         c.extra_conf = extra_conf
+        c.version = version
         c.save_record()
     try:
         sl.start_control(c)
@@ -348,20 +360,24 @@ def start_slurm_fleet(
     resume_timeout: int = 300,
     timeout: float = 120.0,
     extra_conf: str = "",
+    version: str = "22.05",
 ) -> SlurmFleet:
     """Boot ``nodes`` fleet nodes running slurmd against a new slurmctld; wait until every
     node is up in sshd and idle in Slurm. ``slurmd_timeout`` is Slurm's SlurmdTimeout,
     ``resume_timeout`` its ResumeTimeout (how long a reboot it issued may take).
     ``extra_conf``: lines appended to slurm.conf (a Prolog or HealthCheckProgram, which
-    then runs inside the nodes, as on a real cluster). On
-    failure both halves are torn down (logs stay) and the error says where to look."""
+    then runs inside the nodes, as on a real cluster). ``version``: Slurm's release
+    (slurm24.VERSIONS). On failure both halves are torn down (logs stay) and the error
+    says where to look."""
     if not shutil.which("unshare"):
         raise SlurmFleetError("unshare not found (util-linux); run: bash scripts/setup.sh")
-    missing = [b for b in sl.DAEMONS if not shutil.which(b)]
+    if version not in slurm24.VERSIONS:
+        raise SlurmFleetError(f"Slurm {version}: the fleets run {', '.join(slurm24.VERSIONS)}")
+    missing = [b for b in sl.DAEMONS if version == "22.05" and not shutil.which(b)]
     if missing:
         raise SlurmFleetError(f"{', '.join(missing)} not found; run: bash scripts/setup.sh")
     t0 = time.monotonic()
-    lower = slurm_lowerdir()
+    lower = slurm_lowerdir(version)
     holder: list[FleetCluster] = []
 
     def prepare(fleet: Fleet, node: Node) -> NodeSetup:
@@ -374,6 +390,7 @@ def start_slurm_fleet(
                     slurmd_timeout=slurmd_timeout,
                     resume_timeout=resume_timeout,
                     extra_conf=extra_conf,
+                    version=version,
                 )
             )
         return NodeSetup(nspawn_args=holder[0].node_binds(node.name), fresh_boottime=True)
@@ -415,6 +432,7 @@ def attach(name: str) -> SlurmFleet:
     c = FleetCluster(
         name, sl.SLURM_ROOT / name, rec["octet"], rec["nodes"], rec["ctld_port"], fleet=fleet
     )
+    c.version = rec.get("version") or "22.05"
     c.owned = False
     return SlurmFleet(fleet, c)
 
@@ -425,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - manual use
     up = sub.add_parser("up", help="a Slurm fleet that stays up until `down`")
     up.add_argument("-n", "--nodes", type=int, default=3)
     up.add_argument("--name", default="sdev")
+    up.add_argument("--slurm", default="22.05", choices=slurm24.VERSIONS, help="Slurm release")
     down = sub.add_parser("down", help="stop it and remove everything")
     down.add_argument("--name", default="sdev")
     st = sub.add_parser("status")
@@ -432,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - manual use
     a = ap.parse_args(argv)
     try:
         if a.cmd == "up":
-            sf = start_slurm_fleet(a.nodes, a.name, owned=False)
+            sf = start_slurm_fleet(a.nodes, a.name, owned=False, version=a.slurm)
             print(
                 f"Slurm fleet {sf.name} up in {sf.start_seconds:.1f} s: "
                 f"export SLURM_CONF={sf.slurm.conf}; ssh -F {sf.fleet.ssh_config} node-1"

@@ -2,7 +2,8 @@
 
 ``slurm_fleet`` (session): a started :class:`~tests.harness.slurmfleet.SlurmFleet`: three
   fleet nodes (``node-1``..``node-3``, sshd, real reboots) that are idle slurmd nodes of
-  one slurmctld (partition ``gpu``, 2 GRES GPUs each), one per xdist worker. A test that
+  one slurmctld (partition ``gpu``, 2 GRES GPUs each), one per xdist worker and Slurm
+  release (``slurm_version``: 22.05 and 24.11, see tests/harness/slurm_fixtures.py). A test that
   drains, reboots or breaks a node puts it back: ``slurm_fleet.reset()``.
   slurm_fleet.fleet                  the Fleet (ssh, inventory, faults, boots)
   slurm_fleet.slurm                  the cluster: .env, .run("scontrol", ...), .nodes()
@@ -25,7 +26,7 @@ from tests.harness.slurmfleet import SlurmFleet, SlurmFleetError, start_slurm_fl
 
 
 def _start(nodes: int, **kwargs) -> SlurmFleet:
-    _check_installed()
+    _check_installed(kwargs.get("version", "22.05"))
     try:
         return start_slurm_fleet(nodes, **kwargs)
     except SlurmFleetError as exc:
@@ -33,8 +34,8 @@ def _start(nodes: int, **kwargs) -> SlurmFleet:
 
 
 @pytest.fixture(scope="session")
-def slurm_fleet():
-    sf = _start(3)
+def slurm_fleet(slurm_version):
+    sf = _start(3, version=slurm_version)
     try:
         yield sf
     finally:
@@ -42,11 +43,11 @@ def slurm_fleet():
 
 
 @pytest.fixture
-def slurm_fleet_factory():
+def slurm_fleet_factory(slurm_version):
     started: list[SlurmFleet] = []
 
     def start(nodes: int = 1, **kwargs) -> SlurmFleet:
-        sf = _start(nodes, **kwargs)
+        sf = _start(nodes, **{"version": slurm_version, **kwargs})
         started.append(sf)
         return sf
 

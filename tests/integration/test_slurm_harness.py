@@ -7,11 +7,14 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from tests.harness import fleet_net as net
 from tests.harness import slurm as slurm_harness
 from tests.harness.slurm import SLURMD_PORT
 
 
+@pytest.mark.every_slurm
 def test_each_slurmd_registers_from_its_own_address(slurm):
     nodes = slurm.nodes()
     assert sorted(nodes) == ["n1", "n2", "n3"]
@@ -19,7 +22,7 @@ def test_each_slurmd_registers_from_its_own_address(slurm):
         assert n["state"] == "idle", n
         assert n["address"] == slurm.node_address(name)
         assert n["port"] == SLURMD_PORT
-        assert n["slurmd_version"] == "22.05.8"
+        assert n["slurmd_version"] == {"22.05": "22.05.8", "24.11": "24.11.5"}[slurm.version]
         # the slurmd really listens in the node's own namespace, which has the address
         ns = slurm.netns(name)
         ss = subprocess.run(

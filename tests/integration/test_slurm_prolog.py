@@ -12,15 +12,22 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
+from tests.harness import slurm24
 from tests.harness.agentenv import FAKES, FLEETMEDIC, ROOT, banner, h100, wait_until, xid_line
+from tests.harness.slurm import SlurmCluster
 
 SCRIPT = ROOT / "deploy" / "slurm" / "fleetmedic-slurm-check"
 
 
-def _setup(tmp_path: Path, nodes: tuple[str, ...], conf: Path) -> Path:
+def _setup(tmp_path: Path, nodes: tuple[str, ...], c: SlurmCluster) -> Path:
     """The script beside its env file, and per node a fake NVML scenario, a kernel log
     and a boot id (what a real node has). SLURM_CONFIG is named, as a site whose
-    slurm.conf is not /etc/slurm/slurm.conf must: the health check gets no SLURM_CONF."""
+    slurm.conf is not /etc/slurm/slurm.conf must: the health check gets no SLURM_CONF.
+    With 24.11, slurmd runs the script in the Debian 13 tree: its own fleetmedic."""
+    conf = c.conf
+    fleetmedic = FLEETMEDIC if c.version == "22.05" else slurm24.FLEETMEDIC
     d = tmp_path / "slurmcheck"
     d.mkdir()
     script = d / SCRIPT.name
@@ -31,7 +38,7 @@ def _setup(tmp_path: Path, nodes: tuple[str, ...], conf: Path) -> Path:
         (d / n / "kern.log").write_text(banner() + "[    1.000000] kernel: clean boot\n")
         (d / n / "boot_id").write_text(f"{uuid.uuid4()}\n")
     (d / "fleetmedic-slurm.env").write_text(
-        f"FLEETMEDIC={FLEETMEDIC}\nSLURM_CONFIG={conf}\n"
+        f"FLEETMEDIC={fleetmedic}\nSLURM_CONFIG={conf}\n"
         f"export LD_LIBRARY_PATH={FAKES / 'lib'}\n"
         f"export FLEETMEDIC_FAKE_NVML={d}/${{node}}/nvml.json\n"
         f'FLEETMEDIC_ARGS="--vendor nvidia --expected-gpus 2 --kernel-log {d}/${{node}}/kern.log '
@@ -40,13 +47,14 @@ def _setup(tmp_path: Path, nodes: tuple[str, ...], conf: Path) -> Path:
     return d
 
 
+@pytest.mark.every_slurm
 def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
     script = tmp_path / "slurmcheck" / SCRIPT.name
     c = slurm_factory(
         nodes=2,
         extra_conf=f"Prolog={script}\nHealthCheckProgram={script}\nHealthCheckInterval=5\n",
     )
-    d = _setup(tmp_path, ("n1", "n2"), c.conf)
+    d = _setup(tmp_path, ("n1", "n2"), c)
     out = tmp_path / "job-%j.out"
 
     # healthy: the prolog passes and the job runs
@@ -66,6 +74,7 @@ def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
         lambda: c.nodes()["n1"]["reason"].startswith("fleetmedic: reboot: gpu problem: "),
         60,
         0.1,
+        on_timeout=lambda: f"n1: {c.nodes()['n1']}",
     )
     print(f"\nsbatch -> prolog drain visible: {time.monotonic() - t0:.2f} s")
     n1 = c.nodes()["n1"]
@@ -102,7 +111,7 @@ def test_a_broken_fleetmedic_never_fails_the_prolog(slurm_factory, tmp_path):
     """fleetmedic cannot run (a wrong SLURM_CONFIG in the env file): the script exits 0,
     so the job runs and no "Prolog error" drain lands on the node."""
     c = slurm_factory(nodes=1, extra_conf=f"Prolog={tmp_path / 'slurmcheck' / SCRIPT.name}\n")
-    d = _setup(tmp_path, ("n1",), c.conf)
+    d = _setup(tmp_path, ("n1",), c)
     with open(d / "fleetmedic-slurm.env", "a") as f:
         f.write("SLURM_CONFIG=/nonexistent/slurm.conf\n")
     out = tmp_path / "job.out"

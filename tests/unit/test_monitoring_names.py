@@ -64,7 +64,10 @@ def _exported(metrics: object | None = None) -> dict[str, tuple[str, set[str]]]:
     """What the controller (or ``metrics``) exports: exposition name -> (type, labels)."""
     kinds = {Counter: "counter", Gauge: "gauge", Histogram: "histogram", Info: "info"}
     out = {}
-    for metric in vars(metrics or Metrics()).values():
+    held = list(vars(metrics or Metrics()).values())
+    # the phases' counters are held in one dict (Metrics.phases, from policy/phases/)
+    held += [m for value in held if isinstance(value, dict) for m in value.values()]
+    for metric in held:
         kind = next((k for cls, k in kinds.items() if isinstance(metric, cls)), None)
         if kind is None:
             continue

@@ -26,12 +26,18 @@ checks them, so none leaves ``root``. A write goes to ``.tmp`` beside the object
 renamed over it, and the directory fsynced: a writer killed at any point leaves the old
 object or the new, never a torn one. Readers take no lock (a rename is atomic); writers
 read-compare-write under ``fcntl.flock`` on ``<root>/.lock`` (which keeps the revision
-counter), so controller processes on one host get the API server's guarantees. Across
-bastions (untested here) the directory must be shared with flock coherent between hosts,
-reads that see another host's rename at once (not NFS's default attribute cache) and agreed
-clocks; otherwise leader election between bastions is unsafe: run one bastion. A file that
+counter), so controller processes on one host get the API server's guarantees. A file that
 cannot be read or parsed is :class:`StoreCorrupt` naming it, never "absent": an unreadable
 leader Lease taken as free would make two leaders.
+
+Shared between bastions (a Slurm cluster's controllers, docs/slurm.md "One acting
+controller"), the directory is what Slurm's own HA asks of its StateSaveLocation: one
+directory every bastion mounts, where a rename is seen by all and a lock taken on one host
+holds on the others. On Linux NFS, ``flock`` is sent to the server as a whole-file lock
+(NFSv4, or NFSv3 with its lock manager), except on mounts with ``local_lock=flock|all`` or
+``nolock``, where each host locks alone: :func:`shared_problem` refuses those at start.
+Every bastion has the same store identity (:meth:`FileStore.store_id`, a file in the
+directory), which the acting controller names in its claim on slurmctld.
 
 Hand-written because no well-kept library gives Lease/ConfigMap compare-and-swap on files:
 ``kubernetes.leaderelection`` needs an API server, filelock and fasteners are plain mutexes
@@ -265,6 +271,36 @@ class FileStore:
         manifest does on Kubernetes): call once at start for the pause ConfigMap."""
         return self.patch_config_map_data(namespace, name, {})
 
+    def store_id(self) -> str:
+        """This store's identity: a UUID made once (under the lock, so two bastions that
+        start together make one) in ``<root>/.store-id``. Controllers that share the
+        directory share it; one with a store of its own has another."""
+        path = self.root / ".store-id"
+        what = f"store identity {path}"
+        with self._locked(what):
+            try:
+                text = path.read_text().strip()
+            except FileNotFoundError:
+                text = ""
+            except OSError as exc:
+                raise StoreCorrupt(f"{what}: cannot read: {exc.strerror}") from None
+            if text:
+                try:
+                    return str(uuid.UUID(text))
+                except ValueError:
+                    raise StoreCorrupt(f"{what}: not a UUID ({one_line(text, 60)!r})") from None
+            made = str(uuid.uuid4())
+            tmp = self.root / ".store-id.tmp"
+            try:
+                tmp.write_text(made + "\n")
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                _fsync_dir(self.root)
+            except OSError as exc:
+                raise TemporaryError(f"{what}: cannot write: {exc.strerror}", 5.0) from None
+            return made
+
     # -- plumbing -------------------------------------------------------------------------
     def _path(self, what: str, kind: str, namespace: str, name: object) -> tuple[Path, str]:
         """The object's file and its (checked) name."""
@@ -426,6 +462,44 @@ class FileStore:
                 raise
             return
         _fsync_dir(folder.parent)
+
+
+NFS_TYPES = ("nfs", "nfs4")
+LOCAL_LOCKS = ("local_lock=flock", "local_lock=all", "nolock")
+
+
+def shared_problem(root: Path, mountinfo: str | None = None) -> str | None:
+    """Why ``root`` cannot hold a store shared between hosts, or None: an NFS mount whose
+    locks stay on each host (see the module doc). ``mountinfo``: /proc/self/mountinfo's
+    text (read when None). Other filesystems pass: a local disk is right for one bastion,
+    and a second bastion with a store of its own is caught by the claim on slurmctld."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return None
+    path = os.path.realpath(root)
+    best: tuple[str, str, str] | None = None  # mount point, type, options
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or len(tail) < 3:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) > len(best[0])):
+            best = (point, tail[0], f"{fields[5]},{tail[2]}")
+    if best is None or best[1] not in NFS_TYPES:
+        return None
+    opts = best[2].split(",")
+    bad = [o for o in LOCAL_LOCKS if o in opts]
+    if bad:
+        return (
+            f"{root} is on NFS ({best[0]}) mounted with {bad[0]}: its locks are not seen by "
+            "other hosts, so two bastions could both lead; remount with local_lock=none "
+            "(and without nolock)"
+        )
+    return None
 
 
 def _sans_version(obj: dict) -> dict:

@@ -4,7 +4,10 @@ a drain of ours), and keep the node's repair record on the node itself.
 It drives the Slurm client tools on the bastion with a ``SLURM_CONF`` (``sinfo --json``
 to read, ``scontrol update`` to write), as argv lists, never through a shell; node names
 are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.05.8
-(slurmctld and slurmd from apt, tests/integration/test_slurm_adapter.py):
+(slurmctld and slurmd from apt, tests/integration/test_slurm_adapter.py), and run against
+24.11.5 too: from 23.02 on, nodes are read with ``scontrol --json=<data_parser> show
+node``, and every answer is parsed by the version it declares (adapters/slurmjson.py,
+which also says what 24.11 does differently):
 
 - Reading the cluster (:meth:`Slurm.nodes`, the controller's poll and the inventory):
   ``sinfo --json`` (openapi v0.0.38) carries every field used here: ``state``,
@@ -80,8 +83,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetmedic.adapters import slurmread
-from fleetmedic.adapters.slurmrecord import RECORD_KEY, extra_doc, fitted
+from fleetmedic.adapters import slurmjson, slurmread
+from fleetmedic.adapters.slurmrecord import RECORD_KEY, RECORD_MAX, extra_doc, fitted
 from fleetmedic.errors import (
     ConfigError,
     ForeignDrain,
@@ -195,6 +198,8 @@ class Slurm:
             if not Path(slurm_conf).is_file():
                 raise ConfigError(f"SLURM_CONF {slurm_conf}: no such file")
             self.env["SLURM_CONF"] = str(slurm_conf)
+        self._version: tuple[int, int] | None = None
+        self._parser: str | None = None  # the data_parser version found to work
 
     # -- running the tools ----------------------------------------------------------
     def _run(self, tool: str, *args: str, env: Mapping[str, str] | None = None) -> str:
@@ -219,18 +224,41 @@ class Slurm:
         raise _error(what, p.stderr.strip() or p.stdout.strip() or f"rc {p.returncode}")
 
     # -- reading ----------------------------------------------------------------------
+    def version(self) -> tuple[int, int]:
+        """The Slurm release of the client tools, (major, minor): asked once."""
+        if self._version is None:
+            self._version = slurmjson.parse_version(self._run("scontrol", "--version"))
+        return self._version
+
+    def _node_json(self) -> list[dict[str, Any]]:
+        """Every node, as JSON in openapi/v0.0.38's field names, read with the command this
+        release has (adapters/slurmjson.py): ``sinfo --json`` on 22.05, ``scontrol
+        --json=<data_parser> show node`` later, asking for the newest data_parser this
+        Slurm ships of those we read (the one found is kept)."""
+        version = self.version()
+        if version < slurmjson.FIRST_DATA_PARSER_RELEASE:
+            argv = slurmjson.list_argv(version)
+            return slurmjson.node_list(self._run(*argv), " ".join(argv))
+        tried = []
+        for parser in (self._parser,) if self._parser else slurmjson.DATA_PARSERS:
+            argv = slurmjson.list_argv(version, parser)
+            try:
+                text = self._run(*argv)
+            except PermanentError as exc:
+                if not slurmjson.missing_parser(str(exc)):
+                    raise
+                tried.append(parser)
+                continue
+            self._parser = parser
+            return slurmjson.node_list(text, " ".join(argv))
+        raise slurmjson.UnsupportedSlurmJson(
+            f"scontrol show node --json: Slurm {version[0]}.{version[1]:02d} ships none of the "
+            f"data_parser versions this fleetmedic reads ({', '.join(tried)})"
+        )
+
     def nodes(self, partitions: Iterable[str] | None = None) -> list[SlurmNode]:
         """Every node (in any of ``partitions``, when given), sorted by name."""
-        try:
-            data = json.loads(self._run("sinfo", "--json"))
-            errors = data.get("errors") or []
-            nodes = [SlurmNode.from_json(n) for n in data["nodes"]]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise TemporaryError(f"sinfo --json: unreadable answer: {one_line(exc)}") from None
-        if errors:
-            # 22.05 exits 0 with an empty node list when slurmctld is down: never read
-            # that as "no nodes"
-            raise TemporaryError(f"sinfo --json: {one_line(errors, 200)}", delay=5)
+        nodes = [SlurmNode.from_json(n) for n in self._node_json()]
         if partitions is not None:
             want = set(partitions)
             nodes = [n for n in nodes if want.intersection(n.partitions)]
@@ -243,8 +271,7 @@ class Slurm:
         check_node_name(name)
         if self._reader is None:
             try:
-                version = slurmread.parse_version(self._run("sinfo", "--version"))
-                self._reader = slurmread.reader_for(version)
+                self._reader = slurmread.reader_for(self.version())
             except slurmread.UnreadableNode as exc:
                 raise ConfigError(str(exc)) from None
         try:
@@ -376,6 +403,28 @@ class Slurm:
         text = self._extra_with(node, values)
         self._run("scontrol", "update", f"nodename={node.name}", f"extra={text}")
         return SlurmNode.from_json({"name": node.name, "extra": text}).record
+
+    def set_extra_key(self, name: str, key: str, value: Mapping[str, Any] | None) -> None:
+        """Set (or, with None, remove) one top-level key of the node's Extra JSON beside
+        our record (the controller's claim: model/controllerclaim.py); the rest of Extra
+        is kept. An Extra that is not JSON is refused (ForeignField)."""
+        if key == RECORD_KEY:
+            raise ValueError(f"{key!r} is the record's key: use record()")
+        node = self.node(name)
+        doc = extra_doc(node.extra)
+        if doc is None:
+            raise ForeignField(
+                f"Slurm node {node.name}: Extra holds something else "
+                f"({one_line(node.extra, 80)!r}): not written over"
+            )
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = dict(value)
+        text = json.dumps(doc, separators=(",", ":"), sort_keys=True) if doc else ""
+        if len(text.encode()) > RECORD_MAX:
+            raise PermanentError(f"Slurm node {node.name}: Extra would exceed {RECORD_MAX} bytes")
+        self._run("scontrol", "update", f"nodename={node.name}", f"extra={text}")
 
     def reboot(self, name: str, reason: str, nextstate: str = "down") -> None:
         """Ask slurmctld to reboot ``name`` through the site's RebootProgram: ``scontrol

@@ -87,13 +87,15 @@ def serve(
     # loop) and its sidecars, which act while the cluster's current loop leads
     metrics_of = {m.cluster_name: metricsmod.Metrics() for m in members}
     current: dict[str | None, Controller] = {}
+    leading: dict[str | None, dict[str, Any]] = {}  # Leadership options per cluster
 
-    def make(member: Config) -> Controller:
+    def make(member: Config, cluster: Cluster | None = None) -> Controller:
         c = Controller(
             member,
-            kinds.connect(member, kubeconfig),
+            cluster or kinds.connect(member, kubeconfig),
             dry_run=dry_run,
             metrics=metrics_of[member.cluster_name],
+            **leading.get(member.cluster_name, {}),
         )
         current[member.cluster_name] = c
         return c
@@ -102,9 +104,10 @@ def serve(
         for member in members:
             reach(kinds.connect(member, kubeconfig), member, once_timeout if once else None)
     for member in members:
-        make(member)
-        if not dry_run:  # (the kind's start-up preparation: Slurm's pause ConfigMap)
-            kinds.for_config(member).prepare(current[member.cluster_name].kube, member)
+        cluster = kinds.connect(member, kubeconfig)
+        if not dry_run:  # (the kind's start-up preparation: Slurm's store, pause and claim)
+            leading[member.cluster_name] = _prepare(member, cluster)
+        make(member, cluster)
     for member in members if not once else ():
         name = member.cluster_name
         for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
@@ -168,6 +171,15 @@ def serve(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _prepare(cfg: Config, cluster: Cluster) -> dict[str, Any]:
+    """The kind's start-up preparation; the Controller options its loop runs with (one
+    identity for the kind's own claims and the leader Lease)."""
+    from fleetmedic.controller.leadership import default_identity
+
+    identity = cfg.leader_election.identity or default_identity()
+    return {"identity": identity, **kinds.for_config(cfg).prepare(cluster, cfg, identity)}
 
 
 CLUSTER_RETRY = 30.0  # seconds before a cluster whose loop failed is started again

@@ -12,6 +12,14 @@ ad-hoc ``reboot.yml`` run and the controller never work on one node at once.
 A leader that cannot renew within ``renew_deadline`` stops leading before its Lease can
 expire and calls ``on_lost`` (the loop cancels its running playbooks; their phases stay
 ``running`` on the Node, so the next leader resumes them).
+
+With ``observe`` (a Slurm cluster's controllers on several bastions, docs/slurm.md) every
+Lease's expiry is judged by this process's clock (adapters/lease.py's Observer), and a
+leader that took over from a dead one takes that one's node Leases at once instead of
+waiting them out: the dead leader stopped acting before its leader Lease could expire.
+``guard``, when given, runs after every take or renewal of the leader Lease (the cluster
+claim on slurmctld, kinds/slurmha.py); a PermanentError from it means another
+controller acts on this cluster: this one stops leading for good and raises it.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import time
 from collections.abc import Callable
 
 from fleetmedic.adapters.cluster import Cluster
-from fleetmedic.adapters.lease import Lease, node_lease_name
+from fleetmedic.adapters.lease import Lease, Observer, node_lease_name
 from fleetmedic.controller import sdnotify
 from fleetmedic.errors import FleetmedicError, PermanentError
 from fleetmedic.model.config.sections import LeaderElectionConfig
@@ -46,11 +54,23 @@ class Leadership:
         on_gained: Callable[[], None] = lambda: None,
         on_lost: Callable[[], None] = lambda: None,
         on_change: Callable[[bool], None] = lambda leading: None,
+        observe: bool = False,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.kube, self.cfg, self.identity = kube, cfg, identity
         self.on_gained, self.on_lost, self.on_change = on_gained, on_lost, on_change
+        self.observer = Observer() if observe else None
+        self.guard = guard
+        self.predecessor: str | None = None  # the dead leader this one took over from
         self.lease = (
-            Lease(kube, cfg.namespace, cfg.lease_name, identity, max(1, int(cfg.lease_duration)))
+            Lease(
+                kube,
+                cfg.namespace,
+                cfg.lease_name,
+                identity,
+                max(1, int(cfg.lease_duration)),
+                observer=self.observer,
+            )
             if cfg.enabled
             else None
         )
@@ -80,6 +100,8 @@ class Leadership:
         if self.lease is not None and now >= self._next_renew:
             self._next_renew = now + self.cfg.retry_period
             self._try_lead(now)
+        elif self.lease is None and self.guard is not None:
+            self._guarded()  # (without election: this controller always acts; it is due itself)
         if self._leading:
             self._renew_nodes(now)
         self.on_change(self._leading)
@@ -92,14 +114,19 @@ class Leadership:
         except FleetmedicError as exc:
             log.warning("leader Lease: %s", exc)
             ok = False
+        if ok and self.guard is not None:
+            self._guarded()
         if ok:
             self._renewed = now
             if not self._leading:
+                if self.lease.took_over_from:
+                    self.predecessor = self.lease.took_over_from
                 log.info(
-                    "leading as %s (Lease %s/%s)",
+                    "leading as %s (Lease %s/%s%s)",
                     self.identity,
                     self.cfg.namespace,
                     self.cfg.lease_name,
+                    f", taken over from {self.predecessor}" if self.predecessor else "",
                 )
                 sdnotify.notify(f"STATUS=leading as {self.identity}")
                 self._leading = True
@@ -113,6 +140,26 @@ class Leadership:
             self.on_lost()
         elif not self._leading:
             sdnotify.notify("STATUS=standing by: another controller holds the leader Lease")
+
+    def _guarded(self) -> None:
+        """Run the guard; on a PermanentError stop acting at once, give the Lease up, and
+        raise it (the loop ends with that one line)."""
+        assert self.guard is not None
+        try:
+            self.guard()
+        except PermanentError:
+            was, self._leading = self._leading, False
+            if self.lease is not None:
+                try:
+                    self.lease.release()
+                except FleetmedicError as exc:
+                    log.warning("could not release the leader Lease: %s", exc)
+            if was:
+                self.on_lost()
+            self.on_change(False)
+            raise
+        except FleetmedicError as exc:
+            log.warning("leader guard: %s (trying again at the next renewal)", exc)
 
     def lead_within(self, seconds: float) -> None:
         """Become the leader within ``seconds`` or raise PermanentError naming the holder."""
@@ -160,6 +207,8 @@ class Leadership:
             node_lease_name(node),
             self.identity,
             max(1, int(self.cfg.node_lease_duration)),
+            observer=self.observer,
+            succeeds=self.predecessor if self.observer else None,
         )
         if not lease.try_acquire():
             log.info("%s: node Lease held by %s; waiting", node, lease.current_holder())

@@ -83,7 +83,11 @@ class Controller:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
         watch_timeout: int = 300,
+        observe_leases: bool = False,
+        leader_guard: Callable[[], None] | None = None,
     ) -> None:
+        """``observe_leases`` and ``leader_guard``: the Leadership options a cluster kind
+        asks for (a Slurm cluster's controllers on several bastions: kinds/slurmha.py)."""
         self.cfg, self.kube, self.clock = cfg, kube, clock
         self.dry_run = dry = dry_run or cfg.dry_run
         self.identity = identity or cfg.leader_election.identity or default_identity()
@@ -101,6 +105,8 @@ class Controller:
             on_gained=self.restore,
             on_lost=self._on_lost,
             on_change=lambda leading: m.leader.set(1 if leading else 0),
+            observe=observe_leases,
+            guard=leader_guard,
         )
         store = None if dry else kube
         self.outbox = Outbox(

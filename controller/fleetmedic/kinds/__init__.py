@@ -8,7 +8,9 @@ A kind owns, behind :class:`Kind`:
   verbs that differ by kind: drain, settle, reboot; and its capabilities: pods);
 - ``node_docs``: where a node-side process writes (the agent, ``fleetmedic watch loki``);
 - ``preflight``: what it must find before the first repair (files, run directories);
-- ``prepare``: its start-up preparation (Slurm: the pause ConfigMap in its file store).
+- ``prepare``: its start-up preparation (Slurm: the store checked, the pause ConfigMap
+  made, the controller claims on slurmctld read: kinds/slurmha.py), and the Leadership
+  options its loop runs with.
 
 The rest of the package asks this module by the config's ``kind`` (``for_config``) or
 the agent's settings (``node_docs``), and never names a kind. A third kind is a module
@@ -62,8 +64,10 @@ class Kind(Protocol):
         """(problems, one line each; directories the kind needs made at start)."""
         ...
 
-    def prepare(self, cluster: Cluster, cfg: Config) -> None:
-        """Start-up preparation before the loop (not in a dry run)."""
+    def prepare(self, cluster: Cluster, cfg: Config, identity: str) -> dict[str, Any]:
+        """Start-up preparation before the loop (not in a dry run); returns the options of
+        the loop's Leadership (controller/leadership.py: ``observe_leases``,
+        ``leader_guard``), ``identity`` being the one it leads as."""
         ...
 
     def claims(self, side: NodeSide) -> bool:

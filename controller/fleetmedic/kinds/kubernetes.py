@@ -89,8 +89,8 @@ class _Kubernetes:
     def preflight(self, cfg: Config) -> tuple[list[str], list[Path]]:
         return [], []
 
-    def prepare(self, cluster: Cluster, cfg: Config) -> None:
-        return None
+    def prepare(self, cluster: Cluster, cfg: Config, identity: str) -> dict[str, Any]:
+        return {}  # (the API server's Leases: nothing to add)
 
     def claims(self, side: Any) -> bool:
         return False  # (the default: kinds/__init__.py NODE_SIDE_DEFAULT)

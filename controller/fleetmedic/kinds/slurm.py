@@ -8,7 +8,9 @@ under ``slurm.state_dir`` (adapters/filestore.py), Events as JSON lines beside i
 - node-side writers: one adapter for every thread of the process, which serializes their
   writes (Slurm has no resourceVersion to do it);
 - preflight: the named slurm.conf exists; the state directory can be made;
-- start-up preparation: the pause ConfigMap in the file store (nobody ships it here);
+- start-up preparation: the store checked (bastions share it), the pause ConfigMap made
+  in it (nobody ships it here), the controller claims on slurmctld read; the loop's
+  Leadership then judges Leases by its own clock and renews the claim (kinds/slurmha.py);
 - the verbs: drain requeues the node's jobs and waits for them (kinds/slurmdrain.py);
   settle waits until slurmctld has saved the record before a disruptive phase
   (adapters/slurmsave.py); reboot, with
@@ -34,7 +36,7 @@ from fleetmedic.adapters.slurm import Slurm, check_node_name
 from fleetmedic.adapters.slurmcluster import SlurmCluster
 from fleetmedic.adapters.slurmdoc import SlurmNodeDocs
 from fleetmedic.errors import Cancelled, ConfigError
-from fleetmedic.kinds import slurmdrain, slurmreboot
+from fleetmedic.kinds import slurmdrain, slurmha, slurmreboot
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
 from fleetmedic.model.config.safety import DrainConfig
@@ -184,13 +186,9 @@ class _Slurm:
             problems.append(f"slurm.conf: {slurm.conf}: no such file")
         return problems, [slurm.state_dir]
 
-    def prepare(self, cluster: Cluster, cfg: Config) -> None:
-        """On a file store nobody ships the pause ConfigMap (deploy/controller does on
-        Kubernetes); the breaker, domains, the outbox and the replacements ledger patch it
-        with a resourceVersion, so it must exist: made empty at start."""
-        ref = cfg.safety.pause_ref()
-        if ref and isinstance(cluster, SlurmCluster) and isinstance(cluster.store, FileStore):
-            cluster.store.ensure_config_map(*ref)
+    def prepare(self, cluster: Cluster, cfg: Config, identity: str) -> dict[str, Any]:
+        """One acting controller across bastions (kinds/slurmha.py, docs/slurm.md)."""
+        return slurmha.prepare(cfg, cluster, identity)
 
     def claims(self, side: Any) -> bool:
         return getattr(side, "slurm", None) is not None

@@ -11,10 +11,10 @@
 On Slurm the repair taint is a drain with our reason and the node's repair record is its
 Extra field (adapters/slurm.py says why Extra). What the loop keeps in ConfigMaps and
 Leases on Kubernetes (the pause switch, breakers, the leader and node Leases) goes to a
-file store under ``state_dir`` (adapters/filestore.py): shared by the processes of one
-bastion, not between bastions, so with a Slurm-only fleet run one controller (a standby
-bastion reads every node's state from slurmctld when it takes over; it starts with the
-pause switch and breaker memory of its own directory).
+file store under ``state_dir`` (adapters/filestore.py). Controllers of one cluster on
+several bastions share that directory (NFS, as Slurm's HA shares StateSaveLocation): one
+acts, a standby takes over with the same Leases, pause switch and breaker; one with a
+directory of its own refuses to start (docs/slurm.md, "One acting controller").
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ class SlurmConfig(Section):
     phase waits 6 s after its record instead, Slurm's save interval (adapters/slurmsave.py)."""
     state_dir: Path = Path("/var/lib/fleetmedic/slurm")
     """The file store for what Kubernetes keeps in ConfigMaps and Leases (see the module
-    doc). With `clusters:`, each Slurm cluster gets `<state_dir>/<cluster>`."""
+    doc): the same shared directory on every bastion of the cluster. With `clusters:`,
+    each Slurm cluster gets `<state_dir>/<cluster>`."""
 
     @field_validator("reason_prefix")
     @classmethod
