@@ -230,18 +230,19 @@ class Slurm:
             self._version = slurmjson.parse_version(self._run("scontrol", "--version"))
         return self._version
 
-    def _node_json(self) -> list[dict[str, Any]]:
-        """Every node, as JSON in openapi/v0.0.38's field names, read with the command this
-        release has (adapters/slurmjson.py): ``sinfo --json`` on 22.05, ``scontrol
-        --json=<data_parser> show node`` later, asking for the newest data_parser this
-        Slurm ships of those we read (the one found is kept)."""
+    def _node_json(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Every node (or, from 23.02 on, the one ``name``d), as JSON in openapi/v0.0.38's
+        field names, read with the command this release has (adapters/slurmjson.py):
+        ``sinfo --json`` on 22.05, ``scontrol --json=<data_parser> show node [NAME]``
+        later, asking for the newest data_parser this Slurm ships of those we read (the
+        one found is kept)."""
         version = self.version()
         if version < slurmjson.FIRST_DATA_PARSER_RELEASE:
             argv = slurmjson.list_argv(version)
             return slurmjson.node_list(self._run(*argv), " ".join(argv))
         tried = []
         for parser in (self._parser,) if self._parser else slurmjson.DATA_PARSERS:
-            argv = slurmjson.list_argv(version, parser)
+            argv = (*slurmjson.list_argv(version, parser), *((name,) if name else ()))
             try:
                 text = self._run(*argv)
             except PermanentError as exc:
@@ -267,8 +268,16 @@ class Slurm:
     def node(self, name: str) -> SlurmNode:
         """One node, with the cheapest request this Slurm version answers
         (adapters/slurmread.py: on 22.05 one node and the partition table, not the whole
-        cluster; ``boot_time`` is None there, :meth:`node_full` has it)."""
+        cluster; ``boot_time`` is None there, :meth:`node_full` has it; from 23.02 on
+        ``scontrol show node NAME --json``, which honours the name)."""
         check_node_name(name)
+        if self._reader is None and self.version() >= slurmjson.FIRST_DATA_PARSER_RELEASE:
+            # scontrol show node NAME --json: one node, and the release's JSON rules
+            # (a resumed node's leftover reason dropped: adapters/slurmjson.py)
+            for n in self._node_json(name):
+                if n["name"] == name:
+                    return SlurmNode.from_json(n)
+            raise NotFoundError(f"Slurm node {name}: not found")
         if self._reader is None:
             try:
                 self._reader = slurmread.reader_for(self.version())
