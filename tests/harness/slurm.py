@@ -167,6 +167,12 @@ class SlurmCluster:
         """How fleetmedic reads every node of this release (what its errors name)."""
         return "sinfo --json" if self.version == "22.05" else "show node"
 
+    @property
+    def node_command(self) -> str:
+        """How fleetmedic reads one node of this release (adapters/slurmread.py; what the
+        agent's errors name)."""
+        return "sinfo -n" if self.version == "22.05" else "show node"
+
     def marked_down(self, reason: str) -> str:
         """``reason`` as this release shows it once slurmctld marked the node DOWN (not
         responding): 24.11 appends its own words (measured), 22.05 leaves it."""
