@@ -56,8 +56,10 @@ Run ``python -m tests.harness.slurm up|down|status|cleanup`` for a cluster by ha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -65,7 +67,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,7 @@ class SlurmCluster:
     daemons: dict[str, Proc] = field(default_factory=dict)
     start_seconds: float | None = None
     extra_conf: str = ""  # slurm.conf lines of a test's own (Prolog=, HealthCheckProgram=)
+    return_to_service: int = 2
     version: str = "22.05"  # Slurm's release: 22.05 on the host, 24.11 from the Debian 13 tree
 
     @property
@@ -163,6 +166,12 @@ class SlurmCluster:
     def list_command(self) -> str:
         """How fleetmedic reads every node of this release (what its errors name)."""
         return "sinfo --json" if self.version == "22.05" else "show node"
+
+    @property
+    def node_command(self) -> str:
+        """How fleetmedic reads one node of this release (adapters/slurmread.py; what the
+        agent's errors name)."""
+        return "sinfo -n" if self.version == "22.05" else "show node"
 
     def marked_down(self, reason: str) -> str:
         """``reason`` as this release shows it once slurmctld marked the node DOWN (not
@@ -236,8 +245,9 @@ GresTypes=gpu
 MpiDefault=none
 SwitchType=switch/none
 MailProg=/bin/true
-# A node that was DOWN comes back by registering with a valid configuration.
-ReturnToService=2
+# A node that was DOWN comes back by registering with a valid configuration (2; a test
+# may set 0 or 1: set_return_to_service).
+ReturnToService={self.return_to_service}
 # Quick to notice a slurmd that went away, without false alarms on a loaded CI machine
 # (30 s: a node whose slurmd died was DOWN "Not responding" after 52 s here).
 SlurmdTimeout={self.slurmd_timeout}
@@ -361,9 +371,38 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
         self.wait_ready(timeout)
         return time.monotonic() - t0
 
+    def set_return_to_service(self, value: int) -> None:
+        """slurm.conf's ReturnToService, applied with ``scontrol reconfigure`` (the file is
+        rewritten in place: the fleet's nodes bind it)."""
+        if value == self.return_to_service:
+            return
+        self.return_to_service = value
+        self.conf.write_text(self.slurm_conf())
+        self.run("scontrol", "reconfigure")
+        out = self.run("scontrol", "show", "config")
+        if not re.search(rf"^ReturnToService\s*=\s*{value}$", out, re.M):
+            raise SlurmError(f"ReturnToService={value} not taken by slurmctld")
+
+    @contextlib.contextmanager
+    def saves_frozen(self) -> Iterator[None]:
+        """slurmctld's state saves fail inside this block: its StateSaveLocation is made
+        immutable (``chattr +i``: no file can be created in it, not even by root), so each
+        save logs "Can't save state, error creating file ..." and slurmctld goes on serving.
+        Every update made meanwhile is lost if slurmctld is killed before the block ends:
+        what a crash inside slurmctld's save interval does, held open for as long as a test
+        needs it. (Not a read-only bind mount: under the shared /run it would propagate
+        into other clusters' node namespaces, and a bind of a directory onto itself does
+        not show as a mount point to ``os.path.ismount``.)"""
+        subprocess.run(["chattr", "+i", str(self.state_dir)], check=True, capture_output=True)
+        try:
+            yield
+        finally:
+            thaw(self.state_dir)
+
     def stop(self) -> None:
         """Stop every daemon, delete namespaces, veths and the bridge, and the record
         (logs and state stay in the directory for a look after a failure)."""
+        thaw(self.state_dir)
         for key in [k for k in self.daemons if k.startswith("slurmd-")]:
             self.stop_proc(key)
         for key in ("slurmctld", "munged"):
@@ -464,6 +503,18 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
             if n["extra"] or n["comment"]:
                 self.run("scontrol", "update", f"nodename={name}", "extra=", "comment=")
 
+    def save_barrier(self, timeout: float = 30.0) -> float:
+        """Wait until slurmctld has saved everything it answered before this call: it
+        saves its whole node table at once, so once a fresh mark is on disk so is every
+        update before it. The mark (a Comment on the first node) is taken off again."""
+        node = next(iter(self.nodes()))
+        mark = f"save-barrier-{time.time_ns()}"
+        self.run("scontrol", "update", f"nodename={node}", f"comment={mark}")
+        try:
+            return self.wait_saved(mark, timeout=timeout)
+        finally:
+            self.run("scontrol", "update", f"nodename={node}", "comment=")
+
     def wait_saved(self, *texts: str, timeout: float = 30.0) -> float:
         """Wait until slurmctld's node state file holds every one of ``texts`` (a reason, a
         Comment or Extra value written just before: strings are stored there as they are).
@@ -522,9 +573,16 @@ def read_record(d: Path) -> dict | None:
         return None
 
 
+def thaw(state_dir: Path) -> None:
+    """Undo :meth:`SlurmCluster.saves_frozen` (nothing to undo is fine)."""
+    if state_dir.is_dir():
+        subprocess.run(["chattr", "-i", str(state_dir)], check=False, capture_output=True)
+
+
 def teardown(rec: dict, remove_dir: bool) -> None:
     """Kill the cluster's recorded daemons and whatever runs in its namespaces; delete the
     namespaces, veths and bridge."""
+    thaw(Path(rec["dir"]) / "state")
     pids = [p["pid"] for p in (rec.get("procs") or {}).values() if p and proc_alive(**p)]
     for ns in rec.get("netns", []):
         pids += net.netns_pids(ns)

@@ -24,6 +24,7 @@ from tests.harness.agentenv import (
     wait_until,
     xid_line,
 )
+from tests.harness.slurmbig import parse_sdiag, rpc_delta
 
 OK_LINE = "[    1.000000] kernel: clean boot\n"
 
@@ -224,7 +225,8 @@ def test_an_unreachable_slurmctld_is_one_line_exit_3(slurm_factory, node_env):
     r = once("n1", "--log-level", "error", "--once-timeout", "1s", conf=str(c.conf))
     assert "Traceback" not in r.stderr, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "error:" in lines[0] and c.list_command in lines[0], r.stderr
+    # the agent reads only its own node (the single-node read), never the whole cluster
+    assert len(lines) == 1 and "error:" in lines[0] and c.node_command in lines[0], r.stderr
     assert r.returncode == 3, (r.returncode, r.stderr)
 
 
@@ -259,3 +261,63 @@ def test_an_extra_that_is_not_json_is_never_written_over(slurm, node_env):
     n3 = slurm.nodes()["n3"]
     assert n3["extra"] == "rack 12, row B" and not n3["reason"]
     assert len([ln for ln in r.stderr.splitlines() if "not writing n3" in ln]) == 1, r.stderr
+
+
+def test_a_healthy_round_asks_slurmctld_nothing_and_a_write_reads_one_node(
+    slurm, node_env, tmp_path
+):
+    """Issue 37: an agent reads only its own node, with one small request, and only when it
+    needs to. Counted by slurmctld itself (sdiag's RPCs by type) around the running agent:
+    healthy rounds ask nothing at all (the agent keeps what it read and wrote,
+    ``slurm.read_every``); a round with something to write (a failing GPU: a strike) reads
+    the node once with the single-node request and writes once; nothing reads the whole
+    cluster."""
+    _, argv, _ = node_env
+    nvml = tmp_path / "nvml.json"
+    nvml.write_text(json.dumps(h100(2)))
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("slurm: {read_every: 300s}\n")
+    a = AgentProcess("n2", tmp_path / "unused", tmp_path / "agent.log")
+    a.argv = argv("n2", "--interval", "1", "--vendor", "nvidia", "--expected-gpus", "2")
+    a.argv += ["--log-level", "debug"]  # (a round with nothing new logs at debug)
+    a.argv[a.argv.index("/dev/null")] = str(cfg)
+    a.env = {**_env(), **nvml_env(tmp_path), "PYTHONUNBUFFERED": "1"}
+    with a:
+
+        def rounds(text: str = "round ") -> int:
+            return a.output().count(text)
+
+        # the first round reads the node and records the GPU vendor it found (one write)
+        wait_until("the vendor recorded", lambda: record(slurm, "n2"), 60, 0.2, a.tail)
+        assert record(slurm, "n2")["fleetmedic.io/gpu-vendor"] == "nvidia"
+        before, seen = sdiag(slurm), rounds()
+        wait_until("four healthy rounds", lambda: rounds() >= seen + 4, 60, 0.1, a.tail)
+        healthy = rpcs(before, sdiag(slurm))
+        assert not healthy.keys() & AGENT_RPCS, f"healthy rounds asked slurmctld: {healthy}"
+
+        nvml.write_text(json.dumps(h100(2, **{"1": {"ecc_volatile_uncorrected": 2}})))
+        before, seen = sdiag(slurm), rounds("strikes gpu 1/3")
+        wait_until("a strike", lambda: rounds("strikes gpu 1/3") > seen, 60, 0.05, a.tail)
+        nvml.write_text(json.dumps(h100(2)))  # (healthy again: no more writes but a reset)
+        failing = rpcs(before, sdiag(slurm))
+        assert a.stop() == 0
+    assert "REQUEST_NODE_INFO" not in failing, f"a whole-cluster read: {failing}"
+    writes = failing["REQUEST_UPDATE_NODE"]
+    assert writes >= 1 and failing["REQUEST_NODE_INFO_SINGLE"] == writes, failing
+    assert failing["REQUEST_PARTITION_INFO"] == writes, failing  # (sinfo's second RPC)
+
+
+AGENT_RPCS = {
+    "REQUEST_NODE_INFO",
+    "REQUEST_NODE_INFO_SINGLE",
+    "REQUEST_PARTITION_INFO",
+    "REQUEST_UPDATE_NODE",
+}
+
+
+def sdiag(slurm):
+    return parse_sdiag(slurm.run("sdiag"))
+
+
+def rpcs(before, after):
+    return rpc_delta(before, after)

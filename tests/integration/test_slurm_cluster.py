@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 
 import pytest
 
 from fleetmedic.adapters.filestore import FileStore
-from fleetmedic.adapters.slurm import SAVE_WINDOW_S, ForeignDrain, Slurm
+from fleetmedic.adapters.slurm import ForeignDrain, Slurm
 from fleetmedic.adapters.slurmcluster import OWNER_LABEL, PARTITION_LABEL, SlurmCluster
 from fleetmedic.errors import NotFoundError, PermanentError, TemporaryError
 from fleetmedic.model import keys, nodeedit
@@ -58,13 +59,22 @@ def unfence(node: dict, **annotations: str | None) -> bool:
 @pytest.mark.every_slurm
 def test_documents_show_what_the_loop_reads(slurm, cluster):
     slurm.run("scontrol", "update", "nodename=n2", "state=drain", f"reason={NHC}")
-    nodes, _ = cluster.list_nodes()
+    features = ("availablefeatures", "activefeatures")
+    slurm.run("scontrol", "update", "nodename=n3", *(f"{f}=mi300x,ib" for f in features))
+    try:
+        nodes, _ = cluster.list_nodes()
+    finally:
+        slurm.run("scontrol", "update", "nodename=n3", *(f"{f}=" for f in features))
     assert [n["metadata"]["name"] for n in nodes] == ["n1", "n2", "n3"]
-    n1, n2 = nodes[0], nodes[1]
+    n1, n2, n3 = nodes
     assert n1["metadata"]["labels"] == {
         f"{PARTITION_LABEL}gpu": "true",
         keys.LABEL_STATE: "healthy",
+        keys.LABEL_SCHEDULER_RETURNS: "true",  # the harness's ReturnToService=2
     }
+    # the GPU vendor from the node's features (the GRES here has no type)
+    assert n3["metadata"]["labels"][keys.LABEL_VENDOR] == "amd"
+    assert view(n3, VOCAB).vendor == "amd" and view(n1, VOCAB).vendor == "unknown"
     assert n1["status"]["addresses"] == [
         {"type": "InternalIP", "address": slurm.node_address("n1")}
     ]
@@ -168,7 +178,9 @@ def test_a_node_a_restarted_slurmctld_does_not_know_yet_is_not_judged(slurm, clu
     sometimes no reason): the watch keeps its last document (our drain still shown) and a
     write waits (TemporaryError), so our drain is never taken for none and nothing lost."""
     cluster.update_node("n3", lambda n: fence(n, "reboot", **{keys.ANN_IN_FLIGHT: "x"}))
-    time.sleep(SAVE_WINDOW_S)  # (saved by slurmctld before its crash: adapters/slurm.py)
+    # the product's own check that slurmctld saved it (adapters/slurmsave.py reads the
+    # node_state file of this slurmctld; no fixed wait)
+    assert cluster.wait_saved("n3", time.time(), threading.Event())
     cluster.list_nodes()
     slurm.stop_proc("slurmd-n3")
     try:

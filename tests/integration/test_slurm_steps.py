@@ -1,6 +1,6 @@
 """The two Slurm steps of the ladder on the Slurm fleet (real slurmctld and slurmd 22.05,
-nodes that really reboot): the drain that waits for jobs (controller/slurmdrain.py) and
-the reboot through Slurm (controller/slurmreboot.py), each called as the executor calls
+nodes that really reboot): the drain that waits for jobs (kinds/slurmdrain.py) and
+the reboot through Slurm (kinds/slurmreboot.py), each called as the executor calls
 it, over the real adapter, without the rest of the controller."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from fleetmedic.adapters.slurm import SAVE_WINDOW_S, ForeignDrain, Slurm
+from fleetmedic.adapters.slurm import ForeignDrain, Slurm
 from fleetmedic.errors import TemporaryError
 from fleetmedic.kinds import slurmdrain, slurmreboot
 from fleetmedic.model.config.safety import DrainConfig
@@ -242,7 +242,7 @@ def test_a_slurmctld_crash_mid_reboot_loses_nothing_and_reboots_once(sf, slurm):
     # the crash must not also lose what slurmctld has not saved of the tests before this
     # one (seen in CI: node-3 came back from the crash REBOOT_ISSUED, its finished reboot
     # of the test before lost, and the fleet's reset waited for it in vain)
-    time.sleep(SAVE_WINDOW_S)
+    sf.slurm.save_barrier()
     node = sf.node(1)
     slurm.fence(node.name, "reboot", FINDING)
     boots = node.boots

@@ -9,13 +9,18 @@ are checked first (:func:`check_node_name`). Measured against Debian's Slurm 22.
 node``, and every answer is parsed by the version it declares (adapters/slurmjson.py,
 which also says what 24.11 does differently):
 
-- Reading: ``sinfo --json`` (openapi v0.0.38) carries every field used here: ``state``,
+- Reading the cluster (:meth:`Slurm.nodes`, the controller's poll and the inventory):
+  ``sinfo --json`` (openapi v0.0.38) carries every field used here: ``state``,
   ``state_flags`` (DRAIN, NOT_RESPONDING, REBOOT_REQUESTED, ...), ``reason``,
-  ``reason_set_by_user``, ``reason_changed_at``, ``partitions``, ``boot_time``, and the
-  node's ``comment`` and ``extra``. It ignores ``-n`` in 22.05, so the adapter filters
-  itself. ``scontrol show node --json`` does not exist in 22.05. With slurmctld down it
-  exits 0 after about 9 s with ``"errors": [{"error": "Unspecified error"}]`` and an
-  empty node list: the adapter treats any error there as a TemporaryError.
+  ``reason_set_by_user``, ``reason_changed_at``, ``partitions``, ``boot_time``, ``gres``,
+  ``features``, and the node's ``comment`` and ``extra``. It ignores ``-n`` in 22.05.
+  With slurmctld down it exits 0 after about 9 s with ``"errors": [{"error": "Unspecified
+  error"}]`` and an empty node list: the adapter treats any error there as a
+  TemporaryError.
+- Reading one node (:meth:`Slurm.node`: every write, the agent, the steps' waits) is the
+  cheapest single-node request of the Slurm version (adapters/slurmread.py: on 22.05
+  ``sinfo -n N`` in text, slurmctld's REQUEST_NODE_INFO_SINGLE, which has no boot time).
+  Each write is decided on such a read, passed in as ``current`` so it is not read twice.
 - Fencing is ``scontrol update nodename=N state=drain reason="fleetmedic: <rung>:
   <finding>"`` (model/slurmreason.py). A drain that is not ours (any other reason: NHC,
   HyperPod, soperator, Slinky, a human, Slurm's own "Not responding") is refused with
@@ -38,8 +43,7 @@ which also says what 24.11 does differently):
   and the record alike). So :meth:`Slurm.fence` writes the drain and the record in **one**
   ``scontrol update``: a crash keeps or loses them together, never a drain without its
   record. A caller about to do something it must not repeat (a reboot) after a record
-  write should allow for that window (wait out ``SAVE_WINDOW_S``, or re-read after a
-  slurmctld restart before acting).
+  write waits until slurmctld has saved it (adapters/slurmsave.py reads its state file).
 - A node whose slurmd goes away (a reboot by our role) keeps our drain and reason: measured,
   slurmctld marks it NOT_RESPONDING, then DOWN+DRAIN+NOT_RESPONDING after SlurmdTimeout,
   with the reason untouched ("Not responding" goes only on a node with no reason), and
@@ -56,10 +60,11 @@ which also says what 24.11 does differently):
   reason=<ours> N``. The node goes DRAIN+REBOOT_REQUESTED, DOWN+DRAIN+REBOOT_ISSUED with
   ``<reason> : reboot issued``, and after the boot DOWN (no flags) with ``<reason> : reboot
   issued : reboot complete``, ours at every step; also from DOWN (a second reboot).
-  22.05 refuses ``nextstate=drain``. controller/slurmreboot.py waits for it.
+  22.05 refuses ``nextstate=drain``. kinds/slurmreboot.py waits for it.
 - ``scontrol update state=resume`` on a node that is not drained fails (rc 1, "Invalid
   node state specified"): :meth:`Slurm.unfence` does not call it then. Extra accepted a
-  70,000-character value; the record is capped at :data:`RECORD_MAX` all the same.
+  70,000-character value; the record is capped at :data:`RECORD_MAX` all the same, the
+  oldest attempts of its history dropped first.
 
 Errors map into fleetmedic.errors: an unreachable slurmctld or a timeout is a
 TemporaryError, an unknown node a NotFoundError, a missing tool or SLURM_CONF a
@@ -72,12 +77,14 @@ import json
 import os
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetmedic.adapters import slurmjson
+from fleetmedic.adapters import slurmjson, slurmread
+from fleetmedic.adapters.slurmrecord import RECORD_KEY, RECORD_MAX, extra_doc, fitted
 from fleetmedic.errors import (
     ConfigError,
     ForeignDrain,
@@ -89,14 +96,6 @@ from fleetmedic.errors import (
 )
 from fleetmedic.model.slurmreason import DEFAULT_PREFIX, check_prefix, format_reason, is_ours
 
-RECORD_KEY = "fleetmedic"
-RECORD_MAX = 32 * 1024
-"""Bytes of Extra our record may fill: room for a long repair history, far below what
-slurmctld accepted (70,000 characters), small enough that ``sinfo --json`` over a few
-thousand nodes stays quick."""
-SAVE_WINDOW_S = 6.0
-"""Seconds after an update within which a slurmctld crash may still lose it (measured up
-to 4.8 s, see the module docstring)."""
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")  # a job, or one task of an array
 DRAINED_STATES = ("idle", "down", "future")  # with DRAIN and no job left: drained
@@ -131,8 +130,10 @@ class SlurmNode:
     partitions: tuple[str, ...]
     comment: str
     extra: str
-    boot_time: int | None
+    boot_time: int | None  # None: unknown (22.05's single-node read does not show it)
     address: str
+    gres: str = ""  # "gpu:h100:8(S:0-1)", as slurm.conf or slurmd's detection names it
+    features: str = ""  # the node's available features, comma-separated
 
     @property
     def drain(self) -> bool:
@@ -150,7 +151,7 @@ class SlurmNode:
     def record(self) -> dict[str, str]:
         """Our repair record from Extra ({} when there is none or it is unreadable: the
         worst case is one more repair, never a missed one)."""
-        doc = _extra_doc(self.extra)
+        doc = extra_doc(self.extra)
         rec = doc.get(RECORD_KEY) if isinstance(doc, dict) else None
         return {str(k): str(v) for k, v in rec.items()} if isinstance(rec, dict) else {}
 
@@ -168,18 +169,9 @@ class SlurmNode:
             extra=str(n.get("extra") or ""),
             boot_time=int(n["boot_time"]) if n.get("boot_time") else None,
             address=str(n.get("address") or ""),
+            gres=str(n.get("gres") or ""),
+            features=str(n.get("features") or ""),
         )
-
-
-def _extra_doc(extra: str) -> dict | None:
-    """Extra as a JSON object ({} when empty), or None when it holds anything else."""
-    if not extra.strip():
-        return {}
-    try:
-        doc = json.loads(extra)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 class Slurm:
@@ -193,10 +185,13 @@ class Slurm:
         prefix: str = DEFAULT_PREFIX,
         timeout: float = 30.0,
         bin_dir: str | Path | None = None,
+        reader: slurmread.Reader | None = None,
     ) -> None:
         self.prefix = check_prefix(prefix)
         self.timeout = timeout
         self.bin_dir = Path(bin_dir) if bin_dir else None
+        self._reader = reader  # None: chosen by the tools' version at the first read
+        self.calls: Counter[str] = Counter()  # tool runs, for the benches and tests
         self.env = dict(os.environ)
         if slurm_conf is not None:
             # scontrol retries a missing slurm.conf for 60 s before it says so: check first
@@ -207,16 +202,17 @@ class Slurm:
         self._parser: str | None = None  # the data_parser version found to work
 
     # -- running the tools ----------------------------------------------------------
-    def _run(self, tool: str, *args: str) -> str:
+    def _run(self, tool: str, *args: str, env: Mapping[str, str] | None = None) -> str:
         exe = str(self.bin_dir / tool) if self.bin_dir else tool
         what = f"{tool} {' '.join(args)}"[:200]
+        self.calls[tool] += 1
         try:
             p = subprocess.run(
                 [exe, *args],
                 capture_output=True,
                 text=True,
                 timeout=self.timeout,
-                env=self.env,
+                env={**self.env, **env} if env else self.env,
                 stdin=subprocess.DEVNULL,
             )
         except FileNotFoundError:
@@ -234,18 +230,19 @@ class Slurm:
             self._version = slurmjson.parse_version(self._run("scontrol", "--version"))
         return self._version
 
-    def _node_json(self) -> list[dict[str, Any]]:
-        """Every node, as JSON in openapi/v0.0.38's field names, read with the command this
-        release has (adapters/slurmjson.py): ``sinfo --json`` on 22.05, ``scontrol
-        --json=<data_parser> show node`` later, asking for the newest data_parser this
-        Slurm ships of those we read (the one found is kept)."""
+    def _node_json(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Every node (or, from 23.02 on, the one ``name``d), as JSON in openapi/v0.0.38's
+        field names, read with the command this release has (adapters/slurmjson.py):
+        ``sinfo --json`` on 22.05, ``scontrol --json=<data_parser> show node [NAME]``
+        later, asking for the newest data_parser this Slurm ships of those we read (the
+        one found is kept)."""
         version = self.version()
         if version < slurmjson.FIRST_DATA_PARSER_RELEASE:
             argv = slurmjson.list_argv(version)
             return slurmjson.node_list(self._run(*argv), " ".join(argv))
         tried = []
         for parser in (self._parser,) if self._parser else slurmjson.DATA_PARSERS:
-            argv = slurmjson.list_argv(version, parser)
+            argv = (*slurmjson.list_argv(version, parser), *((name,) if name else ()))
             try:
                 text = self._run(*argv)
             except PermanentError as exc:
@@ -269,11 +266,46 @@ class Slurm:
         return sorted(nodes, key=lambda n: n.name)
 
     def node(self, name: str) -> SlurmNode:
+        """One node, with the cheapest request this Slurm version answers
+        (adapters/slurmread.py: on 22.05 one node and the partition table, not the whole
+        cluster; ``boot_time`` is None there, :meth:`node_full` has it; from 23.02 on
+        ``scontrol show node NAME --json``, which honours the name)."""
+        check_node_name(name)
+        if self._reader is None and self.version() >= slurmjson.FIRST_DATA_PARSER_RELEASE:
+            # scontrol show node NAME --json: one node, and the release's JSON rules
+            # (a resumed node's leftover reason dropped: adapters/slurmjson.py)
+            for n in self._node_json(name):
+                if n["name"] == name:
+                    return SlurmNode.from_json(n)
+            raise NotFoundError(f"Slurm node {name}: not found")
+        if self._reader is None:
+            try:
+                self._reader = slurmread.reader_for(self.version())
+            except slurmread.UnreadableNode as exc:
+                raise ConfigError(str(exc)) from None
+        try:
+            return SlurmNode.from_json(self._reader(self._run, name))
+        except slurmread.UnreadableNode as exc:
+            raise TemporaryError(f"{exc}", delay=5) from None
+        except LookupError:
+            raise NotFoundError(f"Slurm node {name}: not found") from None
+
+    def node_full(self, name: str) -> SlurmNode:
+        """One node out of the whole cluster's ``sinfo --json`` (with its boot time)."""
         check_node_name(name)
         for n in self.nodes():
             if n.name == name:
                 return n
         raise NotFoundError(f"Slurm node {name}: not found")
+
+    def config(self) -> dict[str, str]:
+        """slurmctld's running configuration (``scontrol show config``: one RPC), by key."""
+        out = {}
+        for line in self._run("scontrol", "show", "config").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and " " not in key.strip():
+                out[key.strip()] = value.strip()
+        return out
 
     # -- writing ----------------------------------------------------------------------
     def _refuse_foreign(self, node: SlurmNode, action: str) -> None:
@@ -284,7 +316,7 @@ class Slurm:
             )
 
     def _extra_with(self, node: SlurmNode, values: Mapping[str, str | None]) -> str:
-        doc = _extra_doc(node.extra)
+        doc = extra_doc(node.extra)
         if doc is None:
             raise ForeignField(
                 f"Slurm node {node.name}: Extra holds something else "
@@ -302,13 +334,7 @@ class Slurm:
             doc[RECORD_KEY] = rec
         else:
             doc.pop(RECORD_KEY, None)
-        text = json.dumps(doc, separators=(",", ":"), sort_keys=True) if doc else ""
-        if len(text.encode()) > RECORD_MAX:
-            raise PermanentError(
-                f"Slurm node {node.name}: record of {len(text.encode())} bytes exceeds "
-                f"{RECORD_MAX} (prune its history)"
-            )
-        return text
+        return fitted(node.name, doc)
 
     def fence(
         self,
@@ -316,11 +342,14 @@ class Slurm:
         rung: str,
         finding: str,
         record: Mapping[str, str | None] | None = None,
+        *,
+        current: SlurmNode | None = None,
     ) -> str:
         """Drain ``name`` with our reason for ``rung`` and ``finding``, and merge
         ``record`` into its repair record, in one update. A node whose reason is not ours
-        is refused (ForeignDrain). Returns the reason written."""
-        node = self.node(name)
+        is refused (ForeignDrain). Returns the reason written. ``current``: the node as the
+        caller read it a moment ago (else it is read here); ownership is checked on it."""
+        node = current if current is not None else self.node(name)
         self._refuse_foreign(node, "fenced")
         reason = format_reason(rung, finding, self.prefix)
         args = ["update", f"nodename={node.name}", "state=drain", f"reason={reason}"]
@@ -329,13 +358,19 @@ class Slurm:
         self._run("scontrol", *args)
         return reason
 
-    def unfence(self, name: str, record: Mapping[str, str | None] | None = None) -> bool:
+    def unfence(
+        self,
+        name: str,
+        record: Mapping[str, str | None] | None = None,
+        *,
+        current: SlurmNode | None = None,
+    ) -> bool:
         """Resume ``name`` when it is drained (or down) with our reason, merging ``record``
         into its repair record in the same update (so a crash keeps or loses both). False
         when there is nothing to resume; ForeignDrain when the reason is someone else's
         (never resumed). The rest of the record stays: the caller clears what it no longer
-        needs."""
-        node = self.node(name)
+        needs. ``current``: as for :meth:`fence`."""
+        node = current if current is not None else self.node(name)
         if not (node.drain or node.state == "down"):
             return False
         if not is_ours(node.reason, self.prefix):
@@ -363,10 +398,17 @@ class Slurm:
             done.append(job)
         return done
 
-    def record(self, name: str, values: Mapping[str, str | None]) -> dict[str, str]:
+    def record(
+        self,
+        name: str,
+        values: Mapping[str, str | None],
+        *,
+        current: SlurmNode | None = None,
+    ) -> dict[str, str]:
         """Merge ``values`` into the node's repair record (None deletes a key); other
-        keys of a JSON Extra are kept. Returns the record written."""
-        node = self.node(name)
+        keys of a JSON Extra are kept. Returns the record written. ``current``: as for
+        :meth:`fence`."""
+        node = current if current is not None else self.node(name)
         text = self._extra_with(node, values)
         self._run("scontrol", "update", f"nodename={node.name}", f"extra={text}")
         return SlurmNode.from_json({"name": node.name, "extra": text}).record
@@ -378,7 +420,7 @@ class Slurm:
         if key == RECORD_KEY:
             raise ValueError(f"{key!r} is the record's key: use record()")
         node = self.node(name)
-        doc = _extra_doc(node.extra)
+        doc = extra_doc(node.extra)
         if doc is None:
             raise ForeignField(
                 f"Slurm node {node.name}: Extra holds something else "

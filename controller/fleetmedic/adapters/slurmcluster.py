@@ -14,8 +14,16 @@ controller's loop needs:
 - **Documents** add to the agent's: ``status.addresses`` (the node's NodeAddr, where
   Ansible connects), the ``fleetmedic.io/state`` label mirror, a label per partition
   (``partition.slurm.fleetmedic.io/<name>: "true"``, for profile selectors and executor
-  routes) and, on a node someone else drained, ``fleetmedic.io/slurm-owner`` (``foreign_nhc``
-  and the other owners of model/slurmowner.py). These labels are derived, never written.
+  routes), ``fleetmedic.io/gpu-vendor`` (from the agent's record, the GPU GRES type or the
+  features: model/gpuvendor.py; the reinstall phase picks the driver or ROCm by it),
+  ``fleetmedic.io/scheduler-returns-nodes: "true"`` when slurmctld runs with
+  ``ReturnToService=2`` (read with ``scontrol show config`` at each full listing; the
+  ladder tells Slurm's own return to service from a person's resume by it) and, on a node
+  someone else drained, ``fleetmedic.io/slurm-owner`` (``foreign_nhc`` and the other
+  owners of model/slurmowner.py). These labels are derived, never written.
+- **One node** (a write, a step's wait) is read with the single-node read of
+  adapters/slurmread.py; only the poll reads the whole cluster. The boot time, which 22.05's
+  single-node read does not show, comes from the last poll (:meth:`SlurmCluster.boot_time`).
 - **Writing** (:meth:`SlurmCluster.update_node`) is the agent's mapping plus the two edits
   only the controller makes: a lower rung rewrites our reason, and removing our repair
   taint resumes the node (``state=resume``, with the record in the same update) only
@@ -26,7 +34,7 @@ controller's loop needs:
 - **Events** become log lines and JSON lines in ``events`` (a file beside the store),
   which ``fleetmedic status NODE`` reads back as the node's timeline.
 - Pods: a Slurm node runs jobs, not pods; the drain waits for jobs
-  (controller/slurmdrain.py). The pod calls list nothing, and evicting or deleting a pod
+  (kinds/slurmdrain.py). The pod calls list nothing, and evicting or deleting a pod
   or a node is refused in one line.
 """
 
@@ -42,11 +50,12 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from fleetmedic.adapters import slurmsave
 from fleetmedic.adapters.cluster import Store
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode, check_node_name
 from fleetmedic.adapters.slurmdoc import NO_FINDING, SlurmNodeDocs, finding_of, foreign
 from fleetmedic.errors import NotFoundError, PermanentError, TemporaryError
-from fleetmedic.model import keys
+from fleetmedic.model import gpuvendor, keys
 from fleetmedic.model.slurmowner import Owner, owner
 from fleetmedic.model.slurmreason import parse_reason
 from fleetmedic.model.vocabulary import Vocabulary
@@ -75,8 +84,11 @@ class SlurmCluster(SlurmNodeDocs):
         partitions: tuple[str, ...] = (),
         poll_interval: float = 30.0,
         events: Path | None = None,
+        state_save_location: Path | None = None,
     ) -> None:
         super().__init__(slurm, vocab)
+        self.state_save_location = state_save_location  # None: as slurmctld says
+        self._saves: slurmsave.SaveCheck | None = None
         self.store = store
         self.partitions = tuple(partitions)
         self.poll_interval = poll_interval
@@ -85,6 +97,8 @@ class SlurmCluster(SlurmNodeDocs):
         self._seen: dict[str, dict] = {}  # last document of each node, for watch_nodes
         self._events_lock = threading.Lock()
         self.reads = 0  # sinfo calls made, for the idle-cost benchmark
+        self._polled: dict[str, SlurmNode] = {}  # the last full read, for boot times
+        self.returns_to_service: bool | None = None  # ReturnToService=2 (None: not read)
 
     # -- documents --------------------------------------------------------------------
     def _version(self) -> str:
@@ -102,6 +116,11 @@ class SlurmCluster(SlurmNodeDocs):
         rung = self.vocab.repair_state_of(doc["spec"]["taints"])
         labels = {f"{PARTITION_LABEL}{p}": "true" for p in node.partitions}
         labels[keys.LABEL_STATE] = rung or "healthy"
+        vendor = gpuvendor.vendor(node.record.get(gpuvendor.RECORD_KEY), node.gres, node.features)
+        if vendor != gpuvendor.UNKNOWN:
+            labels[keys.LABEL_VENDOR] = vendor
+        if self.returns_to_service:
+            labels[keys.LABEL_SCHEDULER_RETURNS] = "true"
         if who.foreign:
             labels[OWNER_LABEL] = who.value
         doc["metadata"]["labels"] = labels
@@ -114,6 +133,7 @@ class SlurmCluster(SlurmNodeDocs):
         version = self._version()  # (before the read: see the module doc)
         self.reads += 1
         nodes = self.slurm.nodes(self.partitions or None)
+        self._polled = {n.name: n for n in nodes}
         docs = {n.name: self.node_document(n, version) for n in nodes}
         for n in nodes:
             if n.state == UNKNOWN and n.name in self._seen:
@@ -132,7 +152,22 @@ class SlurmCluster(SlurmNodeDocs):
         version = self._version()
         return self.node_document(self._one(name), version)
 
+    def boot_time(self, name: str) -> int | None:
+        """``name``'s boot time as the last poll saw it (None: not seen yet)."""
+        node = self._polled.get(name)
+        return node.boot_time if node else None
+
+    def read_config(self) -> None:
+        """ReturnToService from slurmctld (one RPC); on a failure the last value stays."""
+        try:
+            rts = self.slurm.config().get("ReturnToService")
+        except (TemporaryError, PermanentError) as exc:
+            log.warning("could not read slurmctld's ReturnToService: %s", exc)
+            return
+        self.returns_to_service = rts == "2"
+
     def list_nodes(self, label_selector: str | None = None) -> tuple[list[dict], str]:
+        self.read_config()
         docs, version = self._read()
         self._seen = docs
         return [docs[n] for n in sorted(docs)], version
@@ -194,7 +229,7 @@ class SlurmCluster(SlurmNodeDocs):
                 # resume: the one edit the agent's mapping refuses; the rest maps as there
                 plain_a["spec"]["taints"].insert(0, self.vocab.repair(rung_b).as_taint())
                 _, values = self._diff(name, plain_b, plain_a)
-                if not self.slurm.unfence(name, record=values or None):
+                if not self.slurm.unfence(name, record=values or None, current=node):
                     raise PermanentError(f"Slurm node {name}: not drained, nothing to resume")
             else:
                 new_rung: str | None
@@ -211,11 +246,33 @@ class SlurmCluster(SlurmNodeDocs):
                     kept = parse_reason(node.reason, self.slurm.prefix)
                     if finding == NO_FINDING and kept:  # a climb: the evidence stays the same
                         finding = kept.finding
-                    self.slurm.fence(name, new_rung, finding, values or None)
+                    elif finding == NO_FINDING:  # fenced again (Slurm's own return): the
+                        finding = finding_of(ann, {})  # evidence the record keeps
+                    self.slurm.fence(name, new_rung, finding, values or None, current=node)
                 elif values:
-                    self.slurm.record(name, values)
+                    self.slurm.record(name, values, current=node)
             # the document as written, without reading the cluster again (a full sinfo)
             return self._dressed(_plain(after, derived=before), node, self._version())
+
+    def wait_saved(self, name: str, written: float, cancel: threading.Event) -> bool:
+        """Return once slurmctld has saved ``name``'s record as it stands (True), or on
+        ``cancel`` (False); adapters/slurmsave.py says how, and what happens where this
+        bastion cannot read slurmctld's state files (the record's age against the save
+        window, ``written`` being when it was written)."""
+        if self._saves is None:
+            where = self.state_save_location or self.slurm.config().get("StateSaveLocation")
+            self._saves = slurmsave.SaveCheck.at(where)
+            if not self._saves.usable:
+                log.warning(
+                    "cannot see what slurmctld has saved (%s): a disruptive phase waits %gs "
+                    "after its record instead",
+                    self._saves.why_not,
+                    slurmsave.SAVE_WINDOW_S,
+                )
+        extra = self._one(name).extra if self._saves.usable else ""
+        if extra and not self._saves.saved(extra):
+            log.info("%s: waiting for slurmctld to save the record before acting", name)
+        return slurmsave.wait(self._saves, lambda: extra, written, cancel)
 
     def set_node_condition(self, name: str, condition: dict) -> dict:
         """Slurm nodes have no conditions: the reason and the record say it all."""

@@ -30,8 +30,21 @@ our other taints (slow-network, ...)   record key ``taints`` (JSON list) in Extr
   anything runs, so their reason and the node's Extra stay as they are.
 - **Concurrency:** Slurm has no resourceVersion. Writes through one instance are
   serialized by a lock (the agent's kernel-log thread and its check loop share one), and
-  each write re-reads the node right before it (``Slurm.fence`` checks ownership again);
-  against another writer the window is one scontrol round trip.
+  each write is decided on the node read right before it, with one single-node read
+  (adapters/slurmread.py); against another writer the window is one scontrol round trip.
+- **Reading only when needed** (``read_every`` > 0, the agent): the document last read or
+  written is kept, in memory and, given ``cache_dir``, in a file shared by the node's agent
+  processes (the daemon, the health check, the prolog). :meth:`get_node` answers from it
+  while it is younger than ``read_every``, and :meth:`update_node` first applies the edit
+  to it: an edit that changes nothing there is not written and costs no request at all
+  (a healthy round). Any edit that would write is decided again on a fresh read, so no
+  write is ever made on a kept document. What the agent knows without asking: every fence,
+  record and raise it made itself (it keeps what it wrote). What it cannot know without
+  asking is a drain someone else set since its last read (a human, the Loki source,
+  ``fleetmedic quarantine``): it learns of it within ``read_every``; meanwhile a healthy
+  round may run its GPU checks on a node someone fenced, and nothing more (it writes
+  nothing unless a check fails, and then on a fresh read). A node someone else drained
+  is kept as such for ``read_every`` too, so a failing check there does not ask every round.
 - **Events:** Slurm has none; :meth:`post_event` does nothing (the reason and the record
   are what ``sinfo -R`` and ``scontrol show node`` show; the agent logs every fence).
 """
@@ -41,10 +54,13 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode, check_node_name
+from fleetmedic.adapters.slurmcache import NodeCache
 from fleetmedic.errors import PermanentError
 from fleetmedic.model import keys
 from fleetmedic.model.slurmreason import parse_reason
@@ -102,13 +118,24 @@ def finding_of(annotations: Mapping[str, str], before: Mapping[str, str]) -> str
 
 
 class SlurmNodeDocs:
-    """:class:`~fleetmedic.adapters.nodedocs.NodeDocs` over one Slurm cluster."""
+    """:class:`~fleetmedic.adapters.nodedocs.NodeDocs` over one Slurm cluster (see the
+    module doc for ``read_every`` and ``cache_dir``)."""
 
-    def __init__(self, slurm: Slurm, vocab: Vocabulary) -> None:
+    def __init__(
+        self,
+        slurm: Slurm,
+        vocab: Vocabulary,
+        *,
+        read_every: float = 0.0,
+        cache_dir: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.slurm = slurm
         self.vocab = vocab
         self.server = f"slurmctld ({slurm.env.get('SLURM_CONF') or 'default slurm.conf'})"
         self._lock = threading.Lock()
+        self.read_every = read_every
+        self.cache = NodeCache(cache_dir, slurm.env.get("SLURM_CONF") or "", clock)
 
     # -- reading ----------------------------------------------------------------------
     def document(self, node: SlurmNode) -> dict:
@@ -128,30 +155,45 @@ class SlurmNodeDocs:
         }
 
     def get_node(self, name: str) -> dict:
-        return self.document(self.slurm.node(check_node_name(name)))
+        check_node_name(name)
+        kept = self.cache.get(name, self.read_every)
+        if kept is not None:
+            return copy.deepcopy(kept.doc)
+        return self._fresh(name)[1]
+
+    def _fresh(self, name: str) -> tuple[SlurmNode, dict]:
+        """The node read now (one single-node read), its document kept."""
+        node = self.slurm.node(name)
+        doc = self.document(node)
+        self.cache.put(name, doc, node.reason if foreign(node, self.slurm.prefix) else "")
+        return node, doc
 
     # -- writing ----------------------------------------------------------------------
     def update_node(self, name: str, mutate: Callable[[dict], bool | None]) -> dict:
         check_node_name(name)
         with self._lock:
-            node = self.slurm.node(name)
-            before = self.document(node)
+            kept = self.cache.get(name, self.read_every)
+            if kept is not None:
+                before = kept.doc
+                after = copy.deepcopy(before)
+                if mutate(after) is False or after == before:
+                    return copy.deepcopy(before)  # nothing to write: nothing asked
+                if kept.foreign:
+                    raise ForeignDrain(_foreign_line(name, kept.foreign, ""))
+            node, before = self._fresh(name)
             after = copy.deepcopy(before)
             if mutate(after) is False or after == before:
                 return before
             if foreign(node, self.slurm.prefix):
-                raise ForeignDrain(
-                    f"Slurm node {name}: drained by someone else "
-                    f"({node.reason[:120]!r}, set by {node.reason_user or 'unknown'}): "
-                    "not touched, nothing recorded"
-                )
+                raise ForeignDrain(_foreign_line(name, node.reason, node.reason_user))
             rung, values = self._diff(name, before, after)
             if rung is not None:
                 ann = after["metadata"].get("annotations") or {}
                 finding = finding_of(ann, before["metadata"]["annotations"])
-                self.slurm.fence(name, rung, finding, values or None)
+                self.slurm.fence(name, rung, finding, values or None, current=node)
             elif values:
-                self.slurm.record(name, values)
+                self.slurm.record(name, values, current=node)
+            self.cache.put(name, after, "")
             return after
 
     def post_event(
@@ -218,9 +260,23 @@ class SlurmNodeDocs:
         return (rung_a if rung_a != rung_b else None), values
 
 
+def _foreign_line(name: str, reason: str, user: str) -> str:
+    return (
+        f"Slurm node {name}: drained by someone else ({reason[:120]!r}, set by "
+        f"{user or 'unknown'}): not touched, nothing recorded"
+    )
+
+
 def connect(
-    conf: str | None, vocab: Vocabulary, *, prefix: str, timeout: float = 30.0
+    conf: str | None,
+    vocab: Vocabulary,
+    *,
+    prefix: str,
+    timeout: float = 30.0,
+    read_every: float = 0.0,
+    cache_dir: Path | None = None,
 ) -> SlurmNodeDocs:
     """The Slurm cluster's nodes as the writers' node documents. One instance serves every
     writer of a process: it serializes their writes, as Slurm has no resourceVersion."""
-    return SlurmNodeDocs(Slurm(conf, prefix=prefix, timeout=timeout), vocab)
+    slurm = Slurm(conf, prefix=prefix, timeout=timeout)
+    return SlurmNodeDocs(slurm, vocab, read_every=read_every, cache_dir=cache_dir)

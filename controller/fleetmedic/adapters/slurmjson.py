@@ -192,7 +192,20 @@ def _common(n: Mapping[str, Any]) -> dict[str, Any]:
         "comment": _text(n, "comment"),
         "extra": _text(n, "extra"),
         "address": _text(n, "address"),
+        "gres": _joined(n.get("gres")),
+        "features": _joined(n.get("features")),
     }
+
+
+def _joined(value: Any) -> str:
+    """A node's GRES or features, comma-separated: a string in v0.0.38 and for GRES later,
+    a list of strings for features in data_parser. Only a hint to the GPU vendor
+    (model/gpuvendor.py): any other shape reads as none rather than failing the read."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(w, str) for w in value):
+        return ",".join(value)
+    return ""
 
 
 def _text(n: Mapping[str, Any], key: str) -> str:

@@ -68,7 +68,11 @@ def _merge(cfg, opts: dict[str, Any]):
         },
     )
     slurm = cfg.slurm
-    given = {"conf": opts.get("slurm_conf"), "reason_prefix": opts.get("slurm_reason_prefix")}
+    given = {
+        "conf": opts.get("slurm_conf"),
+        "reason_prefix": opts.get("slurm_reason_prefix"),
+        "cache_dir": opts.get("slurm_cache_dir"),
+    }
     if any(v is not None for v in given.values()):
         slurm = dataclasses.replace(
             slurm or SlurmAgentConfig(),
@@ -160,6 +164,14 @@ def _logging(level: str) -> None:
     metavar="PREFIX",
     show_default="fleetmedic:",
     help="With Slurm: the drain reason prefix we own (must match the controller's).",
+)
+@click.option(
+    "--slurm-cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="With Slurm: keep the last view of the node in a file here, shared by the node's "
+    "agent processes, so a health check or prolog that finds nothing to write asks slurmctld "
+    "nothing (slurm.read_every bounds its age).",
 )
 @click.option(
     "--interval",

@@ -32,6 +32,8 @@ Example file (every key optional)::
     slurm:                     # a Slurm node: fence through scontrol, no Kubernetes
       conf: /etc/slurm/slurm.conf
       reason_prefix: "fleetmedic:"
+      read_every: 5m           # ask slurmctld about the node at least this often
+      cache_dir: /run/fleetmedic   # share that view with the health check and prolog
 """
 
 from __future__ import annotations
@@ -152,6 +154,17 @@ class SlurmAgentConfig:
     """Longest wait for one Slurm tool. slurmctld answers in milliseconds; an unreachable
     one makes ``sinfo`` give up by itself after about 9 s (measured), so this only bounds
     a hung tool."""
+    read_every: Duration = 300.0
+    """Read the node from slurmctld at least this often (one single-node read); in
+    between, a round that has nothing to write asks nothing, and any write is decided on a
+    fresh read (adapters/slurmdoc.py). 300 s at the default 60 s interval: two RPCs every
+    fifth round, 0.4 per round on average, where every round used to read the whole
+    cluster twice. The price: a drain someone else sets is seen up to this late, so GPU
+    checks may run that long on a node someone fenced. 0: read every round."""
+    cache_dir: Path | None = None
+    """Keep the last view of the node in a file here too, so the node's agent processes
+    (the daemon, slurmd's health check and prolog) share it; ``fleetmedic-slurm-check``
+    passes ``/run/fleetmedic`` (tmpfs: a reboot forgets it). None: in memory only."""
 
     def __post_init__(self) -> None:
         try:
@@ -160,6 +173,8 @@ class SlurmAgentConfig:
             raise ConfigError(f"slurm.reason_prefix: {exc}") from None
         if self.timeout <= 0:
             raise ConfigError(f"slurm.timeout: must be > 0, got {self.timeout}")
+        if self.read_every < 0:
+            raise ConfigError(f"slurm.read_every: must be >= 0, got {self.read_every}")
 
 
 @dataclasses.dataclass(frozen=True)

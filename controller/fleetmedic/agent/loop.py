@@ -85,6 +85,16 @@ def pick_profile(base: CheckConfig, node: Mapping[str, Any]) -> tuple[CheckConfi
     return dataclasses.replace(base, hardware=dataclasses.replace(hw, profile=name)), why
 
 
+def found_vendor(configured: str, results: list[CheckResult]) -> str | None:
+    """The GPU stack this node has, as its checks found it: the configured vendor, else
+    the one whose checks ran (``nvidia.*``, ``amd.*``). None: not known this round."""
+    if configured in ("nvidia", "amd"):
+        return configured
+    ran = {r.name.split(".", 1)[0] for r in results if r.category == "gpu"}
+    ran &= {"nvidia", "amd"}
+    return ran.pop() if len(ran) == 1 else None
+
+
 def summary_line(results: list[CheckResult], out: Outcome, limit: int) -> str:
     cats = by_category(results)
     parts = []
@@ -192,9 +202,10 @@ class Agent:
         if self.stop.is_set():
             return None
         skipped = {"gpu": f"node under repair ({repair})"} if repair else None
+        vendor = found_vendor(checks.vendor, results) if self.cfg.slurm is not None else None
         try:
             out = self.retrier.call(
-                "write node", lambda: self.writer.record_round(results, skipped)
+                "write node", lambda: self.writer.record_round(results, skipped, vendor)
             )
         except Stopped:
             return None

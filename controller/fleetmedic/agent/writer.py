@@ -31,7 +31,7 @@ from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.watermark import Mark
 from fleetmedic.checks.base import CheckResult
 from fleetmedic.errors import ForeignDrain, ForeignField
-from fleetmedic.model import keys
+from fleetmedic.model import gpuvendor, keys, nodeedit
 from fleetmedic.model.vocabulary import Vocabulary
 from fleetmedic.policy import counts, fenceup, netcount, workflow
 from fleetmedic.policy.strikes import Decision, Observation, decide
@@ -103,16 +103,24 @@ class NodeWriter:
         return self.kube.get_node(self.node_name)
 
     def record_round(
-        self, results: Sequence[CheckResult], skipped: dict[str, str] | None = None
+        self,
+        results: Sequence[CheckResult],
+        skipped: dict[str, str] | None = None,
+        vendor: str | None = None,
     ) -> Outcome:
-        """One check round: strikes, taints and ``last-results`` in one write."""
+        """One check round: strikes, taints and ``last-results`` in one write; given
+        ``vendor`` (a Slurm node: the GPU stack the checks found), it is recorded too, once
+        (model/gpuvendor.py: the reinstall phase reads it)."""
         stamp = now_rfc3339(self.clock)
 
         def extra(node: dict) -> bool:
             summary = ann.summarize(
                 results, ann.annotation_json(node, keys.ANN_LAST_RESULTS), stamp, skipped
             )
-            return ann.set_results(node, summary)
+            changed = ann.set_results(node, summary)
+            if vendor:
+                changed |= nodeedit.set_annotation(node, gpuvendor.RECORD_KEY, vendor)
+            return changed
 
         return self._write(observations(results), extra)
 

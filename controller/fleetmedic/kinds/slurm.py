@@ -12,7 +12,8 @@ under ``slurm.state_dir`` (adapters/filestore.py), Events as JSON lines beside i
   in it (nobody ships it here), the controller claims on slurmctld read; the loop's
   Leadership then judges Leases by its own clock and renews the claim (kinds/slurmha.py);
 - the verbs: drain requeues the node's jobs and waits for them (kinds/slurmdrain.py);
-  settle waits out slurmctld's save window before a disruptive phase; reboot, with
+  settle waits until slurmctld has saved the record before a disruptive phase
+  (adapters/slurmsave.py); reboot, with
   ``ladder.reboot_via: slurm``, is ``scontrol reboot ASAP nextstate=down`` and the wait
   for the new boot (kinds/slurmreboot.py). No pods: sweeps, domains and replace are
   refused by the config (model/config: ``kind: slurm``).
@@ -31,7 +32,7 @@ from fleetmedic.adapters import slurmdoc
 from fleetmedic.adapters.cluster import Cluster, Done, Pods
 from fleetmedic.adapters.filestore import FileStore
 from fleetmedic.adapters.nodedocs import NodeDocs
-from fleetmedic.adapters.slurm import SAVE_WINDOW_S, Slurm, check_node_name
+from fleetmedic.adapters.slurm import Slurm, check_node_name
 from fleetmedic.adapters.slurmcluster import SlurmCluster
 from fleetmedic.adapters.slurmdoc import SlurmNodeDocs
 from fleetmedic.errors import Cancelled, ConfigError
@@ -81,7 +82,7 @@ class SlurmctldCluster(SlurmCluster):
         return Done(done.status, done.message)
 
     def settle(self, view: NodeView, cancel: threading.Event) -> float:
-        return saved(view, cancel)
+        return saved(view, cancel, self.wait_saved)
 
     def reboot(
         self,
@@ -113,6 +114,7 @@ class SlurmctldCluster(SlurmCluster):
             timeout=max(REBOOT_TIMEOUT_FLOOR, left),
             requested_at=requested_at,
             cancel=cancel,
+            boot_time=self.boot_time,
         )
         log.info("%s: reboot through Slurm: %s (%s)", view.name, done.status, done.message)
         if done.status == "cancelled":
@@ -120,17 +122,22 @@ class SlurmctldCluster(SlurmCluster):
         return Done(done.status, done.message, "slurm reboot")
 
 
-def saved(view: NodeView, cancel: threading.Event) -> float:
+def saved(
+    view: NodeView,
+    cancel: threading.Event,
+    wait_saved: Callable[[str, float, threading.Event], bool],
+) -> float:
     """Wait until slurmctld has saved the in-flight record this phase started with, and
     return when it was written. slurmctld answers an update before it saves it (up to
-    4.8 s later, measured: adapters/slurm.py); a slurmctld crash in between would lose
-    the record that says this phase ran, and the next controller would run it again
-    (a second reboot). The record's ``since`` is when it was written."""
+    ~6 s later); a slurmctld crash in between would lose the record that says this phase
+    ran, and the next controller would run it again (a second reboot). ``wait_saved`` is
+    :meth:`SlurmCluster.wait_saved`: it reads what slurmctld saved where it can, and
+    otherwise waits out the save window (adapters/slurmsave.py). The record's ``since`` is
+    when it was written."""
     fl = InFlight.decode(view.annotations.get(keys.ANN_IN_FLIGHT))
     since = parse_time(fl.since) if fl else None
     written = since.timestamp() if since else time.time()
-    wait = SAVE_WINDOW_S - (time.time() - written)
-    if wait > 0 and cancel.wait(wait):
+    if not wait_saved(view.name, written, cancel):
         raise Cancelled(f"{view.name}: stopping before the disruptive phase began")
     return written
 
@@ -153,6 +160,7 @@ class _Slurm:
             partitions=settings.partitions,
             poll_interval=settings.poll_interval,
             events=settings.state_dir / "events.jsonl",
+            state_save_location=settings.state_save_location,
         )
 
     def node_docs(
@@ -161,7 +169,14 @@ class _Slurm:
         if one_node:
             check_node_name(side.node_name)
         s = side.slurm
-        docs = slurmdoc.connect(s.conf, vocab, prefix=s.reason_prefix, timeout=s.timeout)
+        docs = slurmdoc.connect(
+            s.conf,
+            vocab,
+            prefix=s.reason_prefix,
+            timeout=s.timeout,
+            read_every=s.read_every,
+            cache_dir=s.cache_dir,
+        )
         return lambda: docs
 
     def preflight(self, cfg: Config) -> tuple[list[str], list[Path]]:

@@ -49,9 +49,15 @@ had before the request and no request pending, is asked again: a request slurmct
 (a crash before it saved it) or that was never sent (killed between the record and the
 request). ``timeout`` counts from each call: a resumed caller passes what is left.
 
-Polling: one ``sinfo --json`` (a full read; 22.05 has no per-node JSON read) every
-:data:`POLL` seconds while one node reboots: a few RPCs a minute for an action that takes
-minutes on a real host, outside the idle budget.
+Polling: one single-node read (adapters/slurmread.py) every :data:`POLL` seconds while one
+node reboots. 22.05's single-node read has no boot time, so the boot time comes from
+``boot_time(name)``: the controller passes its last poll's (``SlurmCluster.boot_time``,
+at most one ``poll_interval`` old); called without it, this step reads the whole cluster
+for it. A boot slurmctld judged new shows sooner in the reason: ``<ours> : reboot issued :
+reboot complete`` (22.05 to 25.05 append ``reboot complete`` only when the node registers
+with a boot time after the request, ``nextstate=down``), and :meth:`_Wait.back` takes that
+as the new boot too: a note that stands on our reason belongs to our latest request,
+because every request of ours first drops the notes of the one before (:func:`base_reason`).
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ SLURM_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out")
 """What slurmctld appends to the reason of a node it reboots (issued, then complete or
 timed out)."""
 TIMED_OUT = "reboot timed out"  # slurmctld's note after ResumeTimeout
+COMPLETE = " : reboot complete"  # slurmctld's note once the node is back from the boot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +147,7 @@ def reboot(
     clock: Callable[[], float] = time.monotonic,
     now: Callable[[], float] = time.time,
     poll: float = POLL,
+    boot_time: Callable[[str], int | None] | None = None,
 ) -> RebootResult:
     """Reboot ``node`` through Slurm with our ``reason`` and wait for it (see the module
     doc). ForeignDrain when the node does not carry our drain; ValueError when ``reason``
@@ -150,8 +158,10 @@ def reboot(
     cancel = cancel or threading.Event()
     start = clock()
     deadline = start + timeout
-    w = _Wait(slurm, node, ours.rung, now() if requested_at is None else requested_at)
-    n = slurm.node(node)
+    booted = boot_time or (lambda name: slurm.node_full(name).boot_time)
+    at = now() if requested_at is None else requested_at
+    w = _Wait(slurm, node, ours.rung, at, booted, base_reason(ours.finding))
+    n = w.read()
     if n.state == UNKNOWN:  # slurmctld restarted: wait until it hears from the node
         n = w.until(lambda m: m.state != UNKNOWN, deadline, cancel, clock, poll) or n
     if (
@@ -165,8 +175,8 @@ def reboot(
         # our reason (ReturnToService=2 on its registration, seen after a slurmctld crash
         # under load): ours again before verify, with no reboot asked
         log.info("%s: rebooted and returned to service by Slurm: drained again", node)
-        slurm.fence(node, ours.rung, ours.finding)
-        n = slurm.node(node)
+        slurm.fence(node, ours.rung, ours.finding, current=n)
+        n = w.read()
     check_ours(n, slurm.prefix)
     w.before = n.boot_time
     if requested_at is not None and is_new_boot(n.boot_time, w.at):
@@ -223,6 +233,8 @@ class _Wait:
     node: str
     rung: str
     at: float
+    boot_time: Callable[[str], int | None]
+    finding: str = ""
     before: int | None = None
     issued: bool = False
     last: SlurmNode | None = None
@@ -232,18 +244,42 @@ class _Wait:
         mine = parse_reason(n.reason, self.slurm.prefix)
         return mine is not None and mine.rung == self.rung
 
+    def read(self) -> SlurmNode:
+        """The node now, with its boot time from ``boot_time`` when the read lacks one."""
+        n = self.slurm.node(self.node)
+        if n.boot_time is None:
+            n = dataclasses.replace(n, boot_time=self.boot_time(self.node))
+        return n
+
     def back(self, n: SlurmNode) -> bool:
-        return (
-            is_new_boot(n.boot_time, self.at, self.before)
-            and responding(n)
-            and not (n.flags & REBOOT_FLAGS)
-        )
+        """Up again from the boot we asked for (see the module doc: the boot time, or
+        slurmctld's ``reboot complete`` on our reason)."""
+        if not responding(n) or n.flags & REBOOT_FLAGS:
+            return False
+        complete = self.ours(n) and n.reason.endswith(COMPLETE)
+        return complete or is_new_boot(n.boot_time, self.at, self.before)
 
     def settled(self, n: SlurmNode) -> bool:
         """Nothing more to wait for: back, or no longer ours (Slurm's ``reboot timed
         out``, someone's edit). A node slurmctld has not heard from since it restarted
-        (UNKNOWN, its reason not shown yet) is not judged."""
-        return n.state != UNKNOWN and (self.back(n) or not self.ours(n) or TIMED_OUT in n.reason)
+        (UNKNOWN, its reason not shown yet) is not judged. A node Slurm returned to service
+        from our reboot before we saw it back (ReturnToService=2 on a second registration)
+        is drained again with our reason, and the wait goes on until it is seen back."""
+        if n.state == UNKNOWN:
+            return False
+        if self.returned(n):
+            log.info("%s: back from the reboot and returned to service by Slurm: drained "
+                     "again with our reason", self.node)  # fmt: skip
+            self.slurm.fence(self.node, self.rung, self.finding, current=n)
+            return False
+        return self.back(n) or not self.ours(n) or TIMED_OUT in n.reason
+
+    def returned(self, n: SlurmNode) -> bool:
+        """In service with no reason after a boot since the request: Slurm's own return
+        (the boot time read whole here: a rare event, and the poll's may be a poll old)."""
+        if n.reason or n.drain or n.state in ("down", UNKNOWN) or n.flags & REBOOT_FLAGS:
+            return False
+        return is_new_boot(self.slurm.node_full(self.node).boot_time, self.at, self.before)
 
     def until(
         self,
@@ -257,7 +293,7 @@ class _Wait:
         a slurmctld that does not answer (restarting: it keeps the request) is read again."""
         while True:
             try:
-                self.last, self.error = self.slurm.node(self.node), ""
+                self.last, self.error = self.read(), ""
                 if ok(self.last):
                     return self.last
             except TemporaryError as exc:
@@ -276,7 +312,7 @@ class _Wait:
         """Drain ``n`` again with our reason (without Slurm's notes) unless it is drained."""
         mine = parse_reason(base_reason(n.reason), self.slurm.prefix)
         if mine is not None and not n.drain:
-            self.slurm.fence(self.node, mine.rung, mine.finding)
+            self.slurm.fence(self.node, mine.rung, mine.finding, current=n)
 
     def judge(self, timeout: float, seconds: float) -> RebootResult:
         n = self.last

@@ -14,6 +14,11 @@ LABEL_STATE = PREFIX + "state"  # healthy | reboot | reimage | manual
 LABEL_SLURM_OWNER = "fleetmedic.io/slurm-owner"
 """On a Slurm node someone else drained: who (``foreign_nhc``, ...; model/slurmowner.py).
 Derived from the reason by adapters/slurmcluster.py, never written."""
+LABEL_SCHEDULER_RETURNS = PREFIX + "scheduler-returns-nodes"
+""""true" on a node whose scheduler puts it back in service by itself after a reboot the
+scheduler ran, clearing our reason exactly as a person's resume does (Slurm with
+``ReturnToService=2``). Derived by adapters/slurmcluster.py, never written; policy/ladder.py
+tells the two apart by it (see ``_healthy``)."""
 
 # fleetmedic's own NodeCondition (status.conditions[].type): its verdict for tools and
 # dashboards that read conditions (NPD + Draino, the autoscaler, `kubectl describe node`)

@@ -153,6 +153,15 @@ def _unreadable(n: NodeCtx, why: str) -> Action:
 
 def _healthy(n: NodeCtx, fl: InFlight | None) -> Action:
     view, cfg = n.view, n.cfg
+    if fl and fl.phase in phases.PHASES and phases.of(fl.phase).returned(n, fl):
+        why = (
+            f"back in service without our fence during {fl.step}/{fl.phase}, which the "
+            "scheduler does by itself after its reboot: fenced again, to verify before it "
+            "returns (only a person's release ends the repair now)"
+        )
+        return n.write(
+            why, state=fl.step, events=(Event("RepairFenceKept", short(why), "Warning"),)
+        )
     if fl or n.escalated or n.replaced or view.annotations.get(keys.ANN_CORDONED) == "true":
         ended: tuple[Attempt, ...] = ()
         if fl:

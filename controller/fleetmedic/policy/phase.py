@@ -16,7 +16,10 @@ A :class:`Phase` says, for one in-flight phase name:
 - ``skip(n, fl)``: why this phase is passed over without a run (None: it runs);
 - ``any_step``: entered by another phase's verdict in whatever step the attempt is in
   (the RMA case, phases/rma.py, after any step's diagnose or first thing at ``manual``),
-  not one of a step's configured phases.
+  not one of a step's configured phases;
+- ``returned(n, fl)``: our fence ended while this phase ran by the scheduler's own doing,
+  not a person's (False: a person's resume, which releases the repair); the ladder puts
+  the fence back then (phases/repair.py: Slurm's return to service after its reboot).
 
 Whether an action disturbs the node's work (a maintenance window holds it) is on the
 action its ``act`` makes (``Action.disruptive``).
@@ -75,6 +78,10 @@ def _never(n: NodeCtx, fl: InFlight) -> str | None:
     return None
 
 
+def _a_person(n: NodeCtx, fl: InFlight) -> bool:
+    return False
+
+
 @dataclasses.dataclass(frozen=True)
 class Phase:
     name: str
@@ -88,3 +95,4 @@ class Phase:
     passed: str = ""
     skip: Callable[[NodeCtx, InFlight], str | None] = _never
     any_step: bool = False
+    returned: Callable[[NodeCtx, InFlight], bool] = _a_person

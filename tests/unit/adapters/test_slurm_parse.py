@@ -10,9 +10,9 @@ from fleetmedic.adapters.slurm import (
     BadNodeName,
     SlurmNode,
     _error,
-    _extra_doc,
     check_node_name,
 )
+from fleetmedic.adapters.slurmrecord import extra_doc
 from fleetmedic.errors import ConfigError, NotFoundError, PermanentError, TemporaryError
 
 # one node of `sinfo --json` from slurm 22.05.8 (trimmed to the fields read)
@@ -62,7 +62,7 @@ def test_node_from_sinfo_json():
     [("", {}), ("  ", {}), ('{"a":1}', {"a": 1}), ("[1]", None), ("gpu=h100", None)],
 )
 def test_extra_doc(extra, doc):
-    assert _extra_doc(extra) == doc
+    assert extra_doc(extra) == doc
 
 
 def test_unreadable_records_read_as_empty():

@@ -1,4 +1,4 @@
-"""The pure parts of the Slurm ladder steps (controller/slurmdrain.py, slurmreboot.py): the
+"""The pure parts of the Slurm ladder steps (kinds/slurmdrain.py, slurmreboot.py): the
 boot-time rule, Slurm's notes on a reason, ownership, and the drain's one-line messages.
 The steps themselves run against real Slurm daemons in tests/integration/test_slurm_steps.py."""
 

@@ -275,7 +275,7 @@ class LadderConfig(Section):
     """On a `kind: slurm` cluster, who reboots at the reboot rung: `ansible`, our reboot
     role over SSH (as on Kubernetes), or `slurm`: `scontrol reboot ASAP nextstate=down`,
     which runs the site's RebootProgram and keeps the node out of service until our checks
-    pass and we resume it (controller/slurmreboot.py). The other rungs always use the roles."""
+    pass and we resume it (kinds/slurmreboot.py). The other rungs always use the roles."""
     order: tuple[Rung, ...] = LADDER_ORDER
     """The rungs, mildest first, ending in `manual`. A failed rung climbs to the next. A node
     fenced at a rung this list leaves out starts on the next rung up (never a milder one).

@@ -53,6 +53,13 @@ class SlurmConfig(Section):
     timeout: Duration = Field(30.0, gt=0)
     """Longest wait for one Slurm tool (an unreachable slurmctld makes sinfo give up by
     itself after about 9 s)."""
+    state_save_location: Path | None = None
+    """Where slurmctld saves its state (its StateSaveLocation, as this bastion mounts it).
+    A disruptive phase (reset, reboot, power cycle, reinstall) starts only once the node's
+    record saying it began is in the node_state file there, so a slurmctld crash cannot
+    lose that record and make us repeat the phase. Unset: ask slurmctld (``scontrol show
+    config``). Where the file cannot be read (another host, not root or SlurmUser), the
+    phase waits 6 s after its record instead, Slurm's save interval (adapters/slurmsave.py)."""
     state_dir: Path = Path("/var/lib/fleetmedic/slurm")
     """The file store for what Kubernetes keeps in ConfigMaps and Leases (see the module
     doc): the same shared directory on every bastion of the cluster. With `clusters:`,
