@@ -68,8 +68,8 @@ def run(
         dry_run,
         log_level,
         once_timeout,
-        sidecars=lambda member, kube, metrics: loki_sidecars(
-            member, endpoints.get(member.cluster_name), kube, metrics
+        sidecars=lambda member, cluster, metrics: loki_sidecars(
+            member, endpoints.get(member.cluster_name), cluster, metrics
         ),
     )
 
@@ -86,7 +86,7 @@ def loki_endpoint(cfg: Config, environ: os._Environ[str] | dict[str, str] = os.e
     return endpoint
 
 
-def loki_sidecars(cfg: Config, endpoint: str | None, kube, metrics) -> Sequence:
+def loki_sidecars(cfg: Config, endpoint: str | None, cluster, metrics) -> Sequence:
     if cfg.sources.loki is None or endpoint is None:
         return ()
     from fleetmedic.agent import lokisource as ls
@@ -104,7 +104,7 @@ def loki_sidecars(cfg: Config, endpoint: str | None, kube, metrics) -> Sequence:
                 "sources.loki: the cursor lives on safety.pause_configmap, which is empty; "
                 "set sources.loki.cursor_file"
             )
-        store = ls.ConfigMapCursor(kube, *ref)
+        store = ls.ConfigMapCursor(cluster, *ref)
     source = ls.LokiSource(
         ls.LokiSourceConfig(
             endpoint=endpoint,
@@ -116,7 +116,7 @@ def loki_sidecars(cfg: Config, endpoint: str | None, kube, metrics) -> Sequence:
             poll_interval=loki.poll_interval,
             lookback=loki.lookback,
         ),
-        ls.node_writers(kube, cfg.vocabulary()),
+        ls.node_writers(cluster, cfg.vocabulary()),
         store,
         metrics=ls.LokiMetrics(metrics.registry),
     )

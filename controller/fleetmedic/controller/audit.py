@@ -37,10 +37,10 @@ def record(
     outcome: str,
     *,
     run_id: str | None = None,
-    kube: Cluster | None = None,
+    cluster: Cluster | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Log one audit line (and post it as an Event when ``kube`` is given); returns it."""
+    """Log one audit line (and post it as an Event when ``cluster`` is given); returns it."""
     line = {
         "audit": True,
         "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -55,9 +55,9 @@ def record(
         },
     }
     log.info("%s", json.dumps(line, sort_keys=True))
-    if kube is not None:
+    if cluster is not None:
         detail = f" (run {run_id})" if run_id else ""
-        kube.post_event(
+        cluster.post_event(
             {"metadata": {"name": node}},
             "FleetmedicAction",
             f"{what}: {outcome}{detail}: {why}",
@@ -67,7 +67,7 @@ def record(
 
 
 def of_action(
-    who: str, action: Action, outcome: Outcome, run_id: str | None, kube: Cluster | None
+    who: str, action: Action, outcome: Outcome, run_id: str | None, cluster: Cluster | None
 ) -> dict[str, Any]:
     """The audit line of an executed action (a playbook phase, a drain, a probe, an email)."""
     what = WHAT.get(action.kind, str(action.kind))
@@ -80,7 +80,7 @@ def of_action(
         action.reason,
         outcome.status,
         run_id=outcome.run_id or run_id,
-        kube=kube,
+        cluster=cluster,
         step=action.step,
         episode=action.ep or None,
         profile=action.profile,

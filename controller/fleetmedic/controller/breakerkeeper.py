@@ -36,7 +36,7 @@ class BreakerKeeper:
     def __init__(
         self,
         cfg: Config,
-        kube: Cluster,
+        cluster: Cluster,
         metrics: Metrics,
         *,
         dry_run: bool,
@@ -46,7 +46,7 @@ class BreakerKeeper:
     ) -> None:
         """``cfg``: the profile's effective config (its breaker settings and recipients);
         ``on_trip(profile, nodes, pool, window)``: the chat notification of a trip."""
-        self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
+        self.cfg, self.cluster, self.metrics, self.dry_run = cfg, cluster, metrics, dry_run
         self.outbox, self.profile, self.on_trip = outbox, profile, on_trip
         self.gauge = metrics.breaker_open.labels(profile=profile)
         self.key = breaker.record_key(profile)
@@ -73,7 +73,7 @@ class BreakerKeeper:
     def restore(self) -> None:
         """Start from the record on the pause ConfigMap (a restart, a new leader)."""
         try:
-            record = read_switches(self.kube, self.cfg).breaker_of(self.profile)
+            record = read_switches(self.cluster, self.cfg).breaker_of(self.profile)
         except FleetmedicError as exc:
             log.warning("cannot read the circuit breaker's record (%s); starting closed", exc)
             return
@@ -159,7 +159,7 @@ class BreakerKeeper:
         if ref is None or self.dry_run:
             return False
         try:
-            self.kube.patch_config_map_data(*ref, {self.key: record.encode()})
+            self.cluster.patch_config_map_data(*ref, {self.key: record.encode()})
             return True
         except FleetmedicError as exc:
             log.warning(
@@ -178,7 +178,7 @@ class Breakers(Part):
     def __init__(
         self,
         cfg: Config,
-        kube: Cluster,
+        cluster: Cluster,
         metrics: Metrics,
         *,
         dry_run: bool,
@@ -188,7 +188,7 @@ class Breakers(Part):
         self.keepers = {
             name: BreakerKeeper(
                 cfg.profile(name),
-                kube,
+                cluster,
                 metrics,
                 dry_run=dry_run,
                 outbox=outbox,

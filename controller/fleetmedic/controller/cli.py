@@ -121,8 +121,8 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def views(kube, cfg: Config) -> list[NodeView]:
-    nodes, _ = kube.list_nodes(cfg.kube.label_selector)
+def views(cluster, cfg: Config) -> list[NodeView]:
+    nodes, _ = cluster.list_nodes(cfg.kube.label_selector)
     return sorted(
         (view_of(n, cfg.vocabulary(), cfg.foreign()) for n in nodes), key=lambda v: v.name
     )

@@ -93,10 +93,10 @@ def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:
     at = now()
     from fleetmedic.policy import domainnode, domains
 
-    kube = connect(cfg, kubeconfig)
-    vs = views(kube, cfg)
+    cluster = connect(cfg, kubeconfig)
+    vs = views(cluster, cfg)
     profile_of = assign(vs, cfg).profile_of
-    fleet = _gpu_history(kube, cfg)
+    fleet = _gpu_history(cluster, cfg)
     rows = [
         node_status(
             v,
@@ -118,13 +118,13 @@ def _status_rows(cfg: Config, kubeconfig: str | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _gpu_history(kube: Cluster, cfg: Config) -> Any:
+def _gpu_history(cluster: Cluster, cfg: Config) -> Any:
     """The store's GPU history, or None (with a warning) when it cannot be read: status
     and history still show what each Node holds."""
     from fleetmedic.controller import gpustore
 
     try:
-        return gpustore.read(kube, cfg)
+        return gpustore.read(cluster, cfg)
     except FleetmedicError as exc:
         click.echo(f"fleetmedic: warning: the GPUs' history in the store: {exc}", err=True)
         return None
@@ -158,22 +158,22 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
     from fleetmedic.policy.profiles import assign
 
     at = now()
-    kube = connect(cfg, kubeconfig)
-    vs = views(kube, cfg)
+    cluster = connect(cfg, kubeconfig)
+    vs = views(cluster, cfg)
     assignment = assign(vs, cfg)
     conflict = assignment.error()
     if conflict:
         raise ConfigError(f"profiles: {conflict}")
     decisions = decide_all(vs, at, cfg, assignment=assignment)
     wanted = actionable(decisions) or bool(cfg.sweeps())
-    switches = read_switches(kube, cfg) if wanted else Switches()
+    switches = read_switches(cluster, cfg) if wanted else Switches()
     breaker_reason = {
         name: breakermod.reason(breakermod.resume(switches.breaker_of(name)))
         for name in cfg.profile_names()
     }
     from fleetmedic.policy import domains, handoff
 
-    incidents = _domain_review(kube, cfg, vs, at)
+    incidents = _domain_review(cluster, cfg, vs, at)
     p = make_plan(
         vs,
         decisions,
@@ -208,7 +208,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
         )
     if cfg.sweeps():
         items += _sweep_items(
-            kube, cfg, vs, at, assignment, admitted, switches.paused, breaker_reason
+            cluster, cfg, vs, at, assignment, admitted, switches.paused, breaker_reason
         )
     items += _domain_items(incidents)
     if as_json:
@@ -238,7 +238,7 @@ def plan(cfg: Config, kubeconfig: str | None, as_json: bool) -> None:
 
 
 def _sweep_items(
-    kube: Cluster,
+    cluster: Cluster,
     cfg: Config,
     vs: list[NodeView],
     at: datetime,
@@ -260,7 +260,7 @@ def _sweep_items(
         at,
         cfg,
         assignment,
-        gpu_busy=gpu_nodes_now(pods_of(kube, "sweeps")),
+        gpu_busy=gpu_nodes_now(pods_of(cluster, "sweeps")),
         sweeping=running,
         skip=admitted,
         paused=paused,
@@ -323,7 +323,7 @@ def _incident_groups(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _domain_review(kube: Cluster, cfg: Config, vs: list[NodeView], at: datetime) -> Any:
+def _domain_review(cluster: Cluster, cfg: Config, vs: list[NodeView], at: datetime) -> Any:
     """The domains as the next cycle would see them: the incidents on the record, and
     fences as recent as their state-since stamps say (this command has no memory of
     when each node fenced; a fence without a stamp does not count)."""
@@ -333,7 +333,7 @@ def _domain_review(kube: Cluster, cfg: Config, vs: list[NodeView], at: datetime)
 
     if not cfg.domains:
         return domains.NONE
-    open_ = domainrecord.read(kube, cfg).open
+    open_ = domainrecord.read(cluster, cfg).open
     since = {
         v.name: v.annotations.get(keys.ANN_STATE_SINCE) or domains.BEFORE
         for v in vs
@@ -405,17 +405,17 @@ def history(cfg: Config, kubeconfig: str | None, node: str, as_json: bool, limit
     and every Event about it (fleetmedic's actions, the agent's fences, others')."""
     from fleetmedic.controller.timeline import render, timeline
 
-    kube = connect(cfg, kubeconfig)
+    cluster = connect(cfg, kubeconfig)
     try:
-        obj = kube.get_node(node)
+        obj = cluster.get_node(node)
     except NotFoundError:
         raise NotFoundError(f"node {node} not found") from None
     from fleetmedic.controller import gpustatus
     from fleetmedic.model.nodestate import view as view_of
 
     v = view_of(obj, cfg.vocabulary(), cfg.foreign())
-    fleet = _gpu_history(kube, cfg)
-    rows = timeline(obj, kube.list_node_events(node))
+    fleet = _gpu_history(cluster, cfg)
+    rows = timeline(obj, cluster.list_node_events(node))
     rows = _with_incidents(rows, obj)
     rows = sorted(
         [*rows, *gpustatus.history_rows(v, obj, fleet)],

@@ -19,13 +19,13 @@ from fleetmedic.policy.condition import wanted
 log = logging.getLogger(__name__)
 
 
-def publish(kube: Cluster, view: NodeView, now: datetime | None = None) -> bool:
+def publish(cluster: Cluster, view: NodeView, now: datetime | None = None) -> bool:
     """Write the condition ``view`` should carry, if it differs; True if one was written."""
     cond = wanted(view, now or datetime.now(UTC))
     if cond is None:
         return False
     try:
-        kube.set_node_condition(view.name, cond)
+        cluster.set_node_condition(view.name, cond)
     except FleetmedicError as exc:
         log.warning("%s: condition %s not written: %s", view.name, cond["reason"], exc)
         return False

@@ -110,7 +110,7 @@ def serve(
         make(member, cluster)
     for member in members if not once else ():
         name = member.cluster_name
-        for i, sidecar in enumerate(sidecars(member, current[name].kube, metrics_of[name])):
+        for i, sidecar in enumerate(sidecars(member, current[name].cluster, metrics_of[name])):
             logcontext.thread(
                 sidecar,
                 args=(stop, lambda n=name: current[n].acting()),
@@ -223,11 +223,11 @@ def _run_cluster(
         controller = make()  # (a stopped loop's worker pool is gone: a fresh one)
 
 
-def reach(kube: Cluster, cfg: Config, timeout: float | None) -> None:
+def reach(cluster: Cluster, cfg: Config, timeout: float | None) -> None:
     """Wait until the cluster's API server answers one small list (which also checks
     kube.label_selector there). ``timeout`` None: as long as it takes."""
     clikit.wait_reachable(
-        lambda: next(iter(kube.list_node_pages(cfg.kube.label_selector, page_size=1))),
+        lambda: next(iter(cluster.list_node_pages(cfg.kube.label_selector, page_size=1))),
         timeout,
         log=logging.getLogger(__name__),
         on_retry=_still_starting,

@@ -109,10 +109,10 @@ def domain_release(
     """
     from fleetmedic.controller import audit
 
-    kube = connect(cfg, kubeconfig)
+    cluster = connect(cfg, kubeconfig)
     by = operator()
     for _ in range(RELEASE_TRIES):
-        there = domainrecord.require(kube, cfg)
+        there = domainrecord.require(cluster, cfg)
         ref, incidents, version = there.ref, there.incidents, there.version
         inc = pick(incidents, name)
         if dry_run:
@@ -140,7 +140,9 @@ def domain_release(
         record = [done if i.id == inc.id else i for i in incidents]
         assert ref is not None  # (require: the record exists)
         try:
-            kube.patch_config_map_data(*ref, {domains.RECORD_KEY: domains.encode(record)}, version)
+            cluster.patch_config_map_data(
+                *ref, {domains.RECORD_KEY: domains.encode(record)}, version
+            )
         except ConflictError:
             continue  # the controller wrote meanwhile: read again
         clikit.audit_on_stderr()

@@ -62,19 +62,19 @@ class DomainKeeper(Part):
     def __init__(
         self,
         cfg: Config,
-        kube: Cluster,
+        cluster: Cluster,
         metrics: Metrics,
         *,
         dry_run: bool,
         send: Callable[[Callable[[], None]], object],
         outbox: Outbox,
-        cluster: str = "",
+        cluster_name: str = "",
         player: DomainPlayer | None = None,
         wake: Callable[[], None] = lambda: None,
     ) -> None:
-        self.cfg, self.kube, self.metrics, self.dry_run = cfg, kube, metrics, dry_run
-        self.send, self.outbox, self.cluster = send, outbox, cluster
-        self.store = IncidentStore(cfg, kube, dry_run=dry_run)
+        self.cfg, self.cluster, self.metrics, self.dry_run = cfg, cluster, metrics, dry_run
+        self.send, self.outbox, self.cluster_name = send, outbox, cluster_name
+        self.store = IncidentStore(cfg, cluster, dry_run=dry_run)
         self.player, self.wake = player, wake
         self._play_retry: dict[str, float] = {}  # incident id -> monotonic time to try again
         self._play_said: dict[str, str] = {}  # incident id -> the last wait logged
@@ -348,7 +348,7 @@ class DomainKeeper(Part):
         if self.dry_run:
             return
         fenced = [by_name[n] for n in inc.nodes if n in by_name]
-        page = domainmessages.page(self.cfg, inc, fenced, len(members), self.cluster)
+        page = domainmessages.page(self.cfg, inc, fenced, len(members), self.cluster_name)
         message = f"{inc.why}; held with the domain's {len(members)} nodes"
         names = [v.name for v in members]
         self.send(lambda: self._mark(names, inc, "DomainIncidentOpened", message, "Warning"))
@@ -364,7 +364,7 @@ class DomainKeeper(Part):
         self.send(lambda: self._mark(names, inc, "DomainIncidentClosed", message, "Normal"))
         if inc.play is not None and inc.play.status == domains_play.DONE:
             domain: DomainConfig | None = self.by_key.get(inc.key)
-            for letter in domainmessages.closed(self.cfg, inc, domain, self.cluster):
+            for letter in domainmessages.closed(self.cfg, inc, domain, self.cluster_name):
                 self.outbox.post(letter)
 
     # -- side effects (on the worker pool) -----------------------------------------------
@@ -378,8 +378,8 @@ class DomainKeeper(Part):
                 return nodeedit.set_annotation(node, domainnode.ANN_INCIDENTS, value)
 
             try:
-                written = self.kube.update_node(name, mutate)
+                written = self.cluster.update_node(name, mutate)
             except FleetmedicError as exc:
                 log.warning("%s: domain incident %s not recorded on it: %s", name, inc.name, exc)
                 continue
-            self.kube.post_event(written, reason, f"{inc.name}: {message}", kind)
+            self.cluster.post_event(written, reason, f"{inc.name}: {message}", kind)

@@ -85,8 +85,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class Executor:
     cfg: Config
-    kube: Cluster
-    cluster: str = ""
+    cluster: Cluster
+    cluster_name: str = ""
     on_run: Callable[[int], None] = lambda delta: None  # runs in flight, for the gauge
 
     def execute(
@@ -132,7 +132,7 @@ class Executor:
             log.warning("%s: %s not run: %s", view.name, action.phase, extra)
             return Outcome("failed", message=extra, task="bmc")
         if action.disruptive:  # (a repair verb: the phases of policy/phases/repair.py)
-            requested_at = self.kube.settle(view, cancel)
+            requested_at = self.cluster.settle(view, cancel)
             if action.phase == "reboot":
                 rebooted = self._reboot(action, view, cancel, requested_at)
                 if rebooted is not None:
@@ -140,7 +140,7 @@ class Executor:
         handed = migop.HandOff()
         if action.phase == partition.PHASE:  # an operator-managed node: its operator first
             restore = self.cfg.profile(action.profile).ladder.restore
-            handed = migop.restore(self.kube, view, action, restore, cancel, Cancelled)
+            handed = migop.restore(self.cluster, view, action, restore, cancel, Cancelled)
             if handed.failed:
                 return handed.failed
             extra = {**extra, **handed.hostvars}
@@ -163,12 +163,12 @@ class Executor:
         outcome = self._host_outcome(result, view.name, cancel)
         if action.phase in ("diagnose", lemon.PHASE) and outcome.status != LOST:
             cfg = self.cfg.profile(action.profile)
-            outcome = gpuwork.gpu_history(cfg, self.kube, view, action.ep, outcome)
+            outcome = gpuwork.gpu_history(cfg, self.cluster, view, action.ep, outcome)
             if action.phase == lemon.PHASE:
-                outcome = gpuwork.rma_case(cfg, view, action.ep, outcome, self.cluster)
+                outcome = gpuwork.rma_case(cfg, view, action.ep, outcome, self.cluster_name)
         if action.phase == "verify" and outcome.ok:
             gpuwork.repair_held_from(
-                self.cfg.profile(action.profile), self.kube, view, action.ep, outcome
+                self.cfg.profile(action.profile), self.cluster, view, action.ep, outcome
             )
         if outcome.ok and handed.op:  # the history says who applied it (ladder.complete)
             note = partition.operator_note(handed.op, handed.value, handed.waited, outcome.stdout)
@@ -184,7 +184,7 @@ class Executor:
         via = self.cfg.profile(action.profile).ladder.reboot_via
         self.on_run(1)
         try:
-            done = self.kube.reboot(
+            done = self.cluster.reboot(
                 view,
                 via=via,
                 why=action.reason,
@@ -278,7 +278,7 @@ class Executor:
         self, action: Action, _view: NodeView, _run: object, cancel: threading.Event
     ) -> Outcome:
         """The node's work off it, as its kind drains (the cluster's ``drain`` verb)."""
-        done = self.kube.drain(
+        done = self.cluster.drain(
             action.node,
             self.cfg.profile(action.profile).safety.drain,
             timeout=action.timeout,
@@ -311,7 +311,7 @@ class Executor:
             at,
             episode=action.ep,
             evidence=evidence,
-            cluster=self.cluster,
+            cluster=self.cluster_name,
             replaced_via=via,
             headline=escalation.headline(view, action.ep, reason),
         )
@@ -333,7 +333,7 @@ class Executor:
     ) -> Outcome:
         cfg = self.cfg.profile(action.profile)
         try:
-            node = self.kube.get_node(view.name)
+            node = self.cluster.get_node(view.name)
         except NotFoundError:
             return Outcome("ok", message="the Node was gone already")
         held = self._reserve(action, view)  # (reserved before the notice: counted already)
@@ -347,7 +347,7 @@ class Executor:
         """A slot in the pool's day of replacements (None), or the held outcome."""
         cfg = self.cfg.profile(action.profile)
         now = datetime.now(UTC)
-        got = ledger.reserve(self.kube, cfg, action.profile, view.name, action.ep, now)
+        got = ledger.reserve(self.cluster, cfg, action.profile, view.name, action.ep, now)
         if got.ok:
             return None
         log.warning("%s: replacement held: %s", view.name, got.why)
@@ -356,7 +356,7 @@ class Executor:
 
     def _delete_node(self, name: str, node: dict) -> Outcome:
         try:
-            gone = self.kube.delete_node(name, (node.get("metadata") or {}).get("uid", ""))
+            gone = self.cluster.delete_node(name, (node.get("metadata") or {}).get("uid", ""))
         except ForbiddenError as exc:
             return Outcome(
                 "forbidden",

@@ -33,17 +33,17 @@ year), and at most model.gpus.FLEET_BYTES of them."""
 TRIES = 5
 
 
-def read(kube: Cluster, cfg: Config) -> FleetHistory:
+def read(cluster: Cluster, cfg: Config) -> FleetHistory:
     """The store's history; empty when there is no store (a warning says so once)."""
     ref = pause_configmap(cfg)
     if ref is None:
         return FleetHistory()
-    cm = kube.get_config_map(*ref)
+    cm = cluster.get_config_map(*ref)
     return FleetHistory.decode(((cm or {}).get("data") or {}).get(RECORD_KEY))
 
 
 def record(
-    kube: Cluster, cfg: Config, incidents: Iterable[Incident], now: datetime
+    cluster: Cluster, cfg: Config, incidents: Iterable[Incident], now: datetime
 ) -> FleetHistory:
     """Add ``incidents`` (those already there are not added twice), forget what is past
     :data:`RETENTION`, and return the whole history. TemporaryError when the store cannot
@@ -54,7 +54,7 @@ def record(
         return FleetHistory(new)
     since = stamp(now - timedelta(seconds=max(RETENTION, cfg.ladder.lemon.longest_window())))
     for _ in range(TRIES):
-        cm = kube.get_config_map(*ref)
+        cm = cluster.get_config_map(*ref)
         if cm is None:
             raise TemporaryError(
                 f"ConfigMap {cfg.safety.pause_configmap} is missing: ship "
@@ -68,7 +68,7 @@ def record(
         if text == raw or (not new and raw is None):
             return after
         try:
-            kube.patch_config_map_data(
+            cluster.patch_config_map_data(
                 *ref,
                 {RECORD_KEY: text},
                 resource_version=(cm.get("metadata") or {}).get("resourceVersion"),

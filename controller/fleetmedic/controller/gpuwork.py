@@ -26,7 +26,9 @@ from fleetmedic.policy.history import stamp
 log = logging.getLogger(__name__)
 
 
-def gpu_history(cfg: Config, kube: Cluster, view: NodeView, ep: int, outcome: Outcome) -> Outcome:
+def gpu_history(
+    cfg: Config, cluster: Cluster, view: NodeView, ep: int, outcome: Outcome
+) -> Outcome:
     """Record the episode's GPU incidents (and the node's older ones, if an earlier write
     was lost) in the store, and hand the past of the node's GPUs to ladder.complete. A
     store that cannot be reached only costs the fleet-wide view: the node's own record
@@ -36,9 +38,9 @@ def gpu_history(cfg: Config, kube: Cluster, view: NodeView, ep: int, outcome: Ou
         return outcome
     now = datetime.now(UTC)
     try:
-        judged = lemon.judge(view, report, gpustore.read(kube, cfg), ep, now, cfg.ladder.lemon)
+        judged = lemon.judge(view, report, gpustore.read(cluster, cfg), ep, now, cfg.ladder.lemon)
         mine = {g.key for g in judged.record.gpus if g.key}
-        fleet = gpustore.record(kube, cfg, judged.record.incidents, now)
+        fleet = gpustore.record(cluster, cfg, judged.record.incidents, now)
     except FleetmedicError as exc:
         log.warning("%s: GPU history not in the store (the node keeps its own): %s", view.name, exc)
         return outcome
@@ -46,7 +48,9 @@ def gpu_history(cfg: Config, kube: Cluster, view: NodeView, ep: int, outcome: Ou
     return dataclasses.replace(outcome, data={**outcome.data, rmaflow.HISTORY_KEY: past})
 
 
-def repair_held_from(cfg: Config, kube: Cluster, view: NodeView, ep: int, outcome: Outcome) -> None:
+def repair_held_from(
+    cfg: Config, cluster: Cluster, view: NodeView, ep: int, outcome: Outcome
+) -> None:
     """A verify passed: the episode's incidents are back in service now, in the store too
     (a GPU moved to another node counts how long this repair held from there). Nothing
     when the episode held none; a store that cannot be reached is logged."""
@@ -56,7 +60,7 @@ def repair_held_from(cfg: Config, kube: Cluster, view: NodeView, ep: int, outcom
     now = datetime.now(UTC)
     learned = lemon.learn(view, lemon.report_of(outcome.data, view.name), now, ep)
     try:
-        gpustore.record(kube, cfg, learned.incidents, now)
+        gpustore.record(cluster, cfg, learned.incidents, now)
     except FleetmedicError as exc:
         log.warning("%s: GPU history not in the store (the node keeps its own): %s", view.name, exc)
 

@@ -76,7 +76,7 @@ class Responder(Part):
     def __init__(
         self,
         cfg: Config,
-        kube: Cluster,
+        cluster: Cluster,
         views: Callable[[], Mapping[str, NodeView]],
         write: Callable[[Update], NodeView],
         acting: Callable[[], bool],
@@ -89,7 +89,7 @@ class Responder(Part):
         """``views``: the loop's Node views by name; ``write``: the Recorder's RV-guarded
         write; ``acting``: True while this controller may change the cluster."""
         n = cfg.nvsentinel
-        requests = requests_of(kube, n.api_group, n.version)
+        requests = requests_of(cluster, n.api_group, n.version)
         if requests is None:
             raise ConfigError("nvsentinel: the hand-off needs a Kubernetes cluster")
         self.cfg, self.views, self.write, self.acting, self.clock = cfg, views, write, acting, clock
@@ -218,7 +218,7 @@ def carry_out(
     return True
 
 
-def answer_now(cfg: Config, kube: Cluster, view: NodeView, when: datetime) -> str | None:
+def answer_now(cfg: Config, cluster: Cluster, view: NodeView, when: datetime) -> str | None:
     """For a command a human ran (``fleetmedic release``): bring the request ``view``
     answers one step further at once, without waiting for the controller (which may have
     been quicker). Returns how the request stands then, or None when the node answers no
@@ -226,7 +226,7 @@ def answer_now(cfg: Config, kube: Cluster, view: NodeView, when: datetime) -> st
     controller does it on its next pass then)."""
     claim = handoff.Claim.of(view)
     n = cfg.nvsentinel
-    requests = requests_of(kube, n.api_group, n.version) if n.enabled else None
+    requests = requests_of(cluster, n.api_group, n.version) if n.enabled else None
     if claim is None or requests is None:
         return None
     try:
@@ -239,7 +239,7 @@ def answer_now(cfg: Config, kube: Cluster, view: NodeView, when: datetime) -> st
     vocab, foreign = cfg.vocabulary(), cfg.foreign()
 
     def write(upd: Update) -> NodeView:
-        return view_of(kube.update_node(upd.node, upd.apply_for(vocab)), vocab, foreign)
+        return view_of(cluster.update_node(upd.node, upd.apply_for(vocab)), vocab, foreign)
 
     if step.update is not None:
         write(step.update)

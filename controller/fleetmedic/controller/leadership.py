@@ -47,7 +47,7 @@ def default_identity() -> str:
 class Leadership:
     def __init__(
         self,
-        kube: Cluster,
+        cluster: Cluster,
         cfg: LeaderElectionConfig,
         identity: str,
         *,
@@ -57,14 +57,14 @@ class Leadership:
         observe: bool = False,
         guard: Callable[[], None] | None = None,
     ) -> None:
-        self.kube, self.cfg, self.identity = kube, cfg, identity
+        self.cluster, self.cfg, self.identity = cluster, cfg, identity
         self.on_gained, self.on_lost, self.on_change = on_gained, on_lost, on_change
         self.observer = Observer() if observe else None
         self.guard = guard
         self.predecessor: str | None = None  # the dead leader this one took over from
         self.lease = (
             Lease(
-                kube,
+                cluster,
                 cfg.namespace,
                 cfg.lease_name,
                 identity,
@@ -202,7 +202,7 @@ class Leadership:
     def hold(self, node: str) -> bool:
         """Take ``node``'s Lease; False (logged) while someone else holds it."""
         lease = Lease(
-            self.kube,
+            self.cluster,
             self.cfg.namespace,
             node_lease_name(node),
             self.identity,

@@ -24,7 +24,7 @@ TRIES = 5
 
 
 def reserve(
-    kube: Cluster, cfg: Config, profile: str, node: str, ep: int, now: datetime
+    cluster: Cluster, cfg: Config, profile: str, node: str, ep: int, now: datetime
 ) -> Reservation:
     """Reserve ``node``'s replacement in ``profile``'s day (``cfg``: that profile's
     config). Raises TemporaryError when the record cannot be read or written: without it
@@ -38,7 +38,7 @@ def reserve(
     limit = cfg.safety.max_replacements_per_day
     with _lock:
         for _ in range(TRIES):
-            cm = kube.get_config_map(*ref)
+            cm = cluster.get_config_map(*ref)
             if cm is None:
                 raise TemporaryError(
                     f"ConfigMap {cfg.safety.pause_configmap} is missing: ship "
@@ -54,7 +54,7 @@ def reserve(
             if not got.changed:
                 return got
             try:
-                kube.patch_config_map_data(
+                cluster.patch_config_map_data(
                     *ref,
                     {key: replacements.encode(got.entries)},
                     resource_version=(cm.get("metadata") or {}).get("resourceVersion"),

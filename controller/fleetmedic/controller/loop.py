@@ -74,13 +74,13 @@ def utcnow() -> datetime:
 
 
 class Controller:
-    """``Controller(cfg, kube).run(stop)`` until ``stop`` is set (or, with ``once``, until
+    """``Controller(cfg, cluster).run(stop)`` until ``stop`` is set (or, with ``once``, until
     a cycle admits nothing and no work is under way)."""
 
     def __init__(
         self,
         cfg: Config,
-        kube: Cluster,
+        cluster: Cluster,
         *,
         identity: str | None = None,
         dry_run: bool = False,
@@ -92,18 +92,18 @@ class Controller:
     ) -> None:
         """``observe_leases`` and ``leader_guard``: the Leadership options a cluster kind
         asks for (a Slurm cluster's controllers on several bastions: kinds/slurmha.py)."""
-        self.cfg, self.kube, self.clock = cfg, kube, clock
+        self.cfg, self.cluster, self.clock = cfg, cluster, clock
         self.dry_run = dry = dry_run or cfg.dry_run
         self.identity = identity or cfg.leader_election.identity or default_identity()
         self.metrics = m = metrics or Metrics()
         self._stop, self._wake = threading.Event(), threading.Event()
         stopped, wake = (lambda: self._stop), self._wake.set  # (run() replaces the event)
-        cluster = cfg.cluster_name or ""  # (named in emails and chat with `clusters:`)
+        cluster_name = cfg.cluster_name or ""  # (named in emails and chat with `clusters:`)
         self.watcher: NodeWatcher[NodeView] = NodeWatcher(
-            kube, cfg.kube.label_selector, watch_timeout, transform=view_transform(cfg)
+            cluster, cfg.kube.label_selector, watch_timeout, transform=view_transform(cfg)
         )
         self.leadership = lead = Leadership(
-            kube,
+            cluster,
             cfg.leader_election,
             self.identity,
             on_gained=self.restore,
@@ -112,14 +112,14 @@ class Controller:
             observe=observe_leases,
             guard=leader_guard,
         )
-        store = None if dry else kube
+        store = None if dry else cluster
         self.outbox = Outbox(
             cfg, CHANNELS, stop=stopped, store=store, ref=pause_configmap(cfg), acting=self.acting
         )
-        self.chatter = chatter = Chatter(cfg, stopped, cluster=cluster, outbox=self.outbox)
+        self.chatter = chatter = Chatter(cfg, stopped, cluster=cluster_name, outbox=self.outbox)
         self.paperwork = Paperwork(cfg.cluster_name)
         recorder = Recorder(
-            kube,
+            cluster,
             cfg.vocabulary(),
             self.watcher.put,
             m,
@@ -131,7 +131,7 @@ class Controller:
         self.handoff = (
             Responder(
                 cfg,
-                kube,
+                cluster,
                 self.watcher.snapshot,
                 recorder.write,
                 self.acting,
@@ -143,37 +143,41 @@ class Controller:
             if cfg.nvsentinel.enabled
             else None
         )
-        executor = Executor(cfg, kube, cluster=cluster, on_run=lambda d: m.in_flight.inc(d))
+        executor = Executor(
+            cfg, cluster, cluster_name=cluster_name, on_run=lambda d: m.in_flight.inc(d)
+        )
         work = NodeWork(cfg, lead, recorder, executor, m, clock)
         size = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
         self.workers: Workers[Action] = Workers(work, size, wake, cluster=cfg.cluster_name)
-        self.switches = SwitchReader(kube, cfg, on_read=lambda s: m.paused.set(int(bool(s.paused))))
+        self.switches = SwitchReader(
+            cluster, cfg, on_read=lambda s: m.paused.set(int(bool(s.paused)))
+        )
         self.breakers = Breakers(
-            cfg, kube, m, dry_run=dry, outbox=self.outbox, on_trip=chatter.breaker
+            cfg, cluster, m, dry_run=dry, outbox=self.outbox, on_trip=chatter.breaker
         )
         player = DomainPlayer(cfg, recorder.write, lead.hold, lead.let_go, wake, clock)
         self.domains = DomainKeeper(
             cfg,
-            kube,
+            cluster,
             m,
             dry_run=dry,
             send=self.workers.side_job,
             outbox=self.outbox,
-            cluster=cluster,
+            cluster_name=cluster_name,
             player=player if any(d.playbook for d in cfg.domains) else None,
             wake=wake,
         )
         self.sweeper = (
             Sweeper(
                 cfg,
-                kube,
+                cluster,
                 lead,
                 self.watcher.put,
                 m,
                 clock,
                 wake,
                 dry_run=dry,
-                cluster=cfg.cluster_name,
+                cluster_name=cfg.cluster_name,
                 watch_timeout=watch_timeout,
                 paused=lambda: self.switches.get().paused,
                 breakers=self.breakers.reasons,

@@ -43,9 +43,9 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
     """Return a node in manual repair to service."""
     from fleetmedic.policy import release as releasemod
 
-    kube = connect(cfg, kubeconfig)
+    cluster = connect(cfg, kubeconfig)
     try:
-        v = view_of(kube.get_node(node), cfg.vocabulary(), cfg.foreign())
+        v = view_of(cluster.get_node(node), cfg.vocabulary(), cfg.foreign())
     except NotFoundError:
         raise NotFoundError(f"node {node} not found") from None
     if v.state == "healthy":
@@ -61,7 +61,7 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
     clikit.audit_on_stderr()
     upd = releasemod.release(v, now(), cfg, by=operator())
     after = write_by_hand(
-        kube,
+        cluster,
         upd,
         cfg.vocabulary(),
         cfg.foreign(),
@@ -70,7 +70,7 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
         why=f"{v.state} -> healthy by hand",
     )
     click.echo(f"{node}: {v.state} -> healthy (released by {operator()})")
-    _answer_nvsentinel(cfg, kube, after)
+    _answer_nvsentinel(cfg, cluster, after)
     from fleetmedic.adapters import chat
     from fleetmedic.controller.chatter import deliver_now
 
@@ -79,13 +79,13 @@ def release(cfg: Config, kubeconfig: str | None, node: str, force: bool) -> None
         click.echo(f"fleetmedic: warning: {line}", err=True)
 
 
-def _answer_nvsentinel(cfg: Config, kube: Cluster, after: NodeView) -> None:
+def _answer_nvsentinel(cfg: Config, cluster: Cluster, after: NodeView) -> None:
     """A node NVSentinel handed over: its ExternalRemediationRequest is completed now (the
     controller would on its next pass; a failure here only says so)."""
     from fleetmedic.controller.handoff import answer_now
 
     try:
-        said = answer_now(cfg, kube, after, now())
+        said = answer_now(cfg, cluster, after, now())
     except FleetmedicError as exc:
         click.echo(
             f"fleetmedic: warning: NVSentinel's request not completed yet ({exc}); "
@@ -118,9 +118,9 @@ def quarantine(cfg: Config, kubeconfig: str | None, node: str, dry_run: bool) ->
     from fleetmedic.policy.history import stamp
     from fleetmedic.policy.profiles import assign
 
-    kube = connect(cfg, kubeconfig)
+    cluster = connect(cfg, kubeconfig)
     try:
-        v = view_of(kube.get_node(node), cfg.vocabulary(), cfg.foreign())
+        v = view_of(cluster.get_node(node), cfg.vocabulary(), cfg.foreign())
     except NotFoundError:
         raise NotFoundError(f"node {node} not found") from None
     profile = assign([v], cfg).profile_of.get(v.name)
@@ -137,7 +137,7 @@ def quarantine(cfg: Config, kubeconfig: str | None, node: str, dry_run: bool) ->
     from fleetmedic.controller.recorder import write_by_hand
 
     clikit.audit_on_stderr()
-    write_by_hand(kube, upd, cfg.vocabulary(), cfg.foreign(), by=by, what="quarantine", why=what)
+    write_by_hand(cluster, upd, cfg.vocabulary(), cfg.foreign(), by=by, what="quarantine", why=what)
     click.echo(f"{node}: quarantine requested by {by} ({what})")
 
 
@@ -150,12 +150,12 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
     """Remove every fleetmedic taint (only ours)."""
     from fleetmedic.policy import release as releasemod
 
-    kube = connect(cfg, kubeconfig)
+    cluster = connect(cfg, kubeconfig)
     vocab = cfg.vocabulary()
     ours = (keys.ANN_IN_FLIGHT, keys.ANN_ESCALATED, keys.ANN_CORDONED, keys.ANN_QUARANTINE_REQUEST)
     todo = [
         v
-        for v in views(kube, cfg)
+        for v in views(cluster, cfg)
         if any(vocab.is_ours(t) for t in v.taints) or any(k in v.annotations for k in ours)
     ]
     if not todo:
@@ -173,7 +173,7 @@ def reset(cfg: Config, kubeconfig: str | None, yes: bool) -> None:
     for v in todo:
         upd = releasemod.reset(v, now(), cfg, by=by)
         write_by_hand(
-            kube,
+            cluster,
             upd,
             vocab,
             cfg.foreign(),
@@ -200,7 +200,7 @@ def breaker() -> None:
     """
 
 
-def _breaker_data(cfg: Config, kube) -> tuple[tuple[str, str], dict[str, str]]:
+def _breaker_data(cfg: Config, cluster) -> tuple[tuple[str, str], dict[str, str]]:
     from fleetmedic.controller.switches import pause_configmap
 
     ref = pause_configmap(cfg)
@@ -209,7 +209,7 @@ def _breaker_data(cfg: Config, kube) -> tuple[tuple[str, str], dict[str, str]]:
             "safety.pause_configmap is empty, so the breaker lives only in the "
             "controller's memory (restart the controller to reset it)"
         )
-    cm = kube.get_config_map(*ref)
+    cm = cluster.get_config_map(*ref)
     if cm is None:
         raise NotFoundError(
             f"ConfigMap {cfg.safety.pause_configmap} not found (ship "
@@ -302,8 +302,8 @@ def breaker_reset(cfg: Config, kubeconfig: str | None, profile: str | None, yes:
 
     [name] = _profiles_named(cfg, profile or "default")
     whose = "" if name == "default" else f" of profile {name}"
-    kube = connect(cfg, kubeconfig)
-    ref, data = _breaker_data(cfg, kube)
+    cluster = connect(cfg, kubeconfig)
+    ref, data = _breaker_data(cfg, cluster)
     key = breakermod.record_key(name)
     record = breakermod.Record.decode(data.get(key))
     if record is None or not record.open:
@@ -317,5 +317,5 @@ def breaker_reset(cfg: Config, kubeconfig: str | None, profile: str | None, yes:
             err=True,
         )
     by = operator()
-    kube.patch_config_map_data(*ref, {key: breakermod.closed_by(record, now(), by).encode()})
+    cluster.patch_config_map_data(*ref, {key: breakermod.closed_by(record, now(), by).encode()})
     click.echo(f"circuit breaker{whose} reset by {by}; the controller resumes within a few seconds")

@@ -67,7 +67,7 @@ class HandOff:
 
 
 def restore(
-    kube: Cluster,
+    cluster: Cluster,
     view: NodeView,
     action: Action,
     cfg: RestoreConfig,
@@ -82,7 +82,7 @@ def restore(
         return HandOff()
     op, value = found
     try:
-        return _hand_off(kube, view, action, cfg, op, value, cancel, cancelled)
+        return _hand_off(cluster, view, action, cfg, op, value, cancel, cancelled)
     except ForbiddenError as exc:  # a grant taken away: the rung fails, not a retry forever
         return _failed(
             f"{op.name} restore not allowed: {exc} (deploy/controller/rbac.yaml grants "
@@ -91,7 +91,7 @@ def restore(
 
 
 def _hand_off(
-    kube: Cluster,
+    cluster: Cluster,
     view: NodeView,
     action: Action,
     cfg: RestoreConfig,
@@ -103,7 +103,7 @@ def _hand_off(
     rid = str(action.hostvars.get("fleetmedic_request_id") or "")
     trigger = partition.handoff(view, rid)
     if trigger is None:
-        pods = _agent_pods(kube, view.name, op)
+        pods = _agent_pods(cluster, view.name, op)
         if not pods:
             return _failed(
                 f"no {op.name} pod on the node (namespace {op.namespace}, labels "
@@ -111,16 +111,16 @@ def _hand_off(
             )
         pod = pods[0]["metadata"]
         trigger = {"rid": rid, "pod": pod["uid"], "name": pod["name"], "at": stamp(_now())}
-        _record(kube, view.name, op, trigger)
+        _record(cluster, view.name, op, trigger)
         log.info("%s: restore handed to %s (%s=%s)", view.name, op.name, op.config_label, value)
     try:
-        _restart(kube, view.name, op, trigger)
+        _restart(cluster, view.name, op, trigger)
     except TooManyRequests as exc:
         return _failed(f"{op.name} pod {trigger.get('name')} not restarted: {exc}")
     began = (parse_time(trigger.get("at")) or _now()).timestamp()
     deadline = began + cfg.operator_wait
     while True:
-        labels = (kube.get_node(view.name)["metadata"].get("labels")) or {}
+        labels = (cluster.get_node(view.name)["metadata"].get("labels")) or {}
         state = partition.operator_state(op, labels)
         waited = time.time() - began
         if state == "success":
@@ -132,7 +132,7 @@ def _hand_off(
                 f"applying {op.config_label}={value}"
             )
         if time.time() >= deadline:
-            return _failed(_timeout_line(kube, view.name, op, value, labels, trigger, cfg))
+            return _failed(_timeout_line(cluster, view.name, op, value, labels, trigger, cfg))
         if cancel.wait(POLL):
             raise cancelled(f"{view.name}: the wait for {op.name} was abandoned")
 
@@ -149,10 +149,10 @@ def _selector(op: PartitionOperatorConfig) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(op.pod_labels.items()))
 
 
-def _agent_pods(kube: Cluster, node: str, op: PartitionOperatorConfig) -> list[dict]:
+def _agent_pods(cluster: Cluster, node: str, op: PartitionOperatorConfig) -> list[dict]:
     """The agent's pods on ``node`` that are not being deleted (one LIST, narrowed to the
     node by field selector, as the drain's)."""
-    pods, _ = pods_of(kube, "the GPU operator's hand-off").list_pods_on_node(node)
+    pods, _ = pods_of(cluster, "the GPU operator's hand-off").list_pods_on_node(node)
     return [
         p
         for p in pods
@@ -162,7 +162,7 @@ def _agent_pods(kube: Cluster, node: str, op: PartitionOperatorConfig) -> list[d
     ]
 
 
-def _record(kube: Cluster, node: str, op: PartitionOperatorConfig, trigger: dict) -> None:
+def _record(cluster: Cluster, node: str, op: PartitionOperatorConfig, trigger: dict) -> None:
     """Step 1: the trigger into the record, the stale state label off, in one write."""
 
     def mutate(n: dict) -> bool:
@@ -175,21 +175,21 @@ def _record(kube: Cluster, node: str, op: PartitionOperatorConfig, trigger: dict
         (meta.get("labels") or {}).pop(op.state_label, None)
         return True
 
-    kube.update_node(node, mutate)
+    cluster.update_node(node, mutate)
 
 
-def _restart(kube: Cluster, node: str, op: PartitionOperatorConfig, trigger: dict) -> None:
+def _restart(cluster: Cluster, node: str, op: PartitionOperatorConfig, trigger: dict) -> None:
     """Step 2: evict the recorded pod if it is still there and not going."""
-    for p in _agent_pods(kube, node, op):
+    for p in _agent_pods(cluster, node, op):
         if p["metadata"]["uid"] == trigger.get("pod"):
             log.info("%s: restarting %s pod %s", node, op.name, p["metadata"]["name"])
-            pods_of(kube, "the GPU operator's hand-off").evict_pod(
+            pods_of(cluster, "the GPU operator's hand-off").evict_pod(
                 op.namespace, p["metadata"]["name"]
             )
 
 
 def _timeout_line(
-    kube: Cluster,
+    cluster: Cluster,
     node: str,
     op: PartitionOperatorConfig,
     value: str,
@@ -198,7 +198,7 @@ def _timeout_line(
     cfg: RestoreConfig,
 ) -> str:
     state = labels.get(op.state_label) or "unset"
-    back = [p for p in _agent_pods(kube, node, op) if p["metadata"]["uid"] != trigger.get("pod")]
+    back = [p for p in _agent_pods(cluster, node, op) if p["metadata"]["uid"] != trigger.get("pod")]
     why = (
         ""
         if back

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 class Recorder:
     def __init__(
         self,
-        kube: Cluster,
+        cluster: Cluster,
         vocab: Vocabulary,
         keep: Callable[[dict], NodeView],
         metrics: Metrics,
@@ -46,7 +46,7 @@ class Recorder:
         ``on_written``: told of each change written (the chat notifications);
         ``later``: runs the best-effort writes that follow (Events, the condition),
         in order (:class:`~fleetmedic.controller.paperwork.Paperwork`)."""
-        self.kube, self.vocab, self.keep, self.metrics = kube, vocab, keep, metrics
+        self.cluster, self.vocab, self.keep, self.metrics = cluster, vocab, keep, metrics
         self.stopping, self.on_written, self.later = stopping, on_written, later
 
     def write(self, upd: Update, retry_for: float = 0.0) -> NodeView:
@@ -74,7 +74,7 @@ class Recorder:
             changed = upd.apply(node, self.vocab)
             return changed
 
-        node = self.kube.update_node(upd.node, mutate)
+        node = self.cluster.update_node(upd.node, mutate)
         after = self.keep(node)
         if not changed:
             return after
@@ -95,12 +95,12 @@ class Recorder:
 
     def _paperwork(self, upd: Update, node: dict, after: NodeView) -> None:
         for ev in upd.events:
-            self.kube.post_event(node, ev.reason, ev.message, ev.type)
-        conditions.publish(self.kube, after)
+            self.cluster.post_event(node, ev.reason, ev.message, ev.type)
+        conditions.publish(self.cluster, after)
 
 
 def write_by_hand(
-    kube: Cluster,
+    cluster: Cluster,
     upd: Update,
     vocab: Vocabulary,
     foreign: Iterable[ForeignSignal],
@@ -113,10 +113,10 @@ def write_by_hand(
     one way: the Node (RV-guarded), its Events, the NodeCondition, then the audit line
     (who, what, why). No informer and no paperwork thread here: the command waits for
     each write, so its exit status says whether all of it landed."""
-    written = kube.update_node(upd.node, upd.apply_for(vocab))
+    written = cluster.update_node(upd.node, upd.apply_for(vocab))
     for ev in upd.events:
-        kube.post_event(written, ev.reason, ev.message, ev.type)
+        cluster.post_event(written, ev.reason, ev.message, ev.type)
     after = view_of(written, vocab, foreign)
-    conditions.publish(kube, after)
+    conditions.publish(cluster, after)
     audit.record(by, upd.node, what, why, "written")
     return after

@@ -62,7 +62,7 @@ class Sweeper(Part):
     def __init__(
         self,
         cfg: Config,
-        kube: Cluster,
+        cluster: Cluster,
         leadership: Leadership,
         put: Callable[[dict], NodeView],
         metrics: Metrics,
@@ -71,16 +71,16 @@ class Sweeper(Part):
         *,
         dry_run: bool = False,
         watch_timeout: int = 300,
-        cluster: str | None = None,
+        cluster_name: str | None = None,
         paused: Callable[[], str | None] = lambda: None,
         breakers: Callable[[], Mapping[str, str | None]] = dict,
     ) -> None:
         """``paused``: reads the pause switch (an API call, made only when a sweep would
         start); ``breakers``: each profile's breaker reason."""
-        self.cfg, self.kube, self.leadership, self.put = cfg, kube, leadership, put
+        self.cfg, self.cluster, self.leadership, self.put = cfg, cluster, leadership, put
         self.metrics, self.clock, self.dry_run = metrics, clock, dry_run
         self.vocab = cfg.vocabulary()
-        self.pod_api = pods_of(kube, "sweeps")  # (the config refuses sweeps without pods)
+        self.pod_api = pods_of(cluster, "sweeps")  # (the config refuses sweeps without pods)
         self.pods = GpuPodWatcher(self.pod_api, watch_timeout=watch_timeout)
         size = sum(
             c.sweep.max_concurrent
@@ -88,7 +88,7 @@ class Sweeper(Part):
             if c.sweep and c.sweep.enabled
         )
         self.workers: Workers[SweepJob] = Workers(
-            self._job, max(2, size + 1), on_done, cluster=cluster, name="fleetmedic-sweep"
+            self._job, max(2, size + 1), on_done, cluster=cluster_name, name="fleetmedic-sweep"
         )
         self._said: str = ""
         self.paused, self.breakers = paused, breakers
@@ -204,7 +204,7 @@ class Sweeper(Part):
         name = job.node
         cfg = self.cfg.profile(job.profile)
         assert cfg.sweep is not None
-        node = self.kube.update_node(name, lambda n: sweep.begin_edit(n, self.vocab))
+        node = self.cluster.update_node(name, lambda n: sweep.begin_edit(n, self.vocab))
         view = self.put(node)
         if view.in_repair or not view.maintenance:
             log.info("%s: not swept: fenced or cordoned meanwhile", name)
@@ -250,7 +250,7 @@ class Sweeper(Part):
         if verdict.result == sweep.FAIL:
             line += f"; into the ladder at {verdict.rung}"
         log.info("%s: sweep %s (run %s)", name, line, run_id)
-        self.kube.post_event(
+        self.cluster.post_event(
             node,
             "SweepFailed" if verdict.result == sweep.FAIL else "Swept",
             f"sweep {line} (run {run_id})",
@@ -269,7 +269,7 @@ class Sweeper(Part):
             changed.append(sweep.record_edit(node, self.vocab, verdict, at, level, run_id))
             return changed[-1]
 
-        node = self.kube.update_node(name, edit)
+        node = self.cluster.update_node(name, edit)
         self.put(node)
         return node if changed and changed[-1] else None
 

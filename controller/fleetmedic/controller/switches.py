@@ -38,10 +38,10 @@ def pause_configmap(cfg: Config) -> tuple[str, str] | None:
     return cfg.safety.pause_ref()
 
 
-def read_switches(kube: Cluster, cfg: Config) -> Switches:
+def read_switches(cluster: Cluster, cfg: Config) -> Switches:
     config_pause = "paused by config (safety.pause)" if cfg.safety.pause else None
     ref = pause_configmap(cfg)
-    cm = kube.get_config_map(*ref) if ref else None
+    cm = cluster.get_config_map(*ref) if ref else None
     if cm is None:
         return Switches(config_pause)
     ann = (cm.get("metadata") or {}).get("annotations") or {}
@@ -66,12 +66,12 @@ class SwitchReader:
 
     def __init__(
         self,
-        kube: Cluster,
+        cluster: Cluster,
         cfg: Config,
         every: float = 5.0,
         on_read: Callable[[Switches], None] = lambda s: None,
     ) -> None:
-        self.kube, self.cfg, self.every, self.on_read = kube, cfg, every, on_read
+        self.cluster, self.cfg, self.every, self.on_read = cluster, cfg, every, on_read
         self._read: tuple[float, Switches] = (0.0, Switches())  # (monotonic time, what)
 
     def get(self) -> Switches:
@@ -79,7 +79,7 @@ class SwitchReader:
         if at and time.monotonic() - at < self.every:
             return switches
         try:
-            switches = read_switches(self.kube, self.cfg)
+            switches = read_switches(self.cluster, self.cfg)
         except FleetmedicError as exc:
             log.warning("cannot read the pause switch (%s); holding all action", exc)
             switches = Switches(f"pause switch unreadable: {exc}")

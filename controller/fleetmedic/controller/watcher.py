@@ -183,20 +183,20 @@ class NodeWatcher(Informer[T]):
 
     def __init__(
         self,
-        kube: Cluster,
+        cluster: Cluster,
         label_selector: str | None = None,
         watch_timeout: int = 300,
         retry_delay: float = 2.0,
         transform: Callable[[dict], T] = _keep,
     ) -> None:
         super().__init__(watch_timeout, retry_delay, transform)
-        self.kube, self.label_selector = kube, label_selector
+        self.cluster, self.label_selector = cluster, label_selector
 
     def _list_pages(self) -> Iterator[tuple[list[dict], str]]:
-        return self.kube.list_node_pages(self.label_selector)
+        return self.cluster.list_node_pages(self.label_selector)
 
     def _watch(self, rv: str) -> Iterator[tuple[str, dict]]:
-        return self.kube.watch_nodes(rv, self.watch_timeout, self.label_selector)
+        return self.cluster.watch_nodes(rv, self.watch_timeout, self.label_selector)
 
 
 def view_transform(cfg: Config) -> Callable[[dict], NodeView]:

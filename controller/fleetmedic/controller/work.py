@@ -107,7 +107,7 @@ class NodeWork:
             raise Cancelled(f"{action.node}: cancelled before {action.kind}")
         outcome = self.executor.execute(action, view, run_id, cancel)
         # the probe reads a boot id: logged, but no Event each time
-        events = self.executor.kube if action.kind != Kind.PROBE else None
+        events = self.executor.cluster if action.kind != Kind.PROBE else None
         audit.of_action(who, action, outcome, run_id, events)
         if action.kind == Kind.ESCALATE and not ladder.notice(action):
             self.metrics.escalations.labels(outcome=outcome.status).inc()

@@ -199,7 +199,7 @@ def test_the_executor_resolves_the_address_or_fails_the_phase_without_a_run(tmp_
             "addresses_file": str(inventory),
         }
     )
-    ex = Executor(cfg, kube=None)  # type: ignore[arg-type]
+    ex = Executor(cfg, cluster=None)  # type: ignore[arg-type]
     node = {"metadata": {"name": "n1", "labels": {}, "annotations": {}}, "spec": {}}
     v = view(node, cfg.vocabulary(), ())
     got = ex._phase_vars(run_action(), v)
