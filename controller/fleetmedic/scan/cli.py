@@ -123,7 +123,7 @@ def _scan_inputs(
         scanner = _scanner(no_dedup, window, boot_id, _fabric(name))
         try:
             if handle is sys.stdin.buffer or jobs <= 1:
-                findings = scanner.scan_binary(handle)
+                findings = scanner.scan_binary(handle, mapped=True)
             else:
                 findings = scanner.scan_path(name, jobs)
             for finding in findings:
@@ -293,7 +293,7 @@ def _list_unknown(names: list[str], as_json: bool) -> None:
         for name, handle in handles:
             scanner = Scanner(dedup=False, fabric=_fabric(name))
             try:
-                groups.add_all(name, scanner.scan_binary(handle))
+                groups.add_all(name, scanner.scan_binary(handle, mapped=True))
             except OSError as exc:
                 _die(f"cannot read {name}: {exc.strerror or exc}")
             finally:

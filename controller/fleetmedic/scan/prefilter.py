@@ -51,6 +51,7 @@ def candidates(
     limit: int | None = None,
     engine: str | None = None,
     follow: Sequence[bytes] = (),
+    mapped: bool = False,
 ) -> Generator[tuple[int, bytes], None, int]:
     """Yield ``(line_number, line)`` for every line that contains a trigger.
 
@@ -65,6 +66,10 @@ def candidates(
     not carry a driver literal, and searching for what such halves say would cost
     the literal search of every line). With ``limit``, that line may lie past the
     limit; it is read, yielded, and not counted in the return value.
+
+    ``mapped``: a regular file is searched through a memory map (:func:`_mapped_windows`),
+    for an operator's bulk scan (``fleetmedic scan``). Off by default, so the node's own
+    checks never risk the SIGBUS of a file truncated under a window's search.
     """
     if not 0 < chunk_size <= literals_mod.MAX_SCAN:
         raise ValueError(f"chunk_size must be 1..{literals_mod.MAX_SCAN} bytes, not {chunk_size}")
@@ -78,7 +83,9 @@ def candidates(
     # a memory map needs a count that takes a memoryview (StringZilla's; bytes.count
     # would copy each window, which is what the map saves)
     windows = (
-        _mapped_windows(stream, chunk_size, limit) if finder.counter == "stringzilla" else None
+        _mapped_windows(stream, chunk_size, limit)
+        if mapped and finder.counter == "stringzilla"
+        else None
     )
     for data, view, lo, hi in windows or _read_windows(stream, chunk_size, limit):
         first = data.find(b"\n", lo, hi)
@@ -172,7 +179,8 @@ def _mapped_windows(
     the file as it was when the scan started; the stream is left where the reads would
     leave it. Known gap, as for ripgrep's ``--mmap``: a file truncated while one window
     (about 2 ms) is searched ends the process with SIGBUS; a file truncated earlier
-    ends the scan at its new size (each window is cut to ``fstat``'s size first).
+    ends the scan at its new size (each window is cut to ``fstat``'s size first). So only
+    an operator's bulk scan maps (``candidates(mapped=True)``); the node's checks read.
     """
     try:
         fd = stream.fileno()
@@ -251,7 +259,9 @@ def _scan_range(
 ) -> tuple[list[tuple[int, bytes]], int]:
     with open(path, "rb") as handle:
         handle.seek(start)
-        generator = candidates(handle, triggers, limit=stop - start, engine=engine, follow=follow)
+        generator = candidates(
+            handle, triggers, limit=stop - start, engine=engine, follow=follow, mapped=True
+        )
         found = []
         while True:
             try:

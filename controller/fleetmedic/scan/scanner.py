@@ -373,17 +373,24 @@ class Scanner:
         stream: BinaryIO,
         chunk_size: int = prefilter.CHUNK_SIZE,
         engine: str | None = None,
+        mapped: bool = False,
     ) -> Iterator[Finding]:
         """Findings from a binary stream read in big chunks (the fast path for files).
 
         Same results as :meth:`scan` over the stream's lines; only candidate
         lines are decoded. ``engine`` picks the literal search
         (:mod:`fleetmedic.scan.literals`; default: the fastest installed).
-        Afterwards :attr:`lines_read` is the stream's line count.
+        Afterwards :attr:`lines_read` is the stream's line count. ``mapped``: a regular
+        file is read through a memory map (:func:`prefilter.candidates`: the bulk scan's).
         """
         return self._from_candidates(
             prefilter.candidates(
-                stream, self._byte_triggers(), chunk_size, engine=engine, follow=self._byte_cuts()
+                stream,
+                self._byte_triggers(),
+                chunk_size,
+                engine=engine,
+                follow=self._byte_cuts(),
+                mapped=mapped,
             )
         )
 
@@ -410,7 +417,7 @@ class Scanner:
 
     def _scan_opened(self, path: str, engine: str | None) -> Iterator[Finding]:
         with open(path, "rb") as handle:
-            yield from self.scan_binary(handle, engine=engine)
+            yield from self.scan_binary(handle, engine=engine, mapped=True)
 
     def _byte_triggers(self) -> list[bytes]:
         return [t.encode() for t in self.triggers]

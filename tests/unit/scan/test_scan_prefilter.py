@@ -124,7 +124,9 @@ MAPPED = pytest.mark.skipif(
 
 
 def run_stream(stream, chunk: int, limit=None, follow=()):
-    generator = prefilter.candidates(stream, TRIGGERS, chunk, limit=limit, follow=follow)
+    generator = prefilter.candidates(
+        stream, TRIGGERS, chunk, limit=limit, follow=follow, mapped=True
+    )
     out = []
     while True:
         try:
@@ -177,7 +179,7 @@ def test_a_file_truncated_during_the_scan_ends_it_at_its_new_size(tmp_path):
     path = tmp_path / "kern.log"
     path.write_bytes(b"\n".join(lines) + b"\n")
     with open(path, "rb") as handle:
-        generator = prefilter.candidates(handle, TRIGGERS, chunk)
+        generator = prefilter.candidates(handle, TRIGGERS, chunk, mapped=True)
         first = next(generator)
         with open(path, "r+b") as writer:
             writer.truncate(3 * chunk)
@@ -185,3 +187,23 @@ def test_a_file_truncated_during_the_scan_ends_it_at_its_new_size(tmp_path):
     assert first == (1, lines[0])
     assert rest == [hit for hit in naive(path.read_bytes())[0] if hit[0] > 1]
     assert len(rest) > 100
+
+
+def test_only_the_bulk_scan_maps_a_file(tmp_path, monkeypatch):
+    """The node's own kernel-log check reads its file (a copytruncate under a mapped
+    window's search would end the agent's check with SIGBUS); ``fleetmedic scan`` and
+    ``Scanner.scan_path`` map it where StringZilla counts the lines."""
+    from fleetmedic.checks import kernel
+    from fleetmedic.scan import Scanner
+
+    log = tmp_path / "kern.log"
+    log.write_bytes(b"noise\nNVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    asked = []
+    real = prefilter._mapped_windows
+    monkeypatch.setattr(prefilter, "_mapped_windows", lambda *a: asked.append(a) or real(*a))
+    findings, lines = kernel.scan_current_boot(str(log))
+    assert [f.code for f in findings] == [79] and lines == 2
+    assert asked == []
+    assert [f.code for f in Scanner().scan_path(str(log))] == [79]
+    if literals.finder([b"NVRM"]).counter == "stringzilla":
+        assert len(asked) == 1
