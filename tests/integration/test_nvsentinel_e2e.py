@@ -42,7 +42,7 @@ from tests.harness.smtp import body_text
 pytestmark = [pytest.mark.fleet, pytest.mark.kube, pytest.mark.slow]
 
 ON = {"nvsentinel": {"enabled": True}}
-GPU1 = "GPU-fa4e5d1c-0000-4000-8000-000000000001"  # the fake nvidia-smi's GPU 1
+GPU1 = "GPU-fa4e5d1c-0000-4000-8000-000000000001"  # set as GPU 1's UUID by test c
 
 
 @pytest.fixture
@@ -237,6 +237,10 @@ def test_c_component_reset_on_one_gpu_uuid_resets_that_gpu_only(nvs):
     b, nv = nvs(1)
     node = b.fleet.node(1)
     ctlenv.reset_curable(node)  # GPU 1: uncorrected ECC errors a reset clears
+    # the fake GPUs' default UUIDs differ per node (issue 43): GPU 1 gets the one named below
+    state = json.loads((node.state_dir / "nvml.json").read_text())
+    state["gpus"][1]["uuid"] = GPU1
+    (node.state_dir / "nvml.json").write_text(json.dumps(state))
     [name] = b.register()
     boot, boots = node.boot_id(), node.boots
     # with exactly the shipped RBAC and the opt-in grant (no admin rights anywhere)

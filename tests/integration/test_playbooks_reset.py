@@ -113,7 +113,9 @@ def test_one_gpu_is_reset_alone_when_named(node):
     ],
 )
 def test_one_gpu_named_by_uuid_or_bus_id_is_reset_alone(node, named):
-    set_nvml(node, {"gpus": [{}, {"ecc_volatile_uncorrected": 4}]})
+    # the fake GPUs' default UUIDs differ per node (issue 43): GPU 1 gets the one named here
+    gpu1 = {"ecc_volatile_uncorrected": 4, "uuid": "GPU-fa4e5d1c-0000-4000-8000-000000000001"}
+    set_nvml(node, {"gpus": [{}, gpu1]})
     r = run_reset(node.fleet, node, fleetmedic_reset_gpu_ids=[named])
     assert r.rc == 0, failures(r)
     assert [g.get("resets") for g in nvml(node)["gpus"]] == [None, 1]
