@@ -33,6 +33,11 @@ IB = (
 REBOOT = {"key": "fleetmedic.io/repair", "value": "reboot", "effect": "NoSchedule"}
 
 
+IB_THRESHOLD = (
+    "kernel:\n  thresholds:\n    nccl.ib-completion: {count: 10, window: 3600, action: reboot}\n"
+)
+
+
 def watch(loki, kube, cursor, *args: str) -> list[str]:
     return [
         str(FLEETMEDIC),
@@ -120,9 +125,13 @@ def test_killed_source_resumes_from_its_cursor_and_counts_nothing_twice(
     labels = pod_labels("promtail", node=target, namespace="train", pod="w-0", container="main")
     log = tmp_path / "source.log"
 
+    # no count threshold ships (issue 39): the site's agent config sets this one
+    agent_cfg = tmp_path / "agent.yaml"
+    agent_cfg.write_text(IB_THRESHOLD)
+
     def start() -> subprocess.Popen:
         return subprocess.Popen(
-            watch(loki, kube, cursor, "--poll-interval", "0.3"),
+            watch(loki, kube, cursor, "--poll-interval", "0.3", "--agent-config", str(agent_cfg)),
             stdout=subprocess.DEVNULL,
             stderr=log.open("a"),
         )

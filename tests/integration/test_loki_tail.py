@@ -148,6 +148,12 @@ def test_loki_killed_mid_stream_loses_no_line_and_counts_none_twice(
     loki = loki_factory()
     target = nodes[1]
     labels = pod_labels("promtail", node=target, namespace="train", pod="w-0", container="m")
+    # no count threshold ships (issue 39): the site's agent config sets this one
+    agent_cfg = tmp_path / "agent.yaml"
+    agent_cfg.write_text(
+        "kernel:\n  thresholds:\n"
+        "    nccl.ib-completion: {count: 10, window: 3600, action: reboot}\n"
+    )
     src = Source(
         loki,
         kube,
@@ -158,6 +164,8 @@ def test_loki_killed_mid_stream_loses_no_line_and_counts_none_twice(
         f'{{node_name="{target}"}}',
         "--poll-interval",
         "10m",
+        "--agent-config",
+        str(agent_cfg),
     )
     # events 30 s apart (the rule's burst is 10 s), minutes ago, oldest first
     stamps = iter(now_ns() - 300 * 10**9 + i * 30 * 10**9 for i in range(4))

@@ -140,6 +140,14 @@ def watch() -> None:
     metavar="PORT",
     help="Serve Prometheus metrics (fleetmedic_loki_up, lines, findings) here; 0: off.",
 )
+@click.option(
+    "--agent-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The agents' config file (fleetmedic agent --config): its kernel.thresholds, "
+    "which count monitor findings (e.g. NCCL IB errors) toward a fence, apply here too; "
+    "none ship by default.",
+)
 @click.option("--once", is_flag=True, help="One round over every query, then exit.")
 @clikit.log_level_option
 def loki(
@@ -158,6 +166,7 @@ def loki(
     poll_interval: float,
     lookback: float,
     metrics_port: int,
+    agent_config: Path | None,
     once: bool,
     log_level: str,
 ) -> None:
@@ -216,6 +225,9 @@ def loki(
             mode=mode,
             poll_interval=poll_interval,
             lookback=lookback,
+            thresholds=AgentConfig.from_file(agent_config).kernel.thresholds
+            if agent_config
+            else {},
         )
         registry = CollectorRegistry()
         source = LokiSource(
