@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,10 +35,9 @@ from collections.abc import Callable, Iterator
 from fleetmedic.agent import annotations as ann
 from fleetmedic.agent.config import FabricManagerConfig
 from fleetmedic.agent.logsource import file_now, journal_now
-from fleetmedic.agent.retry import Retrier, Stopped
+from fleetmedic.agent.retry import Retrier, follow_log
 from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.agent.xidflows import describe
-from fleetmedic.errors import FleetmedicError
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import Dedup, Finding, Scanner, follow_file, follow_journal
 
@@ -94,25 +92,7 @@ class FabricWatch:
     def run(self) -> None:
         if self.kind == "none":
             return
-        delay = 1.0
-        while not self.stop.is_set():
-            try:
-                self._follow()
-                if self.once:
-                    return
-            except Stopped:
-                return
-            except (FleetmedicError, OSError, subprocess.SubprocessError) as exc:
-                log.error(
-                    "fabric manager log %s: %s; retrying in %.0fs",
-                    self.path,
-                    " ".join(str(exc).split()),
-                    delay,
-                )
-                if self.once:
-                    return
-                self.stop.wait(delay)
-                delay = min(delay * 2, 30.0)
+        follow_log(self._follow, self.stop, self.once, f"fabric manager log {self.path}")
 
     def _catch_up(self) -> Iterator[str]:
         if self.kind == "file":

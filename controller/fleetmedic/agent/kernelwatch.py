@@ -37,7 +37,6 @@ even without the API server.
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -53,11 +52,10 @@ from fleetmedic.agent.logsource import (
     prescan,
     read_boot_id,
 )
-from fleetmedic.agent.retry import Retrier, Stopped
+from fleetmedic.agent.retry import Retrier, follow_log
 from fleetmedic.agent.watermark import Mark, is_stale, locate, segment_id
 from fleetmedic.agent.writer import NodeWriter, Outcome, now_rfc3339
 from fleetmedic.agent.xidflows import XidFlows, describe
-from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.policy import counts
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
@@ -130,28 +128,13 @@ class KernelWatch:
     def run(self) -> None:
         if self.kind == "none":
             return
-        delay = 1.0
-        while not self.stop.is_set():
-            try:
-                self._follow()
-                if self.once:
-                    return
-            except Stopped:
-                return
-            except (FleetmedicError, OSError, subprocess.SubprocessError) as exc:
-                log.error(
-                    "kernel log %s: %s; retrying in %.0fs",
-                    self.path,
-                    " ".join(str(exc).split()),
-                    delay,
-                )
-                if self.once:
-                    return
-                self.stop.wait(delay)
-                delay = min(delay * 2, 30.0)
-            else:
-                if self.kind != "file":  # a follower that ended (journalctl exited): start again
-                    self.stop.wait(delay)
+        follow_log(
+            self._follow,
+            self.stop,
+            self.once,
+            f"kernel log {self.path}",
+            rest_after_end=self.kind != "file",  # journalctl or kmsg ended: start again
+        )
 
     def _lines(self) -> Iterator[str]:
         poll = self.cfg.poll

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import logging
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from fleetmedic.errors import PermanentError, TemporaryError
+from fleetmedic.errors import FleetmedicError, PermanentError, TemporaryError
 
 log = logging.getLogger("fleetmedic.agent")
 T = TypeVar("T")
@@ -104,3 +105,34 @@ class Retrier:
             self._last_refusal = ""
         if since is not None:
             log.info("API server reachable again after %.0fs", time.monotonic() - since)
+
+
+def follow_log(
+    follow: Callable[[], None],
+    stop: threading.Event,
+    once: bool,
+    what: str,
+    *,
+    rest_after_end: bool = False,
+) -> None:
+    """Run ``follow`` (a log watch's read loop) until ``stop`` is set, or once with
+    ``once``. A failure to read is one line naming ``what``, then a wait of 1 s, doubled
+    after each failure up to 30 s. ``rest_after_end``: a follower that ended on its own
+    (journalctl exited) is started again after the current wait, not at once."""
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            follow()
+        except Stopped:
+            return
+        except (FleetmedicError, OSError, subprocess.SubprocessError) as exc:
+            log.error("%s: %s; retrying in %.0fs", what, " ".join(str(exc).split()), delay)
+            if once:
+                return
+            stop.wait(delay)
+            delay = min(delay * 2, 30.0)
+        else:
+            if once:
+                return
+            if rest_after_end:
+                stop.wait(delay)
