@@ -255,6 +255,8 @@ time_table() {
 }
 time_table
 if ((${#failed[@]})); then
+  # CI keeps the tail of the output: the failed tests' names belong in it
+  python scripts/failed_tests.py "$REPORTS"/pytest-*.xml || true
   printf 'FAILED stages: %s\n' "${failed[*]}"
   exit 1
 fi

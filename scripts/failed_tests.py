@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The tests that failed, one line each, from pytest's JUnit reports (scripts/test.sh).
+
+    failed_tests.py REPORT.xml [REPORT.xml ...]
+
+CI keeps only the tail of a run's output, and pytest's own summary sits far above the
+time table: scripts/test.sh prints these lines just before ``FAILED stages``, so the
+tail names what failed. Each line: ``failed|error  TEST  first line of the message``
+(cut to 200 characters). At most 40 lines, then how many more. A report that cannot be
+read is named; the exit status is 0 either way (the stage's own status says it failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+SHOWN = 40
+WIDTH = 200
+
+
+def failures(reports: Sequence[Path]) -> Iterator[str]:
+    for report in reports:
+        try:
+            root = ET.parse(report).getroot()
+        except (OSError, ET.ParseError) as e:
+            yield f"unreadable report {report}: {e}"
+            continue
+        for case in root.iter("testcase"):
+            for kind in ("failure", "error"):
+                for bad in case.findall(kind):
+                    message = (bad.get("message") or "").strip().splitlines()
+                    first = message[0] if message else ""
+                    name = f"{case.get('classname')}::{case.get('name')}"
+                    kind_word = "failed" if kind == "failure" else "error"
+                    yield f"{kind_word:6}  {name}  {first}"[:WIDTH]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("reports", nargs="*", type=Path, help="pytest's --junitxml reports")
+    args = ap.parse_args(argv)
+    lines = list(failures([r for r in args.reports if r.exists()]))
+    if lines:
+        print(f"== failed tests ({len(lines)})")
+    for line in lines[:SHOWN]:
+        print(f"   {line}")
+    if len(lines) > SHOWN:
+        print(f"   ... and {len(lines) - SHOWN} more (build/test-reports/pytest-*.xml)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

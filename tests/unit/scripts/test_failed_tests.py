@@ -1,0 +1,92 @@
+"""scripts/failed_tests.py: CI keeps only the tail of a run, so the failed tests' names are
+printed there, read from the JUnit reports pytest itself wrote."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "scripts" / "failed_tests.py"
+
+TESTS = """
+import pytest
+
+def test_passes():
+    pass
+
+def test_fails():
+    assert 1 == 2, "the node stayed cordoned\\nand a second line"
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("apiserver gone")
+
+def test_setup_errors(broken):
+    pass
+"""
+
+
+def junit_of(tmp_path: Path, source: str, name: str) -> Path:
+    (tmp_path / f"test_{name}.py").write_text(source)
+    report = tmp_path / f"{name}.xml"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            f"--junitxml={report}",
+            str(tmp_path / f"test_{name}.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert report.exists()
+    return report
+
+
+def run(*reports: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, reports)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_each_failure_and_error_is_one_line_with_its_first_message_line(tmp_path):
+    r = run(junit_of(tmp_path, TESTS, "mixed"), tmp_path / "absent.xml")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "== failed tests (2)"
+    assert lines[1].split()[:2] == ["failed", "test_mixed::test_fails"]
+    assert lines[1].endswith("AssertionError: the node stayed cordoned")
+    assert lines[2].split()[:2] == ["error", "test_mixed::test_setup_errors"]
+    assert "test_passes" not in r.stdout and "second line" not in r.stdout
+
+
+def test_a_green_report_prints_nothing(tmp_path):
+    r = run(junit_of(tmp_path, "def test_fine():\n    pass\n", "green"))
+    assert (r.returncode, r.stdout) == (0, "")
+
+
+def test_many_failures_are_cut_and_counted(tmp_path):
+    source = "".join(f"def test_{i}():\n    assert False\n" for i in range(45))
+    lines = run(junit_of(tmp_path, source, "many")).stdout.splitlines()
+    assert lines[0] == "== failed tests (45)"
+    assert len(lines) == 1 + 40 + 1 and lines[-1].startswith("   ... and 5 more")
+
+
+def test_an_unreadable_report_is_named(tmp_path):
+    bad = tmp_path / "cut.xml"
+    bad.write_text("<testsuites><testsuite>")
+    r = run(bad)
+    assert r.returncode == 0 and "unreadable report" in r.stdout and "cut.xml" in r.stdout
