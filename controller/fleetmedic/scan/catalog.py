@@ -20,7 +20,9 @@ with a ``sources`` table that every entry must cite):
   family calls for.
 
 The records are in :mod:`.entries`; the files are read and checked by
-:mod:`.catalogfiles`, :mod:`.catalogcodes` and :mod:`.catalogrules`.
+:mod:`.catalogfiles`, :mod:`.catalogcodes` and :mod:`.catalogrules`; the packaged
+files' parse is kept by their content (:mod:`.catalogcache`: a start-up cost of
+``fleetmedic scan``), and checked again at every load.
 
 :func:`load` validates everything once (an unknown action, a missing
 source, a bad regex is a :class:`~fleetmedic.errors.ConfigError` with a
@@ -43,8 +45,9 @@ from fleetmedic.scan.catalogfiles import (
     TRIGGER_AMDGPU,
     TRIGGER_NVRM,
     TRIGGER_SXID,
+    catalog_file,
     fail,
-    read_catalog_file,
+    read_files,
     shipped_thresholds,
 )
 from fleetmedic.scan.catalogrules import load_families, load_joins, load_net, load_rules
@@ -184,8 +187,8 @@ def load(directory: str | None = None) -> Catalog:
     The result is cached per directory. Raises :class:`ConfigError` (one
     line) on any invalid entry.
     """
-    base = Path(directory) if directory else None
-    files = {name: read_catalog_file(base, name) for name in FILES}
+    read = read_files(Path(directory) if directory else None, FILES + SOURCE_LISTS)
+    files = {name: catalog_file(read, name) for name in FILES}
     sources: dict[str, str] = {}
     for name, data in files.items():
         for key, text in data["sources"].items():
@@ -194,14 +197,14 @@ def load(directory: str | None = None) -> Catalog:
             sources[key] = " ".join(str(text).split())
     try:
         parts = load_xids(FILES[0], files[FILES[0]])
-        nv_families = load_families(FILES[0], files[FILES[0]], base)
+        nv_families = load_families(FILES[0], files[FILES[0]], read)
         parts["rules"] += nv_families["rules"]
-        parts.update(load_sxids(FILES[1], files[FILES[1]], base))
+        parts.update(load_sxids(FILES[1], files[FILES[1]], read))
         amd = files[FILES[2]]
         parts["rules"] += load_rules(
             FILES[2], amd["rules"], amd["sources"], "amd", "amdgpu", TRIGGER_AMDGPU
         )
-        amd_families = load_families(FILES[2], amd, base)
+        amd_families = load_families(FILES[2], amd, read)
         parts["rules"] += amd_families["rules"]
         work = files[FILES[3]]
         parts["rules"] += load_rules(FILES[3], work["rules"], work["sources"], "nvidia", None, None)

@@ -4,7 +4,6 @@ NVLink5 decode table) and NVSwitch SXids (with the severity each prints)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from fleetmedic.model.actions import FENCING_ACTIONS
@@ -15,7 +14,7 @@ from fleetmedic.scan.catalogfiles import (
     compiled,
     fail,
     hex_value,
-    read_source_list,
+    source_list,
 )
 from fleetmedic.scan.catalogrules import load_rules
 from fleetmedic.scan.entries import Nvlink5Row, SxidEntry, XidEntry
@@ -83,7 +82,7 @@ def load_xids(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def load_sxids(name: str, data: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
+def load_sxids(name: str, data: Mapping[str, Any], read: Mapping[str, Any]) -> dict[str, Any]:
     sources = data["sources"]
     severities = {
         str(k): checked_action(name, {"id": k}, v) for k, v in data["severity_actions"].items()
@@ -123,7 +122,7 @@ def load_sxids(name: str, data: Mapping[str, Any], base: Path | None) -> dict[st
             raise fail(name, f"printed severity {word!r} maps to unknown {severity!r}")
     driver: dict[int, tuple[str, str]] = {}
     if data.get("driver_list"):
-        listed = read_source_list(base, str(data["driver_list"]))
+        listed = source_list(read, str(data["driver_list"]))
         for row in next(iter(listed.values())).get("sxids") or ():
             said = printed.get(str(row["severity"]).lower())
             if said is not None:

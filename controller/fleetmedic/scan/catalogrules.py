@@ -4,7 +4,6 @@ safety net (``unclassified``, ``benign``, ``failure_words``), read from one file
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from fleetmedic.scan import families as fammod
@@ -15,7 +14,7 @@ from fleetmedic.scan.catalogfiles import (
     fail,
     hex_value,
     label,
-    read_source_list,
+    source_list,
 )
 from fleetmedic.scan.entries import Benign, Join, NetRule, Rule
 
@@ -107,13 +106,13 @@ def status_actions(file: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def load_families(file: str, data: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
+def load_families(file: str, data: Mapping[str, Any], read: Mapping[str, Any]) -> dict[str, Any]:
     """The ``families:`` section of one catalog file, with its derived source list."""
     section = data.get("families")
     if not section:
         return {"rules": (), "families": (), "lists": {}}
     sources = data["sources"]
-    listed = fammod.parse_source_list(read_source_list(base, str(section["list"])))
+    listed = fammod.parse_source_list(source_list(read, str(section["list"])))
     rules, families = [], []
     for entry in section["entries"]:
         name = str(entry["family"])
