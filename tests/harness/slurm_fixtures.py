@@ -6,7 +6,8 @@ also on ``24.11`` (Debian 13's, from its node tree: tests/harness/slurm24.py) wh
 marked ``@pytest.mark.every_slurm``: the tests where the release changes what happens
 (JSON parsing, reasons, drain and resume, reboots, HA). The others test our code above
 the adapter, which a second release would only run again (CI time: docs/slurm.md,
-"Support matrix"). While a 24.11 test runs, the 24.11 client tools come first on PATH (as
+"Support matrix"; ``FLEETMEDIC_SLURM_EVERY_RELEASE=1`` runs every Slurm test on every
+release). While a 24.11 test runs, the 24.11 client tools come first on PATH (as
 on a bastion with 24.11 installed), so what the test runs (``fleetmedic``,
 ``ansible-inventory``, the adapter) talks to its cluster with that release's tools.
 
@@ -61,7 +62,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Every release for a test marked ``every_slurm``, the first (22.05) for the rest."""
     if "slurm_version" not in metafunc.fixturenames:
         return
-    every = metafunc.definition.get_closest_marker("every_slurm") is not None
+    every = (
+        metafunc.definition.get_closest_marker("every_slurm") is not None
+        or os.environ.get("FLEETMEDIC_SLURM_EVERY_RELEASE") == "1"  # (all on each: a desk run)
+    )
     metafunc.parametrize(
         "slurm_version",
         slurm24.VERSIONS if every else slurm24.VERSIONS[:1],

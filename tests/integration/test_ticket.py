@@ -221,7 +221,9 @@ def test_a_pending_case_is_sent_once_and_marked_sent(webhook, tmp_path, store):
     # killed before the Node said sent: the next controller reads the outbox's tombstone
     nodes.add("gpu-2", record(tmp_path))
     again = Sender(webhook, nodes, store)
-    assert again.due() == ["gpu-2"] and nodes.rma("gpu-2").ticket == "sent"
+    assert again.due() == ["gpu-2"]
+    rec = nodes.rma("gpu-2")
+    assert (rec.ticket, rec.ticket_id) == ("sent", "1652000000101=OPS-17"), "the key too"
     time.sleep(0.5)
     assert len(webhook.received) == 1, "never sent twice"
     again.stop()
@@ -274,3 +276,13 @@ def test_the_last_try_is_recorded_failed(webhook, tmp_path, store):
     assert rec.ticket == "failed" and "given up after 2 tries" in rec.ticket_error
     assert [r.answered for r in webhook.received] == [503, 503]
     t.stop()
+    # killed after the outbox gave up, before the Node said so: the next controller reads
+    # why from the outbox's tombstone, and tries no more
+    nodes.add("gpu-2", record(tmp_path))
+    again = Sender(webhook, nodes, store, retry=0.2, tries=2)
+    assert again.due() == ["gpu-2"]
+    rec = nodes.rma("gpu-2")
+    assert rec.ticket == "failed" and "given up after 2 tries" in rec.ticket_error
+    time.sleep(0.6)  # three retry intervals: a letter posted again would have gone by now
+    assert [r.answered for r in webhook.received] == [503, 503]
+    again.stop()

@@ -92,7 +92,13 @@ class FabricWatch:
     def run(self) -> None:
         if self.kind == "none":
             return
-        follow_log(self._follow, self.stop, self.once, f"fabric manager log {self.path}")
+        follow_log(
+            self._follow,
+            self.stop,
+            self.once,
+            f"fabric manager log {self.path}",
+            rest_after_end=self.kind == "journal",  # journalctl ended: not a busy loop
+        )
 
     def _catch_up(self) -> Iterator[str]:
         if self.kind == "file":

@@ -27,6 +27,9 @@ from fleetmedic.errors import FleetmedicError, PermanentError, TemporaryError
 log = logging.getLogger("fleetmedic.agent")
 T = TypeVar("T")
 
+HEALTHY_RUN = 60.0
+"""Seconds a log follower must have run for its retry wait to start over at 1 s."""
+
 
 class Stopped(Exception):
     """The agent is shutting down (or, with ``give_up_after``, gave up); the call was abandoned."""
@@ -114,18 +117,24 @@ def follow_log(
     what: str,
     *,
     rest_after_end: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Run ``follow`` (a log watch's read loop) until ``stop`` is set, or once with
     ``once``. A failure to read is one line naming ``what``, then a wait of 1 s, doubled
-    after each failure up to 30 s. ``rest_after_end``: a follower that ended on its own
-    (journalctl exited) is started again after the current wait, not at once."""
+    after each failure up to 30 s; a follower that had run for :data:`HEALTHY_RUN` starts
+    over at 1 s (an outage a week ago does not slow today's restart). ``rest_after_end``:
+    a follower that ended on its own (journalctl exited) is started again after the
+    current wait, not at once."""
     delay = 1.0
     while not stop.is_set():
+        began = clock()
         try:
             follow()
         except Stopped:
             return
         except (FleetmedicError, OSError, subprocess.SubprocessError) as exc:
+            if clock() - began >= HEALTHY_RUN:
+                delay = 1.0
             log.error("%s: %s; retrying in %.0fs", what, " ".join(str(exc).split()), delay)
             if once:
                 return
@@ -134,5 +143,7 @@ def follow_log(
         else:
             if once:
                 return
+            if clock() - began >= HEALTHY_RUN:
+                delay = 1.0
             if rest_after_end:
                 stop.wait(delay)

@@ -20,11 +20,12 @@ per letter per try. A :class:`~fleetmedic.errors.ConfigError` (an unreadable sec
 URL the library does not know) is never retried.
 
 A letter's ``id`` says what it is about (``chat/pager/escalation/gpu-7/2026-...``):
-posting an id that is pending is a no-op, and a ``once`` letter's id is remembered for
-:data:`KEEP_SENT` after delivery (a small tombstone on the record), so it is never sent
-twice, across restarts too: what one ticket per case needs (:meth:`Outbox.delivered`).
-A sender that keeps its own record of a letter's end (the RMA ticket's, on the Node:
-controller/ticketer.py) hears of each letter's end through :meth:`Outbox.listen`.
+posting an id that is pending is a no-op, and a ``once`` letter's end is remembered for
+:data:`KEEP_ENDED` (a small tombstone on the record: delivered, with what the receiver
+said, or given up, with why), so it is never sent twice nor tried again, across restarts
+too: what one ticket per case needs (:meth:`Outbox.ended`). A sender that keeps its own
+record of a letter's end (the RMA ticket's, on the Node: controller/ticketer.py) hears of
+each end through :meth:`Outbox.listen`, and after a restart reads it from the tombstone.
 
 Known gaps, plainly: delivery is at least once: a controller killed between a send and
 its record sends that letter again after the restart (a receiver that must not see it
@@ -72,8 +73,25 @@ RECORD_PREFIX = "outbox."
 so posting never conflicts with the breaker's or the domains' writes)."""
 PERSIST_LIMIT = 64 * 1024
 """Bytes of one letter's JSON kept on the record; a ConfigMap holds 1 MiB in all."""
-KEEP_SENT = timedelta(days=7)
-"""How long a delivered ``once`` letter's id is remembered (a tombstone of ~100 bytes)."""
+KEEP_ENDED = timedelta(days=7)
+"""How long a ``once`` letter's end is remembered (a tombstone of 100-400 bytes)."""
+NOTE_LIMIT = 256
+"""Characters of a channel's note (an issue key, a refusal) kept in a tombstone."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """How a ``once`` letter ended: ``sent`` (``note``: what the channel said, e.g. the
+    receiver's issue key) or given up (``note``: why), and when."""
+
+    sent: bool
+    note: str
+    at: str
+
+    def tombstone(self, letter_id: str) -> str:
+        return json.dumps(
+            {"id": letter_id, "sent" if self.sent else "gave_up": self.at, "note": self.note}
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +175,7 @@ class Outbox(Part):
         self.cfg, self.channels, self.stop, self.acting = cfg, channels, stop, acting
         self.store, self.ref, self.clock = store, ref if store is not None else None, clock
         self._pending: dict[str, _Pending] = {}
-        self._sent: dict[str, str] = {}  # once-letters delivered: id -> when
+        self._ended: dict[str, Ended] = {}  # once-letters' ends, by id
         self._outages: dict[tuple[str, str], Backoff] = {}
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -175,7 +193,7 @@ class Outbox(Part):
 
     def restore(self) -> None:
         """Take the record's letters (a restart, a new leader): those still to deliver, and
-        the ids of delivered once-letters. Old tombstones are pruned."""
+        the ends of once-letters. Old tombstones are pruned."""
         if self.ref is None or self.store is None:
             return
         try:
@@ -192,11 +210,12 @@ class Outbox(Part):
                     continue
                 tomb = _tombstone(raw)
                 if tomb is not None:
-                    sent_at = parse_time(tomb[1])
-                    if sent_at is None or now - sent_at > KEEP_SENT:
+                    letter_id, end = tomb
+                    at = parse_time(end.at)
+                    if at is None or now - at > KEEP_ENDED:
                         stale[key] = None
                     else:
-                        self._sent[tomb[0]] = tomb[1]
+                        self._ended[letter_id] = end
                     continue
                 got = Letter.decode(raw)
                 if got is None:
@@ -214,9 +233,10 @@ class Outbox(Part):
     # -- posting ------------------------------------------------------------------------
     def post(self, letter: Letter) -> None:
         """Queue ``letter`` (never blocks, never raises: a notification's trouble must not
-        fail what it reports). An id pending or already sent once is not queued again."""
+        fail what it reports). An id pending, or a once-letter that ended, is not queued
+        again."""
         with self._cond:
-            if letter.id in self._pending or letter.id in self._sent:
+            if letter.id in self._pending or letter.id in self._ended:
                 return
             self._pending[letter.id] = _Pending(letter, due=self.clock())
             self._cond.notify()
@@ -226,11 +246,11 @@ class Outbox(Part):
         with self._cond:
             return [p.letter for p in self._pending.values()]
 
-    def delivered(self, letter_id: str) -> bool:
-        """Whether the once-letter ``letter_id`` was delivered (within :data:`KEEP_SENT`,
-        across restarts: its tombstone)."""
+    def ended(self, letter_id: str) -> Ended | None:
+        """How the once-letter ``letter_id`` ended (within :data:`KEEP_ENDED`, across
+        restarts: its tombstone); None while it is pending or was never posted."""
         with self._cond:
-            return letter_id in self._sent
+            return self._ended.get(letter_id)
 
     def listen(self, fn: Callable[[Letter, bool, str], None]) -> None:
         """``fn(letter, sent, note)`` at each letter's end, on the outbox's thread: sent
@@ -349,13 +369,13 @@ class Outbox(Part):
                 listener(letter, sent, note)
             except Exception:  # a listener's bug must not stop the sender
                 log.exception("outbox: a listener failed on the end of %s", letter.what)
+        end = Ended(sent, note[:NOTE_LIMIT], stamp(datetime.now(UTC)))
         with self._cond:
             self._pending.pop(letter.id, None)
-            if sent and letter.once:
-                self._sent[letter.id] = stamp(datetime.now(UTC))
-        if sent and letter.once:
-            tomb = json.dumps({"id": letter.id, "sent": self._sent[letter.id]})
-            self._write({record_key(letter.id): tomb})
+            if letter.once:
+                self._ended[letter.id] = end
+        if letter.once:
+            self._write({record_key(letter.id): end.tombstone(letter.id)})
         elif p.saved:
             self._write({record_key(letter.id): None})
 
@@ -376,12 +396,15 @@ class Outbox(Part):
             return False
 
 
-def _tombstone(raw: str) -> tuple[str, str] | None:
-    """(id, when sent) of a delivered once-letter's entry, else None."""
+def _tombstone(raw: str) -> tuple[str, Ended] | None:
+    """(id, end) of an ended once-letter's entry, else None."""
     try:
         d = json.loads(raw)
     except ValueError:
         return None
-    if isinstance(d, dict) and set(d) == {"id", "sent"}:
-        return str(d["id"]), str(d["sent"])
-    return None
+    if not isinstance(d, dict) or "id" not in d or not set(d) <= {"id", "sent", "gave_up", "note"}:
+        return None
+    sent = "sent" in d
+    if sent == ("gave_up" in d):
+        return None
+    return str(d["id"]), Ended(sent, str(d.get("note", "")), str(d["sent" if sent else "gave_up"]))

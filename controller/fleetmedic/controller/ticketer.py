@@ -23,10 +23,9 @@ answer and the outbox's tombstone, one HTTP round trip): the case id goes along 
 
 A refused case (the receiver answers 4xx), a template that renders no JSON, or the last
 of ``ticket.tries`` is recorded as ``failed`` with the reason; the email still carries
-the case. Known gaps, plainly: a delivered letter's issue key is on the Node only if the
-controller that delivered it lived to write it (after a restart the record says ``sent``
-without the key, from the tombstone); one given up whose end was not written before a
-restart is posted again (another round of tries).
+the case. A controller killed after a letter ended and before the Node says so: the next
+one reads the end from the outbox's tombstone (the issue key, or why it was given up), so
+the record says what the first would have written, and nothing is posted again.
 """
 
 from __future__ import annotations
@@ -148,8 +147,8 @@ class Ticketer(Part):
             letter = channels.ticket_to(target, view.name, serial, case, profile=profile)
             with self._lock:
                 end = self._ended.get(letter.id)
-            if end is None and self.outbox.delivered(letter.id):
-                end = (True, "")  # delivered before a restart: its tombstone says so
+            if end is None and (tomb := self.outbox.ended(letter.id)):
+                end = (tomb.sent, tomb.note)  # ended before a restart: its tombstone says so
             if end is None:
                 self.outbox.post(letter)  # (a no-op while it is pending)
                 continue

@@ -191,7 +191,9 @@ def fail_step(
     n: NodeCtx, fl: InFlight, result: str, message: str, run_id: str | None = None
 ) -> Update:
     mark = n.attempt(fl, result, message, run_id)
-    if fl.attempt <= n.step_cfg(fl.step).retries:
+    # (at manual, only the RMA case's phases can fail: no retries, the escalation next)
+    retries = 0 if fl.step == MANUAL else n.step_cfg(fl.step).retries
+    if fl.attempt <= retries:
         again = n.first(fl.ep, fl.step, fl.attempt + 1)
         return n.update(
             annotations={keys.ANN_IN_FLIGHT: again.encode()},

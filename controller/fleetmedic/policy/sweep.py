@@ -36,7 +36,7 @@ from fleetmedic.model import keys, nodeedit
 from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.model.vocabulary import Vocabulary
-from fleetmedic.policy import budget
+from fleetmedic.policy import budget, handoff
 from fleetmedic.policy.history import parse_time
 from fleetmedic.policy.profiles import Assignment
 
@@ -119,11 +119,12 @@ def plan(
     """What to start and release now. ``gpu_busy``: nodes with a pod asking for a GPU;
     ``sweeping``: nodes this process is sweeping; ``skip``: nodes it is otherwise working
     on or leaving alone; ``paused``: why automation is stopped (or None); ``breakers``:
-    per profile, why its circuit breaker stops it (or None)."""
+    per profile, why its circuit breaker stops it (or None). A node NVSentinel works on
+    (its state label, before its cordon lands) is held as the ladder holds it."""
     mine = set(sweeping)
     not_now = mine | set(skip)
     release = tuple(v.name for v in views if v.maintenance and v.name not in not_now)
-    not_now |= set(gpu_busy)
+    not_now |= set(gpu_busy) | set(handoff.holds(views, cfg))
     start: list[tuple[str, str]] = []
     held: dict[str, str] = {}
     by_profile: dict[str, list[NodeView]] = {}

@@ -23,6 +23,7 @@ from fleetmedic.adapters import filestore
 from fleetmedic.adapters.filestore import FileStore, StoreCorrupt
 from fleetmedic.adapters.lease import Lease
 from fleetmedic.errors import ConflictError, NotFoundError, PermanentError, TemporaryError
+from tests.harness import loadscale
 
 NS = "fleetmedic"
 
@@ -343,7 +344,8 @@ KILLED_BEFORE_RENAME = textwrap.dedent(
 def test_a_writer_killed_before_its_rename_leaves_the_old_object(store, tmp_path):
     made = store.patch_config_map_data(NS, "cm", {"a": "old"})
     child = subprocess.run(
-        [sys.executable, "-c", KILLED_BEFORE_RENAME, str(tmp_path / "store")], timeout=60
+        [sys.executable, "-c", KILLED_BEFORE_RENAME, str(tmp_path / "store")],
+        timeout=loadscale.guard(60),
     )
     assert child.returncode == -signal.SIGKILL
     tmp = tmp_path / "store" / NS / "configmaps" / ".tmp"
@@ -387,7 +389,7 @@ def test_processes_get_compare_and_swap(store, tmp_path):
         )
         for _ in range(procs)
     ]
-    outs = [c.communicate(timeout=120)[0] for c in children]
+    outs = [c.communicate(timeout=loadscale.guard(120))[0] for c in children]
     assert [c.returncode for c in children] == [0] * procs
     assert store.get_config_map(NS, "counter")["data"]["n"] == str(procs * each)
     assert all(o.strip().isdigit() for o in outs)

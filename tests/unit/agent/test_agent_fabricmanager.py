@@ -7,6 +7,7 @@ killed)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -134,3 +135,35 @@ def test_auto_follows_the_file_only_where_fabric_manager_logs(tmp_path):
     (tmp_path / "fm.log").write_text("")
     assert resolve(FabricManagerConfig(path=str(tmp_path / "fm.log"))) == "file"
     assert resolve(FabricManagerConfig(source="journal")) == "journal"
+
+
+def test_a_journal_follower_that_keeps_ending_is_started_again_after_a_rest(tmp_path, monkeypatch):
+    # journalctl -f ends when journald restarts: the watch starts it again after the
+    # retry's wait (1 s), not in a busy loop
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "journalctl"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$(date +%s.%N) $*" >> {calls}\nexit 0\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    fab = Fabric(tmp_path)
+    stop = threading.Event()
+    cfg = FabricManagerConfig(source="journal", stat_file=str(fab.stat), poll=0.05)
+    fw = FabricWatch(cfg, NodeWriter(fab.kube, "n1", VOCAB), Retrier(stop), stop, boot="b")
+    thread = threading.Thread(target=fw.run, daemon=True)
+    thread.start()
+
+    def follows() -> list[float]:
+        lines = calls.read_text().splitlines() if calls.exists() else []
+        return [float(c.split()[0]) for c in lines if " -f " in f"{c} "]
+
+    deadline = time.monotonic() + 30
+    while len(follows()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    starts = follows()
+    assert len(starts) >= 3, starts  # started again each time it ended
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= 0.9, gaps  # a rest of 1 s each time (without it: a few ms)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from fleetmedic.agent.retry import Retrier, Stopped
+from fleetmedic.agent.retry import Retrier, Stopped, follow_log
 from fleetmedic.errors import PermanentError, TemporaryError
 
 
@@ -56,3 +56,32 @@ def test_give_up_after():
     fn, _ = flaky(10**6, TemporaryError("down", delay=0))
     with pytest.raises(Stopped):
         Retrier(threading.Event(), base=0.01, cap=0.01, give_up_after=0.1).call("x", fn)
+
+
+class Waits(threading.Event):
+    """A stop event that records each wait instead of waiting, and is set after ``n``."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.waits = n, []
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        if len(self.waits) >= self.n:
+            self.set()
+        return self.is_set()
+
+
+def test_a_log_follower_s_wait_doubles_and_starts_over_after_a_healthy_run(caplog):
+    # fails at once 3 times, then runs 2 minutes before failing, then fails at once again
+    runs = iter([0, 0, 0, 120, 0, 0])
+    now = {"t": 0.0}
+
+    def follow():
+        now["t"] += next(runs)
+        raise OSError("journalctl: cannot open the journal")
+
+    stop = Waits(6)
+    follow_log(follow, stop, False, "kernel log", clock=lambda: now["t"])
+    assert stop.waits == [1.0, 2.0, 4.0, 1.0, 2.0, 4.0]
+    assert caplog.text.count("kernel log: journalctl: cannot open the journal") == 6

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import loadscale
+
 BINARY = "/bin/ls"
 
 
@@ -112,7 +114,7 @@ def run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "fleetmedic", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=loadscale.guard(timeout),
         env=env,
     )
 

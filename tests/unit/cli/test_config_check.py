@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.harness import loadscale
 from tests.unit.cli.test_bad_input import closed_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,7 +25,7 @@ def fleetmedic(*args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "fleetmedic", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=loadscale.guard(120),
         env=env,
     )
 

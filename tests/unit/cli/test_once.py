@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.harness import loadscale
 from tests.harness.loadscale import Deadline
 from tests.unit.cli.test_bad_input import closed_port
 
@@ -82,7 +83,7 @@ def test_once_gives_up_after_the_timeout_with_exit_3(setup, command):
     )
     started = time.monotonic()
     p = fleetmedic(*args, "--once-timeout", "3s")
-    _, err = p.communicate(timeout=120)
+    _, err = p.communicate(timeout=loadscale.guard(120))
     took = time.monotonic() - started
     assert p.returncode == 3, err
     lines = [ln for ln in err.splitlines() if "error:" in ln]
@@ -115,6 +116,6 @@ def test_the_daemon_keeps_waiting_with_one_line_per_outage(setup, tmp_path, monk
             assert p.poll() is None, p.stderr.read() if p.stderr else ""
         finally:
             os.killpg(p.pid, signal.SIGKILL)
-    _, err = p.communicate(timeout=30)
+    _, err = p.communicate(timeout=loadscale.guard(30))
     down = [ln for ln in err.splitlines() if f"127.0.0.1:{port}" in ln]
     assert len(down) == 1 and "retrying with back-off" in down[0], err

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.harness import fleet_net as net
+from tests.harness import loadscale
 from tests.harness.fleet import ROOT, Fleet, Node, _write_inventory
 
 
@@ -62,7 +63,7 @@ def test_ansible_inventory_parses_it(fleet):
         [str(bindir / "ansible-inventory"), "-i", str(fleet.inventory), "--list"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=loadscale.guard(60),
         cwd=ROOT,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
     )

@@ -46,3 +46,11 @@ def test_a_deadline_keeps_the_highest_stretch_it_saw(monkeypatch):
     assert d.allowed() == 30  # and went: the wait keeps what it was given
     assert not d.passed() and 0 < d.remaining() <= 30
     assert "allowed 10s x load 3.0" in str(d)
+
+
+def test_a_hang_guard_stretches_with_the_load_and_more_in_a_low_priority_lane(monkeypatch):
+    monkeypatch.setenv(loadscale.ENV, "2")
+    monkeypatch.setattr(loadscale.os, "nice", lambda inc: 0)
+    assert loadscale.guard(60) == 120
+    monkeypatch.setattr(loadscale.os, "nice", lambda inc: 19)  # scripts/test.sh's unit lane
+    assert loadscale.guard(60) == 1200

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import procs
+from tests.harness import loadscale, procs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -93,7 +93,7 @@ def test_test_sh_refuses_a_replacing_switch_under_ci() -> None:
         env=_env(CI="true", FLEETMEDIC_LOKI_BIN="/srv/my-loki"),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=loadscale.guard(60),
     )
     assert p.returncode == 2, p.stdout + p.stderr
     assert "refused under CI=true: FLEETMEDIC_LOKI_BIN" in p.stderr

@@ -15,7 +15,7 @@ from fleetmedic.model.config.lemon import LemonConfig
 from fleetmedic.model.gpufacts import GpuReport, LoggedFault
 from fleetmedic.model.gpus import FleetHistory, Gpu, Incident, NodeRecord
 from fleetmedic.policy import lemon, plan
-from fleetmedic.policy.actions import Kind
+from fleetmedic.policy.actions import LOST, Kind, Outcome
 from fleetmedic.policy.history import stamp
 from tests.unit.policy.lemonsim import LemonWorld, gpu
 from tests.unit.policy.policysim import T0, World, config, make_node
@@ -381,3 +381,27 @@ def test_a_moved_gpu_counts_the_hold_of_its_last_repair_on_the_node_it_left():
     rec = w.rma("n2")
     assert w.view("n2").state == "manual" and rec is not None
     assert [(c["node"], c["ep"]) for c in rec.gpus[0]["chain"]] == [("n1", 2), ("n2", 1)]
+
+
+def test_a_case_at_manual_whose_runs_are_lost_past_its_timeout_is_escalated():
+    """The case phase at ``manual`` (no rung above it): its execution node lost on every
+    try until the case's timeout passes. The node is escalated with its one email, as
+    any attempt that fails at the top of the ladder."""
+
+    class LostCaseWorld(LemonWorld):
+        def act(self, action):
+            if action.kind == Kind.RUN and action.phase == lemon.PHASE:
+                self.cases.append((action.node, action.ep))
+                return Outcome(LOST, message="execution node ex1 lost")
+            return super().act(action)
+
+    w = LostCaseWorld(config())
+    w.add("n1")
+    w.gpus["n1"] = [gpu(0, "1652000000100"), gpu(1, "1652000000101", "row_remap_failure")]
+    mark = {"rule": "xid.64", "pci": "0000:28:00", "msg": "GPU memory remapping failure"}
+    w.nodes["n1"]["metadata"]["annotations"][keys.ANN_LAST_FINDING] = json.dumps(mark)
+    w.nodes["n1"]["spec"]["taints"] = [w.vocab.repair("manual").as_taint()]
+    w.run(300, step=15)  # 75 min: past the case's 60 min timeout
+    assert len(w.cases) > 1  # resumed after each loss, until the timeout
+    assert [(a.step, a.result) for a in w.history("n1")][-1] == ("manual", "escalated")
+    assert w.emails[("n1", 1)] == 1

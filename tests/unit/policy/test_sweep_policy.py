@@ -98,6 +98,18 @@ def test_nodes_not_plainly_healthy_are_never_swept(node):
     assert not sweep.plan(vs, T0, c, assign(vs, c), gpu_busy=()).start
 
 
+def test_a_node_nvsentinel_works_on_is_not_swept_before_its_cordon_lands():
+    c = config(
+        sweep={"every": "6h", "max_concurrent": 2},
+        safety={"max_concurrent": 10, "max_concurrent_percent": 100, "min_healthy": 0},
+        nvsentinel={"enabled": True},
+    )
+    nodes = [make_node("n0"), make_node("n1")]
+    nodes[0]["metadata"]["labels"]["dgxc.nvidia.com/nvsentinel-state"] = "quarantined"
+    assert [n for n, _ in plan_for(c, nodes).start] == ["n1"]
+    assert [n for n, _ in plan_for(cfg(), nodes).start] == ["n0", "n1"]  # NVSentinel unknown
+
+
 def test_windows_pause_breaker_and_budget_hold_sweeps():
     nodes = [make_node(f"n{i}") for i in range(4)]
     # T0 is a Saturday noon

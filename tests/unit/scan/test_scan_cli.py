@@ -12,6 +12,7 @@ from scan_helpers import DATA, assert_valid
 
 from fleetmedic.scan import JSON_FIELDS, Scanner
 from fleetmedic.scan.finding import Finding
+from tests.harness import loadscale
 
 XID79 = "[ 100.0] NVRM: Xid (PCI:0000:3B:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
 XID13 = "[ 101.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=42, name=python3, Graphics Exception: ESR 0x51c730=0x8\n"
@@ -23,7 +24,7 @@ def scan(*args, stdin=None):
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=loadscale.guard(120),
     )
 
 
@@ -163,7 +164,7 @@ def test_a_terminal_on_stdin_gets_a_hint_instead_of_silence():
         hint = proc.stderr.readline()
         assert "reading a kernel log from the terminal" in hint and "Ctrl-D" in hint
         os.write(main, b"\x04")  # Ctrl-D: end of input
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=loadscale.guard(60)) == 0
     finally:
         proc.kill()
         os.close(main)
@@ -216,7 +217,7 @@ def test_journal_without_journalctl_exits_3_with_one_line(tmp_path: Path):
         [sys.executable, "-m", "fleetmedic", "scan", "--follow", "journal"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=loadscale.guard(120),
         env={"PATH": str(tmp_path), "PYTHONPATH": ":".join(sys.path)},
     )
     assert result.returncode == 3, result.stderr

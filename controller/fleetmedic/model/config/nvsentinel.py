@@ -32,7 +32,13 @@ Rung = Literal["diagnose", "reset", "reboot", "power_cycle", "reimage", "replace
 WORKING_STATES = ("quarantined", "draining", "drain-succeeded", "remediating")
 """Values of NVSentinel's state label while its own pipeline still works on a node
 (fault-quarantine, node-drainer, fault-remediation): with the hand-off on, fault-remediation
-acts after ``drain-succeeded`` (or hands the node over), so that state is NVSentinel's too."""
+acts after ``drain-succeeded`` (or hands the node over), so that state is NVSentinel's too.
+Checked against NVSentinel's own sources: its state manager (commons/pkg/statemanager)
+moves the label quarantined -> draining -> drain-succeeded | drain-failed -> remediating ->
+remediation-succeeded | remediation-failed, node-drainer's reconciler writes
+``drain-succeeded`` after the evictions, and its cordoned-nodes runbook names exactly these
+four as "an active remediation flow" (``drain-failed`` and ``remediation-failed`` are its
+terminal states, for a person)."""
 
 
 class NvsentinelConfig(Section):

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.harness import loadscale
+
 ROOT = Path(__file__).resolve().parents[4]
 
 
@@ -37,7 +39,7 @@ def inventory(*args: str, **extra: str) -> subprocess.CompletedProcess:
         text=True,
         env=env(**extra),
         cwd=ROOT,
-        timeout=120,
+        timeout=loadscale.guard(120),
     )
 
 
