@@ -19,7 +19,7 @@ from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller import channels
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.outbox import Outbox
-from fleetmedic.controller.parts import Look, Part
+from fleetmedic.controller.parts import Context, Look, Part
 from fleetmedic.controller.switches import Switches, pause_configmap, read_switches
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model.config import Config
@@ -175,27 +175,19 @@ class Breakers(Part):
 
     name = "breakers"
 
-    def __init__(
-        self,
-        cfg: Config,
-        cluster: Cluster,
-        metrics: Metrics,
-        *,
-        dry_run: bool,
-        outbox: Outbox,
-        on_trip: Callable[[str, list[str], int, float], None],
-    ) -> None:
+    def __init__(self, ctx: Context, on_trip: Callable[[str, list[str], int, float], None]) -> None:
+        """``on_trip(profile, nodes, pool, window)``: the chat notification of a trip."""
         self.keepers = {
             name: BreakerKeeper(
-                cfg.profile(name),
-                cluster,
-                metrics,
-                dry_run=dry_run,
-                outbox=outbox,
+                ctx.cfg.profile(name),
+                ctx.cluster,
+                ctx.metrics,
+                dry_run=ctx.dry_run,
+                outbox=ctx.outbox,
                 profile=name,
                 on_trip=on_trip,
             )
-            for name in cfg.profile_names()
+            for name in ctx.cfg.profile_names()
         }
 
     def restore(self) -> None:

@@ -20,6 +20,7 @@ from fleetmedic.adapters import chat
 from fleetmedic.controller import channels
 from fleetmedic.controller.outbox import Outbox
 from fleetmedic.controller.outbox import deliver_now as deliver_once
+from fleetmedic.controller.parts import Part
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config
@@ -32,7 +33,11 @@ from fleetmedic.policy.profiles import assign
 log = logging.getLogger(__name__)
 
 
-class Chatter:
+class Chatter(Part):
+    """One part of the loop (controller/parts.py) that only hears what is written."""
+
+    name = "chat"
+
     def __init__(
         self,
         cfg: Config,

@@ -27,20 +27,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from fleetmedic.adapters import runner
-from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.controller import domainmessages
 from fleetmedic.controller.domainplayer import RUN, VERIFY, DomainPlayer, Done
 from fleetmedic.controller.domainrecord import CLOSED_KEPT, IncidentStore
-from fleetmedic.controller.metrics import Metrics
-from fleetmedic.controller.outbox import Outbox
-from fleetmedic.controller.parts import Look, Part
+from fleetmedic.controller.parts import Context, Look, Part
 from fleetmedic.errors import FleetmedicError
 from fleetmedic.model import nodeedit
-from fleetmedic.model.config import Config, DomainConfig
+from fleetmedic.model.config import DomainConfig
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import domainnode, domains, domains_play
 from fleetmedic.policy.domains import Incident, Review
@@ -59,26 +56,15 @@ class DomainKeeper(Part):
 
     name = "domains"
 
-    def __init__(
-        self,
-        cfg: Config,
-        cluster: Cluster,
-        metrics: Metrics,
-        *,
-        dry_run: bool,
-        send: Callable[[Callable[[], None]], object],
-        outbox: Outbox,
-        cluster_name: str = "",
-        player: DomainPlayer | None = None,
-        wake: Callable[[], None] = lambda: None,
-    ) -> None:
-        self.cfg, self.cluster, self.metrics, self.dry_run = cfg, cluster, metrics, dry_run
-        self.send, self.outbox, self.cluster_name = send, outbox, cluster_name
-        self.store = IncidentStore(cfg, cluster, dry_run=dry_run)
-        self.player, self.wake = player, wake
+    def __init__(self, ctx: Context) -> None:
+        self.cfg, self.cluster, self.metrics = ctx.cfg, ctx.cluster, ctx.metrics
+        self.dry_run, self.send, self.outbox = ctx.dry_run, ctx.side_job, ctx.outbox
+        self.cluster_name = ctx.cfg.cluster_name or ""  # (named in emails and chat)
+        self.store = IncidentStore(ctx.cfg, ctx.cluster, dry_run=ctx.dry_run)
+        self.player, self.wake = DomainPlayer.if_configured(ctx), ctx.wake
         self._play_retry: dict[str, float] = {}  # incident id -> monotonic time to try again
         self._play_said: dict[str, str] = {}  # incident id -> the last wait logged
-        self.by_key: dict[str, DomainConfig] = {d.key: d for d in cfg.domains}
+        self.by_key: dict[str, DomainConfig] = {d.key: d for d in ctx.cfg.domains}
         self.memory = domains.Memory()
         self.index = domains.Index(tuple(self.by_key))  # (across cycles: see Index)
         self.incidents: tuple[Incident, ...] = ()

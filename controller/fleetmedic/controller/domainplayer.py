@@ -19,19 +19,17 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
 
 from fleetmedic import logcontext
 from fleetmedic.adapters import runner
+from fleetmedic.controller.parts import Context
 from fleetmedic.errors import FleetmedicError, one_line
-from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import domains_play
-from fleetmedic.policy.actions import LOST, Stale, Update
+from fleetmedic.policy.actions import LOST, Stale
 from fleetmedic.policy.domains_play import Play
 
 log = logging.getLogger(__name__)
@@ -53,22 +51,20 @@ class Done:
 
 
 class DomainPlayer:
-    def __init__(
-        self,
-        cfg: Config,
-        write: Callable[[Update], Any],
-        hold: Callable[[str], bool],
-        let_go: Callable[[str], None],
-        # (the keeper takes the nodes' Leases before a run starts; the run gives them back)
-        wake: Callable[[], None],
-        clock: Callable[[], datetime],
-    ) -> None:
-        self.cfg, self.write, self.hold, self._let_go = cfg, write, hold, let_go
-        self.wake, self.clock = wake, clock
+    def __init__(self, ctx: Context) -> None:
+        """The keeper takes the nodes' Leases before a run starts; the run gives them back
+        (``ctx.leadership.let_go``)."""
+        self.cfg, self.write, self.clock, self.wake = ctx.cfg, ctx.write, ctx.clock, ctx.wake
+        self.hold, self._let_go = ctx.leadership.hold, ctx.leadership.let_go
         self.done: queue.Queue[Done] = queue.Queue()
         self._running: dict[str, threading.Event] = {}  # incident id -> its run's cancel
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+
+    @classmethod
+    def if_configured(cls, ctx: Context) -> DomainPlayer | None:
+        """The player when a domain has a playbook (``action: {playbook: ...}``), else None."""
+        return cls(ctx) if any(d.playbook for d in ctx.cfg.domains) else None
 
     def busy(self, incident: str) -> bool:
         with self._lock:

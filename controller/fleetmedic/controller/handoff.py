@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from datetime import datetime
 
 from fleetmedic import logcontext
 from fleetmedic.adapters.cluster import Cluster
 from fleetmedic.adapters.nvsentinel import Requests, requests_of
-from fleetmedic.controller.metrics import Metrics
-from fleetmedic.controller.parts import Look, Part
+from fleetmedic.controller.parts import Context, Look, Part
 from fleetmedic.controller.watcher import NodeWatcher
 from fleetmedic.errors import ConfigError, FleetmedicError, NotFoundError
 from fleetmedic.model import keys
@@ -73,29 +72,15 @@ class Responder(Part):
 
     name = "nvsentinel"
 
-    def __init__(
-        self,
-        cfg: Config,
-        cluster: Cluster,
-        views: Callable[[], Mapping[str, NodeView]],
-        write: Callable[[Update], NodeView],
-        acting: Callable[[], bool],
-        clock: Callable[[], datetime],
-        *,
-        metrics: Metrics | None = None,
-        dry_run: bool = False,
-        watch_timeout: int = 300,
-    ) -> None:
-        """``views``: the loop's Node views by name; ``write``: the Recorder's RV-guarded
-        write; ``acting``: True while this controller may change the cluster."""
-        n = cfg.nvsentinel
-        requests = requests_of(cluster, n.api_group, n.version)
+    def __init__(self, ctx: Context) -> None:
+        n = ctx.cfg.nvsentinel
+        requests = requests_of(ctx.cluster, n.api_group, n.version)
         if requests is None:
             raise ConfigError("nvsentinel: the hand-off needs a Kubernetes cluster")
-        self.cfg, self.views, self.write, self.acting, self.clock = cfg, views, write, acting, clock
-        self.dry_run, self.metrics = dry_run, metrics or Metrics()
+        self.cfg, self.views, self.write, self.acting = ctx.cfg, ctx.views, ctx.write, ctx.acting
+        self.clock, self.dry_run, self.metrics = ctx.clock, ctx.dry_run, ctx.metrics
         self.requests = requests
-        self.watcher = RequestWatcher(self.requests, watch_timeout)
+        self.watcher = RequestWatcher(self.requests, ctx.watch_timeout)
         self.catalog = catalog.load()
         self._poked = threading.Event()
         self.watcher._changed = self._poked  # an ERR event wakes the worker as a poke does
@@ -103,6 +88,11 @@ class Responder(Part):
         self._thread: threading.Thread | None = None
         self._said: dict[str, str] = {}  # last reason logged per request
         self.passes = 0
+
+    @classmethod
+    def if_configured(cls, ctx: Context) -> Responder | None:
+        """The responder with ``nvsentinel.enabled``, else None."""
+        return cls(ctx) if ctx.cfg.nvsentinel.enabled else None
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self, stop: threading.Event) -> None:

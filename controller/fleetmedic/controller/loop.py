@@ -20,10 +20,9 @@ Maintenance windows, the pause switch and the circuit breaker are honoured throu
 ``budget.admit`` (planner.py). The pause ConfigMap (switches.py) also keeps the breaker's
 record, the domain incidents and the letters still to deliver (outbox.py).
 
-This module wires the parts and runs the cycle, nothing else. The parts (the informer,
-the ladder's workers, sweeps, domains, breakers, the outbox, the RMA tickets, the GPU
-gauges, paperwork) share one lifecycle (parts.py), and the loop holds them in a list (with
-``nvsentinel.enabled``, NVSentinel's responder too: handoff.py).
+This module wires the parts and runs the cycle, nothing else. The parts share one
+lifecycle and are made from one :class:`~fleetmedic.controller.parts.Context` (parts.py);
+the loop holds them in a list (a new part is one line there).
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ from fleetmedic.controller.breakerkeeper import Breakers
 from fleetmedic.controller.channels import CHANNELS
 from fleetmedic.controller.chatter import Chatter
 from fleetmedic.controller.domainkeeper import DomainKeeper
-from fleetmedic.controller.domainplayer import DomainPlayer
 from fleetmedic.controller.execute import Executor
 from fleetmedic.controller.gpumetrics import GpuGauges
 from fleetmedic.controller.handoff import Responder
@@ -49,7 +47,7 @@ from fleetmedic.controller.leadership import Leadership, default_identity
 from fleetmedic.controller.metrics import Metrics
 from fleetmedic.controller.outbox import Outbox
 from fleetmedic.controller.paperwork import Paperwork
-from fleetmedic.controller.parts import Look, Part
+from fleetmedic.controller.parts import Context, Look, Part
 from fleetmedic.controller.planner import DecisionLog, Planner, next_look
 from fleetmedic.controller.recorder import Recorder
 from fleetmedic.controller.sweeper import Sweeper
@@ -98,7 +96,6 @@ class Controller:
         self.metrics = m = metrics or Metrics()
         self._stop, self._wake = threading.Event(), threading.Event()
         stopped, wake = (lambda: self._stop), self._wake.set  # (run() replaces the event)
-        cluster_name = cfg.cluster_name or ""  # (named in emails and chat with `clusters:`)
         self.watcher: NodeWatcher[NodeView] = NodeWatcher(
             cluster, cfg.kube.label_selector, watch_timeout, transform=view_transform(cfg)
         )
@@ -116,7 +113,7 @@ class Controller:
         self.outbox = Outbox(
             cfg, CHANNELS, stop=stopped, store=store, ref=pause_configmap(cfg), acting=self.acting
         )
-        self.chatter = chatter = Chatter(cfg, stopped, cluster=cluster_name, outbox=self.outbox)
+        self.chatter = Chatter(cfg, stopped, cluster=cfg.cluster_name or "", outbox=self.outbox)
         self.paperwork = Paperwork(cfg.cluster_name)
         recorder = Recorder(
             cluster,
@@ -127,24 +124,8 @@ class Controller:
             on_written=self._written,
             later=self.paperwork.post,
         )
-        # NVSentinel's hand-off (controller/handoff.py): it hears the Recorder's writes
-        self.handoff = (
-            Responder(
-                cfg,
-                cluster,
-                self.watcher.snapshot,
-                recorder.write,
-                self.acting,
-                clock,
-                metrics=m,
-                dry_run=dry,
-                watch_timeout=watch_timeout,
-            )
-            if cfg.nvsentinel.enabled
-            else None
-        )
         executor = Executor(
-            cfg, cluster, cluster_name=cluster_name, on_run=lambda d: m.in_flight.inc(d)
+            cfg, cluster, cluster_name=cfg.cluster_name or "", on_run=lambda d: m.in_flight.inc(d)
         )
         work = NodeWork(cfg, lead, recorder, executor, m, clock)
         size = min(64, max(4, 2 * cfg.safety.max_concurrent + 2))
@@ -152,50 +133,38 @@ class Controller:
         self.switches = SwitchReader(
             cluster, cfg, on_read=lambda s: m.paused.set(int(bool(s.paused)))
         )
-        self.breakers = Breakers(
-            cfg, cluster, m, dry_run=dry, outbox=self.outbox, on_trip=chatter.breaker
-        )
-        player = DomainPlayer(cfg, recorder.write, lead.hold, lead.let_go, wake, clock)
-        self.domains = DomainKeeper(
-            cfg,
-            cluster,
-            m,
+        ctx = Context(
+            cfg=cfg,
+            cluster=cluster,
+            metrics=m,
+            clock=clock,
             dry_run=dry,
-            send=self.workers.side_job,
+            watch_timeout=watch_timeout,
+            leadership=lead,
             outbox=self.outbox,
-            cluster_name=cluster_name,
-            player=player if any(d.playbook for d in cfg.domains) else None,
+            views=self.watcher.snapshot,
+            put=self.watcher.put,
+            write=recorder.write,
+            side_job=self.workers.side_job,
+            acting=self.acting,
             wake=wake,
         )
-        self.sweeper = (
-            Sweeper(
-                cfg,
-                cluster,
-                lead,
-                self.watcher.put,
-                m,
-                clock,
-                wake,
-                dry_run=dry,
-                cluster_name=cfg.cluster_name,
-                watch_timeout=watch_timeout,
-                paused=lambda: self.switches.get().paused,
-                breakers=self.breakers.reasons,
-            )
-            if cfg.sweeps()
-            else None
-        )
+        self.breakers = Breakers(ctx, on_trip=self.chatter.breaker)
         self.planner = Planner(cfg, self.switches, self.breakers)
-        self.ticketer = Ticketer(
-            cfg, recorder.write, self.workers.side_job, self.outbox, clock, self.acting, wake
+        self.domains = DomainKeeper(ctx)
+        self.handoff = Responder.if_configured(ctx)  # NVSentinel's (handoff.py)
+        self.sweeper = Sweeper.if_configured(
+            ctx, paused=lambda: self.switches.get().paused, breakers=self.breakers.reasons
         )
+        self.ticketer = Ticketer(cfg, ctx.write, ctx.side_job, ctx.outbox, clock, ctx.acting, wake)
         # the order is the order of every hook: domains are reviewed before the breakers
         # (so no incident is stale), and sweeps and the ladder stop before the paperwork
-        self.parts: list[Part] = [
+        parts: list[Part | None] = [
             NodeFeed(self.watcher, wake),
-            *([self.sweeper] if self.sweeper else []),
+            self.sweeper,
             self.workers,
-            *([self.handoff] if self.handoff else []),
+            self.chatter,  # (hears what is written before NVSentinel's responder does)
+            self.handoff,
             self.domains,
             self.breakers,
             self.outbox,
@@ -203,10 +172,10 @@ class Controller:
             GpuGauges(m.gpus),
             self.paperwork,
         ]
+        self.parts: list[Part] = [p for p in parts if p is not None]
         self.decisions = DecisionLog(log, self.dry_run)
         self._next_prune = 0.0
         self.cycles = 0
-        self.admitted_total = 0
 
     # -- running ----------------------------------------------------------------------
     def run(self, stop: threading.Event, *, once: bool = False, sync_timeout: float = 60) -> None:
@@ -258,10 +227,9 @@ class Controller:
         return not self.dry_run and self.leadership.is_leading
 
     def _written(self, upd: Update, view: NodeView) -> None:
-        """What the Recorder wrote goes to those who report it: chat, NVSentinel."""
-        self.chatter.written(upd, view)
-        if self.handoff:
-            self.handoff.written(upd, view)
+        """What the Recorder wrote goes to every part (chat and NVSentinel report it)."""
+        for part in self.parts:
+            part.written(upd, view)
 
     def restore(self) -> None:
         """Every part takes its records (at start; on becoming the leader)."""
@@ -274,14 +242,6 @@ class Controller:
 
     def wake(self) -> None:
         self._wake.set()
-
-    def busy(self) -> dict[str, Action]:
-        """Nodes the ladder's workers are working on (the sweeper's: :attr:`sweeper`)."""
-        return self.workers.busy()
-
-    @property
-    def finished(self) -> int:
-        return self.workers.finished
 
     def shutdown(self, grace: float = 10.0) -> None:
         """Stop: cancel running playbooks (their phases resume on the next start), wait a
@@ -310,7 +270,7 @@ class Controller:
         # before it leaves the busy set, so a node that is not busy here is seen with its
         # record. The other order can decide a node from a view older than its outcome,
         # i.e. repeat work that just finished (at 5,000 nodes: every escalation email twice).
-        busy = self.busy()
+        busy = self.workers.busy()
         backoff = self.workers.backed_off()
         working = {p.name: p.working() for p in self.parts}
         views = self.views()
@@ -332,7 +292,6 @@ class Controller:
         decided_on = {v.name: v for v, _ in plan.decisions}
         for action in plan.admission.admitted:
             self.workers.submit(decided_on[action.node], action)
-        self.admitted_total += len(plan.admission.admitted)
         self.metrics.admitted.inc(len(plan.admission.admitted))
         if mono >= self._next_prune:
             self._next_prune = mono + PRUNE_EVERY

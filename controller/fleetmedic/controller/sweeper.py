@@ -29,14 +29,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from fleetmedic.adapters import runner
-from fleetmedic.adapters.cluster import Cluster, pods_of
-from fleetmedic.controller.leadership import Leadership
-from fleetmedic.controller.metrics import Metrics
-from fleetmedic.controller.parts import Look, Part
+from fleetmedic.adapters.cluster import pods_of
+from fleetmedic.controller.parts import Context, Look, Part
 from fleetmedic.controller.podwatch import GpuPodWatcher
 from fleetmedic.controller.workers import Workers
 from fleetmedic.errors import FleetmedicError
-from fleetmedic.model.config import Config
 from fleetmedic.model.hostvars import controller_host_vars
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import sweep
@@ -61,37 +58,39 @@ class Sweeper(Part):
 
     def __init__(
         self,
-        cfg: Config,
-        cluster: Cluster,
-        leadership: Leadership,
-        put: Callable[[dict], NodeView],
-        metrics: Metrics,
-        clock: Callable[[], datetime],
-        on_done: Callable[[], None],
+        ctx: Context,
         *,
-        dry_run: bool = False,
-        watch_timeout: int = 300,
-        cluster_name: str | None = None,
         paused: Callable[[], str | None] = lambda: None,
         breakers: Callable[[], Mapping[str, str | None]] = dict,
     ) -> None:
         """``paused``: reads the pause switch (an API call, made only when a sweep would
         start); ``breakers``: each profile's breaker reason."""
-        self.cfg, self.cluster, self.leadership, self.put = cfg, cluster, leadership, put
-        self.metrics, self.clock, self.dry_run = metrics, clock, dry_run
+        self.cfg = cfg = ctx.cfg
+        self.cluster, self.leadership, self.put = ctx.cluster, ctx.leadership, ctx.put
+        self.metrics, self.clock, self.dry_run = ctx.metrics, ctx.clock, ctx.dry_run
         self.vocab = cfg.vocabulary()
-        self.pod_api = pods_of(cluster, "sweeps")  # (the config refuses sweeps without pods)
-        self.pods = GpuPodWatcher(self.pod_api, watch_timeout=watch_timeout)
+        self.pod_api = pods_of(ctx.cluster, "sweeps")  # (the config refuses sweeps without pods)
+        self.pods = GpuPodWatcher(self.pod_api, watch_timeout=ctx.watch_timeout)
         size = sum(
             c.sweep.max_concurrent
             for c in (cfg.profile(n) for n in cfg.profile_names())
             if c.sweep and c.sweep.enabled
         )
         self.workers: Workers[SweepJob] = Workers(
-            self._job, max(2, size + 1), on_done, cluster=cluster_name, name="fleetmedic-sweep"
+            self._job, max(2, size + 1), ctx.wake, cluster=cfg.cluster_name, name="fleetmedic-sweep"
         )
         self._said: str = ""
         self.paused, self.breakers = paused, breakers
+
+    @classmethod
+    def if_configured(
+        cls,
+        ctx: Context,
+        paused: Callable[[], str | None],
+        breakers: Callable[[], Mapping[str, str | None]],
+    ) -> Sweeper | None:
+        """The sweeper when a profile sweeps (``sweep:``), else None."""
+        return cls(ctx, paused=paused, breakers=breakers) if ctx.cfg.sweeps() else None
 
     def start(self, stop: threading.Event) -> None:
         self.pods.start(stop)

@@ -10,7 +10,10 @@ from fleetmedic.adapters.kube import Kube
 from fleetmedic.controller.handoff import Responder
 from fleetmedic.controller.loop import Controller
 from fleetmedic.controller.parts import Look
+from fleetmedic.model import keys
 from fleetmedic.model.config import parse
+from fleetmedic.model.nodestate import view
+from fleetmedic.policy.actions import Update
 from fleetmedic.policy.profiles import assign
 from tests.unit.controller.test_parts import NOW, NOWHERE, node
 
@@ -46,6 +49,11 @@ def test_the_responder_is_a_part_only_when_the_hand_off_is_on():
         ctl.handoff._poked.clear()
         ctl.handoff.observe(Look(NOW, [], assign([], ctl.cfg), {}, {}))
         assert ctl.handoff._poked.is_set(), "each cycle of the loop wakes its worker"
+        ctl.handoff._poked.clear()
+        answer = Update(node="a", at="2026-11-21T12:00:00Z", annotations={keys.ANN_HANDOFF: "r"})
+        [v] = [view(node("a", "reboot"), ctl.cfg.vocabulary(), ctl.cfg.foreign())]
+        ctl._written(answer, v)  # (the Recorder's listener: each of the loop's parts hears it)
+        assert ctl.handoff._poked.is_set(), "a write that answers a request wakes its worker"
     finally:
         ctl.workers.pool.shutdown(wait=False)
 
