@@ -87,6 +87,8 @@ class Responder(Part):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._said: dict[str, str] = {}  # last reason logged per request
+        self._owed = False  # a claimed node moved, or a pass took a step: look again
+        self._wake_loop = ctx.wake
         self.passes = 0
 
     @classmethod
@@ -114,6 +116,7 @@ class Responder(Part):
         """The Recorder wrote ``upd``: a node that answers a request moved (a rung began or
         ended): look now. Never raises (it runs on the writer's thread)."""
         if keys.ANN_HANDOFF in view.annotations or keys.ANN_HANDOFF in upd.annotations:
+            self._owed = True
             self._poked.set()
 
     def poke(self) -> None:
@@ -123,6 +126,12 @@ class Responder(Part):
         """A cycle of the loop (a node changed, a worker ended): look at the requests."""
         self._poked.set()
 
+    def active(self) -> bool:
+        """A pass is owed while this controller acts: a claimed node moved (a rung ended,
+        so its request may be due to complete) or the last pass took a step. ``run
+        --once`` waits for it; a pass that takes no step ends it and wakes the loop."""
+        return self._owed and self.acting()
+
     # -- the worker -----------------------------------------------------------------------
     def _run(self) -> None:
         while not self.watcher.synced.wait(1.0):
@@ -130,43 +139,57 @@ class Responder(Part):
                 return
         while not self._stop.is_set():
             self._poked.clear()
-            try:
-                self.step_all()
-            except Exception:  # one odd request must never stop the responder
-                log.exception("nvsentinel: a pass failed; trying again")
+            self.one_pass()
             if self._poked.wait(RESYNC):
                 self._stop.wait(0.005)  # (a burst of events: one pass for all of them)
 
-    def step_all(self) -> None:
-        """One pass over every request and every node that answers one."""
+    def one_pass(self) -> None:
+        """:meth:`step_all`, and what it owes: a step taken may make the next one due."""
+        self._owed = False
+        try:
+            took = self.step_all()
+        except Exception:  # one odd request must never stop the responder
+            log.exception("nvsentinel: a pass failed; trying again")
+            return
+        if took:
+            self._owed = True
+            self._poked.set()
+        else:
+            self._wake_loop()  # (a `run --once` waiting for this pass may end now)
+
+    def step_all(self) -> int:
+        """One pass over every request and every node that answers one; the steps taken."""
         self.passes += 1
+        took = 0
         reqs = self.watcher.snapshot()
         views = self.views()
         for req in reqs.values():
-            self._step(req.name, req, views.get(req.node))
+            took += self._step(req.name, req, views.get(req.node))
         claimed = 0
         for view in views.values():
             claim = handoff.Claim.of(view) if keys.ANN_HANDOFF in view.annotations else None
             claimed += claim is not None
             if claim is not None and claim.err not in reqs:
-                self._step(claim.err, None, view)
+                took += self._step(claim.err, None, view)
         self.metrics.handoff_claimed.set(claimed)
+        return took
 
-    def _step(self, name: str, req: Request | None, view: NodeView | None) -> None:
+    def _step(self, name: str, req: Request | None, view: NodeView | None) -> bool:
+        """Bring one request a step further; whether a step was taken."""
         step = handoff.decide(req, view, self.clock(), self.cfg, self.catalog)
         if step.idle:
             if self._said.get(name) != step.reason:
                 self._said[name] = step.reason
                 log.debug("nvsentinel: %s", step.reason)
-            return
+            return False
         if not self.acting():
             if self.dry_run and self._said.get(name) != step.reason:
                 self._said[name] = step.reason
                 log.info("nvsentinel: dry run, would: %s", step.reason)
-            return
+            return False
         log.info("nvsentinel: %s", step.reason)
         self._said[name] = step.reason
-        self.apply(step, req)
+        return self.apply(step, req)
 
     def apply(self, step: handoff.Step, req: Request | None) -> bool:
         done = carry_out(step, req, self.requests, self.write, self.cfg.nvsentinel.events)

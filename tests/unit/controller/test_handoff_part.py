@@ -58,6 +58,32 @@ def test_the_responder_is_a_part_only_when_the_hand_off_is_on():
         ctl.workers.pool.shutdown(wait=False)
 
 
+def test_run_once_waits_for_the_pass_a_claimed_node_s_write_owes():
+    """A rung of a claimed node ended (the Recorder's write): its request may be due to
+    complete, so the responder is active (``run --once`` waits) until a pass takes no
+    step, which wakes the loop; a pass that took a step owes another."""
+    ctl = controller(nvsentinel={"enabled": True})
+    r = ctl.handoff
+    assert r is not None
+    woken: list[bool] = []
+    r._wake_loop = lambda: woken.append(True)
+    try:
+        answer = Update(node="a", at="2026-11-21T12:00:00Z", annotations={keys.ANN_HANDOFF: "r"})
+        [v] = [view(node("a", "reboot"), ctl.cfg.vocabulary(), ctl.cfg.foreign())]
+        ctl._written(answer, v)
+        assert not r.active(), "a dry run (as here) never waits: it acts on nothing"
+        r.acting = lambda: True
+        assert r.active()
+        r.step_all = lambda: 1  # a step taken (the request completed): the next may be due
+        r.one_pass()
+        assert r.active() and not woken
+        r.step_all = lambda: 0  # nothing left to do
+        r.one_pass()
+        assert not r.active() and woken == [True]
+    finally:
+        ctl.workers.pool.shutdown(wait=False)
+
+
 def plan_of(ctl: Controller, nodes: list[dict]):
     for n in nodes:
         ctl.watcher.put(n)
