@@ -151,7 +151,7 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     the release says so in chat too."""
     b = bench(1)
     node = b.fleet.node(1)
-    ctlenv.prepare_apt_repo(b.fleet, [node], b.dir)  # reimage really reinstalls the driver
+    ctlenv.prepare_apt_repo([node])  # reimage really reinstalls the driver
     ctlenv.gpu_lost(node)  # stays lost through reboot and reinstall
     last_results = {"gpu": "problem", "checks": {"nvidia.driver": "GPU 1: GPU is lost"}}
     [name] = b.register({1: [ctlenv.repair_taint("reset")]})

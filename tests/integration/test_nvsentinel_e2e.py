@@ -194,7 +194,7 @@ def test_a_xid79_request_reboots_once_completes_true_and_nvsentinel_takes_the_no
 def test_b_lost_gpu_climbs_to_manual_one_email_false_then_release_completes_true(nvs, smtp_sink):
     b, nv = nvs(1)
     node = b.fleet.node(1)
-    ctlenv.prepare_apt_repo(b.fleet, [node], b.dir)  # reimage really reinstalls the driver
+    ctlenv.prepare_apt_repo([node])  # reimage really reinstalls the driver
     ctlenv.gpu_lost(node)  # stays lost through reboot and reinstall
     [name] = b.register()
     cfg = b.config(smtp_sink, **ON)
