@@ -270,6 +270,9 @@ def test_c_node_that_never_returns_counts_as_failed_and_nothing_is_stuck(bench, 
     [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
     node.set_hang(True)  # the next reboot never comes back
     cfg = b.config(smtp_sink)
+    # the reboot waits out reboot_timeout for a node that never returns: 10 s, not the
+    # tests' 25 s (group_vars), is as much a timeout
+    ctlenv.playbook_dir(cfg.parent, {"reboot_timeout": 10})
     proc = b.controller(cfg)
     try:
         wait_state(b.kube, name, "manual", proc, 300)
