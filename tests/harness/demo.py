@@ -70,7 +70,7 @@ class Demo:
 
         def give_repo() -> None:
             try:
-                ctlenv.prepare_apt_repo(self.fleet, [gpu2], self.dir)
+                ctlenv.prepare_apt_repo([gpu2])
             except BaseException as exc:  # reported below
                 repo_error.append(exc)
 

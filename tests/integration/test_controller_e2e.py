@@ -151,7 +151,7 @@ def test_b_broken_gpu_climbs_to_manual_with_one_email_then_release(bench, smtp_s
     the release says so in chat too."""
     b = bench(1)
     node = b.fleet.node(1)
-    ctlenv.prepare_apt_repo(b.fleet, [node], b.dir)  # reimage really reinstalls the driver
+    ctlenv.prepare_apt_repo([node])  # reimage really reinstalls the driver
     ctlenv.gpu_lost(node)  # stays lost through reboot and reinstall
     last_results = {"gpu": "problem", "checks": {"nvidia.driver": "GPU 1: GPU is lost"}}
     [name] = b.register({1: [ctlenv.repair_taint("reset")]})
@@ -270,6 +270,9 @@ def test_c_node_that_never_returns_counts_as_failed_and_nothing_is_stuck(bench, 
     [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
     node.set_hang(True)  # the next reboot never comes back
     cfg = b.config(smtp_sink)
+    # the reboot waits out reboot_timeout for a node that never returns: 10 s, not the
+    # tests' 25 s (group_vars), is as much a timeout
+    ctlenv.playbook_dir(cfg.parent, {"reboot_timeout": 10})
     proc = b.controller(cfg)
     try:
         wait_state(b.kube, name, "manual", proc, 300)
@@ -348,13 +351,13 @@ def test_d_unrelated_taint_churn_during_repair_loses_nothing(bench):
 
 
 # -- e) kill -9 during the reboot step ----------------------------------------------------
-@pytest.mark.parametrize("when", ["node-down", "phase-start"])
-def test_e_sigkill_during_reboot_then_restart_reboots_exactly_once(bench, when):
+# (killed while the node is down in its reboot: test_nvsentinel_e2e.py's case e, the same
+# fleet and ladder run with an API server restart on top, holds that case's assertions)
+def test_e_sigkill_at_the_reboot_phase_start_then_restart_reboots_exactly_once(bench):
     b = bench(1)
     node = b.fleet.node(1)
     ctlenv.xid79(node)
     [name] = b.register({1: [ctlenv.repair_taint("reboot")]})
-    node.set_boot_delay(8 if when == "node-down" else 0)
     boots = node.boots
     cfg = b.config()
     first = b.controller(cfg, 1)
@@ -364,24 +367,14 @@ def test_e_sigkill_during_reboot_then_restart_reboots_exactly_once(bench, when):
         return fl.get("phase") == "reboot" and fl.get("status") == "running"
 
     wait_until(in_reboot_phase, 180, "the reboot phase to start")
-    if when == "node-down":
-        wait_until(
-            lambda: node.boots > boots or node.status().get("state") != "running",
-            60,
-            "the node to go down",
-            interval=0.1,
-        )
     first.kill9()
     assert not first.alive
     down_at = node.status().get("state")
     second = b.controller(cfg, 2)
     wait_state(b.kube, name, "healthy", second, 240)
-    node.set_boot_delay(0)
     assert node.boots == boots + 1, f"exactly one reboot (node was {down_at} at the kill)"
     [attempt] = history(b.kube, name)
     assert (attempt["step"], attempt["result"]) == ("reboot", "pass")
-    if when == "node-down":
-        assert "reboot confirmed after a restart" in attempt.get("message", "")
 
 
 # -- f) reset -----------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def test_a_node_no_reboot_cures_climbs_to_manual_with_one_email(sf, run, smtp_si
     repository and the node rebooted into them (issue 37's second defect: the rung used to
     fail at once, "no fleetmedic.io/gpu-vendor label")."""
     node = sf.node(1)
-    ctlenv.prepare_apt_repo(sf.fleet, [node], tmp_path)
+    ctlenv.prepare_apt_repo([node])
     ctlenv.gpu_lost(node)
     n1 = node.name
     sf.slurm.run(
