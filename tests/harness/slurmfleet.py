@@ -149,11 +149,18 @@ class FleetCluster(SlurmCluster):
         return {**super()._record(), "netns": [], "links": [], "fleet": self._fleet().name}
 
     def start_slurmd(self, node: str) -> None:
-        self._fleet().node(node).ssh("systemctl start slurmd")
+        self._on_node(node, "systemctl start slurmd")
 
     def stop_slurmd(self, node: str) -> None:
         """Stop slurmd on the node (``systemctl stop``): the node stays up."""
-        self._fleet().node(node).ssh("systemctl stop slurmd")
+        self._on_node(node, "systemctl stop slurmd")
+
+    def _on_node(self, node: str, command: str) -> None:
+        # A node just back from a reboot: slurmd may register before sshd listens (seen
+        # at load 10: "reboot complete", then ssh refused), so wait for sshd's banner first
+        n = self._fleet().node(node)
+        n.wait_ssh(60)
+        n.ssh(command)
 
     def set_link(self, node: str, up: bool) -> None:
         n = self._fleet().node(node)

@@ -329,6 +329,10 @@ def _back_from_slurms_reboot(sf, run, rts: int, who: str) -> None:
     assert node.boots == boots + 1
     started = sf.sinfo(n1)["slurmd_start_time"]
     sf.slurm.stop_slurmd(n1)
+    # slurmd's start time counts whole seconds: a restart within the second of the boot's
+    # start would not show as a new registration (seen on a quiet machine)
+    while time.time() < started + 1.5:
+        time.sleep(0.1)
     sf.slurm.start_slurmd(n1)  # slurmd registers again
     sf.wait_node(n1, lambda n: n["slurmd_start_time"] != started, "registered again", 120)
     n = sf.sinfo(n1)  # (Slurm decides on the registration that set the start time)
