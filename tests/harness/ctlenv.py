@@ -167,13 +167,15 @@ NODE_APT_REPO = "/srv/fm-test-repo"
 # tests/molecule/_shared/prepare_apt_repo.yml's steps (the Molecule scenarios and
 # test_playbooks_reimage run that file), as one SSH session reading the repository as a tar
 # on stdin: the play's per-file copy took about 90 s of a test at load 12, this 1-2 s.
+# python3-apt comes from the repository only where none is installed (Debian 12's build:
+# a Debian 13 node, Slurm 24.11's, has its own for Python 3.13).
 PREPARE_APT_REPO = f"""set -e
 mkdir -p {NODE_APT_REPO}
 tar -x --no-same-owner -C {NODE_APT_REPO}
 if [ -e /etc/apt/sources.list ] && [ ! -e /etc/apt/sources.list.disabled ]; then
   mv /etc/apt/sources.list /etc/apt/sources.list.disabled
 fi
-if [ ! -e /usr/lib/python3/dist-packages/apt_pkg.cpython-311-x86_64-linux-gnu.so ]; then
+if ! ls /usr/lib/python3/dist-packages/apt_pkg.cpython-*.so >/dev/null 2>&1; then
   dpkg --install $(ls {NODE_APT_REPO}/python3-apt_*.deb {NODE_APT_REPO}/python-apt-common_*.deb \
     {NODE_APT_REPO}/distro-info-data_*.deb | sort)
 fi
