@@ -128,22 +128,20 @@ def follow_log(
     delay = 1.0
     while not stop.is_set():
         began = clock()
+        failure: str | None = None
         try:
             follow()
         except Stopped:
             return
         except (FleetmedicError, OSError, subprocess.SubprocessError) as exc:
-            if clock() - began >= HEALTHY_RUN:
-                delay = 1.0
-            log.error("%s: %s; retrying in %.0fs", what, " ".join(str(exc).split()), delay)
-            if once:
-                return
+            failure = " ".join(str(exc).split())
+        if clock() - began >= HEALTHY_RUN:
+            delay = 1.0
+        if failure is not None:
+            log.error("%s: %s; retrying in %.0fs", what, failure, delay)
+        if once:
+            return
+        if failure is not None or rest_after_end:
             stop.wait(delay)
+        if failure is not None:
             delay = min(delay * 2, 30.0)
-        else:
-            if once:
-                return
-            if clock() - began >= HEALTHY_RUN:
-                delay = 1.0
-            if rest_after_end:
-                stop.wait(delay)
