@@ -456,6 +456,26 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
             raise SlurmError(f"{' '.join(argv)}: rc {p.returncode}: {net.one_line(p.stderr)}")
         return p.stdout
 
+    def job_story(self, job: str, lines: int = 12) -> str:
+        """What a test prints when a job did not run in time: the job as slurmctld has it
+        (state, reason, node), the nodes' states, and the last lines of slurmctld's and
+        the slurmd logs (the prolog's or a launch's error is there, not in the job)."""
+        out = [self.run("scontrol", "show", "job", job, check=False).strip() or f"job {job}: ?"]
+        try:
+            out += [f"{n}: {v['state']}+{'+'.join(v['state_flags'])} {v['reason']!r}"
+                    for n, v in self.nodes().items()]  # fmt: skip
+        except (SlurmError, subprocess.TimeoutExpired, ValueError, KeyError) as exc:
+            out.append(f"nodes: {net.one_line(str(exc))}")
+        for key, p in self.daemons.items():
+            if key == "munged":
+                continue
+            try:
+                tail = p.log.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                tail = ["(no log)"]
+            out += [f"-- {p.log}", *tail]
+        return "\n".join(out)
+
     def nodes(self) -> dict[str, dict[str, Any]]:
         """The nodes by name, in 22.05's ``sinfo --json`` fields (``state``,
         ``state_flags``, ``reason``, ``boot_time``, ``extra``, ...) on either release: 24.11's

@@ -60,7 +60,13 @@ def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
     # healthy: the prolog passes and the job runs
     job = c.run("sbatch", "--parsable", "-w", "n1", "-o", str(out), "--wrap", "echo ran").strip()
     done = tmp_path / f"job-{job}.out"
-    wait_until("the job to run", lambda: done.exists() and "ran" in done.read_text(), 60, 0.2)
+    wait_until(
+        "the job to run",
+        lambda: done.exists() and "ran" in done.read_text(),
+        60,
+        0.2,
+        on_timeout=lambda: c.job_story(job),
+    )
     assert not c.nodes()["n1"]["reason"]
 
     # a failing GPU: the prolog fences at once with our reason, Slurm requeues the job
@@ -115,6 +121,12 @@ def test_a_broken_fleetmedic_never_fails_the_prolog(slurm_factory, tmp_path):
     with open(d / "fleetmedic-slurm.env", "a") as f:
         f.write("SLURM_CONFIG=/nonexistent/slurm.conf\n")
     out = tmp_path / "job.out"
-    c.run("sbatch", "-o", str(out), "--wrap", "echo ran")
-    wait_until("the job to run", lambda: out.exists() and "ran" in out.read_text(), 60, 0.2)
+    job = c.run("sbatch", "--parsable", "-o", str(out), "--wrap", "echo ran").strip()
+    wait_until(
+        "the job to run",
+        lambda: out.exists() and "ran" in out.read_text(),
+        60,
+        0.2,
+        on_timeout=lambda: c.job_story(job),
+    )
     assert not c.nodes()["n1"]["reason"]
