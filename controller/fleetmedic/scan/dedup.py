@@ -78,11 +78,23 @@ class Dedup:
         tracks boots itself (the scanner's boot segments).
         """
         boot_key = boot if boot is not None else (finding.boot_id or "")
-        when, clock = finding.time, finding.clock
+        return self.admit_identity(
+            boot_key, finding.identity(), finding.time, finding.clock, ACTION_RANK[finding.action]
+        )
+
+    def admit_identity(
+        self,
+        boot: str,
+        identity: tuple[str, str, str],
+        when: float | None,
+        clock: str | None,
+        rank: int,
+    ) -> bool:
+        """:meth:`admit` for a finding not built yet: its :meth:`Finding.identity`, time,
+        clock and action rank (the scanner builds only the findings that pass)."""
         if when is None or clock is None:
             when, clock = self._clock(), _SCAN_CLOCK
-        rank = ACTION_RANK[finding.action]
-        key = (boot_key, *finding.identity())
+        key = (boot, *identity)
         seen = self._seen.get(key)
         if (
             seen is not None
@@ -90,7 +102,7 @@ class Dedup:
             and (seen[0] != clock or abs(when - seen[1]) < self.window)
         ):
             return False
-        newest = self._newest.get((boot_key, clock))
+        newest = self._newest.get((boot, clock))
         if self.replay_guard and clock != _SCAN_CLOCK and newest is not None and when < newest:
             return False
         if (
@@ -102,7 +114,7 @@ class Dedup:
         else:
             self._seen[key] = [clock, when, rank]
         if newest is None or when > newest:
-            self._newest[(boot_key, clock)] = when
+            self._newest[(boot, clock)] = when
         if len(self._seen) > self.max_entries:
             self._evict()
         return True

@@ -108,16 +108,16 @@ class Record:
     @property
     def time(self) -> float | None:
         """Seconds: since boot on the ``uptime`` clock, Unix time on the ``wall`` clock."""
-        if self.timestamp is None or self.kind is None:
-            return None
-        return _SECONDS[self.kind](self.timestamp)
+        return seconds(self.timestamp, self.kind)
 
     @property
     def clock(self) -> str | None:
         """``"uptime"``, ``"wall"``, or ``None`` when there is no usable time."""
-        if self.kind in ("uptime", "kmsg"):
-            return "uptime"
-        return "wall" if self.time is not None else None
+        return clock_of(self.kind, self.time)
+
+
+Fields = tuple[str, str | None, str | None, bool, int | None, int | None]
+"""A :class:`Record`'s fields in its order, as :func:`fields` returns them."""
 
 
 def parse(line: str) -> Record:
@@ -125,6 +125,27 @@ def parse(line: str) -> Record:
 
     Never raises; an unknown format yields ``Record(message=line.strip())``.
     """
+    return Record(*fields(line))
+
+
+def seconds(timestamp: str | None, kind: str | None) -> float | None:
+    """:attr:`Record.time` of a record with this ``timestamp`` and ``kind``."""
+    if timestamp is None or kind is None:
+        return None
+    return _SECONDS[kind](timestamp)
+
+
+def clock_of(kind: str | None, time: float | None) -> str | None:
+    """:attr:`Record.clock` of a record of this ``kind`` whose :attr:`Record.time` is
+    ``time``."""
+    if kind == "uptime" or kind == "kmsg":
+        return "uptime"
+    return "wall" if time is not None else None
+
+
+def fields(line: str) -> Fields:
+    """What :func:`parse` gives, as a plain tuple (the scanner parses every candidate
+    line; building a frozen record each time was a tenth of its Python time)."""
     text = line.rstrip("\r\n")
     match = _KMSG.match(text)
     if match is not None:
@@ -136,21 +157,24 @@ def parse(line: str) -> Record:
         if prio is not None:
             level = int(text[1 : prio.end() - 1]) & 7
             text = text[prio.end() :]
-    if "kern:" in text[:48]:
+    if text.find("kern:", 0, 48) != -1:
         talos = _TALOS.match(text)
         if talos is not None:
-            return Record(
-                text[talos.end() :].strip(), talos.group(2), "iso", level=LEVELS[talos.group(1)]
-            )
+            found = text[talos.end() :].strip()
+            return (found, talos.group(2), "iso", False, None, LEVELS[talos.group(1)])
     decoded = _DECODED.match(text)
     if decoded is not None:
         level = LEVELS[decoded.group(1)]
         text = text[decoded.end() :]
-    record = _parse_text(text)
-    return record if level is None else dataclasses.replace(record, level=level)
+    message, stamp, kind, own = _parse_text(text)
+    return (message, stamp, kind, False, None, own if level is None else level)
 
 
-def _parse_text(text: str) -> Record:
+Parsed = tuple[str, str | None, str | None, int | None]
+"""Message, timestamp, kind and the level the format itself carries (Fabric Manager's)."""
+
+
+def _parse_text(text: str) -> Parsed:
     if text.startswith("["):
         return _parse_bracketed(text)
     if text[:1].isdigit():
@@ -165,17 +189,17 @@ def _parse_text(text: str) -> Record:
             stamp = match.group(1)
             rest = _strip_host_tag(text[match.end() :])
             return _with_kernel_time(rest, stamp, "syslog")
-    return Record(text)
+    return (text, None, None, None)
 
 
-def _parse_kmsg(text: str, match: re.Match[str]) -> Record:
+def _parse_kmsg(text: str, match: re.Match[str]) -> Fields:
     head, _, _dictionary = text.partition("\n")
     body = head[match.end() :]
     if "\\x" in body:
         body = _ESCAPE.sub(_unescape, body)
     usec = match.group(3)
     stamp = f"{usec[:-6] or '0'}.{usec[-6:].rjust(6, '0')}"
-    return Record(body.strip(), stamp, "kmsg", True, int(match.group(2)), int(match.group(1)) & 7)
+    return (body.strip(), stamp, "kmsg", True, int(match.group(2)), int(match.group(1)) & 7)
 
 
 def _unescape(match: re.Match[str]) -> str:
@@ -183,20 +207,18 @@ def _unescape(match: re.Match[str]) -> str:
     return " " if char in "\n\r\t" else char
 
 
-def _parse_bracketed(text: str) -> Record:
+def _parse_bracketed(text: str) -> Parsed:
     match = _UPTIME.match(text)
     if match is not None:
-        stamp = match.group(1)
-        return Record(text[match.end() :].strip(), stamp, "uptime")
+        return (text[match.end() :].strip(), match.group(1), "uptime", None)
     match = _CTIME.match(text)
     if match is not None:
-        stamp = match.group(1)
-        return Record(text[match.end() :].strip(), stamp, "ctime")
+        return (text[match.end() :].strip(), match.group(1), "ctime", None)
     match = _FM.match(text)
     if match is not None:
         level = _FM_LEVELS[match.group(2)]
-        return Record(text[match.end() :].strip(), match.group(1), "fm", level=level)
-    return Record(text)
+        return (text[match.end() :].strip(), match.group(1), "fm", level)
+    return (text, None, None, None)
 
 
 def _strip_host_tag(rest: str) -> str:
@@ -212,13 +234,13 @@ def _strip_host_tag(rest: str) -> str:
     return rest[match.end() :]
 
 
-def _with_kernel_time(rest: str, stamp: str, kind: str) -> Record:
+def _with_kernel_time(rest: str, stamp: str, kind: str) -> Parsed:
     """Keep the outer (wall-clock) stamp; drop an inner ``[uptime]`` if present."""
     if rest.startswith("["):
         inner = _UPTIME.match(rest)
         if inner is not None:
             rest = rest[inner.end() :]
-    return Record(rest.strip(), stamp, kind)
+    return (rest.strip(), stamp, kind, None)
 
 
 @lru_cache(maxsize=4096)

@@ -116,11 +116,44 @@ report's previous line (drivers print a report's lines back to back)."""
 
 @dataclasses.dataclass(slots=True)
 class _Report:
-    """The report the last finding opened: where, what, and which parts it has."""
+    """The report the last finding opened: where, what, and which parts it has.
+    ``finding`` is set only while it is held for its process (``awaits_process``): a
+    finding is built only when it passes dedup or is held."""
 
     last_line: int
-    finding: Finding
+    identity: tuple[str, str, str]
+    rank: int
+    rule: catalog_mod.Rule | None
+    pci: str | None
     parts: set[str]
+    finding: Finding | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Facts:
+    """A classification and what the scanner needs of it besides the finding: its rule,
+    which part of a report it is, its dedup identity without the device, its rank."""
+
+    found: Classified
+    rule: catalog_mod.Rule | None
+    part: str
+    kind: str
+    code: str
+    rank: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Known:
+    """Everything the scanner decides from a message's text alone, kept per distinct text
+    (a storm repeats it; a log's candidate lines differ mostly in their prefixes): its
+    classification, a driver's load banner, an ``NVRM: The NVIDIA GPU`` header's device,
+    the cut record it is the head of."""
+
+    facts: _Facts | None
+    loads: bool
+    header: bool
+    header_pci: str | None
+    join: catalog_mod.Join | None
 
 
 class Scanner:
@@ -157,22 +190,23 @@ class Scanner:
             self.dedup = dedup if isinstance(dedup, Dedup) else None
         self.lines_read = 0
         self._segment = 0
+        self._segment_key = "segment-0"
         self._hint: tuple[int, str] | None = None
-        self._cache: dict[str, Classified | None] = {}
+        self._known: dict[str, _Known] = {}
         self._report: _Report | None = None
-        self._net_cache: dict[tuple[str, int | None], Classified | None] = {}
+        self._net_cache: dict[tuple[str, int | None], _Facts | None] = {}
         self.triggers: tuple[str, ...] = self.catalog.triggers
         # one C-level pass over the line instead of one substring test per trigger
         self._trigger = re.compile("|".join(re.escape(t) for t in self.triggers))
         self._rules = {rule.id: rule for rule in self.catalog.rules}
         self._cut_heads = self.catalog.cut_heads
-        self._held: tuple[int, parser.Record, str, catalog_mod.Join] | None = None
+        self._held: tuple[int, parser.Fields, str, catalog_mod.Join] | None = None
         self._pending: Finding | None = None
 
     @property
     def boot_key(self) -> str:
         """The boot the next finding belongs to (for dedup)."""
-        return self.boot_id or f"segment-{self._segment}"
+        return self.boot_id or self._segment_key
 
     def feed(self, line: str | bytes, lineno: int | None = None) -> list[Finding]:
         """Classify one line (a ``/dev/kmsg`` record may include its dictionary lines).
@@ -201,19 +235,20 @@ class Scanner:
             return []
         self._held = None
         head_line, head, head_text, join = held
-        record = parser.parse(text)
-        if join.continues(record.message):
+        record = parser.fields(text)
+        if join.continues(record[0]):
             return self._emit_pending() + self._joined(head, head_line, head_text, record)
         return self._emit_pending() + self._process(head, head_line, head_text)
 
     def _joined(
-        self, head: parser.Record, head_line: int, head_text: str, tail: parser.Record
+        self, head: parser.Fields, head_line: int, head_text: str, tail: parser.Fields
     ) -> list[Finding]:
-        joined = f"{head.message.rstrip()} {tail.message.strip()}"
-        return self._process(dataclasses.replace(head, message=joined), head_line, head_text)
+        joined = f"{head[0].rstrip()} {tail[0].strip()}"
+        return self._process((joined, *head[1:]), head_line, head_text)
 
     def _feed_candidate(self, text: str, lineno: int) -> list[Finding]:
-        record = parser.parse(text)
+        record = parser.fields(text)
+        message = record[0]
         out: list[Finding] = []
         held = self._held
         if held is not None:
@@ -221,16 +256,17 @@ class Scanner:
             head_line, head, head_text, join = held
             if (
                 lineno == head_line + 1
-                and join.continues(record.message)
-                and not any(lit in record.message for lit in self.triggers)
+                and join.continues(message)
+                and not any(lit in message for lit in self.triggers)
             ):
                 return self._emit_pending() + self._joined(head, head_line, head_text, record)
             out += self._emit_pending() + self._process(head, head_line, head_text)
-        for join in self.catalog.joins:
-            if join.requires in record.message and join.head.match(record.message):
-                self._held = (lineno, record, text, join)
-                return out + self._emit_pending()
-        return out + self._process(record, lineno, text)
+        known = self._known.get(message) or self._learn(message)
+        if known.join is not None:
+            self._held = (lineno, record, text, known.join)
+            return out + self._emit_pending()
+        found = self._process(record, lineno, text, known)
+        return out + found if out else found
 
     def flush(self) -> list[Finding]:
         """Findings held for a next line that did not come (the end of the input)."""
@@ -241,54 +277,80 @@ class Scanner:
         return out + self._emit_pending()
 
     def _emit_pending(self) -> list[Finding]:
-        found, self._pending = self._pending, None
+        found = self._pending
         if found is None:
             return []
+        self._pending = None
         if self.dedup is not None and not self.dedup.admit(found, self.boot_key):
             return []
         return [found]
 
-    def _process(self, record: parser.Record, lineno: int, text: str) -> list[Finding]:
-        message = record.message
-        if self.boot_id is None and any(marker in message for marker in DRIVER_LOADS):
+    def _process(
+        self, record: parser.Fields, lineno: int, text: str, known: _Known | None = None
+    ) -> list[Finding]:
+        message = record[0]
+        if known is None:
+            known = self._known.get(message) or self._learn(message)
+        if known.loads and self.boot_id is None:
             self._segment += 1
+            self._segment_key = f"segment-{self._segment}"
             self._hint = None
             self._report = None
             return self._emit_pending()
-        if self._continues(message, lineno):
+        if self._report is not None and self._continues(message, lineno):
             return []
-        out = self._emit_pending()
-        found = self._classify(message)
-        if found is None:
-            header = _GPU_HEADER.search(message)
-            if header is not None:
-                pci = pcimod.normalize(header.group(1))
+        out = self._emit_pending() if self._pending is not None else []
+        facts = known.facts
+        if facts is None:
+            if known.header:
+                pci = known.header_pci
                 self._hint = (lineno, pci) if pci else None
                 return out
-            found = self._unclassified(message, record.level) if self.net else None
-            if found is None:
+            facts = self._unclassified(message, record[5]) if self.net else None
+            if facts is None:
                 return out
-        finding = self._finding(found, record, lineno, text)
-        if self._joins(finding, message, lineno):
+        found = facts.found
+        pci = found.pci
+        if pci is None:
+            pci = self._device(found, record, lineno, text)
+        when = parser.seconds(record[1], record[2])
+        clock = parser.clock_of(record[2], when)
+        identity = (pci or "", facts.kind, facts.code)
+        report = self._report
+        if (
+            report is not None
+            and lineno - report.last_line <= REPORT_LINES
+            and facts.part not in report.parts
+            and identity == report.identity
+            and facts.rank <= report.rank
+        ):  # another line of the open report: dropped
+            report.parts.add(facts.part)
+            report.last_line = lineno
             return out
-        rule = self._rules.get(finding.rule)
-        if rule is not None and rule.awaits_process and finding.pid is None:
-            self._pending = finding  # its next line may name the process
+        report = self._report = _Report(lineno, identity, facts.rank, facts.rule, pci, {facts.part})
+        if facts.rule is not None and facts.rule.awaits_process and found.pid is None:
+            # its next line may name the process
+            report.finding = self._pending = found.placed(
+                lineno, pci, record[1], when, clock, self.boot_id
+            )
             return out
-        if self.dedup is not None and not self.dedup.admit(finding, self.boot_key):
+        if self.dedup is not None and not self.dedup.admit_identity(
+            self.boot_id or self._segment_key, identity, when, clock, facts.rank
+        ):
             return out
-        return [*out, finding]
+        out.append(found.placed(lineno, pci, record[1], when, clock, self.boot_id))
+        return out
 
     def _continues(self, message: str, lineno: int) -> bool:
         """A follow-up line of the open report that the catalog names (``continued_by``)."""
         report = self._report
         if report is None or lineno - report.last_line > REPORT_LINES:
             return False
-        rule = self._rules.get(report.finding.rule)
+        rule = report.rule
         if rule is None or rule.continued_by is None or not rule.continued_by.search(message):
             return False
         pci = pcimod.find(message)
-        if pci is not None and report.finding.pci is not None and pci != report.finding.pci:
+        if pci is not None and report.pci is not None and pci != report.pci:
             return False
         report.last_line = lineno
         pending = self._pending
@@ -301,23 +363,33 @@ class Scanner:
                 )
         return True
 
-    def _joins(self, finding: Finding, message: str, lineno: int) -> bool:
-        """True if ``finding`` is another line of the open report (then it is dropped);
-        otherwise it opens the next report."""
-        part = self._part(finding, message)
-        report = self._report
-        if (
-            report is not None
-            and lineno - report.last_line <= REPORT_LINES
-            and part not in report.parts
-            and finding.identity() == report.finding.identity()
-            and finding.rank <= report.finding.rank
-        ):
-            report.parts.add(part)
-            report.last_line = lineno
-            return True
-        self._report = _Report(lineno, finding, {part})
-        return False
+    def _learn(self, message: str) -> _Known:
+        """What ``message`` means (:class:`_Known`), computed once per distinct text: an
+        Xid storm repeats the same text many times."""
+        join = None
+        for candidate in self.catalog.joins:
+            if candidate.requires in message and candidate.head.match(message):
+                join = candidate
+                break
+        found = classify(message, self.catalog)
+        header = _GPU_HEADER.search(message) if found is None else None
+        known = _Known(
+            facts=self._facts(found, message) if found is not None else None,
+            loads=any(marker in message for marker in DRIVER_LOADS),
+            header=header is not None,
+            header_pci=pcimod.normalize(header.group(1)) if header is not None else None,
+            join=join,
+        )
+        if len(self._known) >= _CACHE_SIZE:
+            self._known.clear()
+        self._known[message] = known
+        return known
+
+    def _facts(self, found: Classified, message: str) -> _Facts:
+        _pci, kind, code = found.identity()
+        return _Facts(
+            found, self._rules.get(found.rule), self._part(found, message), kind, code, found.rank
+        )
 
     def _part(self, finding: Finding, message: str) -> str:
         if finding.kind == "sxid":
@@ -326,41 +398,34 @@ class Scanner:
                     return name
         return "head"
 
-    def _classify(self, message: str) -> Classified | None:
-        """:func:`classify`, memoised: an Xid storm repeats the same text many times."""
-        try:
-            return self._cache[message]
-        except KeyError:
-            pass
-        found = classify(message, self.catalog)
-        if len(self._cache) >= _CACHE_SIZE:
-            self._cache.clear()
-        self._cache[message] = found
-        return found
-
-    def _unclassified(self, message: str, level: int | None) -> Classified | None:
-        """:func:`net.unclassified`, memoised like :meth:`_classify`."""
+    def _unclassified(self, message: str, level: int | None) -> _Facts | None:
+        """:func:`net.unclassified`, memoised like :meth:`_learn`."""
         key = (message, level)
         try:
             return self._net_cache[key]
         except KeyError:
             pass
         found = netmod.unclassified(message, level, self.catalog)
+        facts = self._facts(found, message) if found is not None else None
         if len(self._net_cache) >= _CACHE_SIZE:
             self._net_cache.clear()
-        self._net_cache[key] = found
-        return found
+        self._net_cache[key] = facts
+        return facts
 
-    def _finding(self, found: Classified, record: parser.Record, lineno: int, text: str) -> Finding:
-        pci = found.pci
-        if pci is None and record.kmsg and "\n" in text:
+    def _device(
+        self, found: Classified, record: parser.Fields, lineno: int, text: str
+    ) -> str | None:
+        """The device of a finding whose line names none: a ``/dev/kmsg`` record's
+        ``DEVICE=`` line, else a recent ``NVRM: The NVIDIA GPU`` header's."""
+        pci = None
+        if record[3] and "\n" in text:
             device = _DEVICE.search(text)
             pci = pcimod.normalize(device.group(1)) if device else None
         if pci is None and found.vendor == "nvidia" and self._hint is not None:
             hint_line, hint_pci = self._hint
             if 0 <= lineno - hint_line <= _HINT_LINES:
                 pci = hint_pci
-        return found.placed(lineno, pci, record.timestamp, record.time, record.clock, self.boot_id)
+        return pci
 
     def scan(self, lines: Iterable[str | bytes]) -> Iterator[Finding]:
         """Findings from an iterable of lines (a list, a file, a follower), lazily."""
