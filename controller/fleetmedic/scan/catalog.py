@@ -136,12 +136,24 @@ class Catalog:
         catalog order."""
         present = {lit for lit in self._literals if lit in message}
         present |= {lit for alias, lit in self.device_aliases.items() if alias in message}
-        return tuple(rule for rule in self.rules if rule.requires in present)
+        key = frozenset(present)
+        found = self._rules_by_literals.get(key)
+        if found is None:
+            found = tuple(rule for rule in self.rules if rule.requires in key)
+            self._rules_by_literals[key] = found
+        return found
 
     @functools.cached_property
     def _literals(self) -> frozenset[str]:
         """The distinct ``requires`` literals (tested once each per message)."""
         return frozenset(rule.requires for rule in self.rules)
+
+    @functools.cached_property
+    def _rules_by_literals(self) -> dict[frozenset[str], tuple[Rule, ...]]:
+        """:meth:`rules_for`'s answer by the set of literals a message holds (at most one
+        entry per subset of the few literals; the walk over every rule was a tenth of a
+        classification's time)."""
+        return {}
 
     @property
     def triggers(self) -> tuple[str, ...]:
