@@ -47,6 +47,7 @@ from fleetmedic.scan.catalogfiles import (
     TRIGGER_SXID,
     catalog_file,
     fail,
+    programs,
     read_files,
     shipped_thresholds,
 )
@@ -246,11 +247,13 @@ def load(directory: str | None = None) -> Catalog:
         raise ConfigError(f"fault catalog: malformed entry ({type(exc).__name__}: {exc})") from None
     parts["net"] = tuple(net)
     parts["benign"] = tuple(benign)
-    parts["failure_words"] = re.compile("|".join(f"(?:{w})" for w in words)) if words else None
+    words_text = "|".join(f"(?:{w})" for w in words)
+    parts["failure_words"] = programs().compile(words_text) if words else None
     parts["thresholds"] = {}
     for name in FILES:
         parts["thresholds"].update(shipped_thresholds(name, files[name]))
     ids = [rule.id for rule in parts["rules"]] + [rule.id for rule in parts["net"]]
     if len(ids) != len(set(ids)):
         raise ConfigError("fault catalog: duplicate rule id")
+    programs().save()
     return Catalog(sources=sources, **parts)

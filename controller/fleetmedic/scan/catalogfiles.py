@@ -4,13 +4,14 @@ actions, regexes; the thresholds a catalog file ships. The sections' own readers
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fleetmedic.errors import ConfigError
-from fleetmedic.scan import catalogcache
+from fleetmedic.scan import catalogcache, regexcache
 from fleetmedic.scan.entries import Threshold, parse_threshold
 from fleetmedic.scan.finding import ACTIONS
 
@@ -53,9 +54,17 @@ def checked_action(file: str, entry: Mapping[str, Any], value: Any) -> str:
 
 def compiled(file: str, entry: Mapping[str, Any], text: Any) -> re.Pattern[str]:
     try:
-        return re.compile(str(text))
+        return programs().compile(str(text))
     except re.error as exc:
         raise fail(file, f"entry {label(entry)} has a bad regex: {exc}") from None
+
+
+@functools.cache
+def programs() -> regexcache.Programs:
+    """The catalog's regexes by their text (:mod:`.regexcache`: their programs are kept
+    beside the packaged catalog's parse; the same text gives the same pattern whichever
+    catalog directory names it)."""
+    return regexcache.Programs(regexcache.location(catalogcache.location(str(DATA_DIR))))
 
 
 def hex_value(text: Any) -> int:
