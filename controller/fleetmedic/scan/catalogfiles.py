@@ -4,7 +4,6 @@ actions, regexes; the thresholds a catalog file ships. The sections' own readers
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from fleetmedic.scan import catalogcache, regexcache
 from fleetmedic.scan.entries import Threshold, parse_threshold
 from fleetmedic.scan.finding import ACTIONS
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = regexcache.DATA_DIR
 """The packaged catalog (``fleetmedic/data``): a directory of the installed package, as
 pip installs it (found from this file, not with importlib.resources, whose import alone
 costs ~3 % of ``fleetmedic scan``'s start-up)."""
@@ -59,12 +58,11 @@ def compiled(file: str, entry: Mapping[str, Any], text: Any) -> re.Pattern[str]:
         raise fail(file, f"entry {label(entry)} has a bad regex: {exc}") from None
 
 
-@functools.cache
 def programs() -> regexcache.Programs:
     """The catalog's regexes by their text (:mod:`.regexcache`: their programs are kept
     beside the packaged catalog's parse; the same text gives the same pattern whichever
     catalog directory names it)."""
-    return regexcache.Programs(regexcache.location(catalogcache.location(str(DATA_DIR))))
+    return regexcache.shared()
 
 
 def hex_value(text: Any) -> int:

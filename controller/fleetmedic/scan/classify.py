@@ -21,10 +21,9 @@ but never lower a fence the driver's word calls for.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from fleetmedic.scan import nvidia
+from fleetmedic.scan import nvidia, regexcache
 from fleetmedic.scan import pci as pcimod
 from fleetmedic.scan.catalog import Catalog, Rule
 from fleetmedic.scan.finding import ACTION_RANK, Finding
@@ -34,7 +33,7 @@ NVLINK5 = range(144, 151)
 RESET_WORDS_XIDS = (94, 95)
 """Xids whose line says ``RST: Yes`` / ``D-RST: Yes`` when the GPU needs a reset (NVIDIA's
 memory error management guide: contained and uncontained memory errors)."""
-_STATUS = re.compile(r"\bstatus[= ](?:0x)?(?P<status>[0-9a-fA-F]{1,8})\b")
+_STATUS = regexcache.compile(r"\bstatus[= ](?:0x)?(?P<status>[0-9a-fA-F]{1,8})\b")
 
 Classified = Finding
 """What a message means: a :class:`Finding` with ``line`` 0 and no timestamp or boot

@@ -32,12 +32,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fleetmedic.scan import regexcache
+
 MIN_LITERAL = 12
-_CONVERSION = re.compile(
+_CONVERSION = regexcache.compile(
     r"%[-+ #0]*(?:\d+|\*)?(?:\.\d+)?(?:hh|h|ll|l|L|q|j|z|t)?([diouxXcspfeEgG%])"
 )
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HAL_SUFFIX = re.compile(r"_(?:IMPL|KERNEL|HAL|[A-Z]{2}\d{3}[A-Z]?)$")
+_WORD = regexcache.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HAL_SUFFIX = regexcache.compile(r"_(?:IMPL|KERNEL|HAL|[A-Z]{2}\d{3}[A-Z]?)$")
 _FILL = {"d": "1", "i": "1", "u": "1", "o": "1", "x": "1f", "X": "1F", "c": "x", "s": "x"}
 _FILL |= {"p": "0", "f": "1.0", "e": "1.0", "E": "1.0", "g": "1", "G": "1", "%": "%"}
 

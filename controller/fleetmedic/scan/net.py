@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from fleetmedic.scan import pci as pcimod
+from fleetmedic.scan import regexcache
 from fleetmedic.scan.catalog import Catalog
 from fleetmedic.scan.finding import Finding
 
@@ -29,15 +30,15 @@ ERR = 3
 """Kernel log level ``err`` (``KERN_ERR``); lower numbers are worse."""
 
 _SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?\b"), "<pci>"),
-    (re.compile(r"\bGPU-[0-9a-fA-F-]{36}\b"), "<uuid>"),
-    (re.compile(r"(?:process|name=|comm|thread)\s*[:=]?\s*\S+?(?=[\s,)]|$)"), "<proc>"),
-    (re.compile(r"\bGPU\d+\b"), "GPU<n>"),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
-    (re.compile(r"\b[0-9a-fA-F]*\d[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b"), "<hex>"),
-    (re.compile(r"\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\d[0-9a-fA-F]*\b"), "<hex>"),
-    (re.compile(r"(?<![\w.])-?\d+(?:\.\d+)*\b"), "<n>"),
-    (re.compile(r"\s+"), " "),
+    (regexcache.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?\b"), "<pci>"),
+    (regexcache.compile(r"\bGPU-[0-9a-fA-F-]{36}\b"), "<uuid>"),
+    (regexcache.compile(r"(?:process|name=|comm|thread)\s*[:=]?\s*\S+?(?=[\s,)]|$)"), "<proc>"),
+    (regexcache.compile(r"\bGPU\d+\b"), "GPU<n>"),
+    (regexcache.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
+    (regexcache.compile(r"\b[0-9a-fA-F]*\d[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b"), "<hex>"),
+    (regexcache.compile(r"\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\d[0-9a-fA-F]*\b"), "<hex>"),
+    (regexcache.compile(r"(?<![\w.])-?\d+(?:\.\d+)*\b"), "<n>"),
+    (regexcache.compile(r"\s+"), " "),
 )
 
 

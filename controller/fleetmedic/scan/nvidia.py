@@ -26,20 +26,25 @@ import re
 from typing import NamedTuple
 
 from fleetmedic.scan import pci as pcimod
+from fleetmedic.scan import regexcache
 
-_XID = re.compile(r"\bXid \((?P<dev>[^)]{0,64})\):?\s*(?P<code>\d{1,6})\b,?\s?(?P<rest>.*)", re.S)
-_SXID = re.compile(r"\bSXid \((?P<dev>[^)]{0,64})\):?\s*(?P<code>\d{1,6})\b,?\s?(?P<rest>.*)", re.S)
-_PID = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+|\S*?)(?:,\s?|$)")
+_XID = regexcache.compile(
+    r"\bXid \((?P<dev>[^)]{0,64})\):?\s*(?P<code>\d{1,6})\b,?\s?(?P<rest>.*)", re.S
+)
+_SXID = regexcache.compile(
+    r"\bSXid \((?P<dev>[^)]{0,64})\):?\s*(?P<code>\d{1,6})\b,?\s?(?P<rest>.*)", re.S
+)
+_PID = regexcache.compile(r"pid=(?P<pid>'?<unknown>'?|\d+|\S*?)(?:,\s?|$)")
 _COMM_MAX = 15
-_HEX = re.compile(r"0x[0-9a-fA-F]+")
-_TO_HEX = re.compile(r"\bto\s+(0x[0-9a-fA-F]+)")
-_TO = re.compile(r"\bto\b")
-_ENGINE_SEVERITY = re.compile(r"^Severity (\d+) Engine instance")
+_HEX = regexcache.compile(r"0x[0-9a-fA-F]+")
+_TO_HEX = regexcache.compile(r"\bto\s+(0x[0-9a-fA-F]+)")
+_TO = regexcache.compile(r"\bto\b")
+_ENGINE_SEVERITY = regexcache.compile(r"^Severity (\d+) Engine instance")
 _SXID_WORDS = {"fatal": "fatal", "non-fatal": "non-fatal", "nonfatal": "non-fatal"}
 _SXID_WORDS["correctable"] = "correctable"
 _ENGINE_WORDS = {"0": "non-fatal", "1": "fatal"}  # NVSWITCH_ERROR_SEVERITY_TYPE
-_RESET_WORDS = re.compile(r"\b(D-RST|RST): Yes\b")
-_NVL5 = re.compile(
+_RESET_WORDS = regexcache.compile(r"\b(D-RST|RST): Yes\b")
+_NVL5 = regexcache.compile(
     r"(?P<unit>[A-Za-z][\w/]*)(?:\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\b)?.*?\((?P<regs>[^)]*)\)",
     re.S,
 )

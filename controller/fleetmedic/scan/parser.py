@@ -36,21 +36,23 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
 
-_KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;")
-_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
-_CTIME = re.compile(
+from fleetmedic.scan import regexcache
+
+_KMSG = regexcache.compile(r"(\d{1,3}),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;")
+_UPTIME = regexcache.compile(r"\[\s*(\d+\.\d+)\]\s?")
+_CTIME = regexcache.compile(
     r"\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?"
 )
-_FM = re.compile(
+_FM = regexcache.compile(
     r"\[((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d{4} \d\d:\d\d:\d\d)\] "
     r"\[(FATAL|ERROR|WARNING|WARN|NOTICE|INFO|DEBUG)\] (?:\[tid \d+\] )?"
 )
 _FM_LEVELS = {"FATAL": 2, "ERROR": 3, "WARNING": 4, "WARN": 4, "NOTICE": 5, "INFO": 6, "DEBUG": 7}
-_DECODED = re.compile(
+_DECODED = regexcache.compile(
     r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\d)\s*:"
     r"\s*(emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?"
 )
-_TALOS = re.compile(
+_TALOS = regexcache.compile(
     r"(?:[^\s:]+: )?kern:\s*(emerg|alert|crit|err|warning|notice|info|debug):\s*"
     r"\[(\d{4}-\d\d-\d\dT[^\]]+)\]:\s?"
 )
@@ -66,17 +68,19 @@ LEVELS = {
     "debug": 7,
 }
 """syslog severities (``<pri> & 7``), as ``dmesg -x`` (and Talos: ``warning``) names them."""
-_ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+")
-_SYSLOG = re.compile(
+_ISO = regexcache.compile(
+    r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+"
+)
+_SYSLOG = regexcache.compile(
     r"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+"
 )
-_PRIORITY = re.compile(r"<\d{1,3}>")
+_PRIORITY = regexcache.compile(r"<\d{1,3}>")
 # "host tag: " or "tag: " after a syslog/journal timestamp. A tag is a program
 # name with an optional [pid]; a host is any token that does not end in ":".
-_HOST_TAG = re.compile(
+_HOST_TAG = regexcache.compile(
     r"(?:(?P<host>[^\s:](?:\S*[^\s:])?)\s+)?(?P<tag>[A-Za-z_][\w.@/-]*)(?:\[\d+\])?:\s?"
 )
-_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+_ESCAPE = regexcache.compile(r"\\x([0-9a-fA-F]{2})")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

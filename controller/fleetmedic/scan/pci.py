@@ -9,13 +9,13 @@ from different sources about one GPU dedup together.
 
 from __future__ import annotations
 
-import re
+from fleetmedic.scan import regexcache
 
-_BDF = re.compile(
+_BDF = regexcache.compile(
     r"(?<![0-9A-Fa-f:])(?:PCI:)?(?:(?P<dom>[0-9A-Fa-f]{4,8}):)?(?P<bus>[0-9A-Fa-f]{2}):(?P<dev>[0-9A-Fa-f]{2})"
     r"(?:\.(?P<fn>[0-7]))?(?![0-9A-Fa-f:])"
 )
-_FULL_BDF = re.compile(
+_FULL_BDF = regexcache.compile(
     r"(?<![0-9A-Fa-f:])(?P<dom>[0-9A-Fa-f]{4,8}):(?P<bus>[0-9A-Fa-f]{2}):(?P<dev>[0-9A-Fa-f]{2})"
     r"(?:\.(?P<fn>[0-7]))?(?![0-9A-Fa-f:])"
 )

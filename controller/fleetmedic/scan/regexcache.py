@@ -1,12 +1,15 @@
-"""The catalog's regular expressions, built from programs kept in the user's cache.
+"""The scan package's and the catalog's regular expressions, built from programs kept in
+the user's cache.
 
 ``re.compile`` parses a pattern and builds its program (the opcode list the C matcher
-runs) in Python; for the catalog's ~75 regexes that was about a fifth of ``fleetmedic
-scan``'s start-up (0.03 s of 0.16 s CPU), where grep reads a whole gigabyte in 1.2 s
-(issue 39). The program depends only on the pattern's text, its flags and the Python
-that built it, so :class:`Programs` keeps it per pattern in one marshal file beside the
-catalog's parse (:mod:`.catalogcache`) and builds the pattern from it with
-``_sre.compile``, the last step ``re.compile`` itself takes:
+runs) in Python; for the catalog's ~75 regexes and the scan modules' ~50 that was about a
+fifth of ``fleetmedic scan``'s start-up (0.03 s of 0.16 s CPU), where grep reads a whole
+gigabyte in 1.2 s (issue 39). The program depends only on the pattern's text, its flags
+and the Python that built it, so :class:`Programs` keeps it per pattern in one marshal
+file beside the catalog's parse (:mod:`.catalogcache`) and builds the pattern from it
+with ``_sre.compile``, the last step ``re.compile`` itself takes. :func:`compile` is
+``re.compile`` for the scan modules; the catalog's load writes what was added
+(:func:`shared`'s :meth:`Programs.save`).
 
 - a program is kept only after the pattern built from it compared equal to
   ``re.compile``'s (same text, flags and program: ``re.Pattern``'s own equality), so the
@@ -27,6 +30,7 @@ compiled with ``re.compile``, as before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import marshal
 import os
@@ -34,6 +38,8 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from fleetmedic.scan import catalogcache
 
 _sre: Any
 _compiler: Any
@@ -63,23 +69,24 @@ class Programs:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.kept: dict[str, Program] = _read(path) if path is not None else {}
+        self.kept: dict[tuple[str, int], Program] = _read(path) if path is not None else {}
         self.added = 0
 
-    def compile(self, text: str) -> re.Pattern[str]:
-        """``re.compile(text)``; raises ``re.error`` for a bad pattern, as it does."""
-        program = self.kept.get(text)
+    def compile(self, text: str, flags: int = 0) -> re.Pattern[str]:
+        """``re.compile(text, flags)``; raises ``re.error`` for a bad pattern, as it does."""
+        key = (text, int(flags))
+        program = self.kept.get(key)
         if program is not None:
             try:
                 pattern: re.Pattern[str] = _sre.compile(text, *program)
                 return pattern
             except Exception:  # a damaged program (or any error): compile as usual
-                del self.kept[text]
-        pattern = re.compile(text)
+                del self.kept[key]
+        pattern = re.compile(text, flags)
         if self.path is not None:
-            program = _program(text, pattern)
+            program = _program(text, key[1], pattern)
             if program is not None:
-                self.kept[text] = program
+                self.kept[key] = program
                 self.added += 1
         return pattern
 
@@ -98,7 +105,23 @@ class Programs:
                 temporary.unlink()
 
 
-def _read(path: Path) -> dict[str, Program]:
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+"""The packaged catalog's directory (its parse's cache file names the programs' file)."""
+
+
+@functools.cache
+def shared() -> Programs:
+    """The programs of this process: the scan modules' and every catalog's (a pattern's
+    text and flags make its program, whichever file names it)."""
+    return Programs(location(catalogcache.location(str(DATA_DIR))))
+
+
+def compile(text: str, flags: int = 0) -> re.Pattern[str]:
+    """``re.compile`` through :func:`shared` (for the scan modules' own regexes)."""
+    return shared().compile(text, flags)
+
+
+def _read(path: Path) -> dict[tuple[str, int], Program]:
     try:
         kept = marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):  # absent, cut short, not marshal
@@ -106,20 +129,20 @@ def _read(path: Path) -> dict[str, Program]:
     return kept if isinstance(kept, dict) else {}
 
 
-def _program(text: str, pattern: re.Pattern[str]) -> Program | None:
+def _program(text: str, flags: int, pattern: re.Pattern[str]) -> Program | None:
     """What ``_sre.compile`` took to build ``pattern`` (the steps of ``re._compiler``'s
     ``compile``), or None when building it again from that does not give ``pattern``."""
     if _sre is None:
         return None
     try:
-        parsed: Any = _parser.parse(text, 0)
-        code = _compiler._code(parsed, 0)
+        parsed: Any = _parser.parse(text, flags)
+        code = _compiler._code(parsed, flags)
         groupindex = dict(parsed.state.groupdict)
         indexgroup: list[str | None] = [None] * parsed.state.groups
         for name, index in groupindex.items():
             indexgroup[index] = name
         program: Program = (
-            int(parsed.state.flags),
+            flags | int(parsed.state.flags),
             [int(op) for op in code],  # opcodes are int subclasses marshal refuses
             parsed.state.groups - 1,
             groupindex,

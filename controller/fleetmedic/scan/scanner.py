@@ -66,7 +66,7 @@ from typing import BinaryIO
 
 from fleetmedic.scan import catalog as catalog_mod
 from fleetmedic.scan import net as netmod
-from fleetmedic.scan import parser, prefilter
+from fleetmedic.scan import parser, prefilter, regexcache
 from fleetmedic.scan import pci as pcimod
 from fleetmedic.scan.classify import Classified, classify
 from fleetmedic.scan.dedup import Dedup
@@ -78,14 +78,14 @@ reinstall). They mark boot segments in a file whose boot id is unknown. (The
 kernel's own "Linux version" banner would do too, but it shares no search key
 with the GPU lines and would cost the bulk pre-filter a whole extra pass.)"""
 
-_GPU_HEADER = re.compile(r"NVRM: The NVIDIA GPU (\S+)")
+_GPU_HEADER = regexcache.compile(r"NVRM: The NVIDIA GPU (\S+)")
 _HINT_LINES = 4
 _CACHE_SIZE = 4096
-_DEVICE = re.compile(r"^ DEVICE=\+pci:(\S+)", re.M)
-_PROCESS = re.compile(r"\b[Pp]rocess (?P<process>\S+) pid (?P<pid>\d+) thread")
+_DEVICE = regexcache.compile(r"^ DEVICE=\+pci:(\S+)", re.M)
+_PROCESS = regexcache.compile(r"\b[Pp]rocess (?P<process>\S+) pid (?P<pid>\d+) thread")
 FABRIC = "fabricmanager"
 """The rule kind of Fabric Manager's log (data/fabricmanager_catalog.yaml)."""
-_FABRIC_LOG = re.compile(
+_FABRIC_LOG = regexcache.compile(
     r"^\[[A-Z][a-z]{2} [ \d]\d \d{4} \d\d:\d\d:\d\d\] \[[A-Z]+\] \[tid \d+\]|fabricmanager|"
     r"fabric manager|Fabric Manager",
     re.M,
@@ -220,7 +220,8 @@ class Scanner:
         self._net_cache: dict[tuple[str, int | None], _Facts | None] = {}
         self.triggers: tuple[str, ...] = self.catalog.triggers
         # one C-level pass over the line instead of one substring test per trigger
-        self._trigger = re.compile("|".join(re.escape(t) for t in self.triggers))
+        self._trigger = regexcache.compile("|".join(re.escape(t) for t in self.triggers))
+        regexcache.shared().save()  # compiled after the catalog's load saved: keep it too
         self._rules = {rule.id: rule for rule in self.catalog.rules}
         self._cut_heads = self.catalog.cut_heads
         self._held: tuple[int, parser.Fields, str, catalog_mod.Join] | None = None

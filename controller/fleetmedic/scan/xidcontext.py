@@ -38,7 +38,6 @@ data: the ``workflows`` section of ``data/xid_catalog.yaml``, read by
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -49,20 +48,21 @@ import yaml
 
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.actions import ACTIONS
+from fleetmedic.scan import regexcache
 
-_SM = re.compile(r"\(GPC (\d{1,3})(?:, TPC (\d{1,3}))?(?:, SM (\d{1,3}))?\)")
-_MMU = re.compile(
+_SM = regexcache.compile(r"\(GPC (\d{1,3})(?:, TPC (\d{1,3}))?(?:, SM (\d{1,3}))?\)")
+_MMU = regexcache.compile(
     r"MMU Fault: ENGINE (?P<engine>[A-Z][A-Z0-9_]*)(?: GPC(?P<gpc>\d{1,3}))?"
     r"(?: (?P<client>[A-Z][A-Z0-9_]*))?\s+faulted @"
 )
-_FAULT_TYPE = re.compile(r"Fault is of type (FAULT_[A-Z0-9_]+)")
-_CHANNEL = re.compile(
+_FAULT_TYPE = regexcache.compile(r"Fault is of type (FAULT_[A-Z0-9_]+)")
+_CHANNEL = regexcache.compile(
     r"\b(?:Ch(?:annel)?(?: ID)?|ChId|channel)\s+(?:0x)?(?P<ch>[0-9a-fA-F]{1,8})\b"
 )
-_CAUSE = re.compile(r"caused by previous Xid (\d{1,6})")
-_VMID = re.compile(r"\bvmid[: ]\s*(\d+)")
-_PASID = re.compile(r"\bpas_?id[: ]\s*(\d+)")
-_FAULT_PROCESS = re.compile(r"for process (\S+) pid \d+")
+_CAUSE = regexcache.compile(r"caused by previous Xid (\d{1,6})")
+_VMID = regexcache.compile(r"\bvmid[: ]\s*(\d+)")
+_PASID = regexcache.compile(r"\bpas_?id[: ]\s*(\d+)")
+_FAULT_PROCESS = regexcache.compile(r"for process (\S+) pid \d+")
 
 WORKFLOW_KINDS = ("same-location", "same-gpu", "follows", "spread")
 """The kinds of context a workflow decides on (one evaluator each in policy/workflow.py)."""

@@ -42,7 +42,7 @@ def test_a_kept_program_builds_the_pattern_re_compile_builds(path, monkeypatch):
         raise AssertionError("compiled again although its program was kept")
 
     again = regexcache.Programs(path)
-    assert set(again.kept) == set(PATTERNS)
+    assert set(again.kept) == {(text, 0) for text in PATTERNS}
     monkeypatch.setattr(regexcache.re, "compile", no_compile)
     built = [again.compile(text) for text in PATTERNS]
     monkeypatch.undo()
@@ -53,13 +53,41 @@ def test_a_kept_program_builds_the_pattern_re_compile_builds(path, monkeypatch):
         assert (found and found.groupdict()) == (reference and reference.groupdict())
 
 
+def test_flags_are_part_of_the_key(path):
+    first = regexcache.Programs(path)
+    for flags in (0, re.M, re.S, re.M | re.I):
+        _same(
+            first.compile(r"^ DEVICE=\+pci:(\S+).", flags),
+            re.compile(r"^ DEVICE=\+pci:(\S+).", flags),
+        )
+    first.save()
+    again = regexcache.Programs(path)
+    assert len(again.kept) == 4
+    for flags in (0, re.M, re.S, re.M | re.I):
+        built = again.compile(r"^ DEVICE=\+pci:(\S+).", flags)
+        _same(built, re.compile(r"^ DEVICE=\+pci:(\S+).", flags))
+        assert built.flags == re.compile(r"^ DEVICE=\+pci:(\S+).", flags).flags
+
+
+def test_the_scan_modules_regexes_are_kept_too():
+    from fleetmedic.scan import nvidia, parser, scanner
+
+    shared = regexcache.shared()
+    if shared.path is None:
+        pytest.skip("no cache directory")
+    load_catalog()
+    for pattern in (nvidia._XID, parser._KMSG, scanner._DEVICE):
+        assert (pattern.pattern, pattern.flags & ~re.U) in shared.kept  # str: re.U implied
+        _same(pattern, re.compile(pattern.pattern, pattern.flags))
+
+
 def test_a_bad_regex_fails_at_every_load_and_is_never_kept(path):
     for _ in range(2):
         programs = regexcache.Programs(path)
         with pytest.raises(re.error):
             programs.compile("(unclosed")
         programs.save()
-        assert "(unclosed" not in programs.kept
+        assert ("(unclosed", 0) not in programs.kept
 
 
 def test_a_damaged_file_costs_the_compile_only(path):
@@ -67,8 +95,8 @@ def test_a_damaged_file_costs_the_compile_only(path):
     for damage in (
         b"\x00garbage",
         marshal.dumps(["not", "a", "dict"]),
-        marshal.dumps({PATTERNS[0]: (0, [1, 2, 3], 0, {}, ())}),  # a program _sre refuses
-        marshal.dumps({PATTERNS[0]: "nonsense"}),
+        marshal.dumps({(PATTERNS[0], 0): (0, [1, 2, 3], 0, {}, ())}),  # one _sre refuses
+        marshal.dumps({(PATTERNS[0], 0): "nonsense"}),
     ):
         path.write_bytes(damage)
         programs = regexcache.Programs(path)
