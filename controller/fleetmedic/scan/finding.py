@@ -132,8 +132,18 @@ class Finding:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The issue's JSON object: exactly :data:`JSON_FIELDS`, in order."""
-        return {name: getattr(self, name) for name in JSON_FIELDS}
+        """The issue's JSON object: exactly :data:`JSON_FIELDS`, in order (spelled out: a
+        loop of ``getattr`` over them cost three times as much per finding)."""
+        return {
+            "line": self.line,
+            "vendor": self.vendor,
+            "kind": self.kind,
+            "code": self.code,
+            "pci": self.pci,
+            "action": self.action,
+            "bucket": self.bucket,
+            "message": self.message,
+        }
 
     @property
     def rank(self) -> int:
