@@ -290,8 +290,8 @@ def main() -> None:
     # As installed (pip compiles the bytecode): one untimed run below writes
     # fleetmedic's __pycache__ as any run does, also where PYTHONDONTWRITEBYTECODE is
     # set (then every run would compile the sources again, ~20 ms no user pays twice),
-    # and the catalog's parse in the user's cache (scan/catalogcache.py), as a user's
-    # first scan does.
+    # and the catalog's parse and the regexes' programs in the user's cache
+    # (scan/catalogcache.py, scan/regexcache.py), as a user's first scan does.
     env = dict(os.environ, PYTHONPATH=str(root / "controller"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop(literals.ENGINE_ENV, None)
