@@ -6,7 +6,7 @@ v0.0.38: ``name``, ``state``, ``state_flags``, ``reason``, ``reason_set_by_user`
 ``reason_changed_at``, ``address``, ``partitions``, ``gres``, ``features``, ``comment``,
 ``extra``, ``boot_time``), so :meth:`~fleetmedic.adapters.slurm.SlurmNode.from_json`
 reads every version's answer. ``run(tool, *args, env=...)`` runs one client tool and
-returns its stdout. A reader for another version (24.11's JSON) is added here.
+returns its stdout. A release that needs a reader of its own gets it here.
 
 What each candidate costs slurmctld, read from the Slurm sources (22.05.8 to 25.05.8) and
 measured with sdiag on 22.05.8 (bench/slurm_agents.py prints the figures):
