@@ -27,6 +27,12 @@ costs. (The bench used to poll ``sinfo`` every 10 ms for the end, which added it
 poll to the fence and not to the baseline.) The bare update's round trip, as a client
 sees it, is printed too.
 
+Also printed, not a target: the floor of a fence decided on a fresh read, a bare ``sinfo
+-n`` (the agent's single-node read) and then the bare update, timed the same way. The agent
+decides every write on such a read (adapters/slurmdoc.py: never on a kept view, so a drain
+another tool set since the agent's last read is never written over), so its fence cannot
+go below that floor, which is itself about 2x the bare update.
+
 Between trials the node is resumed (as the controller does after a repair); the agent's
 kept view of the node (``slurm.read_every``) still says our drain, which only decides
 that something must be written: the fence itself is decided on a fresh single-node read.
@@ -51,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 import _common  # noqa: E402
 from _taint import percentile, report  # noqa: E402
 
+from fleetmedic.adapters.slurmread import sinfo_single_argv  # noqa: E402
 from tests.harness.agentenv import FLEETMEDIC, AgentProcess, append, banner, xid_line  # noqa: E402
 from tests.harness.slurm import start_cluster  # noqa: E402
 
@@ -120,6 +127,17 @@ def main() -> int:
             base.append(log.wait_reason(f"bench baseline {i}") - t0)
             tool("scontrol", "update", "nodename=n1", "state=resume")
         baseline = statistics.median(base)
+        # The floor of a fence decided on a fresh read (adapters/slurmdoc.py: no write on
+        # a kept view, so another tool's drain is never written over): the single-node
+        # read the agent makes, then the same bare update, timed to the same log line.
+        checked = []
+        for i in range(20):
+            t0 = time.time()
+            tool("sinfo", *sinfo_single_argv("n1"))
+            tool("scontrol", "update", "nodename=n1", "state=drain", f"reason=bench floor {i}")
+            checked.append(log.wait_reason(f"bench floor {i}") - t0)
+            tool("scontrol", "update", "nodename=n1", "state=resume")
+        floor = statistics.median(checked)
         agent = AgentProcess("n1", work / "unused", work / "agent.log")
         agent.argv = [
             str(FLEETMEDIC),
@@ -176,6 +194,10 @@ def main() -> int:
     )
     trip = statistics.median(trips) * 1000
     print(f"  a bare scontrol update's round trip (client side): {trip:.1f} ms")
+    print(
+        f"  the floor of a checked fence (sinfo -n, then the update; median of 20): "
+        f"{floor * 1000:.1f} ms; p50 against it {percentile(latencies, 50) / floor:.2f}x"
+    )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.keep:
         print(f"  work dir: {work}")

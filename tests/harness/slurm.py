@@ -169,9 +169,9 @@ class SlurmCluster:
 
     @property
     def node_command(self) -> str:
-        """How fleetmedic reads one node of this release (adapters/slurmread.py; what the
+        """How fleetmedic reads one node (adapters/slurmread.py, every release; what the
         agent's errors name)."""
-        return "sinfo -n" if self.version == "22.05" else "show node"
+        return "sinfo -n"
 
     def marked_down(self, reason: str) -> str:
         """``reason`` as this release shows it once slurmctld marked the node DOWN (not

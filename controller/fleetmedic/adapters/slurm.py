@@ -18,8 +18,9 @@ which also says what 24.11 does differently):
   error"}]`` and an empty node list: the adapter treats any error there as a
   TemporaryError.
 - Reading one node (:meth:`Slurm.node`: every write, the agent, the steps' waits) is the
-  cheapest single-node request of the Slurm version (adapters/slurmread.py: on 22.05
-  ``sinfo -n N`` in text, slurmctld's REQUEST_NODE_INFO_SINGLE, which has no boot time).
+  cheapest single-node request of the Slurm version (adapters/slurmread.py: ``sinfo -n N``
+  in text, slurmctld's REQUEST_NODE_INFO_SINGLE, which has no boot time; measured on
+  22.05 and 24.11).
   Each write is decided on such a read, passed in as ``current`` so it is not read twice.
 - Fencing is ``scontrol update nodename=N state=drain reason="fleetmedic: <rung>:
   <finding>"`` (model/slurmreason.py). A drain that is not ours (any other reason: NHC,
@@ -144,7 +145,9 @@ class SlurmNode:
     def drained(self) -> bool:
         """Drained with no job left (sinfo's ``drained``; ``draining`` otherwise). Measured:
         after a requeue, slurmctld showed the node drained while squeue still listed the
-        job as COMPLETING for a moment; before a reboot, check :meth:`Slurm.jobs` too."""
+        job as COMPLETING for a moment; before a reboot, check :meth:`Slurm.jobs` too. On
+        a single-node read (:meth:`Slurm.node`) the base state can lag behind the jobs
+        (adapters/slurmread.py): a hint there, true only from the whole read."""
         return self.drain and self.state in DRAINED_STATES
 
     @property
@@ -230,19 +233,18 @@ class Slurm:
             self._version = slurmjson.parse_version(self._run("scontrol", "--version"))
         return self._version
 
-    def _node_json(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Every node (or, from 23.02 on, the one ``name``d), as JSON in openapi/v0.0.38's
-        field names, read with the command this release has (adapters/slurmjson.py):
-        ``sinfo --json`` on 22.05, ``scontrol --json=<data_parser> show node [NAME]``
-        later, asking for the newest data_parser this Slurm ships of those we read (the
-        one found is kept)."""
+    def _node_json(self) -> list[dict[str, Any]]:
+        """Every node, as JSON in openapi/v0.0.38's field names, read with the command this
+        release has (adapters/slurmjson.py): ``sinfo --json`` on 22.05, ``scontrol
+        --json=<data_parser> show node`` later, asking for the newest data_parser this Slurm
+        ships of those we read (the one found is kept)."""
         version = self.version()
         if version < slurmjson.FIRST_DATA_PARSER_RELEASE:
             argv = slurmjson.list_argv(version)
             return slurmjson.node_list(self._run(*argv), " ".join(argv))
         tried = []
         for parser in (self._parser,) if self._parser else slurmjson.DATA_PARSERS:
-            argv = (*slurmjson.list_argv(version, parser), *((name,) if name else ()))
+            argv = slurmjson.list_argv(version, parser)
             try:
                 text = self._run(*argv)
             except PermanentError as exc:
@@ -267,17 +269,10 @@ class Slurm:
 
     def node(self, name: str) -> SlurmNode:
         """One node, with the cheapest request this Slurm version answers
-        (adapters/slurmread.py: on 22.05 one node and the partition table, not the whole
-        cluster; ``boot_time`` is None there, :meth:`node_full` has it; from 23.02 on
-        ``scontrol show node NAME --json``, which honours the name)."""
+        (adapters/slurmread.py: one node and the partition table, not the whole cluster;
+        ``boot_time`` is None, :meth:`node_full` has it. Not ``scontrol show node NAME``:
+        on 24.11 too it loads the whole node table and picks the name out client-side)."""
         check_node_name(name)
-        if self._reader is None and self.version() >= slurmjson.FIRST_DATA_PARSER_RELEASE:
-            # scontrol show node NAME --json: one node, and the release's JSON rules
-            # (a resumed node's leftover reason dropped: adapters/slurmjson.py)
-            for n in self._node_json(name):
-                if n["name"] == name:
-                    return SlurmNode.from_json(n)
-            raise NotFoundError(f"Slurm node {name}: not found")
         if self._reader is None:
             try:
                 self._reader = slurmread.reader_for(self.version())

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fleetmedic.errors import ConfigError, TemporaryError, one_line
@@ -159,6 +159,13 @@ IN_SERVICE = frozenset({"idle", "allocated", "mixed", "completing"})
 OUT_OF_SERVICE_FLAGS = frozenset({"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
 
 
+def in_service(state: str, flags: Iterable[str]) -> bool:
+    """A node taking jobs: a reason it shows is a leftover from before a resume (24.11
+    keeps it; see the module doc), not a drain. ``state`` the base state in lower case,
+    ``flags`` in upper case, as every reader here returns them."""
+    return state in IN_SERVICE and not OUT_OF_SERVICE_FLAGS.intersection(flags)
+
+
 def _data_parser(n: Mapping[str, Any]) -> dict[str, Any]:
     """data_parser/v0.0.40-42: the state list split into the base state and its flags,
     times unwrapped from their set/infinite/number objects, and the reason a node in
@@ -169,7 +176,7 @@ def _data_parser(n: Mapping[str, Any]) -> dict[str, Any]:
     out["state_flags"] = words[1:]
     out["reason_changed_at"] = _number(n.get("reason_changed_at"), "reason_changed_at")
     out["boot_time"] = _number(n.get("boot_time"), "boot_time")
-    if out["state"] in IN_SERVICE and not OUT_OF_SERVICE_FLAGS.intersection(out["state_flags"]):
+    if in_service(out["state"], out["state_flags"]):
         out.update(reason="", reason_set_by_user="", reason_changed_at=0)
     return out
 

@@ -6,7 +6,7 @@ v0.0.38: ``name``, ``state``, ``state_flags``, ``reason``, ``reason_set_by_user`
 ``reason_changed_at``, ``address``, ``partitions``, ``gres``, ``features``, ``comment``,
 ``extra``, ``boot_time``), so :meth:`~fleetmedic.adapters.slurm.SlurmNode.from_json`
 reads every version's answer. ``run(tool, *args, env=...)`` runs one client tool and
-returns its stdout. A reader for another version (24.11's JSON) is added here.
+returns its stdout. A release that needs a reader of its own gets it here.
 
 What each candidate costs slurmctld, read from the Slurm sources (22.05.8 to 25.05.8) and
 measured with sdiag on 22.05.8 (bench/slurm_agents.py prints the figures):
@@ -19,12 +19,27 @@ measured with sdiag on 22.05.8 (bench/slurm_agents.py prints the figures):
 - ``sinfo -n N`` with one plain name: REQUEST_NODE_INFO_SINGLE (slurmctld packs one node)
   and the partition table (REQUEST_PARTITION_INFO; a few partitions, small): two RPCs whose
   cost does not grow with the node count. In 23.11 and later ``sinfo --json -n N`` takes
-  the same path.
+  the same path, but its JSON is sinfo's grouped lines, not a node record.
 
-So on 22.05 the single-node read is ``sinfo -n N -N -h -O <fields>`` (:func:`sinfo_single`).
-Its text has every field we read except the **boot time**, which no single-node read of
-22.05's client tools shows: callers that need it (the reboot rung) take it from the
-controller's own periodic full read. The fields are printed whole (``:0``), separated by
+Measured with sdiag on 24.11.5 too (tests/integration/test_slurm_agent.py counts them):
+``sinfo -n N`` (text, and ``--json``) is REQUEST_NODE_INFO_SINGLE, while ``scontrol show
+node N``, with or without ``--json``, is REQUEST_NODE_INFO, the whole node table.
+
+One thing that read does not refresh: the node's allocated CPUs, from which sinfo prints
+``mixed`` or ``allocated``. slurmctld's REQUEST_NODE_INFO_SINGLE handler leaves the
+refresh out (``select_g_select_nodeinfo_set_all()`` under ``#if 0`` in proc_req.c,
+24.11.6, "too slow for our use here"); the whole-table read does it. Measured on 24.11.5:
+after a requeue, ``sinfo -n`` showed ``mixed+drain`` for over a minute while ``scontrol
+show node`` showed IDLE+DRAIN with CPUAlloc=0, until a whole read. So whether a node is
+empty is asked of ``squeue`` (Slurm.jobs) or the whole read, never of this base state;
+DRAIN, the reason and Extra are current.
+
+So on every release the single-node read is ``sinfo -n N -N -h -O <fields>``
+(:func:`sinfo_single`). Its text has every field we read except the **boot time**, which
+no single-node read of the client tools shows: callers that need it (the reboot rung) take
+it from the controller's own periodic full read. A reason on a node in service is dropped,
+as the JSON readers drop it (adapters/slurmjson.py: 24.11 keeps a resumed node's last
+reason; 22.05 never shows one there). The fields are printed whole (``:0``), separated by
 ASCII unit separators, each line ended by a record separator (a node in two partitions
 is two lines), with Extra last: so a reason or an Extra with spaces, ``|`` or newlines
 reads back as it is. The reason's time comes as epoch seconds (``SLURM_TIME_FORMAT=%s``).
@@ -42,6 +57,8 @@ import json
 import re
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from fleetmedic.adapters.slurmjson import in_service
 
 Run = Callable[..., str]
 """``run(tool, *args, env=None)``: stdout of one Slurm client tool (raises on failure)."""
@@ -102,19 +119,20 @@ def parse_sinfo_single(text: str, name: str) -> dict[str, Any]:
     first = seen[0]
     if first["name"] != name:
         raise UnreadableNode(f"sinfo -n {name}: answered for {first['name']!r}")
-    base, *flags = first["state"].split("+")
+    base, *rest = first["state"].split("+")
+    flags = [f.upper() for f in rest]
     if not base or base == "n/a":
         raise UnreadableNode(f"sinfo -n {name}: no state ({first['state']!r})")
     user = _USER.match(first["reason_set_by_user"])
     stamp = first["reason_changed_at"]
     reason = first["reason"]
-    if reason == "none" and not stamp.isdigit():  # (no reason: no time either)
-        reason = ""
+    if (reason == "none" and not stamp.isdigit()) or in_service(base, flags):
+        reason, user, stamp = "", None, ""  # none, or one left from before a resume
     partitions = [p for p in dict.fromkeys(r["partitions"] for r in seen) if p and p != "n/a"]
     return {
         "name": first["name"],
         "state": base,
-        "state_flags": [f.upper() for f in flags],
+        "state_flags": flags,
         "reason": reason,
         "reason_set_by_user": user["name"] if user else "",
         "reason_changed_at": int(stamp) if stamp.isdigit() else None,

@@ -1,6 +1,6 @@
-"""adapters/slurmread.py: the single-node read of Slurm 22.05 (``sinfo -n N`` in text, one
-node and the partition table) parsed into sinfo --json's node shape. The lines below are
-what a real sinfo 22.05.8 printed (``cat -A`` showed the separators); the read itself runs
+"""adapters/slurmread.py: the single-node read of Slurm 22.05 and later (``sinfo -n N`` in
+text, one node and the partition table) parsed into sinfo --json's node shape. The lines
+below are what a real sinfo 22.05.8 (or, where said, 24.11.5) printed (``cat -A`` showed the separators); the read itself runs
 against slurmctld in tests/integration/test_slurm_adapter.py, its cost in sdiag in
 bench/slurm_agents.py."""
 
@@ -64,6 +64,19 @@ def test_a_reason_someone_set_to_none_is_a_reason():
                 "(null)", "(null)", "(null)")  # fmt: skip
     n = SlurmNode.from_json(parse_sinfo_single(text, "n2"))
     assert n.reason == "none" and n.reason_user == "alice"
+
+
+def test_a_reason_left_on_a_resumed_node_is_no_reason():
+    """24.11.5 keeps a resumed node's last reason (its sinfo printed these two lines, one
+    before and one after ``state=resume``): in service, it is a leftover, not a drain."""
+    drained = line("n1", "idle+drain", "NHC: gpu 3 missing", "root(0)", "1795918097",
+                   "192.168.224.11", "gpu", "gpu:2", "(null)", "(null)", "(null)")  # fmt: skip
+    resumed = drained.replace("idle+drain", "idle+not_responding")
+    n = SlurmNode.from_json(parse_sinfo_single(drained, "n1"))
+    assert (n.reason, n.reason_user, n.reason_time) == ("NHC: gpu 3 missing", "root", 1795918097)
+    n = SlurmNode.from_json(parse_sinfo_single(resumed, "n1"))
+    assert (n.reason, n.reason_user, n.reason_time) == ("", "", None)
+    assert n.flags == {"NOT_RESPONDING"} and not n.drain
 
 
 def test_a_node_in_two_partitions_is_two_lines_and_one_node():

@@ -14,6 +14,7 @@ import time
 from scan_helpers import assert_valid, published_lines
 
 from fleetmedic.scan import Scanner
+from tests.harness import loadscale
 
 LINES = 120_000
 PREFIXES = [
@@ -91,4 +92,7 @@ def test_fuzz_lines_never_raise():
     assert scanner.lines_read == pure.lines_read == LINES
     deduped = list(Scanner().scan(lines[:20_000]))
     assert 0 < len(deduped) < 20_000
-    assert time.process_time() - start < 30  # about 8 s of CPU normally
+    # A hang guard against a regex that backtracks without end, not a speed test (that is
+    # bench/scan_throughput.py): about 8 s of CPU normally; the CPU time itself swells with
+    # the load (32 s in a CI run at load 20, in the nice-19 unit lane), so the bound does.
+    assert time.process_time() - start < loadscale.scaled(30)
