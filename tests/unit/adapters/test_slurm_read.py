@@ -1,8 +1,8 @@
 """adapters/slurmread.py: the single-node read of Slurm 22.05 and later (``sinfo -n N`` in
 text, one node and the partition table) parsed into sinfo --json's node shape. The lines
-below are what a real sinfo 22.05.8 (or, where said, 24.11.5) printed (``cat -A`` showed the separators); the read itself runs
-against slurmctld in tests/integration/test_slurm_adapter.py, its cost in sdiag in
-bench/slurm_agents.py."""
+below are what a real sinfo 22.05.8 (or, where said, 24.11.5) printed (``cat -A`` showed
+the separators); the read itself runs against slurmctld in
+tests/integration/test_slurm_adapter.py, its cost in sdiag in bench/slurm_agents.py."""
 
 from __future__ import annotations
 
