@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from fleetmedic.adapters import runner
 from fleetmedic.model.config import AnsibleConfig, ReceptorConfig
+from tests.harness import loadscale
 from tests.harness.fleet import ROOT
 
 pytestmark = [pytest.mark.slow]
@@ -188,7 +189,10 @@ def test_many_units_in_flight_keep_the_mesh_up(
     def one(i: int) -> runner.RunResult:
         n = 1 + i % 3
         via = how(mesh, mesh.executor_for(fleet.node(n).name).id, lost_after=10, **cap)
-        return runner.run_playbook(PLAY, _targets(fleet, n), settings, timeout=60, via=via)
+        # the timeout bounds the wait for a slot too: at stock's cap of 1, exec-2's fifth
+        # run waits for four (past 60 s at load 20); the wait stretches with the load
+        timeout = loadscale.scaled(60)
+        return runner.run_playbook(PLAY, _targets(fleet, n), settings, timeout=timeout, via=via)
 
     with ThreadPoolExecutor(8) as pool:
         runs = list(pool.map(one, range(8 if how is _direct else 16)))
