@@ -213,7 +213,6 @@ class Scanner:
             self.dedup = dedup if isinstance(dedup, Dedup) else None
         self.lines_read = 0
         self._segment = 0
-        self._segment_key = "segment-0"
         self._hint: tuple[int, str] | None = None
         self._known: dict[str, _Known] = {}
         self._report: _Report | None = None
@@ -230,7 +229,7 @@ class Scanner:
     @property
     def boot_key(self) -> str:
         """The boot the next finding belongs to (for dedup)."""
-        return self.boot_id or self._segment_key
+        return self.boot_id or f"segment-{self._segment}"
 
     def feed(self, line: str | bytes, lineno: int | None = None) -> list[Finding]:
         """Classify one line (a ``/dev/kmsg`` record may include its dictionary lines).
@@ -317,7 +316,6 @@ class Scanner:
             known = self._known.get(message) or self._learn(message)
         if known.loads and self.boot_id is None:
             self._segment += 1
-            self._segment_key = f"segment-{self._segment}"
             self._hint = None
             self._report = None
             return self._emit_pending()
@@ -359,7 +357,7 @@ class Scanner:
             )
             return out
         if self.dedup is not None and not self.dedup.admit_identity(
-            self.boot_id or self._segment_key, identity, when, clock, facts.rank
+            self.boot_key, identity, when, clock, facts.rank
         ):
             return out
         out.append(found.placed(lineno, pci, record[1], when, clock, self.boot_id))
