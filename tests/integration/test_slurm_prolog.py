@@ -47,6 +47,18 @@ def _setup(tmp_path: Path, nodes: tuple[str, ...], c: SlurmCluster) -> Path:
     return d
 
 
+def _wait_ran(c: SlurmCluster, job: str, out: Path) -> None:
+    """Wait until ``job`` wrote "ran" to ``out``; on a timeout, say what slurmctld and the
+    slurmd logs know of it."""
+    wait_until(
+        "the job to run",
+        lambda: out.exists() and "ran" in out.read_text(),
+        60,
+        0.2,
+        on_timeout=lambda: c.job_story(job),
+    )
+
+
 @pytest.mark.every_slurm
 def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
     script = tmp_path / "slurmcheck" / SCRIPT.name
@@ -60,13 +72,7 @@ def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
     # healthy: the prolog passes and the job runs
     job = c.run("sbatch", "--parsable", "-w", "n1", "-o", str(out), "--wrap", "echo ran").strip()
     done = tmp_path / f"job-{job}.out"
-    wait_until(
-        "the job to run",
-        lambda: done.exists() and "ran" in done.read_text(),
-        60,
-        0.2,
-        on_timeout=lambda: c.job_story(job),
-    )
+    _wait_ran(c, job, done)
     assert not c.nodes()["n1"]["reason"]
 
     # a failing GPU: the prolog fences at once with our reason, Slurm requeues the job
@@ -122,11 +128,5 @@ def test_a_broken_fleetmedic_never_fails_the_prolog(slurm_factory, tmp_path):
         f.write("SLURM_CONFIG=/nonexistent/slurm.conf\n")
     out = tmp_path / "job.out"
     job = c.run("sbatch", "--parsable", "-o", str(out), "--wrap", "echo ran").strip()
-    wait_until(
-        "the job to run",
-        lambda: out.exists() and "ran" in out.read_text(),
-        60,
-        0.2,
-        on_timeout=lambda: c.job_story(job),
-    )
+    _wait_ran(c, job, out)
     assert not c.nodes()["n1"]["reason"]
