@@ -82,13 +82,10 @@ def test_the_crd_takes_nvsentinels_requests_and_our_status_writes(kube, nv):
     with pytest.raises(PermanentError, match="422"):
         k._call(
             "bad status",
-            errs.api.patch_cluster_custom_object_status,
-            GROUP,
-            VERSION,
-            "externalremediationrequests",
-            req,
-            bad,
-            _content_type=MERGE_PATCH,
+            "PATCH",
+            f"{API}/{req}/status",
+            body=bad,
+            content_type=MERGE_PATCH,
         )
     kube.request(
         "PATCH", f"{API}/{req}/status", {"status": {"fleetmedic": "x"}}, content_type=MERGE_PATCH
@@ -221,53 +218,39 @@ def test_the_err_grant_is_opt_in_and_exactly_what_the_responder_calls(kube, nv):
         list(errs.watch(rv, timeout=1))
         errs.set_condition(req, ours("fleetmedic: rbac"))
         # and nothing else on the requests
-        api, obj = errs.api, errs.get(req)
+        obj = errs.get(req)
+        coll = f"/apis/{GROUP}/{VERSION}/{plural}"
         forbidden(
-            lambda: k._call(
-                "create", api.create_cluster_custom_object, GROUP, VERSION, plural,
-                {**obj, "metadata": {"name": f"{req}-x"}},
-            )
-        )  # fmt: skip
-        forbidden(
-            lambda: k._call("delete", api.delete_cluster_custom_object, GROUP, VERSION, plural, req)
+            lambda: k._call("create", "POST", coll, body={**obj, "metadata": {"name": f"{req}-x"}})
         )
+        forbidden(lambda: k._call("delete", "DELETE", f"{coll}/{req}"))
+        forbidden(lambda: k._call("delete all", "DELETE", coll))
+        forbidden(lambda: k._call("update", "PUT", f"{coll}/{req}", body=obj))
         forbidden(
             lambda: k._call(
-                "delete all", api.delete_collection_cluster_custom_object, GROUP, VERSION, plural
-            )
-        )
-        forbidden(
-            lambda: k._call(
-                "update", api.replace_cluster_custom_object, GROUP, VERSION, plural, req, obj
+                "patch spec",
+                "PATCH",
+                f"{coll}/{req}",
+                body={"metadata": {"labels": {"x": "y"}}},
+                content_type=MERGE_PATCH,
             )
         )
-        forbidden(
-            lambda: k._call(
-                "patch spec", api.patch_cluster_custom_object, GROUP, VERSION, plural, req,
-                {"metadata": {"labels": {"x": "y"}}}, _content_type=MERGE_PATCH,
-            )
-        )  # fmt: skip
-        forbidden(
-            lambda: k._call(
-                "update status", api.replace_cluster_custom_object_status, GROUP, VERSION,
-                plural, req, obj,
-            )
-        )  # fmt: skip
+        forbidden(lambda: k._call("update status", "PUT", f"{coll}/{req}/status", body=obj))
         # nor anything the opt-in grant would not need: other groups, CRDs, nodes
         forbidden(
             lambda: k._call(
-                "other group", api.list_cluster_custom_object, "janitor.dgxc.nvidia.com",
-                "v1alpha1", "rebootnodes",
+                "other group", "GET", "/apis/janitor.dgxc.nvidia.com/v1alpha1/rebootnodes"
             )
-        )  # fmt: skip
+        )
         forbidden(
             lambda: k._call(
-                "crds", api.list_cluster_custom_object, "apiextensions.k8s.io", "v1",
-                "customresourcedefinitions",
+                "crds", "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
             )
-        )  # fmt: skip
-        forbidden(lambda: k._call("delete node", k.core.delete_node, node["metadata"]["name"]))
-        forbidden(lambda: k._call("secrets", k.core.list_secret_for_all_namespaces))
+        )
+        forbidden(
+            lambda: k._call("delete node", "DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
+        )
+        forbidden(lambda: k._call("secrets", "GET", "/api/v1/secrets"))
     finally:
         for doc in bindings:
             remove(kube, doc)

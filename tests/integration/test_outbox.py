@@ -232,7 +232,7 @@ def test_the_record_on_the_real_api_server(kube, webhook):
     kube.ensure_namespace(namespace)
     api = kube_adapter.connect(kube.kubeconfig)
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pause"}}
-    api._call("create", api.core.create_namespaced_config_map, namespace, body)
+    api._call("create", "POST", f"/api/v1/namespaces/{namespace}/configmaps", body=body)
     api.patch_config_map_data(namespace, "pause", {"pause": "false"})
     ref = (namespace, "pause")
     stop = threading.Event()

@@ -156,67 +156,71 @@ def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
         k.set_node_condition(  # fleetmedic's own NodeCondition (policy/condition.py)
             name, {"type": "FleetmedicRepair", "status": "False", "reason": "Repaired"}
         )
-        c = k.core
+        node_path = f"/api/v1/nodes/{name}"
+        ns_path = f"/api/v1/namespaces/{NAMESPACE}"
+        pod_path = f"/api/v1/namespaces/rbacx/pods/{pname}"
         # and nothing else
-        forbidden(lambda: k._call("delete node", c.delete_node, name))
+        forbidden(lambda: k._call("delete node", "DELETE", node_path))
         forbidden(
             lambda: k._call(
                 "create node",
-                c.create_node,
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{name}-new"}},
+                "POST",
+                "/api/v1/nodes",
+                body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{name}-new"}},
             )
         )
         status = kube.request("GET", f"/api/v1/nodes/{name}/status")
         forbidden(  # the status is patched by condition type, never replaced whole
-            lambda: k._call("replace node status", c.replace_node_status, name, status)
+            lambda: k._call("replace node status", "PUT", f"{node_path}/status", body=status)
         )
-        forbidden(lambda: k._call("read secret", c.read_namespaced_secret, "rbacx", NAMESPACE))
-        forbidden(lambda: k._call("list secrets", c.list_secret_for_all_namespaces))
+        forbidden(lambda: k._call("read secret", "GET", f"{ns_path}/secrets/rbacx"))
+        forbidden(lambda: k._call("list secrets", "GET", "/api/v1/secrets"))
         forbidden(
             lambda: k._call(
                 "patch pod",
-                c.patch_namespaced_pod,
-                pname,
-                "rbacx",
-                {"metadata": {"labels": {"x": "y"}}},
-                _content_type=MERGE_PATCH,
+                "PATCH",
+                pod_path,
+                body={"metadata": {"labels": {"x": "y"}}},
+                content_type=MERGE_PATCH,
             )
         )
-        forbidden(lambda: k._call("delete pod", c.delete_namespaced_pod, pname, "rbacx"))
-        forbidden(lambda: k._call("get pod", c.read_namespaced_pod, pname, "rbacx"))
+        forbidden(lambda: k._call("delete pod", "DELETE", pod_path))
+        forbidden(lambda: k._call("get pod", "GET", pod_path))
         forbidden(
-            lambda: k._call(
-                "other configmap", c.read_namespaced_config_map, "kube-root-ca.crt", NAMESPACE
-            )
+            lambda: k._call("other configmap", "GET", f"{ns_path}/configmaps/kube-root-ca.crt")
         )
         forbidden(lambda: k.patch_config_map_data(NAMESPACE, "kube-root-ca.crt", {"x": "y"}))
         forbidden(
             lambda: k._call(
                 "create configmap",
-                c.create_namespaced_config_map,
-                NAMESPACE,
-                {"metadata": {"name": "rbacx"}, "data": {}},
+                "POST",
+                f"{ns_path}/configmaps",
+                body={"metadata": {"name": "rbacx"}, "data": {}},
+            )
+        )
+        forbidden(
+            lambda: k._call("delete our configmap", "DELETE", f"{ns_path}/configmaps/fleetmedic")
+        )
+        forbidden(
+            lambda: k._call(
+                "lease elsewhere",
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x",
             )
         )
         forbidden(
             lambda: k._call(
-                "delete our configmap", c.delete_namespaced_config_map, "fleetmedic", NAMESPACE
+                "delete lease",
+                "DELETE",
+                f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/x",
             )
-        )
-        forbidden(
-            lambda: k._call(
-                "lease elsewhere", k.coordination.read_namespaced_lease, "x", "kube-system"
-            )
-        )
-        forbidden(
-            lambda: k._call("delete lease", k.coordination.delete_namespaced_lease, "x", NAMESPACE)
         )
         forbidden(
             lambda: k._call(
                 "event elsewhere",
-                c.create_namespaced_event,
-                "kube-system",
-                {"metadata": {"name": "x"}, "involvedObject": {"kind": "Node", "name": name}},
+                "POST",
+                "/api/v1/namespaces/kube-system/events",
+                body={"metadata": {"name": "x"}, "involvedObject": {"kind": "Node", "name": name}},
             )
         )
         # the opt-in force-drain grant adds pod delete, and only that
@@ -233,11 +237,10 @@ def test_everything_outside_the_shipped_rbac_is_forbidden(kube):
             forbidden(
                 lambda: k._call(
                     "patch pod",
-                    c.patch_namespaced_pod,
-                    pname,
-                    "rbacx",
-                    {"metadata": {"labels": {"x": "y"}}},
-                    _content_type=MERGE_PATCH,
+                    "PATCH",
+                    pod_path,
+                    body={"metadata": {"labels": {"x": "y"}}},
+                    content_type=MERGE_PATCH,
                 )
             )
         finally:

@@ -25,7 +25,8 @@ from fleetmedic.errors import FleetmedicError, NotFoundError
 pytestmark = pytest.mark.kube
 
 T1 = "2026-11-27T03:04:05.123456Z"
-T2 = "2026-11-27T03:04:06.5+00:00"  # another offset form and fewer digits: stored as MicroTime
+T2 = "2026-11-27T05:04:06.500000+02:00"  # an offset: stored as UTC MicroTime
+SHORT = "2026-11-27T03:04:06.5Z"  # fewer fraction digits: the API server refuses it (400)
 
 
 class Transcript:
@@ -105,6 +106,7 @@ def lease_scenario(store: Any, t: Transcript, ns: str) -> None:
         ),
     )
     t("create again", lambda: store.create_lease(ns, lease("l1", holderIdentity="b")))
+    t("not a MicroTime", lambda: store.create_lease(ns, lease("l3", renewTime=SHORT)))
     t("get", lambda: store.get_lease(ns, "l1"))
     renewed = t(
         "renew",
@@ -223,9 +225,9 @@ def ensure_config_map(store: Any, namespace: str, name: str) -> None:
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
     store._call(
         f"create configmap {namespace}/{name}",
-        store.core.create_namespaced_config_map,
-        namespace,
-        body,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        body=body,
     )
 
 

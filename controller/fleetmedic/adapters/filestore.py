@@ -123,13 +123,19 @@ def _check_name(what: str, name: object) -> str:
     return name
 
 
+_MICROTIME_IN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
+"""What the API server takes as a MicroTime (Go's "2006-01-02T15:04:05.000000Z07:00"): six
+fraction digits, and Z or an offset. It refuses anything else with 400, and so do we."""
+
+
 def _microtime(what: str, field: str, value: str) -> str:
+    bad = f"{what}: spec.{field}: not a MicroTime (RFC 3339, 6 fraction digits): {value!r}"
+    if not _MICROTIME_IN.fullmatch(value):
+        raise PermanentError(bad)
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise PermanentError(f"{what}: spec.{field}: not an RFC 3339 time: {value!r}") from None
-    if t.tzinfo is None:
-        raise PermanentError(f"{what}: spec.{field}: no time zone in {value!r}")
+    except ValueError:  # (the right shape, an impossible date)
+        raise PermanentError(bad) from None
     return t.astimezone(UTC).strftime(MICROTIME)
 
 

@@ -1,8 +1,11 @@
 """Thin Kubernetes adapter that speaks plain JSON dicts.
 
-kubernetes-client 37 returns pydantic models; every caller here wants the API's
-own JSON shape (so pure code can work on it and tests can build it by hand), so
-each call asks for the raw response (``_preload_content=False``) and decodes it.
+Every caller here wants the API's own JSON shape (so pure code can work on it and
+tests can build it by hand), so each call sends its path through kubernetes-client's
+``ApiClient`` (which keeps the kubeconfig's server, TLS and credentials) and decodes
+the raw response itself. The generated ``CoreV1Api`` and friends are not used:
+importing them builds some 300 pydantic models we never read, 0.75 s of CPU in every
+process that connects (measured on kubernetes-client 37).
 Third-party errors are mapped into :mod:`fleetmedic.errors` at this boundary:
 
 =========================  =====================================
@@ -29,9 +32,9 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import urllib3
 from kubernetes import client, config
@@ -62,6 +65,12 @@ left 6 MB resident against 12 MB at 500 (and four clusters at once 25 MB against
 the cost is 50 list requests instead of 10, only when (re)listing."""
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+# the API paths called (``{name}`` placeholders: Kube._send fills and URL-quotes them)
+NODE = "/api/v1/nodes/{name}"
+POD = "/api/v1/namespaces/{namespace}/pods/{name}"
+CONFIG_MAP = "/api/v1/namespaces/{namespace}/configmaps/{name}"
+EVENTS = "/api/v1/namespaces/{namespace}/events"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 
 def _error_from(status: int | None, reason: str, body: str | None, what: str) -> FleetmedicError:
@@ -92,9 +101,6 @@ class Kube:
     def __init__(self, api_client: client.ApiClient, server: str) -> None:
         self.api_client = api_client
         self.server = server
-        self.core = client.CoreV1Api(api_client)
-        self.coordination = client.CoordinationV1Api(api_client)
-        self.policy = client.PolicyV1Api(api_client)
 
     @property
     def pods(self) -> Kube:
@@ -102,12 +108,38 @@ class Kube:
         return self
 
     # -- plumbing ---------------------------------------------------------
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call ``fn`` for its raw JSON; map every failure into our errors."""
-        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
-        kwargs["_preload_content"] = False
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: Any = REQUEST_TIMEOUT,
+    ) -> Any:
+        """One request; ``path`` is the API's, with ``{name}`` placeholders filled from
+        ``params`` (URL-quoted). Returns kubernetes-client's RESTResponse, body unread."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        request = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            path_params=params,
+            query_params=[(k, v) for k, v in (query or {}).items() if v not in (None, "")],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self.api_client.call_api(*request, _request_timeout=timeout)
+
+    def _call(self, what: str, method: str, path: str, **kwargs: Any) -> Any:
+        """:meth:`_send` for the response's JSON; every failure mapped into our errors."""
         try:
-            resp = fn(*args, **kwargs)
+            resp = self._send(method, path, **kwargs)
+            data = resp.read()
         except ApiException as exc:
             raise _error_from(exc.status, exc.reason or "", exc.body, what) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -115,10 +147,8 @@ class Kube:
                 f"{what}: API server {self.server} unreachable: {type(exc).__name__}", delay=2.0
             ) from None
         if not 200 <= resp.status <= 299:
-            raise _error_from(
-                resp.status, resp.reason or "", resp.data.decode(errors="replace"), what
-            )
-        return json.loads(resp.data) if resp.data else {}
+            raise _error_from(resp.status, resp.reason or "", data.decode(errors="replace"), what)
+        return json.loads(data) if data else {}
 
     # -- nodes ------------------------------------------------------------
     def list_nodes(self, label_selector: str | None = None) -> tuple[list[dict], str]:
@@ -140,11 +170,11 @@ class Kube:
         memory high-water mark (see LIST_PAGE). A continue token that expired is 410:
         Expired.
         """
-        selectors = {"label_selector": label_selector} if label_selector else {}
-        return self._pages("list nodes", self.core.list_node, page_size, selectors)
+        selectors = {"labelSelector": label_selector}
+        return self._pages("list nodes", "/api/v1/nodes", page_size, selectors)
 
     def _pages(
-        self, what: str, list_fn: Callable[..., Any], page_size: int, selectors: dict[str, str]
+        self, what: str, path: str, page_size: int, selectors: Mapping[str, str | None]
     ) -> Iterator[tuple[list[dict], str]]:
         """One list call's pages, following ``continue`` until the last.
 
@@ -153,10 +183,8 @@ class Kube:
         """
         token = None
         while True:
-            kwargs: dict[str, Any] = {"limit": page_size, **selectors}
-            if token:
-                kwargs["_continue"] = token
-            body = self._call(what, list_fn, **kwargs)
+            query = {"limit": page_size, "continue": token, **selectors}
+            body = self._call(what, "GET", path, query=query)
             meta = body.get("metadata") or {}
             token = meta.get("continue")
             yield body.pop("items", None) or [], meta.get("resourceVersion", "")
@@ -164,7 +192,7 @@ class Kube:
                 return
 
     def get_node(self, name: str) -> dict:
-        return self._call(f"get node {name}", self.core.read_node, name)
+        return self._call(f"get node {name}", "GET", NODE, params={"name": name})
 
     def delete_node(self, name: str, uid: str) -> bool:
         """Delete the Node ``name`` if it is still the object ``uid`` (a precondition: a new
@@ -172,8 +200,9 @@ class Kube:
         try:
             self._call(
                 f"delete node {name}",
-                self.core.delete_node,
-                name,
+                "DELETE",
+                NODE,
+                params={"name": name},
                 body={"preconditions": {"uid": uid}},
             )
         except NotFoundError:
@@ -188,29 +217,27 @@ class Kube:
         Types are ADDED, MODIFIED, DELETED and BOOKMARK. Raises :class:`Expired`
         when the server says the resourceVersion is gone (list again then).
         """
-        selectors = {"label_selector": label_selector} if label_selector else {}
-        return self._watch("watch nodes", self.core.list_node, resource_version, timeout, selectors)
+        selectors = {"labelSelector": label_selector}
+        return self._watch("watch nodes", "/api/v1/nodes", resource_version, timeout, selectors)
 
     def _watch(
         self,
         what: str,
-        list_fn: Callable[..., Any],
+        path: str,
         resource_version: str,
         timeout: int,
-        selectors: dict[str, str],
+        selectors: Mapping[str, str | None],
     ) -> Iterator[tuple[str, dict]]:
-        kwargs: dict[str, Any] = dict(
-            watch=True,
-            allow_watch_bookmarks=True,
-            resource_version=resource_version,
-            timeout_seconds=timeout,
-            _request_timeout=(REQUEST_TIMEOUT, timeout + 15),
-            _preload_content=False,
+        query = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": timeout,
             **selectors,
-        )
+        }
         try:
-            # _preload_content=False: the raw response, read line by line below
-            resp = cast(urllib3.HTTPResponse, list_fn(**kwargs))
+            sent = self._send("GET", path, query=query, timeout=(REQUEST_TIMEOUT, timeout + 15))
+            resp: urllib3.BaseHTTPResponse = sent.response  # read line by line below
         except ApiException as exc:
             raise _error_from(exc.status, exc.reason or "", exc.body, what) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -259,10 +286,11 @@ class Kube:
             try:
                 return self._call(
                     f"patch node {name}",
-                    self.core.patch_node,
-                    name,
-                    patch,
-                    _content_type=MERGE_PATCH,
+                    "PATCH",
+                    NODE,
+                    params={"name": name},
+                    body=patch,
+                    content_type=MERGE_PATCH,
                 )
             except ConflictError:
                 time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.5))
@@ -279,10 +307,11 @@ class Kube:
         """
         return self._call(
             f"patch node {name} status",
-            self.core.patch_node_status,
-            name,
-            {"status": {"conditions": [condition]}},
-            _content_type=STRATEGIC_PATCH,
+            "PATCH",
+            NODE + "/status",
+            params={"name": name},
+            body={"status": {"conditions": [condition]}},
+            content_type=STRATEGIC_PATCH,
         )
 
     # -- pods and eviction (drain) ----------------------------------------
@@ -292,8 +321,9 @@ class Kube:
         """The pods bound to ``node_name`` (all namespaces) and the list's resourceVersion."""
         body = self._call(
             f"list pods on {node_name}",
-            self.core.list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={node_name}",
+            "GET",
+            "/api/v1/pods",
+            query={"fieldSelector": f"spec.nodeName={node_name}"},
         )
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
 
@@ -303,10 +333,10 @@ class Kube:
         """As :meth:`watch_nodes`, for the pods bound to ``node_name``."""
         return self._watch(
             f"watch pods on {node_name}",
-            self.core.list_pod_for_all_namespaces,
+            "/api/v1/pods",
             resource_version,
             timeout,
-            {"field_selector": f"spec.nodeName={node_name}"},
+            {"fieldSelector": f"spec.nodeName={node_name}"},
         )
 
     # The sweeper's pod informer (controller/podwatch.py): one paged LIST and one WATCH for
@@ -317,8 +347,8 @@ class Kube:
     ) -> Iterator[tuple[list[dict], str]]:
         """Pods (all namespaces) matching ``field_selector``, a page at a time, each with
         the list's resourceVersion (as :meth:`list_node_pages`)."""
-        selectors = {"field_selector": field_selector}
-        return self._pages("list pods", self.core.list_pod_for_all_namespaces, page_size, selectors)
+        selectors = {"fieldSelector": field_selector}
+        return self._pages("list pods", "/api/v1/pods", page_size, selectors)
 
     def watch_pods(
         self, field_selector: str, resource_version: str, timeout: int = 300
@@ -326,10 +356,10 @@ class Kube:
         """As :meth:`watch_nodes`, for the pods matching ``field_selector``."""
         return self._watch(
             "watch pods",
-            self.core.list_pod_for_all_namespaces,
+            "/api/v1/pods",
             resource_version,
             timeout,
-            {"field_selector": field_selector},
+            {"fieldSelector": field_selector},
         )
 
     def evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
@@ -346,10 +376,10 @@ class Kube:
         try:
             self._call(
                 f"evict pod {namespace}/{name}",
-                self.core.create_namespaced_pod_eviction,
-                name,
-                namespace,
-                body,
+                "POST",
+                POD + "/eviction",
+                params={"namespace": namespace, "name": name},
+                body=body,
             )
         except NotFoundError:
             pass
@@ -357,14 +387,13 @@ class Kube:
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete without asking PDBs (the drain's ``force`` mode); a pod already gone
         counts as deleted."""
-        kwargs = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
         try:
             self._call(
                 f"delete pod {namespace}/{name}",
-                self.core.delete_namespaced_pod,
-                name,
-                namespace,
-                **kwargs,
+                "DELETE",
+                POD,
+                params={"namespace": namespace, "name": name},
+                query={"gracePeriodSeconds": grace_seconds},
             )
         except NotFoundError:
             pass
@@ -373,27 +402,28 @@ class Kube:
     def get_lease(self, namespace: str, name: str) -> dict:
         return self._call(
             f"get lease {namespace}/{name}",
-            self.coordination.read_namespaced_lease,
-            name,
-            namespace,
+            "GET",
+            LEASES + "/{name}",
+            params={"namespace": namespace, "name": name},
         )
 
     def create_lease(self, namespace: str, body: dict) -> dict:
         return self._call(
             f"create lease {namespace}/{body['metadata']['name']}",
-            self.coordination.create_namespaced_lease,
-            namespace,
-            body,
+            "POST",
+            LEASES,
+            params={"namespace": namespace},
+            body=body,
         )
 
     def replace_lease(self, namespace: str, body: dict) -> dict:
         """Replace guarded by body.metadata.resourceVersion (409 if it moved)."""
         return self._call(
             f"update lease {namespace}/{body['metadata']['name']}",
-            self.coordination.replace_namespaced_lease,
-            body["metadata"]["name"],
-            namespace,
-            body,
+            "PUT",
+            LEASES + "/{name}",
+            params={"namespace": namespace, "name": body["metadata"]["name"]},
+            body=body,
         )
 
     # -- config maps (pause switch) ---------------------------------------
@@ -401,9 +431,9 @@ class Kube:
         try:
             return self._call(
                 f"get configmap {namespace}/{name}",
-                self.core.read_namespaced_config_map,
-                name,
-                namespace,
+                "GET",
+                CONFIG_MAP,
+                params={"namespace": namespace, "name": name},
             )
         except NotFoundError:
             return None
@@ -425,14 +455,14 @@ class Kube:
         """
         return self._call(
             f"patch configmap {namespace}/{name}",
-            self.core.patch_namespaced_config_map,
-            name,
-            namespace,
-            {
+            "PATCH",
+            CONFIG_MAP,
+            params={"namespace": namespace, "name": name},
+            body={
                 "data": data,
                 **({"metadata": {"resourceVersion": resource_version}} if resource_version else {}),
             },
-            _content_type=MERGE_PATCH,
+            content_type=MERGE_PATCH,
         )
 
     # -- events -----------------------------------------------------------
@@ -440,9 +470,10 @@ class Kube:
         """The core/v1 Events about Node ``name`` (fleetmedic posts them in ``default``)."""
         resp = self._call(
             f"list events of node {name}",
-            self.core.list_namespaced_event,
-            "default",
-            field_selector=f"involvedObject.kind=Node,involvedObject.name={name}",
+            "GET",
+            EVENTS,
+            params={"namespace": "default"},
+            query={"fieldSelector": f"involvedObject.kind=Node,involvedObject.name={name}"},
         )
         return list(resp.get("items") or [])
 
@@ -478,12 +509,15 @@ class Kube:
             "count": 1,
         }
         try:
-            self._call("post event", self.core.create_namespaced_event, "default", body)
+            self.create_event("default", body)
         except FleetmedicError as exc:
             log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
 
+    def create_event(self, namespace: str, body: dict) -> dict:
+        return self._call("post event", "POST", EVENTS, params={"namespace": namespace}, body=body)
 
-def _lines(resp: urllib3.HTTPResponse) -> Iterator[bytes]:
+
+def _lines(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
     buf = b""
     for chunk in resp.stream(amt=65536, decode_content=True):
         buf += chunk

@@ -27,8 +27,7 @@ import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
-
-from kubernetes import client
+from urllib.parse import quote
 
 from fleetmedic.adapters.kube import LIST_PAGE, MERGE_PATCH, Kube
 from fleetmedic.errors import ConfigError, ConflictError, FleetmedicError, TemporaryError
@@ -50,7 +49,6 @@ class Requests:
 
     def __init__(self, kube: Kube, group: str, version: str) -> None:
         self.kube, self.group, self.version = kube, group, version
-        self.api = client.CustomObjectsApi(kube.api_client)
 
     @property
     def api_version(self) -> str:
@@ -60,12 +58,7 @@ class Requests:
     def check_served(self) -> None:
         """ConfigError (one line) unless the API server serves ERRs in our group/version."""
         try:
-            found = self.kube._call(
-                f"discover {self.api_version}",
-                self.api.get_api_resources,
-                self.group,
-                self.version,
-            )
+            found = self._resources(self.group, self.version)
             if any(r.get("name") == PLURAL for r in found.get("resources") or []):
                 return
         except FleetmedicError as exc:
@@ -79,40 +72,42 @@ class Requests:
         )
 
     def _served_elsewhere(self) -> str | None:
-        apis = client.ApisApi(self.kube.api_client)
-        groups = self.kube._call("discover API groups", apis.get_api_versions)
+        groups = self.kube._call("discover API groups", "GET", "/apis")
         for g in groups.get("groups") or []:
             if "nvsentinel" not in str(g.get("name")):
                 continue
             for v in g.get("versions") or []:
-                res = self.kube._call(
-                    f"discover {v.get('groupVersion')}",
-                    self.api.get_api_resources,
-                    g["name"],
-                    v["version"],
-                )
+                res = self._resources(g["name"], v["version"])
                 if any(r.get("name") == PLURAL for r in res.get("resources") or []):
                     return str(v.get("groupVersion"))
         return None
 
+    def _resources(self, group: str, version: str) -> dict:
+        return self.kube._call(
+            f"discover {group}/{version}",
+            "GET",
+            "/apis/{group}/{version}",
+            params={"group": group, "version": version},
+        )
+
     # -- reading ------------------------------------------------------------------------
     def list_pages(self, page_size: int = LIST_PAGE) -> Iterator[tuple[list[dict], str]]:
-        return self.kube._pages(f"list {PLURAL}", self._list, page_size, {})
+        return self.kube._pages(f"list {PLURAL}", self._list_path, page_size, {})
 
     def watch(self, resource_version: str, timeout: int = 300) -> Iterator[tuple[str, dict]]:
-        return self.kube._watch(f"watch {PLURAL}", self._list, resource_version, timeout, {})
+        return self.kube._watch(f"watch {PLURAL}", self._list_path, resource_version, timeout, {})
 
-    def _list(self, **kwargs: Any) -> Any:
-        return self.api.list_cluster_custom_object(self.group, self.version, PLURAL, **kwargs)
+    @property
+    def _list_path(self) -> str:
+        """The ERRs' collection path (group and version URL-quoted: they come from the config)."""
+        return f"/apis/{quote(self.group, safe='')}/{quote(self.version, safe='')}/{PLURAL}"
 
     def get(self, name: str) -> dict:
         return self.kube._call(
             f"get {KIND} {name}",
-            self.api.get_cluster_custom_object,
-            self.group,
-            self.version,
-            PLURAL,
-            name,
+            "GET",
+            self._list_path + "/{name}",
+            params={"name": name},
         )
 
     # -- the one write --------------------------------------------------------------------
@@ -136,13 +131,11 @@ class Requests:
             try:
                 return self.kube._call(
                     f"patch {KIND} {name} status",
-                    self.api.patch_cluster_custom_object_status,
-                    self.group,
-                    self.version,
-                    PLURAL,
-                    name,
-                    body,
-                    _content_type=MERGE_PATCH,
+                    "PATCH",
+                    self._list_path + "/{name}/status",
+                    params={"name": name},
+                    body=body,
+                    content_type=MERGE_PATCH,
                 )
             except ConflictError:
                 time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.5))
@@ -173,7 +166,7 @@ class Requests:
             "count": 1,
         }
         try:
-            self.kube._call("post event", self.kube.core.create_namespaced_event, "default", body)
+            self.kube.create_event("default", body)
         except FleetmedicError as exc:
             log.warning(
                 "could not record event %s on %s %s: %s", reason, KIND, meta.get("name"), exc

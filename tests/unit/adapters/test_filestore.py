@@ -127,8 +127,10 @@ def test_versions_grow_store_wide_even_for_an_object_made_again(store, tmp_path)
         ({"leaseDurationSeconds": 0}, "greater than 0"),
         ({"leaseDurationSeconds": "30"}, "must be an integer"),
         ({"leaseTransitions": -1}, "greater than or equal to 0"),
-        ({"renewTime": "yesterday"}, "not an RFC 3339 time"),
-        ({"renewTime": "2026-11-27T03:04:05"}, "no time zone"),
+        ({"renewTime": "yesterday"}, "not a MicroTime"),
+        ({"renewTime": "2026-11-27T03:04:05.000000"}, "not a MicroTime"),  # no zone
+        ({"renewTime": "2026-11-27T03:04:05.5Z"}, "not a MicroTime"),  # 1 fraction digit
+        ({"renewTime": "2026-13-27T03:04:05.000000Z"}, "not a MicroTime"),  # month 13
     ],
 )
 def test_bad_lease_specs_are_refused(store, spec, message):

@@ -17,13 +17,10 @@ class Page(list):
 class Fake(Kube):
     def __init__(self, bodies: list[dict[str, Any]]) -> None:
         self.server, self.bodies, self.calls = "fake", bodies, []  # (no API client)
-        self.core = self  # (list_node below stands in for CoreV1Api's)
 
-    def list_node(self, **kwargs):
-        raise AssertionError("called through _call only")
-
-    def _call(self, what, fn, *args, **kwargs):
-        self.calls.append(kwargs)
+    def _call(self, what, method, path, query=None, **kwargs):
+        # (what goes on the wire: Kube._send drops the query's None values)
+        self.calls.append((method, path, {k: v for k, v in query.items() if v is not None}))
         return self.bodies.pop(0)
 
 
@@ -42,6 +39,6 @@ def test_pages_follow_continue_and_are_not_held_once_handed_out():
     assert first() is None, "the generator still holds the page it handed out"
     assert [[n["metadata"]["name"] for n in p] for p, _ in pages] == [["c"]]
     assert kube.calls == [
-        {"limit": LIST_PAGE, "label_selector": "pool=x"},
-        {"limit": LIST_PAGE, "label_selector": "pool=x", "_continue": "t1"},
+        ("GET", "/api/v1/nodes", {"limit": LIST_PAGE, "labelSelector": "pool=x"}),
+        ("GET", "/api/v1/nodes", {"limit": LIST_PAGE, "labelSelector": "pool=x", "continue": "t1"}),
     ]

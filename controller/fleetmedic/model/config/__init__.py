@@ -1,7 +1,7 @@
 """The controller's configuration: one YAML file, validated once at start-up.
 
-Every field's docstring says why its default is what it is (``Config.model_json_schema()``
-shows them as descriptions). :func:`load` turns any problem into a one-line
+Every field's docstring says why its default is what it is (``types.field_docs(Model)``
+reads them). :func:`load` turns any problem into a one-line
 :class:`~fleetmedic.errors.ConfigError`, e.g.
 ``config /etc/fleetmedic/controller.yaml: smtp.port: must be 1..65535, got 0``.
 
