@@ -3,7 +3,7 @@
 # everything, as a bare `make setup` does. `make test` runs setup itself (scripts/test.sh),
 # so the static checks and unit tests start once the virtualenv is ready, beside the Go
 # builds.
-.PHONY: setup setup-demo test demo lint clean image timings
+.PHONY: setup setup-demo test demo lint clean image timings cpu-profile
 
 setup:
 	@bash scripts/setup.sh
@@ -18,6 +18,11 @@ test:
 # into tests/timings.json, the committed file pytest orders its work by (longest first).
 timings:
 	@python3 scripts/timings.py refresh
+
+# Where a pytest run's CPU goes, by program (nodes' apart), from the kernel's process
+# accounting, e.g. make cpu-profile ARGS='-n 2 tests/integration/test_controller_e2e.py'.
+cpu-profile: setup
+	@python3 scripts/cpu_profile.py -- .venv/bin/python -m pytest -p no:cacheprovider $(ARGS)
 
 demo: setup-demo
 	@bash scripts/demo.sh
