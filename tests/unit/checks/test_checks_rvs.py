@@ -100,7 +100,11 @@ def test_runner_pass_fail_timeout_missing(fake: Path, monkeypatch: pytest.Monkey
     assert r.status == "unknown" and r.summary == "rvs -r 2 timed out after 0.5 s"
     r = rvs.run_rvs(2, rvs="rvs-not-installed")
     assert r.status == "unknown" and "not found" in r.summary
-    assert asked(fake) == [("rvs", 3), ("rvs", 4), ("rvs", 2)]
+    calls = asked(fake)
+    assert calls[:2] == [("rvs", 3), ("rvs", 4)]
+    # the hung run is killed after 0.5 s: a fake starved in the nice-19 unit lane (a whole
+    # run, load 12) may not have written its line by then; "not installed" never runs one
+    assert calls[2:] in ([], [("rvs", 2)])
 
 
 def test_cli_picks_rvs_for_amd(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
