@@ -25,6 +25,7 @@ name only, and which programs ran inside a node is the question (parents are nee
 from __future__ import annotations
 
 import argparse
+import bisect
 import ctypes
 import json
 import os
@@ -32,7 +33,7 @@ import struct
 import subprocess
 import sys
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ class Proc:
     ppid: int
     comm: str
     cpu: float  # user + system seconds
+    start: int  # when it started (seconds since the epoch)
 
 
 def comp_t(value: int) -> int:
@@ -59,41 +61,64 @@ def comp_t(value: int) -> int:
 
 
 def records(data: bytes) -> Iterator[Proc]:
-    """The v3 records of an accounting file (other versions are skipped)."""
+    """The v3 records of an accounting file, in the order the processes ended (other
+    versions are skipped)."""
     for offset in range(0, len(data) - _V3.size + 1, _V3.size):
         fields = _V3.unpack_from(data, offset)
         if fields[1] != 3:
             continue
-        pid, ppid = fields[6], fields[7]
+        pid, ppid, start = fields[6], fields[7], fields[8]
         utime, stime = comp_t(fields[10]), comp_t(fields[11])
         comm = fields[18].split(b"\0", 1)[0].decode(errors="replace")
-        yield Proc(pid, ppid, comm, (utime + stime) / AHZ)
+        yield Proc(pid, ppid, comm, (utime + stime) / AHZ, start)
+
+
+def parents(procs: list[Proc]) -> list[int | None]:
+    """Each record's parent record (its index), or None when the parent left none.
+
+    Pids are reused in a long run (pid_max is 32768 here), so a parent is not "the record
+    with that pid" but the first one after the child's (a parent ends after its children;
+    an orphan's parent is whoever adopted it) that started no later than the child did."""
+    where: dict[int, list[int]] = defaultdict(list)
+    for i, p in enumerate(procs):
+        where[p.pid].append(i)
+    out: list[int | None] = []
+    for i, p in enumerate(procs):
+        later = where.get(p.ppid, [])
+        j = bisect.bisect_right(later, i)
+        out.append(later[j] if j < len(later) and procs[later[j]].start <= p.start else None)
+    return out
 
 
 def by_program(procs: Iterable[Proc]) -> tuple[Counter[str], Counter[str]]:
-    """CPU seconds and process counts per program, ``node:`` before what ran in a node.
-
-    A pid may be reused during a long run; each record's parent is looked up among the
-    records of the same pid seen last, which is right for the short chains that matter
-    (a node's programs below its nspawn)."""
+    """CPU seconds and process counts per program, ``node:`` before what ran in a node."""
     procs = list(procs)
-    last = {p.pid: p for p in procs}
+    parent = parents(procs)
+    in_node: list[bool | None] = [None] * len(procs)
 
-    def in_node(p: Proc) -> bool:
-        seen = set()
-        ppid = p.ppid
-        while ppid in last and ppid not in seen:
-            seen.add(ppid)
-            parent = last[ppid]
-            if parent.comm == NODE_PARENT:
-                return True
-            ppid = parent.ppid
-        return False
+    def below_nspawn(i: int) -> bool:
+        chain = []
+        j = parent[i]
+        found = False
+        while j is not None:
+            if in_node[j] is not None:
+                found = bool(in_node[j]) or procs[j].comm == NODE_PARENT
+                break
+            if procs[j].comm == NODE_PARENT:
+                found = True
+                break
+            chain.append(j)
+            j = parent[j]
+        for k in chain:  # (each of them is below what was found too)
+            in_node[k] = found
+        return found
 
     cpu: Counter[str] = Counter()
     count: Counter[str] = Counter()
-    for p in procs:
-        key = f"node:{p.comm}" if in_node(p) else p.comm
+    for i, p in enumerate(procs):
+        if in_node[i] is None:
+            in_node[i] = below_nspawn(i)
+        key = f"node:{p.comm}" if in_node[i] else p.comm
         cpu[key] += p.cpu
         count[key] += 1
     return cpu, count

@@ -21,10 +21,10 @@ sys.modules["cpu_profile"] = cpu_profile  # (its dataclass looks its module up t
 _spec.loader.exec_module(cpu_profile)
 
 
-def record(pid: int, ppid: int, comm: str, utime: int, stime: int = 0) -> bytes:
+def record(pid: int, ppid: int, comm: str, utime: int, stime: int = 0, start: int = 0) -> bytes:
     """One acct_v3 record as the kernel writes it (times as comp_t ticks)."""
     return cpu_profile._V3.pack(
-        0, 3, 0, 0, 0, 0, pid, ppid, 0, 1.0, utime, stime, 0, 0, 0, 0, 0, 0, comm.encode()
+        0, 3, 0, 0, 0, 0, pid, ppid, start, 1.0, utime, stime, 0, 0, 0, 0, 0, 0, comm.encode()
     )
 
 
@@ -35,28 +35,46 @@ def test_comp_t_has_a_base_8_exponent():
 
 
 def test_programs_in_a_node_are_counted_apart_and_times_add_up():
-    data = b"".join(
-        [
-            record(20, 10, "python3", 50, 20),  # a module run on the node, below its sshd
-            record(15, 12, "sshd", 5),
-            record(10, 5, "systemd", 30),
-            record(5, 1, "systemd-nspawn", 1),
-            record(30, 1, "python3", 200, 50),  # the same name on the host
-            record(31, 30, "ansible-playboo", (1 << 13) | 25),  # 25 * 8 ticks
-            b"\x00\x02" + bytes(62),  # a v2 record: skipped
-        ]
-    )
-    procs = list(cpu_profile.records(data))
+    # in the order processes end: children before their parents
+    ended = [
+        record(20, 10, "python3", 50, 20),  # a module run on the node, below its sshd
+        record(15, 12, "sshd", 5),  # a session's sshd, below the node's sshd (pid 12)
+        record(10, 5, "systemd", 30),
+        record(5, 1, "systemd-nspawn", 1),
+        record(31, 30, "ansible-playboo", (1 << 13) | 25),  # 25 * 8 ticks
+        record(30, 1, "python3", 200, 50),  # the same name on the host
+        b"\x00\x02" + bytes(62),  # a v2 record: skipped
+    ]
+    procs = list(cpu_profile.records(b"".join(ended)))
     assert len(procs) == 6
-    # the node's sshd (pid 15) is below pid 12, which left no record: not known as a node's
-    data += record(12, 10, "sshd", 0)
-    cpu, count = cpu_profile.by_program(cpu_profile.records(data))
+    # the node's sshd (pid 12) left no record: the session's sshd is not known as a node's
+    assert cpu_profile.by_program(procs)[0]["sshd"] == pytest.approx(0.05)
+    ended.insert(2, record(12, 10, "sshd", 0))
+    cpu, count = cpu_profile.by_program(cpu_profile.records(b"".join(ended)))
     assert cpu["node:python3"] == pytest.approx(0.7) and count["node:python3"] == 1
     assert cpu["python3"] == pytest.approx(2.5)
     assert cpu["node:sshd"] == pytest.approx(0.05) and count["node:sshd"] == 2
     assert cpu["node:systemd"] == pytest.approx(0.3)
     assert cpu["ansible-playboo"] == pytest.approx(2.0)
     assert cpu["systemd-nspawn"] == pytest.approx(0.01)
+
+
+def test_a_reused_pid_is_not_taken_for_the_parent():
+    """pid_max is 32768: in a long run a pid comes back; a parent is the first record with
+    that pid after its child's that started no later than the child."""
+    data = b"".join(
+        [
+            record(7, 1, "systemd-nspawn", 1, start=100),  # node 1's nspawn, pid 7, ended
+            record(9, 7, "systemd", 1, start=101),  # ... (ends before it, in truth)
+            record(40, 7, "python3", 100, start=500),  # later, on the host: its parent...
+            record(7, 1, "ansible-playboo", 50, start=400),  # ...is this pid 7, not nspawn
+            record(41, 7, "python3", 100, start=600),  # started after the ansible 7 ended:
+        ]
+    )
+    cpu, _ = cpu_profile.by_program(cpu_profile.records(data))
+    assert cpu["python3"] == pytest.approx(2.0), "host processes taken for a node's"
+    assert "node:python3" not in cpu
+    assert cpu["ansible-playboo"] == pytest.approx(0.5)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="acct(2) needs root")
