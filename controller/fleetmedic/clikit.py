@@ -89,7 +89,7 @@ class Duration(click.ParamType):
         if isinstance(value, float):
             seconds = value
         else:
-            from fleetmedic.model.config.types import parse_duration
+            from fleetmedic.model.duration import parse_duration
 
             try:
                 seconds = parse_duration(value)

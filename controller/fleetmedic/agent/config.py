@@ -45,8 +45,8 @@ from typing import Any
 
 from fleetmedic.checks.config import FORBID, CheckConfig
 from fleetmedic.errors import ConfigError
-from fleetmedic.model.config import read_yaml, validate_dataclass
-from fleetmedic.model.config.types import Duration
+from fleetmedic.model.duration import Duration
+from fleetmedic.model.settings import read_yaml, validate_dataclass
 from fleetmedic.model.slurmreason import DEFAULT_PREFIX, check_prefix
 from fleetmedic.model.vocabulary import Vocabulary, preset
 from fleetmedic.scan.catalog import parse_threshold

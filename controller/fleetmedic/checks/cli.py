@@ -27,7 +27,7 @@ from fleetmedic.checks.config import CheckConfig
 from fleetmedic.checks.options import DEFAULT_CONFIG, check_config_option, probe_options
 from fleetmedic.checks.runner import run_checks
 from fleetmedic.errors import ConfigError
-from fleetmedic.model.config import read_yaml
+from fleetmedic.model.settings import read_yaml
 
 
 def load_config_file(path: Path | None) -> dict[str, Any]:

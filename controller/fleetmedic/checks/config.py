@@ -17,7 +17,7 @@ from pydantic import ConfigDict
 from fleetmedic.checks.fabric import DEFAULT_THRESHOLDS as DEFAULT_FABRIC_THRESHOLDS
 from fleetmedic.checks.hwprofile import DEFAULT_LABEL as DEFAULT_PROFILE_LABEL
 from fleetmedic.errors import ConfigError
-from fleetmedic.model.config.types import Duration
+from fleetmedic.model.duration import Duration
 
 Vendor = Literal["auto", "nvidia", "amd", "none"]
 FORBID = ConfigDict(extra="forbid")  # (unknown keys are errors: model/config validate_dataclass)
@@ -168,6 +168,6 @@ class CheckConfig:
     def from_mapping(cls, data: Mapping[str, Any], source: str = "checks") -> CheckConfig:
         """Build from plain data (YAML/JSON), e.g. the agent config's `checks:` section:
         validated with pydantic, mistakes are one-line ConfigErrors naming the key."""
-        from fleetmedic.model.config import validate_dataclass
+        from fleetmedic.model.settings import validate_dataclass
 
         return validate_dataclass(cls, data, source)

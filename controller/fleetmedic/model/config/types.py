@@ -28,32 +28,11 @@ from pydantic import (
 )
 
 from fleetmedic.errors import ConfigError
+from fleetmedic.model.duration import Duration as Duration  # (re-exported)
+from fleetmedic.model.duration import parse_duration as parse_duration  # (re-exported)
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 DAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string like ``90s``, ``10m``, ``1h30m``, ``7d``."""
-    if isinstance(value, bool):
-        raise ValueError(f"must be a duration like 30s, 10m or 2h, got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        text = value.strip().replace(" ", "")
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            seconds = float(text)
-        elif re.fullmatch(f"(?:{_DURATION.pattern})+", text):
-            seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(text))
-        else:
-            raise ValueError(f"must be a duration like 30s, 10m or 2h, got {value!r}")
-    else:
-        raise ValueError(f"must be a duration like 30s, 10m or 2h, got {value!r}")
-    if seconds <= 0:
-        raise ValueError(f"must be positive, got {value!r}")
-    return seconds
 
 
 def _port(v: int) -> int:
@@ -150,7 +129,6 @@ def _email(v: str) -> str:
     return v
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
 Email = Annotated[str, AfterValidator(_email)]
 Port = Annotated[int, AfterValidator(_port)]
 Percent = Annotated[float, AfterValidator(_percent)]
