@@ -79,6 +79,10 @@ def test_a_reused_pid_is_not_taken_for_the_parent():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="acct(2) needs root")
 @pytest.mark.skipif(
+    not Path("/proc/sys/kernel/acct").exists(),
+    reason="this kernel has no BSD process accounting (CONFIG_BSD_PROCESS_ACCT)",
+)
+@pytest.mark.skipif(
     "FLEETMEDIC_CPU_PROFILE" in os.environ,
     reason="a profile is being taken: switching accounting to a file of its own would end it",
 )
