@@ -20,7 +20,7 @@ from fleetmedic.errors import ConfigError
 from fleetmedic.model.duration import Duration
 
 Vendor = Literal["auto", "nvidia", "amd", "none"]
-FORBID = ConfigDict(extra="forbid")  # (unknown keys are errors: model/config validate_dataclass)
+FORBID = ConfigDict(extra="forbid")  # (unknown keys are errors: model/settings validate_dataclass)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,7 +64,7 @@ def validate_dataclass(cls: type[T], data: Any, source: str) -> T:
     try:
         return TypeAdapter(cls).validate_python(dict(data))
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {describe(exc, lambda loc: _keys_at(cls, loc))}") from None
+        raise ConfigError(f"{source}: {first_error(exc, lambda loc: _keys_at(cls, loc))}") from None
     except ConfigError as exc:  # (a dataclass's own check, in its __post_init__)
         raise ConfigError(f"{source}: {exc}") from None
 
@@ -83,19 +83,13 @@ def _keys_at(cls: Any, loc: tuple[Any, ...]) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
-def describe(exc: ValidationError, keys: Callable[[tuple[Any, ...]], Iterable[str]]) -> str:
-    """A pydantic error as the one line the controller's config gives, for the other
-    configs (agent, checks) validated with pydantic too: ``keys(loc)`` are the key names
-    beside ``loc``, for "did you mean"."""
-    return first_error(exc, keys)
-
-
 _UNKNOWN_KEY = ("extra_forbidden", "unexpected_keyword_argument")  # (models, dataclasses)
 
 
 def first_error(exc: ValidationError, keys: Callable[[tuple[Any, ...]], Iterable[str]]) -> str:
-    """The first (or the likeliest) of a validation's errors as one line, ``keys(loc)``
-    being the key names beside ``loc`` (for "did you mean")."""
+    """The first (or the likeliest) of a validation's errors as the one line every config
+    of fleetmedic gives, ``keys(loc)`` being the key names beside ``loc`` (for "did you
+    mean")."""
     # An unknown key is usually a typo that also causes a "required": report it first.
     errs = sorted(exc.errors(include_url=False), key=lambda e: e["type"] not in _UNKNOWN_KEY)
     first = errs[0]
