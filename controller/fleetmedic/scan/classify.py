@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleetmedic.model.actions import FENCING_ACTIONS
 from fleetmedic.scan import nvidia, regexcache
 from fleetmedic.scan import pci as pcimod
 from fleetmedic.scan.catalog import Catalog, Rule
@@ -145,7 +146,8 @@ def _decode_status(
 def _classify_sxid(sxid: nvidia.SxidLine, catalog: Catalog) -> Classified:
     """The driver's word on the line first (``Fatal``, ``Non-fatal``, ``Correctable``, or
     the ``Severity N`` of the event's engine line); without one, the severity the Fabric
-    Manager guide gives the code, then the one the NVSwitch driver prints it with."""
+    Manager guide gives the code, then the one the NVSwitch driver prints it with. A fatal
+    word takes the guide's rung for the code when that is stronger (always fatal)."""
     entry = catalog.sxids.get(sxid.code)
     printed = catalog.sxid_printed.get(sxid.severity or "")
     if printed is not None:
@@ -161,6 +163,10 @@ def _classify_sxid(sxid: nvidia.SxidLine, catalog: Catalog) -> Classified:
             action = entry.action
         elif entry.code in catalog.sxid_raise_reasons:
             action = _stronger(action, entry.action)  # a raise the catalog explains
+        elif action in FENCING_ACTIONS:
+            # a fatal word meets its table: Table 23's "always fatal to the entire fabric"
+            # (the host restarted) is stronger than the word "Fatal" the driver prints
+            action = _stronger(action, entry.action)
         elif entry.action == "none" and action == "monitor":
             action = "none"  # the guide says this non-fatal one can be ignored
     text = sxid.text or (entry.name if entry else "")

@@ -93,11 +93,12 @@ def test_xid_spellings(code, check, xid):
 
 
 def test_sxid_codes_use_the_sxid_table():
-    # 11001 is a fatal SXid (reboot); as an Xid it is unknown (monitor): the SXid table decides
+    # 11001 is a fatal SXid (reset, the FM guide 2.3's Table 22); as an Xid it is unknown
+    # (monitor): the SXid table decides
     assert 11001 not in CAT.xids and CAT.unknown_xid_action == "monitor"
     sxid = event(action="NONE", check="SysLogsSXIDError", codes=("11001",), fatal=False)
     a = answer(sxid, CAT, {})
-    assert a.rung == fence_state(CAT.sxids[11001].action) == "reboot", a.why
+    assert a.rung == fence_state(CAT.sxids[11001].action) == "reset", a.why
     assert "xid" not in a.finding
     # a non-fatal one (monitor since issue 39) fences nothing itself: isFatal false decides
     a = answer(

@@ -73,10 +73,13 @@ def test_xid154_recovery_actions_by_hex_value():
 def test_sxid_severities():
     severities = {e.severity for e in CAT.sxids.values()}
     assert severities == {"non_fatal", "fatal", "always_fatal"}
+    # the Fabric Manager guide 2.3's bare-metal recovery: a fatal SXid resets the GPUs
+    # (reboot only if it persists), an always-fatal one restarts the host
+    rung = {"fatal": "reset", "always_fatal": "reboot"}
     for entry in CAT.sxids.values():
-        assert entry.sources
-        if entry.severity in ("fatal", "always_fatal"):
-            assert entry.action == "reboot", entry.code
+        assert entry.sources == ("nvidia-fm-guide-2-3",), entry.code
+        if entry.severity in rung:
+            assert entry.action == rung[entry.severity], entry.code
     assert CAT.sxids[22013].action == "none"
     assert CAT.sxids[12020].severity == "always_fatal"
 

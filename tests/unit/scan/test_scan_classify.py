@@ -124,7 +124,7 @@ def test_nvlink5_decode(text, action, bucket):
         ),
         (
             "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 22013, Fatal, Link 1 Minion Link DLREQ interrupt",
-            "reboot",
+            "reset",
             "sxid.22013",
         ),
         (
@@ -134,7 +134,7 @@ def test_nvlink5_decode(text, action, bucket):
         ),
         (
             "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 99999, Fatal, Link 3 unheard of",
-            "reboot",
+            "reset",
             "sxid.unknown",
         ),
         (

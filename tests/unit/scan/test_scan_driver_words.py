@@ -41,7 +41,7 @@ def sxid(code: int, rest: str) -> str:
         ),
         (
             "[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
-            "reboot",
+            "reset",
         ),
     ],
 )
@@ -52,11 +52,13 @@ def test_a_published_sxid_line_is_judged_by_its_own_word(line, action):
 
 @pytest.mark.parametrize("code", sorted(CAT.sxids))
 def test_a_non_fatal_sxid_never_fences_and_a_fatal_one_always_does(code):
-    """Whatever the catalog entry says: the printed word is the driver's."""
+    """Whatever the catalog entry says: the printed word is the driver's. A fatal word
+    resets the GPUs; the guide's always-fatal table (Table 23) raises it to a reboot."""
     (quiet,) = scan(sxid(code, "Non-fatal, Link 03 some error (First)"))
     assert quiet.action in ("none", "monitor"), code
     (loud,) = scan(sxid(code, "Fatal, Link 03 some error (First)"))
-    assert loud.action == "reboot", code
+    always = CAT.sxids[code].severity == "always_fatal"
+    assert loud.action == ("reboot" if always else "reset"), code
     (fixed,) = scan(sxid(code, "Correctable, Link 03 some error"))
     assert fixed.action == "none", code
 
@@ -64,7 +66,7 @@ def test_a_non_fatal_sxid_never_fences_and_a_fatal_one_always_does(code):
 def test_an_sxid_no_catalog_lists_is_judged_by_its_word_not_a_count():
     new = 25999
     assert new not in CAT.sxids and new not in CAT.driver_sxids
-    assert scan(sxid(new, "Fatal, Link 01 a newer error"))[0].action == "reboot"
+    assert scan(sxid(new, "Fatal, Link 01 a newer error"))[0].action == "reset"
     assert scan(sxid(new, "Non-fatal, Link 01 a newer error"))[0].action == "monitor"
     assert scan(sxid(new, "Data {0x0, 0x1}"))[0].action == "monitor"
 
@@ -73,7 +75,7 @@ def test_the_engine_line_carries_the_severity_too():
     # NVSWITCH_ERROR_SEVERITY_TYPE: 0 non-fatal, 1 fatal
     assert (
         scan(sxid(10002, "Severity 1 Engine instance 00 Sub-engine instance 00"))[0].action
-        == "reboot"
+        == "reset"
     )
     assert (
         scan(sxid(10002, "Severity 0 Engine instance 00 Sub-engine instance 00"))[0].action
@@ -88,7 +90,7 @@ def test_a_wordless_line_of_a_code_only_the_driver_lists_takes_the_driver_severi
         if sev == "fatal" and c not in CAT.sxids
     )
     (f,) = scan(sxid(fatal, "Data {0x00000001, 0x00000002}"))
-    assert (f.action, f.rule) == ("reboot", f"sxid.{fatal}")
+    assert (f.action, f.rule) == ("reset", f"sxid.{fatal}")
 
 
 @pytest.mark.parametrize(
@@ -203,3 +205,39 @@ def test_page_faults_in_the_kernels_own_context_call_for_diagnostics():
         "(src_id:0 ring:169 vmid:0 pasid:0, for process  pid 0 thread  pid 0)"
     )
     assert (f.rule, f.action) == ("amdgpu.page-fault-kernel", "diagnose")
+
+
+# The Fabric Manager user guide, edition 2.3 (March 2025), "Bare Metal Mode" -> "Runtime
+# NVSwitch and GPU Errors": its example of one SXid event, as the guide prints it.
+FM_GUIDE_2_3_EXAMPLE = (
+    "[...] nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Non-fatal, Link 46 MC TS crumbstore MCTO (First)",
+    "[...] nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Severity 0 Engine instance 46 Sub-engine instance 00",
+    "[...] nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Data {0x00140004, 0x00100000, 0x00140004, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}",
+)
+
+
+def test_the_fm_guide_2_3_example_event_is_one_non_fatal_finding():
+    (f,) = Scanner().scan(list(FM_GUIDE_2_3_EXAMPLE))
+    assert (f.kind, f.code, f.pci, f.action) == ("sxid", 28006, "0000:c1:00", "monitor")
+
+
+@pytest.mark.parametrize(
+    "code,rest,action",
+    [
+        # Table 22 (fatal): reset the GPUs; Table 23 (always fatal): restart the host
+        (20034, "Fatal, Link 30 LTSSM Fault Up", "reset"),
+        (24007, "Fatal, Link 28 sourcetrack timeout error (First)", "reset"),
+        (12020, "Fatal, Link 02 egress sequence ID error", "reboot"),
+        (22003, "Fatal, Link 05 Minion Halt", "reboot"),
+        (22003, "Data {0x00000005}", "reboot"),
+        # Table 24: 10003 is fatal, recovered by resetting all GPUs and NVSwitches
+        (10003, "Data {0x00000000}", "reset"),
+        # Table 21: 19084's recovery names a reset, but it is non-fatal: the fatal SXid
+        # that usually comes with it is the one that fences
+        (19084, "Data {0x0000001d}", "monitor"),
+        (12028, "Data {0x000001c0}", "monitor"),
+    ],
+)
+def test_the_fm_guide_2_3_tables_set_the_rung(code, rest, action):
+    (f,) = scan(sxid(code, rest))
+    assert (f.code, f.action) == (code, action)
