@@ -1,15 +1,13 @@
 """pytest fixtures for the real Slurm cluster (see tests/harness/slurm.py).
 
 Every test of a Slurm fixture has its release in its id (``slurm_version``, a session
-parameter: ``test_x[slurm-22.05]``). It runs on ``22.05`` (Debian 12's, on the host), and
-also on ``24.11`` (Debian 13's, from its node tree: tests/harness/slurm24.py) when it is
-marked ``@pytest.mark.every_slurm``: the tests where the release changes what happens
-(JSON parsing, reasons, drain and resume, reboots, HA). The others test our code above
-the adapter, which a second release would only run again (CI time: docs/slurm.md,
-"Support matrix"; ``FLEETMEDIC_SLURM_EVERY_RELEASE=1`` runs every Slurm test on every
-release). While a 24.11 test runs, the 24.11 client tools come first on PATH (as
-on a bastion with 24.11 installed), so what the test runs (``fleetmedic``,
-``ansible-inventory``, the adapter) talks to its cluster with that release's tools.
+parameter: ``test_x[slurm-22.05]``), and runs on every release the test clusters have:
+``22.05`` (Debian 12's, on the host) and ``24.11`` (Debian 13's, from its node tree:
+tests/harness/slurm24.py). ``FLEETMEDIC_SLURM_RELEASES=22.05`` (a comma-separated list)
+narrows a desk run to some of them; CI runs them all. While a 24.11 test runs, the 24.11
+client tools come first on PATH (as on a bastion with 24.11 installed), so what the test
+runs (``fleetmedic``, ``ansible-inventory``, the adapter) talks to its cluster with that
+release's tools.
 
 ``slurm`` (session): a started :class:`~tests.harness.slurm.SlurmCluster` with three
   nodes (``n1``..``n3``, partition ``gpu``), one per xdist worker and release. Tests that change a
@@ -58,17 +56,29 @@ def _start(nodes: int, **kwargs) -> SlurmCluster:
         pytest.fail(f"test Slurm cluster: {exc}", pytrace=False)
 
 
+def releases() -> tuple[str, ...]:
+    """The releases Slurm tests run on: all of them, or those ``FLEETMEDIC_SLURM_RELEASES``
+    names (a desk run's shortcut). An unknown name is an error, not a silent skip."""
+    wanted = os.environ.get("FLEETMEDIC_SLURM_RELEASES", "").strip()
+    if not wanted:
+        return slurm24.VERSIONS
+    names = tuple(v.strip() for v in wanted.split(",") if v.strip())
+    unknown = [v for v in names if v not in slurm24.VERSIONS]
+    if unknown or not names:
+        raise pytest.UsageError(
+            f"FLEETMEDIC_SLURM_RELEASES={wanted!r}: the test clusters run "
+            f"{', '.join(slurm24.VERSIONS)}"
+        )
+    return names
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every release for a test marked ``every_slurm``, the first (22.05) for the rest."""
+    """Each Slurm test once per release (:func:`releases`)."""
     if "slurm_version" not in metafunc.fixturenames:
         return
-    every = (
-        metafunc.definition.get_closest_marker("every_slurm") is not None
-        or os.environ.get("FLEETMEDIC_SLURM_EVERY_RELEASE") == "1"  # (all on each: a desk run)
-    )
     metafunc.parametrize(
         "slurm_version",
-        slurm24.VERSIONS if every else slurm24.VERSIONS[:1],
+        releases(),
         ids=lambda v: f"slurm-{v}",
         indirect=True,
         scope="session",

@@ -75,7 +75,6 @@ def fenced(slurm):
     slurm.reset_nodes()
 
 
-@pytest.mark.every_slurm
 def test_fenced_nodes_grouped_by_rung_and_foreign_by_owner(fenced, tmp_path):
     src = source(
         tmp_path,
@@ -112,7 +111,6 @@ def test_slurm_conf_from_the_environment_and_every_node(fenced, tmp_path):
     assert data["slurm_idle"]["hosts"] == ["n3"]
 
 
-@pytest.mark.every_slurm
 def test_an_unreachable_slurmctld_fails_the_inventory_in_one_line(slurm_factory, tmp_path):
     c = slurm_factory(nodes=1)
     c.stop_proc("slurmctld")

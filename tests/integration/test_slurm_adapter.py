@@ -26,7 +26,6 @@ def adapter(slurm):
     slurm.reset_nodes()  # the shared cluster as the next test expects it
 
 
-@pytest.mark.every_slurm
 def test_fence_reads_back_and_unfence_resumes_ours(slurm, adapter):
     t0 = int(time.time())
     reason = adapter.fence(
@@ -53,7 +52,6 @@ def test_fence_reads_back_and_unfence_resumes_ours(slurm, adapter):
     assert adapter.unfence("n1") is False  # nothing to resume: no scontrol error
 
 
-@pytest.mark.every_slurm
 def test_a_higher_rung_rewrites_our_own_drain(adapter):
     adapter.fence("n1", "reboot", "xid 79")
     adapter.fence("n1", "reimage", "reboot did not cure xid 79")
@@ -70,7 +68,6 @@ def test_a_higher_rung_rewrites_our_own_drain(adapter):
         "RMA 4711 (alice)",
     ],
 )
-@pytest.mark.every_slurm
 def test_foreign_drains_are_never_fenced_over_nor_resumed(slurm, adapter, reason):
     slurm.run("scontrol", "update", "nodename=n2", "state=drain", f"reason={reason}")
     with pytest.raises(ForeignDrain, match="not fenced: its reason is not ours") as e:
@@ -82,7 +79,6 @@ def test_foreign_drains_are_never_fenced_over_nor_resumed(slurm, adapter, reason
     assert n2.drain and n2.reason == reason
 
 
-@pytest.mark.every_slurm
 def test_our_drain_edited_by_someone_else_is_theirs(slurm, adapter):
     adapter.fence("n3", "reboot", "xid 79")
     slurm.run("scontrol", "update", "nodename=n3", "state=drain", "reason=alice: keep it drained")
@@ -91,7 +87,6 @@ def test_our_drain_edited_by_someone_else_is_theirs(slurm, adapter):
     assert adapter.node("n3").reason == "alice: keep it drained"
 
 
-@pytest.mark.every_slurm
 def test_record_merges_keeps_other_keys_and_refuses_a_foreign_extra(slurm, adapter):
     slurm.run("scontrol", "update", "nodename=n2", 'extra={"site":{"rack":"r7"}}')
     adapter.record("n2", {"fleetmedic.io/history": json.dumps([{"rung": "reboot"}]), "a": "1"})
@@ -116,7 +111,6 @@ def test_record_merges_keeps_other_keys_and_refuses_a_foreign_extra(slurm, adapt
     assert n3.extra == "gpu-type=h100 owner=team-a" and not n3.drain
 
 
-@pytest.mark.every_slurm
 def test_partitions_filter(adapter):
     assert [n.name for n in adapter.nodes(["gpu"])] == ["n1", "n2", "n3"]
     assert adapter.nodes(["cpu"]) == []
@@ -140,7 +134,6 @@ def test_bad_node_names_are_refused_before_any_tool_runs(slurm, name):
         assert msg.startswith("refused Slurm node name") and "\n" not in msg
 
 
-@pytest.mark.every_slurm
 def test_unknown_node_and_missing_conf(slurm, adapter):
     with pytest.raises(NotFoundError, match="n9: not found"):
         adapter.fence("n9", "reboot", "x")
@@ -150,7 +143,6 @@ def test_unknown_node_and_missing_conf(slurm, adapter):
     assert time.monotonic() - t0 < 1
 
 
-@pytest.mark.every_slurm
 def test_state_survives_a_slurmctld_sigkill_and_another_bastion_reads_it(slurm_factory):
     c = slurm_factory(nodes=2)
     a = Slurm(c.env["SLURM_CONF"])
@@ -166,7 +158,6 @@ def test_state_survives_a_slurmctld_sigkill_and_another_bastion_reads_it(slurm_f
     assert Slurm(c.env["SLURM_CONF"]).unfence("n1") is True
 
 
-@pytest.mark.every_slurm
 def test_an_unreachable_slurmctld_is_a_temporary_error(slurm_factory):
     c = slurm_factory(nodes=1)
     c.stop_proc("slurmctld")
@@ -177,7 +168,6 @@ def test_an_unreachable_slurmctld_is_a_temporary_error(slurm_factory):
     print(f"unreachable slurmctld reported after {time.monotonic() - t0:.1f}s: {e.value}")
 
 
-@pytest.mark.every_slurm
 def test_a_fence_on_a_busy_node_is_draining_until_its_job_ends(slurm, adapter, tmp_path):
     go = tmp_path / "go"
     out = slurm.run(
@@ -212,7 +202,6 @@ def test_a_fence_on_a_busy_node_is_draining_until_its_job_ends(slurm, adapter, t
         slurm.run("scancel", job, check=False)
 
 
-@pytest.mark.every_slurm
 def test_requeue_empties_a_draining_node(slurm, adapter, tmp_path):
     # n1 and n2 held by someone else, so the job lands on n3
     for n in ("n1", "n2"):
@@ -246,7 +235,6 @@ def test_requeue_empties_a_draining_node(slurm, adapter, tmp_path):
         slurm.run("scancel", job, check=False)
 
 
-@pytest.mark.every_slurm
 def test_a_job_that_refuses_requeue_is_named(slurm, adapter, tmp_path):
     job = slurm.run(
         "sbatch",
@@ -272,7 +260,6 @@ def test_a_job_that_refuses_requeue_is_named(slurm, adapter, tmp_path):
         slurm.run("scancel", job, check=False)
 
 
-@pytest.mark.every_slurm
 def test_our_drain_stays_ours_while_the_node_is_gone_and_after_it_returns(slurm_factory):
     """What a reboot by our role looks like to Slurm: slurmd goes away, slurmctld marks the
     node DOWN+NOT_RESPONDING, and slurmd registers again. Our reason must survive it, or

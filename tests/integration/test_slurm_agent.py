@@ -92,7 +92,6 @@ def reason(slurm, node: str) -> str:
     return slurm.nodes()[node]["reason"]
 
 
-@pytest.mark.every_slurm
 def test_xid_79_drains_the_node_with_our_reason_and_record_once(slurm, node_env):
     kern, _, once = node_env
     append(kern, xid_line(code=79, bus=0x3B, uptime=120.5))
@@ -121,7 +120,6 @@ def test_xid_79_drains_the_node_with_our_reason_and_record_once(slurm, node_env)
     assert reason(slurm, "n1") == before
 
 
-@pytest.mark.every_slurm
 def test_a_drain_by_someone_else_is_never_touched(slurm, node_env):
     kern, _, once = node_env
     theirs = "NHC: check_hw_gpu: GPU 2 missing"
@@ -217,7 +215,6 @@ def test_bad_input_is_one_line(slurm, node_env, node, conf, code, fragment):
     assert r.returncode == code, (r.returncode, r.stderr)
 
 
-@pytest.mark.every_slurm
 def test_an_unreachable_slurmctld_is_one_line_exit_3(slurm_factory, node_env):
     _, _, once = node_env
     c = slurm_factory(nodes=1)
@@ -248,7 +245,6 @@ def test_gpu_strikes_fence_with_the_failing_check_as_the_finding(slurm, node_env
     assert json.loads(record(slurm, "n3")[keys.ANN_LAST_RESULTS])["gpu"]["status"] == "problem"
 
 
-@pytest.mark.every_slurm
 def test_an_extra_that_is_not_json_is_never_written_over(slurm, node_env):
     """Someone keeps plain text in n3's Extra: our record cannot live beside it, so the
     agent writes nothing there (no drain without its record), says so once and exits."""

@@ -56,7 +56,6 @@ def unfence(node: dict, **annotations: str | None) -> bool:
     return True
 
 
-@pytest.mark.every_slurm
 def test_documents_show_what_the_loop_reads(slurm, cluster):
     slurm.run("scontrol", "update", "nodename=n2", "state=drain", f"reason={NHC}")
     features = ("availablefeatures", "activefeatures")
@@ -86,7 +85,6 @@ def test_documents_show_what_the_loop_reads(slurm, cluster):
     assert v.state == "healthy" and v.address == slurm.node_address("n2")
 
 
-@pytest.mark.every_slurm
 def test_the_controllers_writes_map_to_one_update_each(slurm, cluster):
     ann = {keys.ANN_IN_FLIGHT: '{"phase":"reboot"}', keys.ANN_LAST_FINDING: None}
     written = cluster.update_node("n1", lambda n: fence(n, "reboot", **ann))
@@ -172,7 +170,6 @@ def test_no_pods_on_slurm_and_no_node_deletion(cluster):
         cluster.delete_node("n1", "uid")
 
 
-@pytest.mark.every_slurm
 def test_a_node_a_restarted_slurmctld_does_not_know_yet_is_not_judged(slurm, cluster):
     """After a slurmctld restart a node is UNKNOWN until its slurmd registers (boot time 0,
     sometimes no reason): the watch keeps its last document (our drain still shown) and a

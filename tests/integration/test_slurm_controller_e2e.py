@@ -114,7 +114,6 @@ def agent_drains_xid79(sf, index: int) -> str:
     return node.name
 
 
-@pytest.mark.every_slurm
 def test_xid79_is_rebooted_verified_and_resumed_and_a_foreign_drain_is_untouched(sf, run):
     """The issue's first two scenarios: n1 drained by the agent for Xid 79 is rebooted by
     our role, verified over SSH and resumed, and a job then runs on it; n2, drained by NHC,

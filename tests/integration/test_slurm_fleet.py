@@ -62,7 +62,6 @@ def boot_id(sf, node: str) -> str:
     return sf.node(node).boot_id()
 
 
-@pytest.mark.every_slurm
 def test_nodes_are_fleet_nodes_and_slurmd_nodes(sf):
     nodes = sf.slurm.nodes()
     assert sorted(nodes) == ["node-1", "node-2", "node-3"]
@@ -200,7 +199,6 @@ def test_scontrol_reboot_runs_reboot_program_and_slurm_resumes_the_node(sf):
     print(f"scontrol reboot: node resumed with its new boot time {seen:.1f} s after the request")
 
 
-@pytest.mark.every_slurm
 def test_scontrol_reboot_nextstate_down_keeps_the_node_out_until_we_resume_it(sf):
     """For a reboot that must be verified before the node takes jobs again: 22.05 allows
     only nextstate=resume or down (not drain). With down the node comes back DOWN, no
@@ -278,7 +276,6 @@ def test_scontrol_reboot_asap_waits_for_the_running_job(sf):
     assert boot_id(sf, node) != before_id
 
 
-@pytest.mark.every_slurm
 def test_slurmctld_crash_and_restart_the_nodes_come_back_and_our_drain_stays(sf):
     # a reason no earlier test wrote: wait_saved looks for the text in slurmctld's state file
     reason = f"{OUR_REASON} ({uuid.uuid4().hex[:8]})"
@@ -330,7 +327,6 @@ def test_the_agent_in_the_node_drains_it_and_slurms_reboot_cures_it(sf):
     assert run_job(sf, node.name) == f"host={node.name} gpus=0,1"
 
 
-@pytest.mark.every_slurm
 def test_a_slow_reboot_is_seen_down_and_the_node_comes_back_still_ours(slurm_fleet_factory):
     """Real hosts take minutes to reboot, longer than SlurmdTimeout: slurmctld marks the
     node DOWN meanwhile. Our drain and reason stay through that, so the node comes back

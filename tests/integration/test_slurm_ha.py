@@ -145,7 +145,6 @@ def leads(p: ControllerProcess, name: str) -> bool:
     return f"leading as {name}" in p.log.read_text(errors="replace")
 
 
-@pytest.mark.every_slurm
 def test_the_standby_takes_over_a_sigkilled_leader_mid_reboot_and_reboots_once(sf, bastions):
     node = sf.node(1)
     ctlenv.xid79(node)
@@ -205,7 +204,6 @@ def test_the_standby_takes_over_a_sigkilled_leader_mid_reboot_and_reboots_once(s
     )
 
 
-@pytest.mark.every_slurm
 def test_a_controller_with_a_store_of_its_own_refuses_to_start(sf, bastions, tmp_path):
     a = bastions.start("bastion-a", bastions.config("bastion-a"))
     wait_until(lambda: claims(sf), 120, "bastion-a's claim on slurmctld")
@@ -226,7 +224,6 @@ def test_a_controller_with_a_store_of_its_own_refuses_to_start(sf, bastions, tmp
     assert a.alive and bastions.leader() == "bastion-a"
 
 
-@pytest.mark.every_slurm
 def test_a_tripped_breaker_and_a_pause_survive_the_takeover(sf, bastions, tmp_path):
     """bastion-a's breaker trips on two nodes drained at once; a person pauses all action
     through the shared store (the pause ConfigMap there). bastion-a is SIGKILLed:

@@ -14,7 +14,6 @@ from tests.harness import slurm as slurm_harness
 from tests.harness.slurm import SLURMD_PORT
 
 
-@pytest.mark.every_slurm
 def test_each_slurmd_registers_from_its_own_address(slurm):
     nodes = slurm.nodes()
     assert sorted(nodes) == ["n1", "n2", "n3"]

@@ -59,7 +59,6 @@ def _wait_ran(c: SlurmCluster, job: str, out: Path) -> None:
     )
 
 
-@pytest.mark.every_slurm
 def test_prolog_and_health_check_drain_with_our_reason(slurm_factory, tmp_path):
     script = tmp_path / "slurmcheck" / SCRIPT.name
     c = slurm_factory(

@@ -70,7 +70,6 @@ def run_job(sf, node: str) -> str:
     return sf.node(node).ssh(f"cat {out}").stdout.strip()
 
 
-@pytest.mark.every_slurm
 def test_the_drain_waits_for_the_running_job_and_completes_when_it_ends(sf, slurm):
     node, release = "node-1", f"/tmp/release-{uuid.uuid4().hex[:8]}"
     job = hold_job(sf, node, release)
@@ -97,7 +96,6 @@ def test_the_drain_waits_for_the_running_job_and_completes_when_it_ends(sf, slur
     assert n.drained and slurm.jobs(node) == [] and n.reason == OURS
 
 
-@pytest.mark.every_slurm
 def test_a_drain_past_its_timeout_is_blocked_and_with_force_the_job_is_requeued(sf, slurm):
     node, release = "node-2", f"/tmp/release-{uuid.uuid4().hex[:8]}"
     job = hold_job(sf, node, release)
@@ -160,7 +158,6 @@ def test_a_node_someone_else_drained_is_refused_and_untouched(sf, slurm):
     assert sf.sinfo("node-2")["state_flags"] == []
 
 
-@pytest.mark.every_slurm
 def test_reboot_through_slurm_keeps_the_node_ours_until_we_resume_it(sf, slurm):
     node = sf.node(2)
     slurm.fence(node.name, "reboot", FINDING)
@@ -204,7 +201,6 @@ def test_reboot_through_slurm_keeps_the_node_ours_until_we_resume_it(sf, slurm):
     assert run_job(sf, node.name) == node.name
 
 
-@pytest.mark.every_slurm
 def test_a_reboot_interrupted_mid_wait_is_not_asked_again(sf, slurm):
     """A controller stopped (or SIGKILLed) while the node reboots: the next call with the
     recorded request time waits for that reboot and asks for no other."""
@@ -234,7 +230,6 @@ def test_a_reboot_interrupted_mid_wait_is_not_asked_again(sf, slurm):
     assert slurm.node(node.name).reason == OURS
 
 
-@pytest.mark.every_slurm
 def test_a_slurmctld_crash_mid_reboot_loses_nothing_and_reboots_once(sf, slurm):
     """The controller asked for the reboot and died at once; slurmctld crashes (SIGKILL)
     while the node is still rebooting. The next call with the recorded request time finds
@@ -271,7 +266,6 @@ def test_a_slurmctld_crash_mid_reboot_loses_nothing_and_reboots_once(sf, slurm):
     print(f"after a slurmctld crash mid-reboot: {resumed.message} ({resumed.seconds:.1f} s)")
 
 
-@pytest.mark.every_slurm
 def test_a_reboot_that_does_not_happen_fails_and_the_node_stays_out(
     slurm_fleet_factory,
 ):
@@ -310,7 +304,6 @@ def test_a_reboot_that_does_not_happen_fails_and_the_node_stays_out(
     # drain it again, so Slurm's words stay after ours
 
 
-@pytest.mark.every_slurm
 def test_a_node_slurm_returned_to_service_after_our_reboot_is_ours_again(sf, slurm):
     """Seen in CI under load: the reboot happened while no controller watched, and Slurm
     put the node back in service without our reason (ReturnToService=2 when its slurmd
