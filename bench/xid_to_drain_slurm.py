@@ -31,7 +31,10 @@ Also printed, not a target: the floor of a fence decided on a fresh read, a bare
 -n`` (the agent's single-node read) and then the bare update, timed the same way. The agent
 decides every write on such a read (adapters/slurmdoc.py: never on a kept view, so a drain
 another tool set since the agent's last read is never written over), so its fence cannot
-go below that floor, which is itself about 2x the bare update.
+go below that floor, which is itself about 2x the bare update. Printed beside it, also
+not a target: the same fence with the read made inside the deciding process through the
+Slurm library (bench/_slurmlib.py, which says why fleetmedic does not read that way), the
+floor an in-process read could reach.
 
 Between trials the node is resumed (as the controller does after a repair); the agent's
 kept view of the node (``slurm.read_every``) still says our drain, which only decides
@@ -55,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
+from _slurmlib import inprocess_reader  # noqa: E402
 from _taint import percentile, report  # noqa: E402
 
 from fleetmedic.adapters.slurmread import sinfo_single_argv  # noqa: E402
@@ -138,6 +142,14 @@ def main() -> int:
             checked.append(log.wait_reason(f"bench floor {i}") - t0)
             tool("scontrol", "update", "nodename=n1", "state=resume")
         floor = statistics.median(checked)
+        read, why_not = inprocess_reader(cluster.env)
+        inproc, reads = [], []
+        for i in range(20 if read else 0):
+            t0 = time.time()
+            reads.append(read("n1"))
+            tool("scontrol", "update", "nodename=n1", "state=drain", f"reason=bench inproc {i}")
+            inproc.append(log.wait_reason(f"bench inproc {i}") - t0)
+            tool("scontrol", "update", "nodename=n1", "state=resume")
         agent = AgentProcess("n1", work / "unused", work / "agent.log")
         agent.argv = [
             str(FLEETMEDIC),
@@ -198,6 +210,15 @@ def main() -> int:
         f"  the floor of a checked fence (sinfo -n, then the update; median of 20): "
         f"{floor * 1000:.1f} ms; p50 against it {percentile(latencies, 50) / floor:.2f}x"
     )
+    if inproc:
+        print(
+            f"  the same with the read in-process (libslurm, bench/_slurmlib.py; median of "
+            f"20): {statistics.median(inproc) * 1000:.1f} ms, "
+            f"{statistics.median(inproc) / baseline:.2f}x the bare update; the read alone "
+            f"{statistics.median(reads) * 1000:.2f} ms"
+        )
+    else:
+        print(f"  the same with the read in-process: not measured ({why_not})")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.keep:
         print(f"  work dir: {work}")
