@@ -7,8 +7,6 @@ import socket
 import subprocess
 import time
 
-import pytest
-
 from tests.harness import fleet_net as net
 from tests.harness import slurm as slurm_harness
 from tests.harness.slurm import SLURMD_PORT

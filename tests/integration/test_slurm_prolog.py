@@ -12,8 +12,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 from tests.harness import slurm24
 from tests.harness.agentenv import FAKES, FLEETMEDIC, ROOT, banner, h100, wait_until, xid_line
 from tests.harness.slurm import SlurmCluster
