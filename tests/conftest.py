@@ -97,10 +97,18 @@ GROUP_BY_FIXTURE = {
 }
 
 
+_SLURM_RELEASE = re.compile(r"\[(?:.*-)?(slurm-\d+\.\d+)\b")
+
+
 def xdist_scope(nodeid: str) -> str:
-    """The unit of work a worker takes whole: a group of files, or the test's file."""
+    """The unit of work a worker takes whole: a group of files, or the test's file; a Slurm
+    file's tests of one release apart from the other's (each release has its own clusters,
+    so the halves share nothing, and the two can run at once on two workers)."""
     path = nodeid.split("::", 1)[0]
-    return f"group {WORKER_GROUPS[path]}" if path in WORKER_GROUPS else path
+    if path in WORKER_GROUPS:
+        return f"group {WORKER_GROUPS[path]}"
+    release = _SLURM_RELEASE.search(nodeid)
+    return f"{path} [{release[1]}]" if release else path
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: no error when xdist is not installed

@@ -22,6 +22,16 @@ from tests import conftest
         ("tests/integration/test_sweeps_e2e.py::test_e", "tests/integration/test_sweeps_e2e.py"),
         ("tests/unit/policy/test_ladder.py::test_f[1]", "tests/unit/policy/test_ladder.py"),
         ("tests/unit/agent/test_x.py::TestY::test_z", "tests/unit/agent/test_x.py"),
+        # a Slurm file's releases apart, whatever else the test's id carries
+        (
+            "tests/integration/test_slurm_steps.py::test_g[slurm-24.11]",
+            "tests/integration/test_slurm_steps.py [slurm-24.11]",
+        ),
+        (
+            "tests/integration/test_slurm_steps.py::test_h[slurm-22.05-2-slurm]",
+            "tests/integration/test_slurm_steps.py [slurm-22.05]",
+        ),
+        ("tests/integration/test_a.py::test_i[myslurm-1.2]", "tests/integration/test_a.py"),
     ],
 )
 def test_scopes(nodeid, scope):
