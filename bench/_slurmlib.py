@@ -34,9 +34,10 @@ def library_of(tool: str = "sinfo") -> str:
     return m[1] if m else ""
 
 
-def inprocess_reader(env: dict[str, str]) -> tuple[Callable[[str], float] | None, str]:
+def inprocess_reader(env: dict[str, str], first: str) -> tuple[Callable[[str], float] | None, str]:
     """``(read, "")``: ``read(name)`` asks slurmctld for one node in this process and
-    returns the seconds it took; or ``(None, why)`` when the library cannot be used here."""
+    returns the seconds it took; or ``(None, why)`` when the library cannot be used here.
+    The node ``first`` is read once before (that request loads the auth plugin)."""
     lib_path = library_of()
     if not lib_path:
         return None, "no libslurm linked by sinfo"
@@ -65,7 +66,7 @@ def inprocess_reader(env: dict[str, str]) -> tuple[Callable[[str], float] | None
         return took
 
     try:
-        read("n1")  # the first request loads the auth plugin
+        read(first)
     except RuntimeError as exc:
         return None, str(exc)
     return read, ""

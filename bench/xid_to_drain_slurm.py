@@ -51,6 +51,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -122,34 +123,31 @@ def main() -> int:
         text = tool("sinfo", "-h", "-n", "n1", "-o", "%E").strip()
         return "" if text == "none" else text  # (sinfo's word for no reason)
 
-    try:
-        base, trips = [], []
+    def drains(label: str, read_first: Callable[[], object] = lambda: None):
+        """20 drains of n1, each after ``read_first()``: the seconds from just before the
+        read to slurmctld's log line for the drain, and to the update's return; the node
+        resumed after each."""
+        to_log, to_return = [], []
         for i in range(20):
             t0 = time.time()
-            tool("scontrol", "update", "nodename=n1", "state=drain", f"reason=bench baseline {i}")
-            trips.append(time.time() - t0)
-            base.append(log.wait_reason(f"bench baseline {i}") - t0)
+            read_first()
+            tool("scontrol", "update", "nodename=n1", "state=drain", f"reason=bench {label} {i}")
+            to_return.append(time.time() - t0)
+            to_log.append(log.wait_reason(f"bench {label} {i}") - t0)
             tool("scontrol", "update", "nodename=n1", "state=resume")
+        return to_log, to_return
+
+    try:
+        base, trips = drains("baseline")
         baseline = statistics.median(base)
         # The floor of a fence decided on a fresh read (adapters/slurmdoc.py: no write on
         # a kept view, so another tool's drain is never written over): the single-node
         # read the agent makes, then the same bare update, timed to the same log line.
-        checked = []
-        for i in range(20):
-            t0 = time.time()
-            tool("sinfo", *sinfo_single_argv("n1"))
-            tool("scontrol", "update", "nodename=n1", "state=drain", f"reason=bench floor {i}")
-            checked.append(log.wait_reason(f"bench floor {i}") - t0)
-            tool("scontrol", "update", "nodename=n1", "state=resume")
+        checked, _ = drains("floor", lambda: tool("sinfo", *sinfo_single_argv("n1")))
         floor = statistics.median(checked)
-        read, why_not = inprocess_reader(cluster.env)
-        inproc, reads = [], []
-        for i in range(20 if read else 0):
-            t0 = time.time()
-            reads.append(read("n1"))
-            tool("scontrol", "update", "nodename=n1", "state=drain", f"reason=bench inproc {i}")
-            inproc.append(log.wait_reason(f"bench inproc {i}") - t0)
-            tool("scontrol", "update", "nodename=n1", "state=resume")
+        read, why_not = inprocess_reader(cluster.env, "n1")
+        reads: list[float] = []
+        inproc = drains("inproc", lambda: reads.append(read("n1")))[0] if read else []
         agent = AgentProcess("n1", work / "unused", work / "agent.log")
         agent.argv = [
             str(FLEETMEDIC),
