@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.harness import slurm24
+from tests.harness.fleet import ROOT
 from tests.harness.slurm_fixtures import releases
 
 pytest_plugins = ["pytester"]
@@ -47,7 +48,7 @@ def slurm_version(request):
 
 def test_the_marker_keeps_a_test_to_its_releases_and_needs_a_reason(pytester, monkeypatch):
     monkeypatch.delenv("FLEETMEDIC_SLURM_RELEASES", raising=False)
-    monkeypatch.syspath_prepend(str(slurm24.fl.ROOT))
+    monkeypatch.syspath_prepend(str(ROOT))
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(
         """
