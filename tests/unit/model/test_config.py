@@ -226,6 +226,18 @@ def test_relative_paths_are_relative_to_the_file(tmp_path):
             "ansible: extra_ssh_args must not change host key checking",
         ),
         (
+            "ansible: {env: {ANSIBLE_HOST_KEY_CHECKING: 'False'}}",
+            "ansible: env: ANSIBLE_HOST_KEY_CHECKING='False' would trust any host key",
+        ),
+        (
+            "ansible: {env: {ANSIBLE_SSH_ARGS: '-o UserKnownHostsFile=/dev/null'}}",
+            "ansible: env: ANSIBLE_SSH_ARGS must not change host key checking",
+        ),
+        (
+            "ansible: {env: {ANSIBLE_STRATEGY: mitogen_linear}}",
+            "ansible: env: ANSIBLE_STRATEGY='mitogen_linear': Mitogen is not supported",
+        ),
+        (
             "leader_election: {renew_deadline: 5m}",
             "need retry_period < renew_deadline < lease_duration",
         ),

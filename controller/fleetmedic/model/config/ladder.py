@@ -431,6 +431,10 @@ class LadderConfig(Section):
         return self.playbooks.for_phases(phases)
 
 
+_HOST_KEY_OPTIONS = re.compile(r"StrictHostKeyChecking|UserKnownHostsFile", re.I)
+_FALSE_WORDS = frozenset({"false", "no", "off", "0", "n", "f"})
+
+
 class AnsibleConfig(Section):
     playbook_dir: ConfigPath = Path("/usr/share/fleetmedic/playbooks")
     """Where the controller role installs the collection's playbooks."""
@@ -466,23 +470,39 @@ class AnsibleConfig(Section):
     job_timeout: Duration = 3600
     """Backstop for any run whose phase sets no timeout: a hung ssh never blocks forever."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment for ansible-playbook (e.g. ANSIBLE_STDOUT_CALLBACK)."""
+    """Extra environment for ansible-playbook (e.g. ANSIBLE_STDOUT_CALLBACK). It cannot turn
+    off host key checking, nor choose a strategy plugin (see _env_keeps_safety)."""
 
     @model_validator(mode="after")
     def _known_hosts_on(self) -> AnsibleConfig:
-        bad = [
-            a
-            for a in self.extra_ssh_args
-            if re.search(
-                r"StrictHostKeyChecking|"
-                r"UserKnownHostsFile",
-                a,
-                re.I,
-            )
-        ]
+        bad = [a for a in self.extra_ssh_args if _HOST_KEY_OPTIONS.search(a)]
         if bad:
             raise ValueError(
                 "extra_ssh_args must not change host key checking "
                 f"(use known_hosts_file), got {bad[0]!r}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _env_keeps_safety(self) -> AnsibleConfig:
+        """ansible.env reaches ansible-playbook after our own variables (adapters/runner.py),
+        so it could undo what the fields above guarantee: refused, one line each."""
+        for key, value in self.env.items():
+            if key == "ANSIBLE_HOST_KEY_CHECKING" and value.strip().lower() in _FALSE_WORDS:
+                raise ValueError(
+                    f"env: {key}={value!r} would trust any host key with root on the nodes "
+                    "(add the nodes' keys to known_hosts_file)"
+                )
+            if "SSH" in key and _HOST_KEY_OPTIONS.search(value):
+                raise ValueError(
+                    f"env: {key} must not change host key checking (use known_hosts_file)"
+                )
+            # Measured (session 17, mitogen 0.3.54): its own SSH keepalive (30 s x 10) comes
+            # first on ssh's command line, so a node lost mid-task went unnoticed past a
+            # 150 s job timeout, against ~18 s with ours; the suite never runs under it.
+            if key in ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS") and "mitogen" in value:
+                raise ValueError(
+                    f"env: {key}={value!r}: Mitogen is not supported (its SSH keepalive "
+                    "replaces ours, and a node lost mid-task is noticed after minutes)"
+                )
         return self
