@@ -12,7 +12,8 @@ also runs Debian's slurmd from its own systemd unit, registered with one slurmct
 on the host (tests/harness/slurm.py's munged and slurmctld, on the fleet bridge's host
 address). With ``version="24.11"`` the nodes boot from the Debian 13 tree (systemd 257,
 sshd, Python 3.13 with fleetmedic's venv, slurmd 24.11: scripts/setup.d/24-nodetree-
-trixie.sh) and munged and slurmctld run chrooted in it (tests/harness/slurm24.py). The
+debian.sh; ``"26.05"``: Debian 14's) and munged and slurmctld run chrooted in it
+(tests/harness/slurm24.py). The
 Slurm node names are the fleet's (``node-1``..), so one name reaches a
 node by SSH and in Slurm, as on a real cluster.
 
@@ -293,11 +294,11 @@ class SlurmFleet:
 
 def slurm_lowerdir(version: str = "22.05") -> str:
     """The node tree with the Slurm layer on top, built first if missing (once, about 20 s
-    over a built tree; concurrent callers wait on the script's lock). 24.11: the Debian 13
-    tree's."""
+    over a built tree; concurrent callers wait on the script's lock). 24.11, 26.05: their
+    Debian trees'."""
     if version != "22.05":
         try:
-            return slurm24.tree_lowerdir()
+            return slurm24.tree_lowerdir(version)
         except slurm24.Slurm24Error as exc:
             raise SlurmFleetError(str(exc)) from None
     cmd = ["bash", str(LAYER_SCRIPT)]

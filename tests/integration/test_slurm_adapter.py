@@ -1,7 +1,8 @@
 """The Slurm adapter (controller/fleetmedic/adapters/slurm.py) on a real slurmctld and
 real slurmd (tests/harness/slurm.py): fence, read back, unfence ours, refuse foreign
 drains, the record in Extra across a slurmctld crash, and names refused before any tool
-runs."""
+runs. The release contract: every test here runs on every Slurm release, 26.05 too
+(slurm_contract, tests/harness/slurm_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from fleetmedic.adapters.slurm import (
 )
 from fleetmedic.errors import ConfigError, NotFoundError, PermanentError, TemporaryError
 from fleetmedic.model.slurmreason import is_ours
+
+pytestmark = [pytest.mark.slurm_contract]
 
 
 @pytest.fixture
