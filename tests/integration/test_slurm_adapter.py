@@ -146,6 +146,23 @@ def test_unknown_node_and_missing_conf(slurm, adapter):
     assert time.monotonic() - t0 < 1
 
 
+NEWEST_DATA_PARSER = {"22.05": None, "24.11": "v0.0.42", "26.05": "v0.0.45"}
+
+
+def test_nodes_are_read_with_the_newest_data_parser_the_release_ships(slurm, adapter):
+    """26.05 deprecates data_parser v0.0.42 (its release notes: removed in 26.11), so the
+    node list is read with the newest version this Slurm ships of those fleetmedic reads:
+    v0.0.45 on 26.05; on 24.11, after the newer ones it does not have, v0.0.42; 22.05 has
+    none (sinfo --json). The version found is kept: the next read is one command."""
+    nodes = adapter.nodes()
+    assert [n.name for n in nodes] == ["n1", "n2", "n3"]
+    assert all(n.state == "idle" and not n.reason and n.boot_time for n in nodes)
+    assert adapter.data_parser == NEWEST_DATA_PARSER[slurm.version]
+    runs = sum(adapter.calls.values())
+    adapter.nodes()
+    assert sum(adapter.calls.values()) == runs + 1
+
+
 def test_state_survives_a_slurmctld_sigkill_and_another_bastion_reads_it(slurm_factory):
     c = slurm_factory(nodes=2)
     a = Slurm(c.env["SLURM_CONF"])
