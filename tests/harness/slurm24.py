@@ -65,13 +65,20 @@ class Release:
     debian: int
     suite: str = ""  # "": the host's Slurm
     contract_only: bool = False  # only the tests marked slurm_contract run on it
+    unified_cgroup: bool = False  # its fleet nodes boot with a cgroup v2 hierarchy
 
 
 def _releases() -> tuple[Release, ...]:
     with open(fl.ROOT / "scripts" / "slurm-releases.toml", "rb") as f:
         table = tomllib.load(f)["release"]
     return tuple(
-        Release(r["slurm"], r["debian"], r.get("suite", ""), r.get("contract_only", False))
+        Release(
+            r["slurm"],
+            r["debian"],
+            r.get("suite", ""),
+            r.get("contract_only", False),
+            r.get("unified_cgroup", False),
+        )
         for r in table
     )
 
@@ -80,6 +87,9 @@ RELEASES = _releases()
 VERSIONS = tuple(r.version for r in RELEASES)
 """The Slurm releases the tests run against: Debian 12's on the host (22.05), the others
 from their Debian trees."""
+NSPAWN_UNIFIED = {"SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
+"""nspawn's switch for a container of its own cgroup v2 hierarchy, for a release whose
+tree's systemd refuses the host's v1 one (``unified_cgroup``; see the table)."""
 TREE_SCRIPT = fl.ROOT / "scripts" / "setup.d" / "24-nodetree-debian.sh"
 CLUSTERS = Path(os.environ.get("FLEETMEDIC_SLURM", "/run/fleetmedic/slurm"))  # slurm.SLURM_ROOT
 FLEETMEDIC = "/usr/local/bin/fleetmedic"  # the tree's, on its own Python
