@@ -19,8 +19,9 @@
 #   make test   all of it: the demo's parts plus the kubelet node's binaries (9 min),
 #               Loki and promtool (18 min, 725 CPU-s), Receptor stock and patched, the
 #               agent's OCI image and ansible-test's virtualenvs (3 min each, in the
-#               background), the Debian 13 tree for Slurm 24.11 (6-16 min cold, in the
-#               background), with fleetmedic[test]: 54 min cold here; then the stages.
+#               background), the Debian 13 and 14 trees for Slurm 24.11 and 26.05 (one
+#               after the other in the background: 5-16 min cold each; 5 min each at load
+#               5-7, 2026-11-29), with fleetmedic[test]: 54 min cold here; then the stages.
 # Both reuse the content-keyed caches in /var/cache/fleetmedic: with them built, a fresh
 # checkout's setup is the pip install (about 3 min), a second run about a second.
 set -euo pipefail
