@@ -41,6 +41,9 @@ DETAIL = regexcache.compile(r"([A-Za-z][A-Za-z0-9_]*) : (.*)")
 """One detail line's message: ``key : value``. It must hold the literal ``" : "`` (the
 bulk pre-filter brings the line after every line holding it: :data:`FOLLOW`)."""
 
+_INLINE = regexcache.compile(r"(.*? on :) ([A-Za-z][A-Za-z0-9_]* : .*)")
+_PAIR = regexcache.compile(r"([A-Za-z][A-Za-z0-9_]*) : (.*?)(?= [A-Za-z][A-Za-z0-9_]* : |$)")
+
 FOLLOW = " : "
 """The literal every detail line holds: a detail line asks the bulk pre-filter for the
 line after it, so the line and bulk scans see the same record lines."""
@@ -89,6 +92,21 @@ def _hex(value: str | None) -> int | None:
         return int(value, 16) if value else None
     except ValueError:
         return None
+
+
+def inline(message: str) -> tuple[str, dict[str, str]]:
+    """A record that came as one line: the head's text and the details it carries.
+
+    The journal keeps a message logged with newlines as one record, and our journal
+    reader gives it as one line (:func:`~fleetmedic.scan.stream.journal_line`):
+    ``... GPU NVL Fatal error on : moduleId : 3 nodeId : 7 ...``."""
+    said = _INLINE.fullmatch(message)
+    if said is None:
+        return message, {}
+    details: dict[str, str] = {}
+    for key, value in _PAIR.findall(said.group(2)):
+        details.setdefault(key, value.strip())
+    return said.group(1), details
 
 
 def family(entry: XidEntry) -> str:

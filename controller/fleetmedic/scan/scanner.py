@@ -154,10 +154,10 @@ class _Record:
 
     __slots__ = ("details", "last_line", "lines")
 
-    def __init__(self, last_line: int) -> None:
+    def __init__(self, last_line: int, details: dict[str, str]) -> None:
         self.last_line = last_line
         self.lines = 0
-        self.details: dict[str, str] = {}
+        self.details = details
 
 
 class _Facts:
@@ -409,10 +409,12 @@ class Scanner:
         report = self._report = _Report(lineno, identity, facts.rank, facts.rule, pci, facts.part)
         if facts.rule is not None and facts.rule.record_details:
             # its detail lines follow: held until they end (dedup admits it then)
-            self._record = _Record(lineno)
-            report.finding = self._pending = found.placed(
-                lineno, pci, record[1], when, clock, self.boot_id
-            )
+            head, details = fmrecord.inline(found.message)
+            self._record = _Record(lineno, details)
+            held = found.placed(lineno, pci, record[1], when, clock, self.boot_id)
+            if details:  # the journal's one-line form
+                held = dataclasses.replace(held, message=head)
+            report.finding = self._pending = held
             return out
         if facts.rule is not None and facts.rule.awaits_process and found.pid is None:
             # its next line may name the process

@@ -12,6 +12,7 @@ import pytest
 
 from fleetmedic.scan import Scanner, catalog, fmrecord, prefilter
 from fleetmedic.scan.scanner import is_fabric_log
+from fleetmedic.scan.stream import journal_line
 
 # A public GB200 runbook's `grep -i "Fatal" fabricmanager.log* -A 11` of an NVOS switch
 # tray's Fabric Manager log (the fabricmanager_catalog.yaml source gb200-fm-nvl-record).
@@ -220,3 +221,21 @@ def test_a_follower_ends_a_record_when_the_log_goes_quiet():
     [found] = scanner.expire()
     assert "Xid 150" in found.message and scanner.expire() == []
     assert scanner.feed(NMXC_FATAL[-1]) == [] and scanner.flush() == []
+
+
+def test_a_record_the_journal_kept_as_one_message_is_read_the_same():
+    """Logged through the journal, the record is one message with newlines, which our
+    journal reader gives as one line (stream.journal_line)."""
+    record = {
+        "MESSAGE": "\n".join(NMXC_FATAL[:-1]),
+        "SYSLOG_IDENTIFIER": "nv-fabricmanager",
+        "_HOSTNAME": "tray1",
+        "__REALTIME_TIMESTAMP": "1752950096000000",
+        "PRIORITY": "3",
+    }
+    [found] = findings((journal_line(record),))
+    assert (found.rule, found.action) == ("fm.gpu-nvl-fatal", "reset")
+    assert found.message.endswith(
+        "GPU NVL Fatal error on : errorCode 0x03/0x01 = Xid 150 MSE (timeout error); "
+        "gpuGuid 0xb0cf0e0300e31440 port 61; node 7 module 2"
+    )
