@@ -276,20 +276,25 @@ class Scanner:
     def _feed_second_half(self, text: str, lineno: int) -> list[Finding]:
         """A line without a trigger counts only as a held record's detail line or the
         second half of a held cut record."""
-        out: list[Finding] = []
         if self._record is not None:
             if self._detail(text, lineno):
-                return out
+                return []
             out = self._emit_pending()  # any other line ends the record
+            return out + self._second_half(text, lineno) if self._held is not None else out
+        if self._held is None:
+            return []  # the common case: one test per line (the agent's line-by-line scan)
+        return self._second_half(text, lineno)
+
+    def _second_half(self, text: str, lineno: int) -> list[Finding]:
         held = self._held
         if held is None or lineno != held[0] + 1:
-            return out
+            return []
         self._held = None
         head_line, head, head_text, join = held
         record = parser.fields(text)
         if join.continues(record[0]):
-            return out + self._emit_pending() + self._joined(head, head_line, head_text, record)
-        return out + self._emit_pending() + self._process(head, head_line, head_text)
+            return self._emit_pending() + self._joined(head, head_line, head_text, record)
+        return self._emit_pending() + self._process(head, head_line, head_text)
 
     def _detail(self, text: str, lineno: int) -> bool:
         """Is this line the next detail line of the held record? (Then it is kept.)"""
