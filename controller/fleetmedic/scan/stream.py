@@ -37,7 +37,7 @@ import select
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from fleetmedic.errors import PermanentError, TemporaryError
 
@@ -243,12 +243,19 @@ class FileWaker:
 
 
 def follow_file(
-    path: str, *, from_start: bool = True, stop: threading.Event | None = None, poll: float = POLL
+    path: str,
+    *,
+    from_start: bool = True,
+    stop: threading.Event | None = None,
+    poll: float = POLL,
+    idle: Callable[[], None] | None = None,
 ) -> Iterator[str]:
     """Yield complete lines appended to ``path``, across rotation and truncation.
 
     A missing file is waited for. ``from_start=False`` starts at the current end.
-    Wakes on the write (:class:`FileWaker`); ``poll`` is the longest wait.
+    Wakes on the write (:class:`FileWaker`); ``poll`` is the longest wait. ``idle`` is
+    called each time it has read all there is, before it waits (a reader that holds a
+    multi-line record ends it when the log stays quiet: :meth:`Scanner.expire`).
     """
     handle = None
     inode = None
@@ -290,6 +297,8 @@ def follow_file(
                 handle.seek(0)
                 partial = b""
                 continue
+            if idle is not None:
+                idle()
             waker.wait(poll)
     finally:
         waker.close()
@@ -333,13 +342,15 @@ def follow_journal(
     poll: float = POLL,
     journalctl: str = "journalctl",
     select_: Sequence[str] = ("-k",),
+    idle: Callable[[], None] | None = None,
 ) -> Iterator[str]:
     """Yield the records of ``journalctl <select_> -f -o json <args>`` as lines
     (:func:`journal_line`).
 
     ``select_`` defaults to ``-k`` (the kernel's messages); ``("-u", UNIT)`` follows a
     service. ``args`` defaults to ``-b`` (this boot from its start); pass ``("-n", "0")``
-    for new lines only. Raises :class:`PermanentError` if journalctl cannot be started.
+    for new lines only. ``idle`` is called after each ``poll`` seconds without a record.
+    Raises :class:`PermanentError` if journalctl cannot be started.
     """
     command = [journalctl, *select_, "-f", "-o", "json", "--no-pager", *args]
     try:
@@ -354,6 +365,8 @@ def follow_journal(
         while not _stopped(stop):
             ready, _, _ = select.select([fd], [], [], poll)
             if not ready:
+                if idle is not None:
+                    idle()
                 continue
             data = os.read(fd, 65536)
             if not data:

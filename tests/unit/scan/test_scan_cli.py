@@ -250,6 +250,31 @@ def test_scan_reads_a_fabric_manager_log_file(tmp_path: Path):
     ]
 
 
+def test_scan_shows_a_gb200_records_decoded_details(tmp_path: Path):
+    """Issue 39: a GPU NVL record's detail lines, read into its finding (the published
+    record of phatut/nmx-c-analyzers examples/sample_input_logs.txt @70f8d9f, as in
+    test_scan_fabricmanager_gb200.py), in the table and in --json."""
+    from test_scan_fabricmanager_gb200 import NMXC_FATAL, NMXC_NON_FATAL
+
+    log = tmp_path / "fabricmanager.log"
+    log.write_text("\n".join(NMXC_NON_FATAL + NMXC_FATAL) + "\n")
+    result = scan("--json", str(log))
+    assert result.returncode == 1, result.stderr  # the Fatal record fences (reset)
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["line"], r["kind"], r["action"]) for r in rows] == [
+        (1, "fabricmanager", "monitor"),
+        (15, "fabricmanager", "monitor"),
+        (16, "fabricmanager", "reset"),
+    ]
+    assert rows[0]["message"].endswith(
+        "errorCode 0x02/0x07 = Xid 149 NETIR (port down event); "
+        "gpuGuid 0xb0cf0e0300e42e00 port 61; node 6 module 1"
+    )
+    assert "errorCode 0x03/0x01 = Xid 150 MSE" in rows[2]["message"]
+    table = scan(str(log))
+    assert "Xid 149 NETIR" in table.stdout and "Xid 150 MSE" in table.stdout, table.stdout
+
+
 def test_fabric_manager_rules_stay_out_of_kernel_log_scans():
     """Their literals would slow the bulk scan of every kernel log (issue 39's speed
     target); a Fabric Manager log is recognised by its own format or its unit's name."""
