@@ -130,6 +130,7 @@ def follow_kmsg(
     from_start: bool = True,
     stop: threading.Event | None = None,
     poll: float = POLL,
+    idle: Callable[[], None] | None = None,
 ) -> Iterator[str]:
     """Yield ``/dev/kmsg`` records (``"6,1234,5678,-;msg\\n SUBSYSTEM=...``) as they come.
 
@@ -159,6 +160,8 @@ def follow_kmsg(
                 yield from records.add(chunk)
                 continue
             yield from records.flush()
+            if idle is not None:
+                idle()
             if chunk is None:
                 poller.poll(int(poll * 1000))
             else:  # a plain file or FIFO at EOF
@@ -392,16 +395,23 @@ def follow_journal(
 
 
 def follow(
-    source: str, *, from_start: bool = True, stop: threading.Event | None = None, poll: float = POLL
+    source: str,
+    *,
+    from_start: bool = True,
+    stop: threading.Event | None = None,
+    poll: float = POLL,
+    idle: Callable[[], None] | None = None,
 ) -> Iterator[str]:
-    """Follow ``source``: ``"kmsg"`` (or a char device path), ``"journal"``, or a file path."""
+    """Follow ``source``: ``"kmsg"`` (or a char device path), ``"journal"``, or a file path.
+    ``idle`` is called whenever there is nothing to read (see :func:`follow_file`)."""
     if source in ("kmsg", KMSG):
-        return follow_kmsg(KMSG, from_start=from_start, stop=stop, poll=poll)
+        return follow_kmsg(KMSG, from_start=from_start, stop=stop, poll=poll, idle=idle)
     if source == "journal":
-        return follow_journal(args=("-b",) if from_start else ("-n", "0"), stop=stop, poll=poll)
+        since = ("-b",) if from_start else ("-n", "0")
+        return follow_journal(args=since, stop=stop, poll=poll, idle=idle)
     try:
         if os.path.exists(source) and not os.path.isfile(source) and not os.path.isdir(source):
-            return follow_kmsg(source, from_start=from_start, stop=stop, poll=poll)
+            return follow_kmsg(source, from_start=from_start, stop=stop, poll=poll, idle=idle)
     except OSError:
         pass
-    return follow_file(source, from_start=from_start, stop=stop, poll=poll)
+    return follow_file(source, from_start=from_start, stop=stop, poll=poll, idle=idle)
