@@ -19,8 +19,9 @@
 #   make test   all of it: the demo's parts plus the kubelet node's binaries (9 min),
 #               Loki and promtool (18 min, 725 CPU-s), Receptor stock and patched, the
 #               agent's OCI image and ansible-test's virtualenvs (3 min each, in the
-#               background), the Debian 13 tree for Slurm 24.11 (6-16 min cold, in the
-#               background), with fleetmedic[test]: 54 min cold here; then the stages.
+#               background), the Debian 13 and 14 trees for Slurm 24.11 and 26.05 (one
+#               after the other in the background: 5-16 min cold each; 5 min each at load
+#               5-7, 2026-11-29), with fleetmedic[test]: 54 min cold here; then the stages.
 # Both reuse the content-keyed caches in /var/cache/fleetmedic: with them built, a fresh
 # checkout's setup is the pip install (about 3 min), a second run about a second.
 set -euo pipefail
@@ -65,7 +66,7 @@ declare -A NEEDED_BY=(
   [00-base.apt]="demo test"
   [20-nodetree.apt]="demo test"  [20-nodetree.sh]="demo test"  # the nspawn nodes
   [22-nodetree-slurm.sh]="test"                                # slurmd in the Slurm fleet's nodes
-  [24-nodetree-trixie.sh]="test"                               # Slurm 24.11: Debian 13 tree
+  [24-nodetree-debian.sh]="test"                               # Slurm 24.11, 26.05: Debian trees
   [30-kube.apt]="demo test"      [30-kube.sh]="demo test"      # demo: no kubelet node (below)
   [32-loki.sh]="test"
   [34-receptor.apt]="test"       [34-receptor.sh]="test"
@@ -150,7 +151,7 @@ export PATH="$ROOT/.venv/bin:$PATH"
 # its own text into its cache key.) A background step's output goes to
 # build/setup-logs/<step>.log, shown whole if it fails; one line when it finishes. setup
 # fails when any step fails, after every started step has finished.
-BACKGROUND=(20-nodetree.sh 22-nodetree-slurm.sh 24-nodetree-trixie.sh 50-image.sh 60-sanity.sh)
+BACKGROUND=(20-nodetree.sh 22-nodetree-slurm.sh 24-nodetree-debian.sh 50-image.sh 60-sanity.sh)
 is_bg() { [[ " ${BACKGROUND[*]} " == *" ${1#scripts/setup.d/} "* ]]; }
 bg_pids=() bg_steps=()
 bg_run() {  # the background wrapper: one line on stderr when done, the whole log on failure

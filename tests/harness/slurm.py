@@ -149,12 +149,13 @@ class SlurmCluster:
     start_seconds: float | None = None
     extra_conf: str = ""  # slurm.conf lines of a test's own (Prolog=, HealthCheckProgram=)
     return_to_service: int = 2
-    version: str = "22.05"  # Slurm's release: 22.05 on the host, 24.11 from the Debian 13 tree
+    version: str = "22.05"  # Slurm's release: 22.05 on the host, 24.11 and 26.05 from trees
 
     @property
     def root(self) -> slurm24.Root | None:
-        """The chroot every 24.11 process runs in (None for 22.05: the host's Slurm)."""
-        return slurm24.shared() if self.version != "22.05" else None
+        """The chroot every process of a tree's release (24.11, 26.05) runs in (None for
+        22.05: the host's Slurm)."""
+        return slurm24.shared(self.version) if self.version != "22.05" else None
 
     @property
     def bin_dir(self) -> Path | None:

@@ -1,35 +1,40 @@
-"""Slurm 24.11 for the test clusters: Debian 13's daemons and client tools, run from the
-Debian 13 node tree on this Debian 12 host.
+"""Slurm 24.11 and 26.05 for the test clusters: a Debian release's daemons and client
+tools, run from that release's node tree on this Debian 12 host.
 
-    root = shared_root()                  # mounted once per tree, for every 24.11 cluster
+    root = shared("26.05")                # mounted once per tree, for every 26.05 cluster
     root.argv("slurmctld", "-D", ...)     # ["chroot", <merged>, "slurmctld", "-D", ...]
     root.bin_dir                          # sinfo, scontrol, ... that run the tree's
-    normalize(json_node)                  # a 24.11 node in 22.05's sinfo --json fields
+    normalize(json_node)                  # a 24.11/26.05 node in 22.05's sinfo --json fields
 
-The tree (scripts/setup.d/24-nodetree-trixie.sh) has its own libc and Slurm; the host
-keeps Debian 12's. Every 24.11 process of the test clusters (munged, slurmctld, slurmd,
-the client tools) runs chrooted into one overlay of the tree,
-``/run/fleetmedic/slurm24/<key>/merged`` (the tree read-only below, one writable layer
-above), in which the clusters' directory (/run/fleetmedic/slurm), /tmp (tests' scripts and
-job files), this checkout (read-only: the fake GPU libraries) and the host's /etc/hosts
-appear at their own paths, with /proc, /sys (slurmd reads cgroups and the topology there)
-and /dev. The checkout's ``controller`` is also at /opt/fleetmedic/src, where the tree's
-``/usr/local/bin/fleetmedic`` (:data:`FLEETMEDIC`, Python 3.13) finds it: what a prolog
-or health check that slurmd runs starts, as on a Debian 13 node. So slurm.conf's paths,
-the munge sockets and the GPU device files are the same inside and out, and a client
-tool runs as ``chroot <merged> <tool>``: the wrappers in :attr:`Root.bin_dir`, which a
-test puts first on PATH (as a bastion with Slurm 24.11 installed has them; the fixtures
-do it for every test of the 24.11 parameter) or hands to ``Slurm(bin_dir=...)``. Each
-cluster keeps its own files in its own directory, as on the host; the root is shared so
-that one PATH reaches every 24.11 cluster, and it stays mounted (``python -m
-tests.harness.slurm cleanup`` unmounts it when no 24.11 cluster lives).
+The releases are :data:`RELEASES`, read from scripts/slurm-releases.toml (the one table a
+new release touches): 22.05 is the host's, every other one names the Debian suite whose
+slurm-wlm it is (24.11: trixie, Debian 13; 26.05: forky, Debian 14), and
+scripts/setup.d/24-nodetree-debian.sh builds that suite's tree. Each tree has its own
+libc and Slurm; the host keeps Debian 12's. Every process of a tree's release in the test
+clusters (munged, slurmctld, slurmd, the client tools) runs chrooted into one overlay of
+its tree, ``/run/fleetmedic/slurm24/<key>/merged`` (the tree read-only below, one
+writable layer above; the key names the tree and the checkout), in which the clusters'
+directory (/run/fleetmedic/slurm), /tmp (tests' scripts and job files), this checkout
+(read-only: the fake GPU libraries) and the host's /etc/hosts appear at their own paths,
+with /proc, /sys (slurmd reads cgroups and the topology there) and /dev. The checkout's
+``controller`` is also at /opt/fleetmedic/src, where the tree's
+``/usr/local/bin/fleetmedic`` (:data:`FLEETMEDIC`, the tree's Python) finds it: what a
+prolog or health check that slurmd runs starts, as on a node of that Debian release. So
+slurm.conf's paths, the munge sockets and the GPU device files are the same inside and
+out, and a client tool runs as ``chroot <merged> <tool>``: the wrappers in
+:attr:`Root.bin_dir`, which a test puts first on PATH (as a bastion with that release
+installed has them; the fixtures do it for every test of the release's parameter) or
+hands to ``Slurm(bin_dir=...)``. Each cluster keeps its own files in its own directory,
+as on the host; a release's root is shared so that one PATH reaches every cluster of it,
+and it stays mounted (``python -m tests.harness.slurm cleanup`` unmounts the roots when
+no cluster of a tree's release lives).
 
 /sys is a recursive bind made a slave at once, so an unmount there never propagates to the
 host's. :func:`unmount_root` unmounts everything and checks before anything below the
 root may be removed: a ``rmtree`` through its bound /tmp would empty the host's.
 
-A cluster of this version is otherwise the 22.05 cluster of tests/harness/slurm.py: the
-same slurm.conf (24.11 takes it unchanged), munged (0.5.16, the tree's) with its own key,
+A cluster of such a release is otherwise the 22.05 cluster of tests/harness/slurm.py: the
+same slurm.conf (24.11 and 26.05 take it unchanged), munged (the tree's) with its own key,
 slurmctld on a free port, slurmd per node in a network namespace or inside fleet nodes
 booted from the same tree (tests/harness/slurmfleet.py).
 """
@@ -40,6 +45,8 @@ import hashlib
 import json
 import os
 import subprocess
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +54,43 @@ from tests.harness import fleet as fl
 from tests.harness import procs
 from tests.harness.fleet_sys import mounts_under, umount_all
 
-VERSIONS = ("22.05", "24.11")
-"""The Slurm releases the tests run against: Debian 12's on the host, Debian 13's from its
-node tree."""
-TREE_SCRIPT = fl.ROOT / "scripts" / "setup.d" / "24-nodetree-trixie.sh"
+HOST_RELEASE = "22.05"  # Debian 12's, installed on the host (scripts/setup.d/36-slurm.apt)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One entry of scripts/slurm-releases.toml."""
+
+    version: str
+    debian: int
+    suite: str = ""  # "": the host's Slurm
+    contract_only: bool = False  # only the tests marked slurm_contract run on it
+    unified_cgroup: bool = False  # its fleet nodes boot with a cgroup v2 hierarchy
+
+
+def _releases() -> tuple[Release, ...]:
+    with open(fl.ROOT / "scripts" / "slurm-releases.toml", "rb") as f:
+        table = tomllib.load(f)["release"]
+    return tuple(
+        Release(
+            r["slurm"],
+            r["debian"],
+            r.get("suite", ""),
+            r.get("contract_only", False),
+            r.get("unified_cgroup", False),
+        )
+        for r in table
+    )
+
+
+RELEASES = _releases()
+VERSIONS = tuple(r.version for r in RELEASES)
+"""The Slurm releases the tests run against: Debian 12's on the host (22.05), the others
+from their Debian trees."""
+NSPAWN_UNIFIED = {"SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
+"""nspawn's switch for a container of its own cgroup v2 hierarchy, for a release whose
+tree's systemd refuses the host's v1 one (``unified_cgroup``; see the table)."""
+TREE_SCRIPT = fl.ROOT / "scripts" / "setup.d" / "24-nodetree-debian.sh"
 CLUSTERS = Path(os.environ.get("FLEETMEDIC_SLURM", "/run/fleetmedic/slurm"))  # slurm.SLURM_ROOT
 FLEETMEDIC = "/usr/local/bin/fleetmedic"  # the tree's, on its own Python
 ROOTS = CLUSTERS.parent / "slurm24"
@@ -71,22 +111,38 @@ CLIENT_TOOLS = (
 
 
 class Slurm24Error(RuntimeError):
-    """The 24.11 tree is missing or its root cannot be mounted. One line."""
+    """A release's tree is missing or its root cannot be mounted. One line."""
 
 
-def tree_lowerdir() -> str:
-    """The Debian 13 tree's overlay lowerdir (venv layer, rootfs), built first if
-    this checkout's key has none (once, minutes; concurrent callers wait on its lock)."""
-    p = subprocess.run(["bash", str(TREE_SCRIPT), "--print"], capture_output=True, text=True)
+def release(version: str) -> Release:
+    for r in RELEASES:
+        if r.version == version:
+            return r
+    raise Slurm24Error(f"Slurm {version}: the test clusters run {', '.join(VERSIONS)}")
+
+
+def tree_lowerdir(version: str = "24.11") -> str:
+    """The overlay lowerdir (venv layer, rootfs) of the Debian tree of Slurm ``version``,
+    built first if this checkout's key has none (once, minutes; concurrent callers wait
+    on its lock)."""
+    r = release(version)
+    if not r.suite:
+        raise Slurm24Error(f"Slurm {version} is the host's: it has no node tree")
+    print_argv = ["bash", str(TREE_SCRIPT), "--print", version]
+    p = subprocess.run(print_argv, capture_output=True, text=True)
     if p.returncode != 0:
         b = subprocess.run(
-            ["bash", str(TREE_SCRIPT)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            ["bash", str(TREE_SCRIPT), version],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         if b.returncode != 0:
             raise Slurm24Error(
-                f"building the Debian 13 node tree failed: {fl.net.one_line(b.stderr)[-400:]}"
+                f"building the Debian {r.debian} node tree failed: "
+                f"{fl.net.one_line(b.stderr)[-400:]}"
             )
-        p = subprocess.run(["bash", str(TREE_SCRIPT), "--print"], capture_output=True, text=True)
+        p = subprocess.run(print_argv, capture_output=True, text=True)
         if p.returncode != 0:
             raise Slurm24Error((p.stderr.strip().splitlines() or ["tree not built"])[-1])
     return p.stdout.strip()
@@ -99,7 +155,7 @@ def _run(*argv: str) -> None:
 
 
 class Root:
-    """The chroot of the 24.11 processes (see the module doc), at ``dir``."""
+    """The chroot of a tree's Slurm processes (see the module doc), at ``dir``."""
 
     def __init__(self, dir: Path) -> None:
         self.dir = dir
@@ -131,7 +187,7 @@ class Root:
                 _run("mount", "--make-private", str(inside))
             for path, inside, ro in (
                 (fl.ROOT, m / str(fl.ROOT).lstrip("/"), True),
-                # writable: Python 3.13 keeps its bytecode beside the sources (see shared())
+                # writable: the tree's Python keeps its bytecode beside the sources (shared())
                 (fl.ROOT / "controller", m / "opt" / "fleetmedic" / "src", False),
             ):
                 inside.mkdir(parents=True, exist_ok=True)
@@ -157,10 +213,10 @@ class Root:
             w.chmod(0o755)
 
 
-def shared_root() -> Root:
-    """The 24.11 root of this checkout and its tree, mounted on first use (under a lock:
-    every test worker of the checkout shares it)."""
-    lower = tree_lowerdir()
+def shared_root(version: str = "24.11") -> Root:
+    """The root of this checkout and the tree of Slurm ``version``, mounted on first use
+    (under a lock: every test worker of the checkout shares it)."""
+    lower = tree_lowerdir(version)
     key = hashlib.sha256(f"{lower}\n{fl.ROOT}".encode()).hexdigest()[:12]  # (per checkout)
     root = Root(ROOTS / key)
     with procs.exclusive(ROOTS, "slurm24.lock"):
@@ -170,33 +226,35 @@ def shared_root() -> Root:
     return root
 
 
-_shared: Root | None = None
+_shared: dict[str, Root] = {}
 
 
-def shared() -> Root:
-    """:func:`shared_root`, looked up once per process, which also compiles this checkout's
-    fleetmedic for the tree's Python 3.13 (once per process; a no-op when nothing changed).
-    The checkout's bytecode is the host's 3.11: without 3.13's beside it, every fleetmedic
-    run in the tree (a prolog, an agent in a 24.11 fleet node, which binds the sources
-    read-only) compiles the whole package first, 20-40 s on a loaded 2-CPU machine."""
-    global _shared
-    if _shared is None or not _shared.mounted:
-        _shared = shared_root()
+def shared(version: str = "24.11") -> Root:
+    """:func:`shared_root`, looked up once per process and release, which also compiles
+    this checkout's fleetmedic for the tree's Python (once per process; a no-op when
+    nothing changed). The checkout's bytecode is the host's 3.11: without the tree's
+    beside it, every fleetmedic run in the tree (a prolog, an agent in a fleet node booted
+    from the tree, which binds the sources read-only) compiles the whole package first,
+    20-40 s on a loaded 2-CPU machine."""
+    root = _shared.get(version)
+    if root is None or not root.mounted:
+        root = _shared[version] = shared_root(version)
         subprocess.run(
-            _shared.argv("/opt/fleetmedic/venv/bin/python", "-m", "compileall", "-q",
-                         "/opt/fleetmedic/src"),
+            root.argv("/opt/fleetmedic/venv/bin/python", "-m", "compileall", "-q",
+                      "/opt/fleetmedic/src"),
             capture_output=True,
         )  # fmt: skip
-    return _shared
+    return root
 
 
 def unmount_all_roots() -> list[str]:
-    """Unmount every 24.11 root (no 24.11 cluster may live: the caller checks)."""
+    """Unmount every tree's root (no cluster of a tree's release may live: the caller
+    checks)."""
     done = []
     for d in sorted(ROOTS.glob("*")) if ROOTS.exists() else ():
         if d.is_dir() and mounts_under(d):
             unmount_root(d)
-            done.append(f"24.11 root {d}")
+            done.append(f"Slurm tree root {d}")
     return done
 
 
@@ -208,7 +266,7 @@ def unmount_root(root_dir: Path) -> None:
 
 
 def normalize(node: dict[str, Any]) -> dict[str, Any]:
-    """A node of 24.11's ``scontrol show node --json`` with 22.05's ``sinfo --json``
+    """A node of 24.11's or 26.05's ``scontrol show node --json`` with 22.05's ``sinfo --json``
     fields, for the harness and the tests (written here, not taken from fleetmedic's
     parser, so the tests do not check the product with itself): the state list split into
     ``state`` (the base state, lower case) and ``state_flags``, the set/infinite/number

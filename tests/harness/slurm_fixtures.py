@@ -1,13 +1,19 @@
 """pytest fixtures for the real Slurm cluster (see tests/harness/slurm.py).
 
 Every test of a Slurm fixture has its release in its id (``slurm_version``, a session
-parameter: ``test_x[slurm-22.05]``), and runs on every release the test clusters have:
-``22.05`` (Debian 12's, on the host) and ``24.11`` (Debian 13's, from its node tree:
-tests/harness/slurm24.py). ``FLEETMEDIC_SLURM_RELEASES=22.05`` (a comma-separated list)
-narrows a desk run to some of them; CI runs them all. ``@pytest.mark.slurm_releases("22.05",
-reason=...)`` keeps one test off the other releases, for a known gap said in its reason.
-While a 24.11 test runs, the 24.11 client tools come first on PATH (as on a bastion with
-24.11 installed), so what the test runs (``fleetmedic``, ``ansible-inventory``, the
+parameter: ``test_x[slurm-22.05]``), and runs on the releases the test clusters have
+(scripts/slurm-releases.toml, read by tests/harness/slurm24.py): ``22.05`` (Debian 12's,
+on the host), ``24.11`` (Debian 13's) and ``26.05`` (Debian 14's), each from its node
+tree. A release flagged ``contract_only`` (26.05) runs only the release-contract tests,
+those marked ``slurm_contract`` (a module's ``pytestmark`` or one test's marker): what
+fleetmedic relies on from each Slurm release (the JSON it parses, the single-node read and
+its RPCs, the writes, the saved state) and one end-to-end repair; every other Slurm test
+runs on the other releases. ``FLEETMEDIC_SLURM_RELEASES=22.05`` (a comma-separated list)
+narrows a desk run to some releases (``26.05``: its contract tests); CI runs them all. An
+unknown release is a usage error. ``@pytest.mark.slurm_releases("22.05", reason=...)``
+keeps one test off the other releases, for a known gap said in its reason. While a test
+of a tree's release runs, that release's client tools come first on PATH (as on a bastion
+with it installed), so what the test runs (``fleetmedic``, ``ansible-inventory``, the
 adapter) talks to its cluster with that release's tools.
 
 ``slurm`` (session): a started :class:`~tests.harness.slurm.SlurmCluster` with three
@@ -73,17 +79,31 @@ def releases() -> tuple[str, ...]:
     return names
 
 
+def runs_on(version: str, *, contract: bool, only: tuple[str, ...] | None) -> bool:
+    """Whether a test runs on the release ``version``: a contract-only release runs the
+    ``slurm_contract`` tests alone; ``only``: the test's ``slurm_releases``."""
+    if only is not None and version not in only:
+        return False
+    return contract or not slurm24.release(version).contract_only
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Each Slurm test once per release (:func:`releases`), but those its
-    ``slurm_releases`` marker leaves out."""
+    ``slurm_releases`` marker leaves out, and on a contract-only release only the tests
+    marked ``slurm_contract``."""
     if "slurm_version" not in metafunc.fixturenames:
         return
     only = metafunc.definition.get_closest_marker("slurm_releases")
     if only is not None and not only.kwargs.get("reason"):
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: slurm_releases needs a reason")
+    contract = metafunc.definition.get_closest_marker("slurm_contract") is not None
     metafunc.parametrize(
         "slurm_version",
-        [v for v in releases() if only is None or v in only.args],
+        [
+            v
+            for v in releases()
+            if runs_on(v, contract=contract, only=None if only is None else only.args)
+        ],
         ids=lambda v: f"slurm-{v}",
         indirect=True,
         scope="session",
@@ -98,15 +118,17 @@ def slurm_version(request) -> str:
 
 @pytest.fixture(autouse=True)
 def slurm_client_tools(request, monkeypatch) -> None:
-    """For a test of the 24.11 release: its client tools first on PATH (see above)."""
+    """For a test of a tree's release (24.11, 26.05): its client tools first on PATH (see
+    above)."""
     if not SLURM_FIXTURES & set(request.fixturenames):
         return
-    if request.getfixturevalue("slurm_version") == "22.05":
+    version = request.getfixturevalue("slurm_version")
+    if version == slurm24.HOST_RELEASE:
         return
     try:
-        bin_dir = slurm24.shared().bin_dir
+        bin_dir = slurm24.shared(version).bin_dir
     except slurm24.Slurm24Error as exc:
-        pytest.fail(f"Slurm 24.11: {exc}", pytrace=False)
+        pytest.fail(f"Slurm {version}: {exc}", pytrace=False)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
 
 

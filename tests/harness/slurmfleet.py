@@ -12,7 +12,8 @@ also runs Debian's slurmd from its own systemd unit, registered with one slurmct
 on the host (tests/harness/slurm.py's munged and slurmctld, on the fleet bridge's host
 address). With ``version="24.11"`` the nodes boot from the Debian 13 tree (systemd 257,
 sshd, Python 3.13 with fleetmedic's venv, slurmd 24.11: scripts/setup.d/24-nodetree-
-trixie.sh) and munged and slurmctld run chrooted in it (tests/harness/slurm24.py). The
+debian.sh; ``"26.05"``: Debian 14's) and munged and slurmctld run chrooted in it
+(tests/harness/slurm24.py). The
 Slurm node names are the fleet's (``node-1``..), so one name reaches a
 node by SSH and in Slurm, as on a real cluster.
 
@@ -137,12 +138,15 @@ class FleetCluster(SlurmCluster):
     def node_binds(self, node: str) -> list[str]:
         """The nspawn arguments that make ``node`` a node of this cluster."""
         d = self.dir
-        return [
+        binds = [
             f"--bind-ro={self.conf}:/etc/slurm/slurm.conf",
             f"--bind-ro={d / 'gres.conf'}:/etc/slurm/gres.conf",
             f"--bind-ro={self.munge_socket.parent}",
             f"--bind-ro={d / 'dev' / node}",
         ]
+        if slurm24.release(self.version).unified_cgroup:
+            binds.append(f"--bind-ro={d / 'cgroup.conf'}:/etc/slurm/cgroup.conf")
+        return binds
 
     def _record(self) -> dict:
         # The network is the fleet's: the Slurm harness must neither sweep nor delete it.
@@ -293,11 +297,11 @@ class SlurmFleet:
 
 def slurm_lowerdir(version: str = "22.05") -> str:
     """The node tree with the Slurm layer on top, built first if missing (once, about 20 s
-    over a built tree; concurrent callers wait on the script's lock). 24.11: the Debian 13
-    tree's."""
+    over a built tree; concurrent callers wait on the script's lock). 24.11, 26.05: their
+    Debian trees'."""
     if version != "22.05":
         try:
-            return slurm24.tree_lowerdir()
+            return slurm24.tree_lowerdir(version)
         except slurm24.Slurm24Error as exc:
             raise SlurmFleetError(str(exc)) from None
     cmd = ["bash", str(LAYER_SCRIPT)]
@@ -346,6 +350,12 @@ def _start_control(
         c.extra_conf = extra_conf
         c.version = version
         c.save_record()
+        if slurm24.release(version).unified_cgroup:
+            # In a node with nspawn's cgroup v2 hierarchy, its processes still show the
+            # host's v1 ones in /proc/self/cgroup: slurmd 26.05's autodetected cgroup/v2
+            # then stops ("fatal: Hybrid mode is not supported"). The nodes use no
+            # cgroups (proctrack/linuxproc, task/none: tests/harness/slurm.py).
+            (d / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
     try:
         sl.start_control(c)
     except BaseException:
@@ -400,7 +410,11 @@ def start_slurm_fleet(
                     version=version,
                 )
             )
-        return NodeSetup(nspawn_args=holder[0].node_binds(node.name), fresh_boottime=True)
+        return NodeSetup(
+            nspawn_args=holder[0].node_binds(node.name),
+            env=dict(slurm24.NSPAWN_UNIFIED) if slurm24.release(version).unified_cgroup else {},
+            fresh_boottime=True,
+        )
 
     name = name or f"sfleet-{os.getpid()}-{next(_serial)}"
     try:

@@ -1,7 +1,8 @@
 """The Slurm adapter (controller/fleetmedic/adapters/slurm.py) on a real slurmctld and
 real slurmd (tests/harness/slurm.py): fence, read back, unfence ours, refuse foreign
 drains, the record in Extra across a slurmctld crash, and names refused before any tool
-runs."""
+runs. The release contract: every test here runs on every Slurm release, 26.05 too
+(slurm_contract, tests/harness/slurm_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from fleetmedic.adapters.slurm import (
 )
 from fleetmedic.errors import ConfigError, NotFoundError, PermanentError, TemporaryError
 from fleetmedic.model.slurmreason import is_ours
+
+pytestmark = [pytest.mark.slurm_contract]
 
 
 @pytest.fixture
@@ -141,6 +144,22 @@ def test_unknown_node_and_missing_conf(slurm, adapter):
     with pytest.raises(ConfigError, match="no such file"):
         Slurm("/nonexistent/slurm.conf")
     assert time.monotonic() - t0 < 1
+
+
+NEWEST_DATA_PARSER = {"22.05": None, "24.11": "v0.0.42", "26.05": "v0.0.45"}
+
+
+def test_nodes_are_read_with_the_newest_data_parser_the_release_ships(slurm, adapter):
+    """26.05 deprecates data_parser v0.0.42 (its release notes: removed in 26.11), so the
+    node list is read with the newest version this Slurm ships of those fleetmedic reads:
+    v0.0.45 on 26.05; on 24.11, after the newer ones it does not have, v0.0.42; 22.05 has
+    none (sinfo --json). The version found is kept: the next read is one command."""
+    nodes = adapter.nodes()
+    assert [n.name for n in nodes] == ["n1", "n2", "n3"] and all(n.partitions for n in nodes)
+    assert adapter.data_parser == NEWEST_DATA_PARSER[slurm.version]
+    runs = sum(adapter.calls.values())
+    adapter.nodes()
+    assert sum(adapter.calls.values()) == runs + 1
 
 
 def test_state_survives_a_slurmctld_sigkill_and_another_bastion_reads_it(slurm_factory):

@@ -2,7 +2,9 @@
 the real slurmctld and slurmd (tests/harness/slurm.py). It follows a kernel log the test
 appends real-format Xid lines to and fences through ``scontrol`` (a drain with our
 reason, its record in the node's Extra), with the same policy as on Kubernetes:
-fences only go up, checks skipped under our repair, someone else's drain never touched."""
+fences only go up, checks skipped under our repair, someone else's drain never touched.
+The release contract (the single-node read and its RPCs, the writes): every test here runs
+on every Slurm release, 26.05 too (slurm_contract, tests/harness/slurm_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from tests.harness.agentenv import (
 from tests.harness.slurmbig import parse_sdiag, rpc_delta
 
 OK_LINE = "[    1.000000] kernel: clean boot\n"
+pytestmark = [pytest.mark.slurm_contract]
 
 
 @pytest.fixture

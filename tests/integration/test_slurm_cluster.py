@@ -1,7 +1,10 @@
 """The controller's cluster interface on Slurm (adapters/slurmcluster.py) against a real
 slurmctld and slurmd (tests/harness/slurm.py): node documents, the polling watch the
 informer runs on, the controller's writes (fence, raise, lower, resume with the record in
-the same update), foreign drains, derived labels, and Events as lines."""
+the same update), foreign drains, derived labels, and Events as lines. The release
+contract (the whole read the controller's loop runs on, its writes, the product's check
+that slurmctld saved a record): every test here runs on every Slurm release, 26.05 too
+(slurm_contract, tests/harness/slurm_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from fleetmedic.model.config import Config
 from fleetmedic.model.nodestate import view
 from tests.harness.ctlenv import wait_until
 
+pytestmark = [pytest.mark.slurm_contract]
 VOCAB = Config().vocabulary()
 NHC = "NHC: check_hw_eth failed"
 

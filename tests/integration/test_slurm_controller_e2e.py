@@ -114,6 +114,7 @@ def agent_drains_xid79(sf, index: int) -> str:
     return node.name
 
 
+@pytest.mark.slurm_contract  # the one end-to-end repair every release runs, 26.05 too
 def test_xid79_is_rebooted_verified_and_resumed_and_a_foreign_drain_is_untouched(sf, run):
     """The issue's first two scenarios: n1 drained by the agent for Xid 79 is rebooted by
     our role, verified over SSH and resumed, and a job then runs on it; n2, drained by NHC,

@@ -204,6 +204,12 @@ class Slurm:
         self._version: tuple[int, int] | None = None
         self._parser: str | None = None  # the data_parser version found to work
 
+    @property
+    def data_parser(self) -> str | None:
+        """The data_parser version the node list is read with, once found (None before the
+        first whole read, and on 22.05, which has none)."""
+        return self._parser
+
     # -- running the tools ----------------------------------------------------------
     def _run(self, tool: str, *args: str, env: Mapping[str, str] | None = None) -> str:
         exe = str(self.bin_dir / tool) if self.bin_dir else tool

@@ -28,6 +28,16 @@ What each version looks like, as the real tools printed it here:
   forever, and ours is not "still fenced". A reason counts while the node is out of
   service: DRAIN, FAIL or a reboot flag, or a base state other than idle, allocated,
   mixed or completing (down, unknown, future, ...).
+- **data_parser/v0.0.43, v0.0.44, v0.0.45** (Slurm 26.05.5 ships v0.0.42 to v0.0.45,
+  v0.0.45 by default): every field read here is as in v0.0.42 (measured: one drained node
+  with our reason, record and a Comment, read with all four, parses to the same nodes;
+  the nodes differ only in fields not read here). 26.05's release notes deprecate
+  v0.0.42 and say it goes in 26.11, so the newest version is asked for first. 26.05
+  **clears the reason on resume**, as 22.05 does (measured on 26.05.5: ``state=resume``
+  leaves ``IDLE`` with no reason, and a ``reason=X`` on an idle node is logged but never
+  shown); the in-service rule above is harmless there. Right after a resume 26.05 shows
+  ``IDLE`` + ``NOT_RESPONDING`` until slurmd's next contact (under a second here): a
+  flag that is not out of service, so nothing reads it as a drain.
 
 :func:`list_argv` says which command reads every node for a Slurm release (from
 ``scontrol --version``), and :data:`DATA_PARSERS` which data_parser versions to ask for,
@@ -45,12 +55,14 @@ from typing import Any
 from fleetmedic.errors import ConfigError, TemporaryError, one_line
 
 OPENAPI_V38 = "openapi/v0.0.38"
-DATA_PARSERS = ("v0.0.42", "v0.0.41", "v0.0.40")
-"""The data_parser versions read here, newest first (each checked against Slurm 24.11.5)."""
+DATA_PARSERS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40")
+"""The data_parser versions read here, newest first (v0.0.40-42 checked against Slurm
+24.11.5, v0.0.42-45 against 26.05.5). On 24.11 the first three are not there: scontrol
+says so at once (no RPC) and the next is asked, once per adapter."""
 FIRST_DATA_PARSER_RELEASE = (23, 2)
 """From this release on, nodes are read with ``scontrol show node --json``; before it with
 ``sinfo --json`` (22.05; 23.02 is the first with data_parser plugins)."""
-NO_NODES = "No nodes to dump"  # 24.11's warning for a name it does not know
+NO_NODES = "No nodes to dump"  # 24.11's and 26.05's warning for a name they do not know
 _VERSION = re.compile(r"\b(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -167,7 +179,7 @@ def in_service(state: str, flags: Iterable[str]) -> bool:
 
 
 def _data_parser(n: Mapping[str, Any]) -> dict[str, Any]:
-    """data_parser/v0.0.40-42: the state list split into the base state and its flags,
+    """data_parser/v0.0.40-45: the state list split into the base state and its flags,
     times unwrapped from their set/infinite/number objects, and the reason a node in
     service keeps from before its resume dropped (see the module doc)."""
     out = _common(n)

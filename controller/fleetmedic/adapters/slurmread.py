@@ -21,9 +21,12 @@ measured with sdiag on 22.05.8 (bench/slurm_agents.py prints the figures):
   cost does not grow with the node count. In 23.11 and later ``sinfo --json -n N`` takes
   the same path, but its JSON is sinfo's grouped lines, not a node record.
 
-Measured with sdiag on 24.11.5 too (tests/integration/test_slurm_agent.py counts them):
-``sinfo -n N`` (text, and ``--json``) is REQUEST_NODE_INFO_SINGLE, while ``scontrol show
-node N``, with or without ``--json``, is REQUEST_NODE_INFO, the whole node table.
+Measured with sdiag on 24.11.5 and 26.05.5 too (tests/integration/test_slurm_agent.py
+counts them on every release): ``sinfo -n N`` (text, and ``--json``) is
+REQUEST_NODE_INFO_SINGLE and REQUEST_PARTITION_INFO, while ``scontrol show node N``, with
+or without ``--json``, is REQUEST_NODE_INFO, the whole node table (and the partitions).
+26.05 prints the fields below as 24.11 does (measured: the same words for no reason, no
+user, no time and no Extra).
 
 One thing that read does not refresh: the node's allocated CPUs, from which sinfo prints
 ``mixed`` or ``allocated``. slurmctld's REQUEST_NODE_INFO_SINGLE handler leaves the
@@ -39,7 +42,7 @@ So on every release the single-node read is ``sinfo -n N -N -h -O <fields>``
 no single-node read of the client tools shows: callers that need it (the reboot rung) take
 it from the controller's own periodic full read. A reason on a node in service is dropped,
 as the JSON readers drop it (adapters/slurmjson.py: 24.11 keeps a resumed node's last
-reason; 22.05 never shows one there). The fields are printed whole (``:0``), separated by
+reason; 22.05 and 26.05 never show one there). The fields are printed whole (``:0``), separated by
 ASCII unit separators, each line ended by a record separator (a node in two partitions
 is two lines), with Extra last: so a reason or an Extra with spaces, ``|`` or newlines
 reads back as it is. The reason's time comes as epoch seconds (``SLURM_TIME_FORMAT=%s``).

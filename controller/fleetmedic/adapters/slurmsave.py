@@ -2,7 +2,7 @@
 
 slurmctld answers ``scontrol update`` at once and saves its node table later, from one
 state-save thread (``src/slurmctld/state_save.c``, the same in 22.05, 23.02, 23.11, 24.05,
-24.11 and 25.05): a save runs when something changed and the last one is at least
+24.11, 25.05 and 26.05): a save runs when something changed and the last one is at least
 ``SAVE_MAX_WAIT`` (5 s, a compile-time constant) old, checked once a second, and it writes
 the job table before the node table. So an update that follows another save within 5 s
 reaches the disk up to ~6 s later, and later still while a big job table is written
@@ -15,8 +15,11 @@ schedulers, not saves; ``scontrol reconfigure`` schedules saves as any update do
 far too heavy to send per repair; ``scontrol takeover`` is for a backup controller). What
 does tell is the saved file itself: ``<StateSaveLocation>/node_state`` holds every node's
 Extra as it was packed (``packstr``: the bytes as they are), written whole to
-``node_state.new`` and then linked into place (between its unlink and its link
-``node_state`` is missing for a moment: ``node_state.new`` is complete then). So
+``node_state.new`` and then put in place: linked up to 24.11, renamed in 26.05
+(``save_buf_to_state`` in src/common/state_save.c: ``node_state`` renamed to
+``node_state.old``, then ``node_state.new`` to ``node_state``). Either way ``node_state``
+is missing for a moment, while ``node_state.new`` is complete; in 26.05 both can be
+missing between our two reads, which reads as "not yet" and the wait asks again. So
 :meth:`SaveCheck.saved` asks whether the node's Extra, as slurmctld answers it now, is in
 that file. Extra holds our in-flight record with its own time and run id, so a match is
 this record, not an older one.

@@ -1,7 +1,7 @@
 """Slurm's node JSON by declared version (adapters/slurmjson.py), on answers the real tools
-printed (tests/unit/adapters/data/slurm: Debian's 22.05.8 ``sinfo --json`` and 24.11.5's
-``scontrol --json=<v> show node``, one node drained by us with a record in Extra and a
-Comment, the other idle)."""
+printed (tests/unit/adapters/data/slurm: Debian's 22.05.8 ``sinfo --json``, 24.11.5's and
+26.05.5's ``scontrol --json=<v> show node``, one node drained by us with a record in Extra
+and a Comment, the other idle)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,12 @@ ANSWERS = {
     "24.11.5-show-node-v0.0.40.json": "data_parser/v0.0.40",
     "24.11.5-show-node-v0.0.41.json": "data_parser/v0.0.41",
     "24.11.5-show-node-v0.0.42.json": "data_parser/v0.0.42",
+    "26.05.5-show-node-v0.0.42.json": "data_parser/v0.0.42",
+    "26.05.5-show-node-v0.0.43.json": "data_parser/v0.0.43",
+    "26.05.5-show-node-v0.0.44.json": "data_parser/v0.0.44",
+    "26.05.5-show-node-v0.0.45.json": "data_parser/v0.0.45",
 }
+ADDRESS = {"26.05.5": "192.168.224.11"}  # (the test cluster's; 127.0.0.1 in the others)
 
 
 def text(name: str) -> str:
@@ -40,7 +45,7 @@ def test_each_version_reads_to_the_same_nodes(name):
     assert (n1.state, n1.flags, n1.reason, n1.reason_user) == ("idle", {"DRAIN"}, REASON, "root")
     assert n1.drain and n1.drained and n1.extra == EXTRA and n1.comment == "RMA 4711"
     assert n1.record == {"fleetmedic.io/in-flight": '{"phase":"reboot"}'}
-    assert n1.partitions == ("gpu",) and n1.address == "127.0.0.1"
+    assert n1.partitions == ("gpu",) and n1.address == ADDRESS.get(name[:7], "127.0.0.1")
     assert n1.boot_time and n1.boot_time > 1_700_000_000
     assert n1.reason_time and n1.reason_time >= n1.boot_time
     assert (n2.state, n2.flags, n2.reason, n2.reason_time, n2.extra) == (
@@ -52,20 +57,33 @@ def test_each_version_reads_to_the_same_nodes(name):
     )
 
 
-def test_the_versions_agree_field_by_field():
+@pytest.mark.parametrize("release", ["24.11.5", "26.05.5"])
+def test_the_versions_agree_field_by_field(release):
     """Not only the fields asserted above: every field the adapter keeps is the same in
-    the three data_parser versions of one answer (the same moment of one slurmctld)."""
-    got = {n: slurmjson.node_list(text(n), n) for n in ANSWERS if n.startswith("24.11")}
+    the data_parser versions of one answer (the same moment of one slurmctld: 24.11's
+    three, 26.05's four)."""
+    got = {n: slurmjson.node_list(text(n), n) for n in ANSWERS if n.startswith(release)}
+    assert len(got) == {"24.11.5": 3, "26.05.5": 4}[release]
     first, *rest = got.values()
     assert all(r == first for r in rest)
+
+
+def test_the_newest_data_parser_is_asked_first_and_each_is_read():
+    """26.05 deprecates v0.0.42 and its release notes say 26.11 removes it: a Slurm that
+    ships a newer one is read with that, the older ones stay for 24.11."""
+    assert slurmjson.DATA_PARSERS[0] == "v0.0.45"
+    assert list(slurmjson.DATA_PARSERS) == sorted(slurmjson.DATA_PARSERS, reverse=True)
+    assert {f"data_parser/{v}" for v in slurmjson.DATA_PARSERS} <= set(slurmjson.PARSERS)
 
 
 def test_a_name_filter_answers_one_node_and_an_unknown_name_none():
     one = slurmjson.node_list(text("24.11.5-show-node-n2.json"), "scontrol show node n2")
     assert [n["name"] for n in one] == ["n2"]
-    none = text("24.11.5-show-node-unknown.json")
-    assert slurmjson.node_list(none, "scontrol show node nX") == []
-    assert slurmjson.no_such_nodes(none) and not slurmjson.no_such_nodes(text(list(ANSWERS)[1]))
+    for release in ("24.11.5", "26.05.5"):
+        none = text(f"{release}-show-node-unknown.json")
+        assert slurmjson.node_list(none, "scontrol show node nX") == []
+        assert slurmjson.no_such_nodes(none)
+    assert not slurmjson.no_such_nodes(text(list(ANSWERS)[1]))
 
 
 def test_state_words_split_into_base_state_and_flags():
@@ -89,7 +107,7 @@ def test_slurmctld_down_in_22_05_is_temporary_never_no_nodes():
     "plugin",
     [
         {"type": "openapi/v0.0.37", "name": "Slurm OpenAPI v0.0.37"},  # 21.08
-        {"type": "", "name": "", "data_parser": "data_parser/v0.0.43"},  # a later release
+        {"type": "", "name": "", "data_parser": "data_parser/v0.0.46"},  # a later release
         {"type": "", "name": "", "data_parser": "data_parser/v0.0.39"},  # 23.02, not checked
         {},
     ],
@@ -146,7 +164,7 @@ def test_versions_and_the_command_each_reads_with(out, version):
     if version < (23, 2):
         assert argv == ("sinfo", "--json")
     else:
-        assert argv == ("scontrol", "--json=v0.0.42", "show", "node")
+        assert argv == ("scontrol", "--json=v0.0.45", "show", "node")
         assert slurmjson.list_argv(version, "v0.0.40")[1] == "--json=v0.0.40"
 
 
@@ -176,6 +194,15 @@ def test_a_reason_24_11_keeps_on_a_resumed_node_is_a_leftover_not_a_drain():
         "",
         0,
     )
+
+
+def test_26_05_clears_the_reason_on_resume():
+    """Measured on 26.05.5: NHC drained n2, then resumed it; 26.05 shows no reason on the
+    idle node (as 22.05, unlike 24.11), and the parser reads it so."""
+    raw = json.loads(text("26.05.5-show-node-resumed.json"))["nodes"][0]
+    assert raw["state"] == ["IDLE"] and raw["reason"] == ""
+    [n2] = slurmjson.node_list(text("26.05.5-show-node-resumed.json"), "t")
+    assert (n2["state"], n2["reason"], n2["reason_changed_at"]) == ("idle", "", 0)
 
 
 @pytest.mark.parametrize(

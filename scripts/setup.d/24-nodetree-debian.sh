@@ -1,33 +1,42 @@
 #!/usr/bin/env bash
-# The Slurm 24.11 node tree: Debian 13 (trixie) for the Slurm 24.11 test clusters and
-# fleets (tests/harness/slurm24.py, slurmfleet.py), built once and cached by content in two
-# overlay layers beside the Debian 12 tree (20-nodetree.sh):
-#   /var/cache/fleetmedic/debian13-<K>/rootfs    debootstrap trixie minbase + the nodes'
-#                                                packages + slurmd, slurm-client, slurmctld,
-#                                                slurmrestd (24.11) and munge,
-#                                                K = hash(packages, this script)
-#   /var/cache/fleetmedic/debian13-<K>/venv-<V>  /opt/fleetmedic/venv on the tree's Python
-#                                                (3.13) with fleetmedic's runtime deps,
-#                                                V = hash(K, deps from pyproject.toml)
-# Debian 13's packages come from the same mirror as the host's Debian 12 (the host's apt
-# sources name it; read at run time, no host name is written here) and go only into this
-# tree: the host keeps its own libc and Slurm 22.05. Its own directory name (not
-# nodetree-*) and lock keep it apart from 20-nodetree.sh, whose prune removes trees of
-# other keys.
-#   24-nodetree-trixie.sh            build what is missing (terse log on stderr)
-#   24-nodetree-trixie.sh --print    print the overlay lowerdir; exit 1 if not built
+# A Debian node tree per Slurm release: for each release in scripts/slurm-releases.toml
+# that names a Debian suite (24.11: trixie, Debian 13; 26.05: forky, Debian 14), that
+# suite's slurm-wlm for the release's test clusters and fleets (tests/harness/slurm24.py,
+# slurmfleet.py), built once and cached by content in two overlay layers beside the
+# Debian 12 tree (20-nodetree.sh):
+#   /var/cache/fleetmedic/debian<N>-<K>/rootfs    debootstrap <suite> minbase + the nodes'
+#                                                 packages + slurmd, slurm-client,
+#                                                 slurmctld, slurmrestd and munge,
+#                                                 K = hash(suite, packages, this script)
+#   /var/cache/fleetmedic/debian<N>-<K>/venv-<V>  /opt/fleetmedic/venv on the tree's Python
+#                                                 with fleetmedic's runtime deps (the
+#                                                 agent, prologs and health checks run in
+#                                                 fleet nodes booted from the tree),
+#                                                 V = hash(K, deps from pyproject.toml)
+# The suites' packages come from the same mirror as the host's Debian 12 (the host's apt
+# sources name it; read at run time, no host name is written here) and go only into these
+# trees: the host keeps its own libc and Slurm 22.05. Their own directory names (not
+# nodetree-*) and locks keep them apart from 20-nodetree.sh, whose prune removes trees of
+# other keys. A new release is one entry in scripts/slurm-releases.toml.
+#   24-nodetree-debian.sh                 build every release's missing tree, then remove
+#                                         the trees and venvs of other keys (setup.sh)
+#   24-nodetree-debian.sh 26.05 [...]     build those releases' trees if missing, no
+#                                         removal (the harness's call, a desk run's)
+#   24-nodetree-debian.sh --print 26.05   print the release's overlay lowerdir; exit 1 if
+#                                         it is not built
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="${FLEETMEDIC_CACHE_DIR:-/var/cache/fleetmedic}"
-SUITE=trixie
-# The nodes' packages, as 20-nodetree.sh's, and Slurm 24.11: slurmd and the client tools
-# for the nodes, slurmctld, slurmrestd and munge for the cluster's daemons (run chrooted in
-# this tree on the host).
+RELEASES_TOML="$ROOT/scripts/slurm-releases.toml"
+# The nodes' packages, as 20-nodetree.sh's, and Slurm: slurmd and the client tools for the
+# nodes, slurmctld, slurmrestd and munge for the cluster's daemons (run chrooted in the
+# tree on the host).
 PACKAGES=(systemd systemd-sysv dbus openssh-server python3 python3-venv python3-apt sudo
           iproute2 iputils-ping iperf3 procps ca-certificates less
           slurmd slurm-client slurmctld slurmrestd munge)
-log() { printf '[debian13] %s\n' "$*" >&2; }
-die() { printf '[debian13] error: %s\n' "$*" >&2; exit 1; }
+TAG=debian
+log() { printf '[%s] %s\n' "$TAG" "$*" >&2; }
+die() { printf '[%s] error: %s\n' "$TAG" "$*" >&2; exit 1; }
 
 PY=python3
 [[ -x $ROOT/.venv/bin/python ]] && PY="$ROOT/.venv/bin/python"
@@ -41,21 +50,42 @@ with open(sys.argv[1], "rb") as f:
 EOF
 }
 
-KEY="$( { printf '%s\n' "${PACKAGES[@]}"; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-12)"
-VKEY="$( { echo "$KEY"; deps; } | sha256sum | cut -c1-12)"
-DIR="$CACHE/debian13-$KEY"
-ROOTFS="$DIR/rootfs"
-VENV="$DIR/venv-$VKEY"
+# The releases with a tree: "<slurm> <suite> <debian>" per line.
+releases() {
+  "$PY" - "$RELEASES_TOML" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    for r in tomllib.load(f)["release"]:
+        if r.get("suite"):
+            print(r["slurm"], r["suite"], r["debian"])
+EOF
+}
+
+# select_release RELEASE: set its RELEASE, SUITE, NUM, KEY, VKEY, DIR, ROOTFS, VENV
+select_release() {
+  local line
+  line="$(releases | awk -v r="$1" '$1 == r')"
+  [[ -n $line ]] || die "Slurm $1 has no Debian tree in $RELEASES_TOML (those with one: $(releases | cut -d' ' -f1 | xargs))"
+  read -r RELEASE SUITE NUM <<<"$line"
+  TAG="debian$NUM"
+  KEY="$( { echo "$SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-12)"
+  VKEY="$( { echo "$KEY"; deps; } | sha256sum | cut -c1-12)"
+  DIR="$CACHE/debian$NUM-$KEY"
+  ROOTFS="$DIR/rootfs"
+  VENV="$DIR/venv-$VKEY"
+}
 
 if [[ ${1:-} == --print ]]; then
-  [[ -d $ROOTFS && -d $VENV ]] || { echo "Debian 13 tree not built ($DIR); run: bash $0" >&2; exit 1; }
+  [[ -n ${2:-} ]] || die "usage: $0 --print RELEASE"
+  select_release "$2"
+  [[ -d $ROOTFS && -d $VENV ]] || { echo "Debian $NUM tree of Slurm $RELEASE not built ($DIR); run: bash $0 $RELEASE" >&2; exit 1; }
   echo "$VENV:$ROOTFS"
   exit 0
 fi
 [[ $(id -u) == 0 ]] || die "must run as root"
 
 # The Debian archive's URI from the machine's apt sources (its own suite's entry, not
-# -security), if any: the same archive serves trixie.
+# -security), if any: the same archive serves every suite.
 mirror() {
   "$PY" - "$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")" <<'EOF'
 import glob, sys
@@ -89,14 +119,20 @@ cleanup_mounts() {  # unmount everything below $1 (deepest first)
 }
 
 build_rootfs() {
-  local tmp="$CACHE/.build-debian13-$KEY" url
+  local tmp="$CACHE/.build-debian$NUM-$KEY" url script=""
   cleanup_mounts "$tmp"; rm -rf "$tmp"; mkdir -p "$tmp"
   url="$(mirror)"
   log "debootstrap $SUITE minbase (${#PACKAGES[@]} packages${url:+, mirror from apt sources}); log: $tmp.log"
   local t0=$SECONDS
+  # A suite newer than the host's debootstrap (forky for Debian 12's) bootstraps as sid's
+  # script does (trixie's is a link to it); that argument needs the mirror's.
+  if [[ ! -e /usr/share/debootstrap/scripts/$SUITE ]]; then
+    [[ -n $url ]] || die "debootstrap has no script for $SUITE and the apt sources name no mirror"
+    script=/usr/share/debootstrap/scripts/sid
+  fi
   # shellcheck disable=SC2086
   if ! debootstrap --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" \
-        "$SUITE" "$tmp/rootfs" ${url:+"$url"} >"$tmp.log" 2>&1; then
+        "$SUITE" "$tmp/rootfs" ${url:+"$url"} ${script:+"$script"} >"$tmp.log" 2>&1; then
     die "debootstrap failed; last lines of $tmp.log: $(tail -3 "$tmp.log" | tr '\n' ' ')"
   fi
   local r="$tmp/rootfs"
@@ -145,7 +181,7 @@ EOF
 }
 
 build_venv() {
-  local tmp="$CACHE/.build-debian13-venv-$VKEY" t0=$SECONDS node_py t
+  local tmp="$CACHE/.build-debian$NUM-venv-$VKEY" t0=$SECONDS node_py t
   cleanup_mounts "$tmp"; rm -rf "$tmp"
   mkdir -p "$tmp/upper" "$tmp/work" "$tmp/merged" "$tmp/wheels"
   trap 'cleanup_mounts "$tmp"' EXIT
@@ -184,22 +220,31 @@ build_venv() {
   log "node venv ready in $((SECONDS - t0)) s: $VENV ($(du -sm "$VENV" | cut -f1) MB)"
 }
 
-# Remove cached trees/venvs of other keys unless something still mounts them.
+# Remove the release's cached trees/venvs of other keys unless something still mounts them.
 prune() {
   local d
-  for d in "$CACHE"/debian13-* "$DIR"/venv-*; do
+  for d in "$CACHE"/debian"$NUM"-* "$DIR"/venv-*; do
     [[ -d $d && $d != "$DIR" && $d != "$VENV" ]] || continue
     if grep -qF "$d" /proc/self/mountinfo; then continue; fi
     log "removing old $d"; rm -rf "$d"
   done
 }
 
+# build RELEASE: its tree and venv if missing, under the release's lock (fd 9)
+build() {
+  select_release "$1"
+  exec 9>"$CACHE/.debian$NUM.lock"; flock 9
+  if [[ -d $ROOTFS && -d $VENV ]]; then
+    log "cached: Slurm $RELEASE in $DIR (venv-$VKEY)"
+  else
+    [[ -d $ROOTFS ]] || build_rootfs
+    [[ -d $VENV ]] || build_venv
+  fi
+}
+
 mkdir -p "$CACHE"
-exec 9>"$CACHE/.debian13.lock"; flock 9
-if [[ -d $ROOTFS && -d $VENV ]]; then
-  log "cached: $DIR (venv-$VKEY)"
+if (($#)); then
+  for r in "$@"; do build "$r"; exec 9>&-; done
 else
-  [[ -d $ROOTFS ]] || build_rootfs
-  [[ -d $VENV ]] || build_venv
+  for r in $(releases | cut -d' ' -f1); do build "$r"; prune; exec 9>&-; done
 fi
-prune
