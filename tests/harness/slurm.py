@@ -541,7 +541,12 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
         Comment or Extra value written just before: strings are stored there as they are).
         slurmctld acknowledges an update before it saves it, and a save that follows
         another within a few seconds is put off (measured here: up to about 5 s); a crash
-        in between loses the update. Returns the seconds waited."""
+        in between loses the update. Returns the seconds waited.
+
+        Only a text no earlier update wrote waits for anything: 24.11 keeps a resumed
+        node's last reason in node_state, so after an earlier drain with the same reason
+        this returns at once, before the new update is saved (issue 38). Otherwise use a
+        fresh text or :meth:`save_barrier`."""
         f = self.state_dir / "node_state"
         want = [t.encode() for t in texts]
         t0 = time.monotonic()

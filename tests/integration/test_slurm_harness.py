@@ -50,6 +50,29 @@ def test_a_saved_drain_survives_a_slurmctld_sigkill(slurm_factory):
     assert took < 90
 
 
+def test_a_drain_with_a_reason_the_node_had_before_survives_a_sigkill_after_save_barrier(
+    slurm_factory,
+):
+    """Issue 38: 24.11 keeps a resumed node's last reason in node_state, so the text of a
+    reason the node had before is no sign that a new drain with it was saved: wait_saved
+    would return at once (the crash-window test lost its drain so, once). save_barrier
+    waits for a fresh mark, and so for every update before it, on both releases."""
+    c = slurm_factory(nodes=1)
+    reason = f"harness-check {time.time_ns()}"
+    c.run("scontrol", "update", "nodename=n1", "state=drain", f"reason={reason}")
+    c.wait_saved(reason)
+    c.run("scontrol", "update", "nodename=n1", "state=resume")
+    c.save_barrier()
+    kept = reason.encode() in (c.state_dir / "node_state").read_bytes()
+    assert kept == (c.version != "22.05"), "the resumed node's reason in node_state"
+    # (save_barrier just saved: slurmctld puts the next save off for up to 5 s)
+    c.run("scontrol", "update", "nodename=n1", "state=drain", f"reason={reason}", "extra=again")
+    c.save_barrier()
+    c.restart_ctld(kill=True)
+    n1 = c.nodes()["n1"]
+    assert "DRAIN" in n1["state_flags"] and n1["extra"] == "again", n1
+
+
 def test_stop_leaves_no_namespace_link_or_process(slurm_factory):
     c = slurm_factory(nodes=2)
     pids = [p.popen.pid for p in c.daemons.values()]

@@ -40,6 +40,7 @@ from fleetmedic.agent.writer import NodeWriter, now_rfc3339
 from fleetmedic.agent.xidflows import describe
 from fleetmedic.policy.strikes import FENCING_ACTIONS, Observation
 from fleetmedic.scan import Dedup, Finding, Scanner, follow_file, follow_journal
+from fleetmedic.scan.fmrecord import RECORD_WAIT
 
 log = logging.getLogger("fleetmedic.agent")
 
@@ -105,11 +106,17 @@ class FabricWatch:
             return file_now(self.path)
         return journal_now(("-u", self.cfg.unit))
 
-    def _live(self) -> Iterator[str]:
+    def _live(self, idle: Callable[[], None]) -> Iterator[str]:
         if self.kind == "file":  # from the start again: the lines read so far are skipped
-            return follow_file(self.path, from_start=True, stop=self.stop, poll=self.cfg.poll)
+            return follow_file(
+                self.path, from_start=True, stop=self.stop, poll=self.cfg.poll, idle=idle
+            )
         return follow_journal(
-            select_=("-u", self.cfg.unit), args=("-n", "0"), stop=self.stop, poll=self.cfg.poll
+            select_=("-u", self.cfg.unit),
+            args=("-n", "0"),
+            stop=self.stop,
+            poll=self.cfg.poll,
+            idle=idle,
         )
 
     def _follow(self) -> None:
@@ -130,11 +137,21 @@ class FabricWatch:
         if self.once:
             return
         skip = read if self.kind == "file" else 0
-        lines = self._live()
+        last_line = self.clock()
+
+        def quiet() -> None:
+            # a GPU NVL record at the end of the log: its details have come by now, and
+            # its fence must not wait for Fabric Manager's next line (scan/fmrecord.py)
+            if self.clock() - last_line >= RECORD_WAIT:
+                for f in scanner.expire():
+                    self._handle(f, live=True)
+
+        lines = self._live(quiet)
         try:
             for n, line in enumerate(lines, start=1):
                 if n <= skip:
                     continue
+                last_line = self.clock()
                 for f in scanner.feed(line):
                     self._handle(f, live=True)
         finally:

@@ -88,6 +88,7 @@ def load_rules(
                     else None
                 ),
                 awaits_process=bool(entry.get("awaits_process", False)),
+                record_details=bool(entry.get("record_details", False)),
                 **status_actions(name, entry),
             )
         )

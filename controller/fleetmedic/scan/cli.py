@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, NoReturn, TextIO
 
 import click
@@ -138,19 +138,39 @@ def _scan_inputs(
 
 
 def _follow(
-    name: str, no_dedup: bool, window: float, boot_id: str | None
+    name: str,
+    no_dedup: bool,
+    window: float,
+    boot_id: str | None,
+    quiet: Callable[[Finding], None],
 ) -> Iterator[tuple[str, Finding]]:
+    """Findings of a followed log as they come. A multi-line record the log ends on (a
+    Fabric Manager GPU NVL record) is ended once the log has been quiet for
+    ``fmrecord.RECORD_WAIT`` and its finding goes to ``quiet`` at once: this generator
+    cannot yield while the follower waits for the next line."""
     import signal
     import threading
+    import time
 
     from fleetmedic.scan import stream
+    from fleetmedic.scan.fmrecord import RECORD_WAIT
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     scanner = _scanner(no_dedup, window, boot_id)
+    last_line = time.monotonic()
+
+    def idle() -> None:
+        if time.monotonic() - last_line >= RECORD_WAIT:
+            for finding in scanner.expire():
+                quiet(finding)
+
     try:
-        lines = stream.follow(name, stop=stop)
-        for finding in scanner.scan(lines):
+        for line in stream.follow(name, stop=stop, idle=idle):
+            last_line = time.monotonic()
+            for finding in scanner.feed(line):
+                yield name, finding
+        for finding in scanner.flush():
             yield name, finding
     except PermanentError as exc:
         _die(str(exc), EXIT_UNREACHABLE if "cannot run" in str(exc) else EXIT_USAGE)
@@ -247,15 +267,17 @@ def scan(
         return
     totals: list[int] = []
     jobs = jobs or min(4, os.cpu_count() or 1)
+    out = sys.stdout
+    seen: list[Finding] = []
+    write = _row_writer(as_json, out, follow, seen)
     rows = (
-        _follow(names[0], no_dedup, window, boot_id)
+        _follow(names[0], no_dedup, window, boot_id, write)
         if follow
         else _scan_inputs(names, no_dedup, window, boot_id, totals, jobs)
     )
-    out = sys.stdout
     try:
         if as_json or follow:
-            seen = _stream_out(rows, as_json, out, flush=follow)
+            _stream_out(rows, write)
         else:
             collected = list(rows)
             seen = [f for _, f in collected]
@@ -272,23 +294,31 @@ def scan(
     sys.exit(EXIT_FINDINGS if _fails(seen, fail_on) else EXIT_OK)
 
 
-def _stream_out(
-    rows: Iterator[tuple[str, Finding]], as_json: bool, out: TextIO, flush: bool
-) -> list[Finding]:
-    """Write findings as they come; flush each one only when following a live log."""
-    seen: list[Finding] = []
+def _row_writer(
+    as_json: bool, out: TextIO, flush: bool, seen: list[Finding]
+) -> Callable[[Finding], None]:
+    """Write one finding as it comes (kept in ``seen``); flush it only when following a
+    live log."""
+
+    def write(finding: Finding) -> None:
+        seen.append(finding)
+        if as_json:
+            out.write(render.json_line(finding) + "\n")
+        else:
+            render.write_table([(None, finding)], out)
+        if flush:
+            out.flush()
+
+    return write
+
+
+def _stream_out(rows: Iterator[tuple[str, Finding]], write: Callable[[Finding], None]) -> None:
+    """Write findings as they come."""
     try:
         for _name, finding in rows:
-            seen.append(finding)
-            if as_json:
-                out.write(render.json_line(finding) + "\n")
-            else:
-                render.write_table([(None, finding)], out)
-            if flush:
-                out.flush()
+            write(finding)
     except KeyboardInterrupt:
         pass
-    return seen
 
 
 def _list_unknown(names: list[str], as_json: bool) -> None:

@@ -65,6 +65,10 @@ class Rule:
     awaits_process: bool = False
     """The report names its process on a follow-up line (newer amdgpu page faults): the
     scanner holds the finding for that line (context workflows judge by process)."""
+    record_details: bool = False
+    """The head of a multi-line record whose ``key : value`` detail lines follow (a
+    Fabric Manager GPU NVL record): the scanner holds the finding for them
+    (:mod:`fleetmedic.scan.fmrecord`)."""
     by_status: Mapping[int, str] = dataclasses.field(default_factory=dict)
     """The driver's status code on the line (``status=0x..``) -> action; a status not
     listed gives ``status_default`` (a line without a status keeps ``action``)."""

@@ -40,6 +40,11 @@ agent's memory limit."""
 MAX_LINE = 1024 * 1024
 """A "line" longer than this is cut; the rest is read as the next line."""
 
+FOLLOW_PAST_LIMIT = 64
+"""With ``limit``, at most this many lines are read past it for ``follow`` (a chain of
+asked-for lines: a Fabric Manager record's detail lines, each asking for the next; its
+scanner reads at most 16 of them); the next range's worker reads on from its start."""
+
 PARALLEL_MIN_BYTES = 256 * 1024 * 1024
 """Below this, worker start-up costs more than it saves."""
 
@@ -64,8 +69,10 @@ def candidates(
     ``follow``: a yielded line that contains one of these literals also brings the
     line after it, trigger or not (a record the log cut in two: its second half need
     not carry a driver literal, and searching for what such halves say would cost
-    the literal search of every line). With ``limit``, that line may lie past the
-    limit; it is read, yielded, and not counted in the return value.
+    the literal search of every line). A line so brought that holds one of them
+    brings the next in turn (a multi-line record's detail lines). With ``limit``, such
+    lines may lie past the limit (at most :data:`FOLLOW_PAST_LIMIT`); they are read,
+    yielded, and not counted in the return value.
 
     ``mapped``: a regular file is searched through a memory map (:func:`_mapped_windows`),
     for an operator's bulk scan (``fleetmedic scan``). Off by default, so the node's own
@@ -141,10 +148,15 @@ def candidates(
             yield base + 1, tail
             wanted = any(f in tail for f in follows)
         base += 1
-    if wanted and limit is not None:
+    past = 0  # lines read past the limit because the line before asked for them
+    while wanted and limit is not None and past < FOLLOW_PAST_LIMIT:
         after = stream.readline(MAX_LINE)
-        if after:
-            yield base + 1, after.rstrip(b"\n")
+        if not after:
+            break
+        past += 1
+        line = after.rstrip(b"\n")
+        yield base + past, line
+        wanted = any(f in line for f in follows)
     return base
 
 

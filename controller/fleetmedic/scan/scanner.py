@@ -44,6 +44,13 @@ What the scanner adds on top of :func:`~fleetmedic.scan.classify.classify`:
   its new recovery action, the old powerplay code's ``[powerplay]`` head and its
   message on the next line): the head is held and joined with the next line when
   that one continues it, else classified alone;
+- multi-line records (the catalog's ``record_details``: a Fabric Manager GPU NVL record's
+  head line and its dozen ``key : value`` lines): the head's finding is held while
+  detail lines follow, back to back and without a timestamp of their own, at most
+  :data:`fmrecord.MAX_DETAILS`; any other line (the next timestamped one, a blank
+  one), the end of the input or :meth:`Scanner.expire` in a follower ends the record,
+  and the finding comes out with what its lines said (:func:`fmrecord.decorate`). A
+  record cut short still gives its finding, with the details it got;
 - a report whose first line names no process (a newer amdgpu page fault prints
   ``Process python3 pid 15615 thread ...`` on its second line) is held until its next
   line, which lends the finding its process and pid. Held findings come out with the
@@ -65,8 +72,8 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from fleetmedic.scan import catalog as catalog_mod
+from fleetmedic.scan import fmrecord, parser, prefilter, regexcache
 from fleetmedic.scan import net as netmod
-from fleetmedic.scan import parser, prefilter, regexcache
 from fleetmedic.scan import pci as pcimod
 from fleetmedic.scan.classify import Classified, classify
 from fleetmedic.scan.dedup import Dedup
@@ -140,6 +147,17 @@ class _Report:
         self.pci = pci
         self.parts = {part}
         self.finding: Finding | None = None
+
+
+class _Record:
+    """The detail lines read so far of the held multi-line record (``record_details``)."""
+
+    __slots__ = ("details", "last_line", "lines")
+
+    def __init__(self, last_line: int, details: dict[str, str]) -> None:
+        self.last_line = last_line
+        self.lines = 0
+        self.details = details
 
 
 class _Facts:
@@ -225,6 +243,10 @@ class Scanner:
         self._cut_heads = self.catalog.cut_heads
         self._held: tuple[int, parser.Fields, str, catalog_mod.Join] | None = None
         self._pending: Finding | None = None
+        self._record: _Record | None = None  # the held record's details, with _pending
+        self._record_heads = tuple(
+            dict.fromkeys(r.requires for r in self.catalog.rules if r.record_details)
+        )
 
     @property
     def boot_key(self) -> str:
@@ -252,7 +274,18 @@ class Scanner:
         return self._feed_candidate(text, lineno)
 
     def _feed_second_half(self, text: str, lineno: int) -> list[Finding]:
-        """A line without a trigger counts only as the second half of a held cut record."""
+        """A line without a trigger counts only as a held record's detail line or the
+        second half of a held cut record."""
+        if self._record is not None:
+            if self._detail(text, lineno):
+                return []
+            out = self._emit_pending()  # any other line ends the record
+            return out + self._second_half(text, lineno) if self._held is not None else out
+        if self._held is None:
+            return []  # the common case: one test per line (the agent's line-by-line scan)
+        return self._second_half(text, lineno)
+
+    def _second_half(self, text: str, lineno: int) -> list[Finding]:
         held = self._held
         if held is None or lineno != held[0] + 1:
             return []
@@ -263,6 +296,22 @@ class Scanner:
             return self._emit_pending() + self._joined(head, head_line, head_text, record)
         return self._emit_pending() + self._process(head, head_line, head_text)
 
+    def _detail(self, text: str, lineno: int) -> bool:
+        """Is this line the next detail line of the held record? (Then it is kept.)"""
+        record = self._record
+        if record is None or lineno != record.last_line + 1 or record.lines >= fmrecord.MAX_DETAILS:
+            return False
+        fields = parser.fields(text)
+        if fields[1] is not None:  # a line with its own timestamp starts something else
+            return False
+        said = fmrecord.DETAIL.fullmatch(fields[0])
+        if said is None:
+            return False
+        record.details.setdefault(said.group(1), said.group(2).strip())
+        record.lines += 1
+        record.last_line = lineno
+        return True
+
     def _joined(
         self, head: parser.Fields, head_line: int, head_text: str, tail: parser.Fields
     ) -> list[Finding]:
@@ -270,6 +319,8 @@ class Scanner:
         return self._process((joined, *head[1:]), head_line, head_text)
 
     def _feed_candidate(self, text: str, lineno: int) -> list[Finding]:
+        if self._record is not None and self._detail(text, lineno):
+            return []
         record = parser.fields(text)
         message = record[0]
         out: list[Finding] = []
@@ -299,11 +350,22 @@ class Scanner:
             out += self._emit_pending() + self._process(held[1], held[0], held[2])
         return out + self._emit_pending()
 
+    def expire(self) -> list[Finding]:
+        """End a held multi-line record now (a follower whose log went quiet: the agent
+        calls this after :data:`fmrecord.RECORD_WAIT` seconds without a line, so a
+        record at the end of the log is not held until the next one comes)."""
+        if self._record is None:
+            return []
+        return self._emit_pending()
+
     def _emit_pending(self) -> list[Finding]:
         found = self._pending
         if found is None:
             return []
         self._pending = None
+        record, self._record = self._record, None
+        if record is not None:
+            found = fmrecord.decorate(found, record.details, self.catalog.xids)
         if self.dedup is not None and not self.dedup.admit(found, self.boot_key):
             return []
         return [found]
@@ -350,6 +412,15 @@ class Scanner:
             report.last_line = lineno
             return out
         report = self._report = _Report(lineno, identity, facts.rank, facts.rule, pci, facts.part)
+        if facts.rule is not None and facts.rule.record_details:
+            # its detail lines follow: held until they end (dedup admits it then)
+            head, details = fmrecord.inline(found.message)
+            self._record = _Record(lineno, details)
+            held = found.placed(lineno, pci, record[1], when, clock, self.boot_id)
+            if details:  # the journal's one-line form
+                held = dataclasses.replace(held, message=head)
+            report.finding = self._pending = held
+            return out
         if facts.rule is not None and facts.rule.awaits_process and found.pid is None:
             # its next line may name the process
             report.finding = self._pending = found.placed(
@@ -507,7 +578,13 @@ class Scanner:
         return [t.encode() for t in self.triggers]
 
     def _byte_cuts(self) -> list[bytes]:
-        return [t.encode() for t in self._cut_heads]
+        """The literals after whose line the bulk pre-filter brings the next line too: a
+        cut record's head, and a multi-line record's head and detail lines (each detail
+        line holds :data:`fmrecord.FOLLOW`, so the chain goes on while details do)."""
+        cuts = self._cut_heads + self._record_heads
+        if self._record_heads:
+            cuts += (fmrecord.FOLLOW,)
+        return [t.encode() for t in cuts]
 
     def _from_candidates(self, generator: Iterator[tuple[int, bytes]]) -> Iterator[Finding]:
         base = self.lines_read

@@ -37,7 +37,7 @@ import select
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from fleetmedic.errors import PermanentError, TemporaryError
 
@@ -130,6 +130,7 @@ def follow_kmsg(
     from_start: bool = True,
     stop: threading.Event | None = None,
     poll: float = POLL,
+    idle: Callable[[], None] | None = None,
 ) -> Iterator[str]:
     """Yield ``/dev/kmsg`` records (``"6,1234,5678,-;msg\\n SUBSYSTEM=...``) as they come.
 
@@ -159,6 +160,8 @@ def follow_kmsg(
                 yield from records.add(chunk)
                 continue
             yield from records.flush()
+            if idle is not None:
+                idle()
             if chunk is None:
                 poller.poll(int(poll * 1000))
             else:  # a plain file or FIFO at EOF
@@ -243,12 +246,19 @@ class FileWaker:
 
 
 def follow_file(
-    path: str, *, from_start: bool = True, stop: threading.Event | None = None, poll: float = POLL
+    path: str,
+    *,
+    from_start: bool = True,
+    stop: threading.Event | None = None,
+    poll: float = POLL,
+    idle: Callable[[], None] | None = None,
 ) -> Iterator[str]:
     """Yield complete lines appended to ``path``, across rotation and truncation.
 
     A missing file is waited for. ``from_start=False`` starts at the current end.
-    Wakes on the write (:class:`FileWaker`); ``poll`` is the longest wait.
+    Wakes on the write (:class:`FileWaker`); ``poll`` is the longest wait. ``idle`` is
+    called each time it has read all there is, before it waits (a reader that holds a
+    multi-line record ends it when the log stays quiet: :meth:`Scanner.expire`).
     """
     handle = None
     inode = None
@@ -290,6 +300,8 @@ def follow_file(
                 handle.seek(0)
                 partial = b""
                 continue
+            if idle is not None:
+                idle()
             waker.wait(poll)
     finally:
         waker.close()
@@ -333,13 +345,15 @@ def follow_journal(
     poll: float = POLL,
     journalctl: str = "journalctl",
     select_: Sequence[str] = ("-k",),
+    idle: Callable[[], None] | None = None,
 ) -> Iterator[str]:
     """Yield the records of ``journalctl <select_> -f -o json <args>`` as lines
     (:func:`journal_line`).
 
     ``select_`` defaults to ``-k`` (the kernel's messages); ``("-u", UNIT)`` follows a
     service. ``args`` defaults to ``-b`` (this boot from its start); pass ``("-n", "0")``
-    for new lines only. Raises :class:`PermanentError` if journalctl cannot be started.
+    for new lines only. ``idle`` is called after each ``poll`` seconds without a record.
+    Raises :class:`PermanentError` if journalctl cannot be started.
     """
     command = [journalctl, *select_, "-f", "-o", "json", "--no-pager", *args]
     try:
@@ -354,6 +368,8 @@ def follow_journal(
         while not _stopped(stop):
             ready, _, _ = select.select([fd], [], [], poll)
             if not ready:
+                if idle is not None:
+                    idle()
                 continue
             data = os.read(fd, 65536)
             if not data:
@@ -379,16 +395,23 @@ def follow_journal(
 
 
 def follow(
-    source: str, *, from_start: bool = True, stop: threading.Event | None = None, poll: float = POLL
+    source: str,
+    *,
+    from_start: bool = True,
+    stop: threading.Event | None = None,
+    poll: float = POLL,
+    idle: Callable[[], None] | None = None,
 ) -> Iterator[str]:
-    """Follow ``source``: ``"kmsg"`` (or a char device path), ``"journal"``, or a file path."""
+    """Follow ``source``: ``"kmsg"`` (or a char device path), ``"journal"``, or a file path.
+    ``idle`` is called whenever there is nothing to read (see :func:`follow_file`)."""
     if source in ("kmsg", KMSG):
-        return follow_kmsg(KMSG, from_start=from_start, stop=stop, poll=poll)
+        return follow_kmsg(KMSG, from_start=from_start, stop=stop, poll=poll, idle=idle)
     if source == "journal":
-        return follow_journal(args=("-b",) if from_start else ("-n", "0"), stop=stop, poll=poll)
+        since = ("-b",) if from_start else ("-n", "0")
+        return follow_journal(args=since, stop=stop, poll=poll, idle=idle)
     try:
         if os.path.exists(source) and not os.path.isfile(source) and not os.path.isdir(source):
-            return follow_kmsg(source, from_start=from_start, stop=stop, poll=poll)
+            return follow_kmsg(source, from_start=from_start, stop=stop, poll=poll, idle=idle)
     except OSError:
         pass
-    return follow_file(source, from_start=from_start, stop=stop, poll=poll)
+    return follow_file(source, from_start=from_start, stop=stop, poll=poll, idle=idle)

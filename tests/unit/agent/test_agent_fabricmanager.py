@@ -167,3 +167,59 @@ def test_a_journal_follower_that_keeps_ending_is_started_again_after_a_rest(tmp_
     assert len(starts) >= 3, starts  # started again each time it ended
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert min(gaps) >= 0.9, gaps  # a rest of 1 s each time (without it: a few ms)
+
+
+def gpu_nvl_fatal_record(t: float) -> list[str]:
+    """A GB200 switch tray's GPU NVL Fatal record: its head and detail lines as published
+    in phatut/nmx-c-analyzers examples/sample_input_logs.txt @70f8d9f (second record),
+    with this test's time in the head."""
+    return [
+        f"[{stamp(t)}] [ERROR] [tid 193] Fabric Manager detected GPU NVL Fatal error on :\n",
+        *(
+            f"{line}\n"
+            for line in (
+                "moduleId : 2",
+                "nodeId : 7",
+                "partitionId : 32766",
+                "gpuGuid : 0xb0cf0e0300e31440",
+                "portNum : 61",
+                "portStatus : 3",
+                "errorCode : 0x03",
+                "errorSubcode : 0x01",
+                "portDownReasonCode : 0x01",
+                "isErrorFirst : 1",
+                "errorStatus : 0x00000010",
+                "errorDebugData : 0x00001234 0x00005678 0x00000000 0x00000000 0x00000000"
+                " 0x00000000",
+            )
+        ),
+    ]
+
+
+def test_a_record_at_the_end_of_a_quiet_log_fences_with_its_details(tmp_path):
+    """Issue 39: a GPU NVL record's detail lines are held with its head; when it is the
+    last thing Fabric Manager wrote, the follower ends it once the log stays quiet
+    (fmrecord.RECORD_WAIT) instead of holding the fence until the next line."""
+    now = time.time()
+    fm = Fabric(tmp_path, booted=now - 3600)
+    fm.write("")
+    stop = threading.Event()
+    cfg = FabricManagerConfig(source=str(fm.log), stat_file=str(fm.stat), poll=0.05)
+    fw = FabricWatch(cfg, NodeWriter(fm.kube, "n1", VOCAB), Retrier(stop), stop, boot="boot-a")
+    thread = threading.Thread(target=fw.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while fw._since is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # reading the node and the (empty) log first
+        fm.write(*gpu_nvl_fatal_record(now + 1))  # and nothing after it
+        while fm.ours() != {RESET} and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert fm.ours() == {RESET}
+    evidence = fm.kube.ann(keys.ANN_LAST_FINDING)
+    assert evidence["rule"] == "fm.gpu-nvl-fatal"
+    assert "errorCode 0x03/0x01 = Xid 150 MSE" in evidence["msg"]
+    assert "gpuGuid 0xb0cf0e0300e31440 port 61" in evidence["msg"]

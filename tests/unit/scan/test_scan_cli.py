@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import time
@@ -250,6 +251,31 @@ def test_scan_reads_a_fabric_manager_log_file(tmp_path: Path):
     ]
 
 
+def test_scan_shows_a_gb200_records_decoded_details(tmp_path: Path):
+    """Issue 39: a GPU NVL record's detail lines, read into its finding (the published
+    record of phatut/nmx-c-analyzers examples/sample_input_logs.txt @70f8d9f, as in
+    test_scan_fabricmanager_gb200.py), in the table and in --json."""
+    from test_scan_fabricmanager_gb200 import NMXC_FATAL, NMXC_NON_FATAL
+
+    log = tmp_path / "fabricmanager.log"
+    log.write_text("\n".join(NMXC_NON_FATAL + NMXC_FATAL) + "\n")
+    result = scan("--json", str(log))
+    assert result.returncode == 1, result.stderr  # the Fatal record fences (reset)
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["line"], r["kind"], r["action"]) for r in rows] == [
+        (1, "fabricmanager", "monitor"),
+        (15, "fabricmanager", "monitor"),
+        (16, "fabricmanager", "reset"),
+    ]
+    assert rows[0]["message"].endswith(
+        "errorCode 0x02/0x07 = Xid 149 NETIR (port down event); "
+        "gpuGuid 0xb0cf0e0300e42e00 port 61; node 6 module 1"
+    )
+    assert "errorCode 0x03/0x01 = Xid 150 MSE" in rows[2]["message"]
+    table = scan(str(log))
+    assert "Xid 149 NETIR" in table.stdout and "Xid 150 MSE" in table.stdout, table.stdout
+
+
 def test_fabric_manager_rules_stay_out_of_kernel_log_scans():
     """Their literals would slow the bulk scan of every kernel log (issue 39's speed
     target); a Fabric Manager log is recognised by its own format or its unit's name."""
@@ -260,3 +286,30 @@ def test_fabric_manager_rules_stay_out_of_kernel_log_scans():
     assert is_fabric_log("[Feb 25 2025 13:59:45] [INFO] [tid 1808] multicast group 0 is freed.")
     assert is_fabric_log("Jan 30 11:58:43 node systemd[1]: nvidia-fabricmanager.service: Killing")
     assert not is_fabric_log(XID79 + XID13)
+
+
+def test_follow_shows_a_record_the_log_ends_on(tmp_path: Path):
+    """Issue 39: a GPU NVL record that is the last thing in a followed log is ended once
+    the log stays quiet (fmrecord.RECORD_WAIT) and shown with its details, not held until
+    the next line (the published record of test_scan_fabricmanager_gb200.py)."""
+    from test_scan_fabricmanager_gb200 import NMXC_FATAL
+
+    log = tmp_path / "fabricmanager.log"
+    log.write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetmedic", "scan", "--follow", "--json", str(log)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)
+        with open(log, "a") as handle:
+            handle.write("\n".join(NMXC_FATAL[:-1]) + "\n")  # and nothing after it
+        ready, _, _ = select.select([proc.stdout], [], [], loadscale.guard(30))
+        assert ready, "the record was held while the log stayed quiet"
+        row = json.loads(proc.stdout.readline())
+        assert (row["line"], row["kind"], row["action"]) == (1, "fabricmanager", "reset")
+        assert "errorCode 0x03/0x01 = Xid 150 MSE" in row["message"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -289,3 +289,30 @@ def test_current_boot_id(tmp_path: Path):
     fake.write_text("65fe2add-e54b-4825-b2ef-fbe3994b2059\n")
     assert current_boot_id(str(fake)) == "65fe2add-e54b-4825-b2ef-fbe3994b2059"
     assert current_boot_id(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("source", ["journal", "file"])
+def test_followers_call_idle_when_there_is_nothing_to_read(tmp_path: Path, source: str):
+    """A reader holding a multi-line record ends it when the log stays quiet (issue 39:
+    the agent's Fabric Manager watch calls Scanner.expire from here)."""
+    fake = tmp_path / "journalctl"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "fabricmanager.log"
+    log.write_text("one\n")
+    stop = threading.Event()
+    quiet: list[float] = []
+
+    def idle() -> None:
+        quiet.append(time.monotonic())
+
+    if source == "journal":
+        lines = follow_journal(journalctl=str(fake), stop=stop, poll=0.05, idle=idle)
+    else:
+        lines = follow_file(str(log), stop=stop, poll=0.05, idle=idle)
+    thread, got = collect(lines, want=2)
+    wait_for(quiet, 2)
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive() and len(quiet) >= 2
+    assert got == (["one"] if source == "file" else [])
