@@ -110,6 +110,11 @@ def test_a_gpu_failing_three_times_in_a_week_goes_to_manual_with_its_rma_case(
 
     # the third: straight to manual after its diagnose, no reboot, the case and the ticket
     episode(b, node, name, proc, want="manual")
+    # the manual taint comes one write before the escalation's record (policy/ladder.py's
+    # begin: the history's "escalated" line and fleetmedic.io/escalated together)
+    wait_until(
+        lambda: annotation(b.kube, name, "fleetmedic.io/escalated"), 60, "the escalation recorded"
+    )
     assert node.boots == boots, "the rung that did not hold twice was not run a third time"
     ep3 = [(a["step"], a["result"], a.get("phase")) for a in history(b.kube, name) if a["ep"] == 3]
     assert ep3 == [("reboot", "rma-candidate", "rma"), ("manual", "escalated", None)], ep3
