@@ -18,6 +18,7 @@ from fleetmedic.agent.fabricwatch import FabricWatch, resolve
 from fleetmedic.agent.retry import Retrier
 from fleetmedic.agent.writer import NodeWriter
 from fleetmedic.model import keys
+from tests.unit.scan.test_scan_fabricmanager_gb200 import NMXC_FATAL
 
 RESET = "fleetmedic.io/repair=reset"
 
@@ -170,30 +171,11 @@ def test_a_journal_follower_that_keeps_ending_is_started_again_after_a_rest(tmp_
 
 
 def gpu_nvl_fatal_record(t: float) -> list[str]:
-    """A GB200 switch tray's GPU NVL Fatal record: its head and detail lines as published
-    in phatut/nmx-c-analyzers examples/sample_input_logs.txt @70f8d9f (second record),
-    with this test's time in the head."""
-    return [
-        f"[{stamp(t)}] [ERROR] [tid 193] Fabric Manager detected GPU NVL Fatal error on :\n",
-        *(
-            f"{line}\n"
-            for line in (
-                "moduleId : 2",
-                "nodeId : 7",
-                "partitionId : 32766",
-                "gpuGuid : 0xb0cf0e0300e31440",
-                "portNum : 61",
-                "portStatus : 3",
-                "errorCode : 0x03",
-                "errorSubcode : 0x01",
-                "portDownReasonCode : 0x01",
-                "isErrorFirst : 1",
-                "errorStatus : 0x00000010",
-                "errorDebugData : 0x00001234 0x00005678 0x00000000 0x00000000 0x00000000"
-                " 0x00000000",
-            )
-        ),
-    ]
+    """A GB200 switch tray's GPU NVL Fatal record as published (NMXC_FATAL of
+    test_scan_fabricmanager_gb200.py), with this test's time in the head and no line
+    after it."""
+    head, *details = (line for line in NMXC_FATAL if line)
+    return [f"[{stamp(t)}]{head.split(']', 1)[1]}\n", *(f"{line}\n" for line in details)]
 
 
 def test_a_record_at_the_end_of_a_quiet_log_fences_with_its_details(tmp_path):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from scan_helpers import DATA, assert_valid
@@ -110,8 +112,10 @@ def test_every_fixture_scans_cleanly():
         assert result.stderr == ""
 
 
-def test_follow_a_growing_file(tmp_path: Path):
-    log = tmp_path / "kern.log"
+@contextlib.contextmanager
+def following(log: Path, text: str) -> Iterator[subprocess.Popen]:
+    """``fleetmedic scan --follow --json`` of an empty ``log`` that gets ``text`` appended
+    once the follower is up; the process, stopped afterwards."""
     log.write_text("")
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetmedic", "scan", "--follow", "--json", str(log)],
@@ -121,12 +125,17 @@ def test_follow_a_growing_file(tmp_path: Path):
     try:
         time.sleep(1.0)
         with open(log, "a") as handle:
-            handle.write(XID79)
-        line = proc.stdout.readline()
-        assert json.loads(line)["code"] == 79
+            handle.write(text)
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_follow_a_growing_file(tmp_path: Path):
+    with following(tmp_path / "kern.log", XID79) as proc:
+        line = proc.stdout.readline()
+        assert json.loads(line)["code"] == 79
 
 
 def test_exit_1_only_at_or_above_fail_on(tmp_path: Path):
@@ -294,22 +303,10 @@ def test_follow_shows_a_record_the_log_ends_on(tmp_path: Path):
     the next line (the published record of test_scan_fabricmanager_gb200.py)."""
     from test_scan_fabricmanager_gb200 import NMXC_FATAL
 
-    log = tmp_path / "fabricmanager.log"
-    log.write_text("")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetmedic", "scan", "--follow", "--json", str(log)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        time.sleep(1.0)
-        with open(log, "a") as handle:
-            handle.write("\n".join(NMXC_FATAL[:-1]) + "\n")  # and nothing after it
+    record = "\n".join(NMXC_FATAL[:-1]) + "\n"  # and nothing after it
+    with following(tmp_path / "fabricmanager.log", record) as proc:
         ready, _, _ = select.select([proc.stdout], [], [], loadscale.guard(30))
         assert ready, "the record was held while the log stayed quiet"
         row = json.loads(proc.stdout.readline())
         assert (row["line"], row["kind"], row["action"]) == (1, "fabricmanager", "reset")
         assert "errorCode 0x03/0x01 = Xid 150 MSE" in row["message"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
