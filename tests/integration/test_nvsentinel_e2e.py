@@ -349,7 +349,7 @@ def test_f_request_deleted_mid_repair_holds_the_node_fenced_for_a_human(nvs):
     assert state_of(b.kube, name) in ("reboot", "reimage"), "left fenced"
     # the action under way ends (its outcome recorded, or refused as stale); the loop then
     # decides the node held (a node with work under way is not decided: the in-flight
-    # status alone cannot tell, a boot-id probe leaves it pending) and starts nothing after
+    # status alone cannot tell; a phase's end leaves the next one pending) and starts nothing
     wait_until(lambda: "held for a human" in proc.log.read_text(), 180, "the loop stops there")
     assert (annotation(b.kube, name, "fleetmedic.io/in-flight") or {}).get("status") == "pending"
     before = ctlenv.node(b.kube, name)["metadata"]["annotations"]

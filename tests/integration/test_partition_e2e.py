@@ -62,7 +62,7 @@ def test_a_mig_node_fenced_for_xid79_is_rebooted_and_returns_with_its_instances(
         if '"audit": true' in line
     ]
     done = [a["what"] for a in audits if a["node"] == name]
-    assert done == ["diagnose", "drain", "probe", "reboot", "restore", "verify"], done
+    assert done == ["diagnose", "drain", "reboot", "restore", "verify"], done
 
 
 def test_a_restore_that_fails_climbs_the_ladder(bench):

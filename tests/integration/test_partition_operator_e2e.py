@@ -116,7 +116,7 @@ def test_a_mig_manager_node_rebooted_for_xid79_gets_its_instances_back_from_the_
         if '"audit": true' in line
     ]
     done = [a["what"] for a in audits if a["node"] == name]
-    assert done == ["diagnose", "drain", "probe", "reboot", "restore", "verify"], done
+    assert done == ["diagnose", "drain", "reboot", "restore", "verify"], done
 
 
 def test_an_operator_that_reports_failed_fails_the_rung_and_it_climbs(bench):

@@ -245,7 +245,15 @@ def test_a_slurmctld_crash_mid_reboot_loses_nothing_and_reboots_once(sf, slurm):
     node.set_boot_delay(8)  # still down while slurmctld restarts
     try:
         slurm.reboot(node.name, OURS)  # what the step asks; the controller dies right after
-        sf.slurm.wait_saved(f"{OURS} : reboot issued")
+        # issued, then saved: the live reason is fresh (our fence just replaced it), while
+        # node_state may still hold this text from an earlier test (24.11 keeps a resumed
+        # node's last reason there), so wait_saved(text) could return before the save
+        issued = f"{OURS} : reboot issued"
+        deadline = time.monotonic() + 60
+        while slurm.node(node.name).reason != issued:
+            assert time.monotonic() < deadline, f"slurmctld never issued the reboot: {issued!r}"
+            time.sleep(POLL)
+        sf.slurm.save_barrier()
         sf.slurm.stop_proc("slurmctld", kill=True)
         sf.slurm.start_ctld()
         deadline = time.monotonic() + 120

@@ -28,7 +28,12 @@ def apply(n: NodeCtx, fl: InFlight, verdict: Verdict) -> Update:
     if isinstance(verdict, Update):
         return verdict
     upd = next_phase(
-        n, fl.with_(notes=fl.notes + verdict.notes, run_id=verdict.run_id or fl.run_id)
+        n,
+        fl.with_(
+            notes=fl.notes + verdict.notes,
+            run_id=verdict.run_id or fl.run_id,
+            boot_id=verdict.boot_id or fl.boot_id,
+        ),
     )
     if verdict.annotations or verdict.events:
         upd = dataclasses.replace(

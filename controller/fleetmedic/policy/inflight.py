@@ -8,10 +8,11 @@ the Node says which phase was under way:
 - ``status: pending``: the phase has not started; start it.
 - ``status: running``: it started and its end was never recorded. Diagnose,
   drain, reinstall and verify are idempotent and simply run again. A reboot is
-  not: before it starts, the node's ``boot_id`` is read and stored here, so a
-  probe after the restart tells whether the reboot happened (boot_id changed:
-  go on to verify), did not (same boot_id: run it again) or is still under way
-  (unreachable: probe again until the reboot timeout, then it failed).
+  not: before it starts, the node's ``boot_id`` is stored here (as the attempt's
+  diagnose read it, else read by a probe), so a probe after the restart tells
+  whether the node booted since (boot_id changed: go on to verify), did not (same
+  boot_id: run it again) or is still under way (unreachable: probe again until
+  the reboot timeout, then it failed).
 
 The escalation record is written when the escalation is *decided*, before the
 email is sent, so it is decided exactly once per episode and a failed or
@@ -43,7 +44,7 @@ class InFlight:
     step_start: str  # when this attempt began
     since: str  # when status last changed
     run_id: str | None = None  # the run of the current phase, known before it starts
-    boot_id: str | None = None  # boot_id read just before the reboot phase
+    boot_id: str | None = None  # boot_id before the booting phase (diagnose's or a probe's)
     retry_at: str | None = None  # do nothing before this time (probe/drain back-off)
     notes: tuple[str, ...] = ()  # things worth keeping for the attempt's history message
 

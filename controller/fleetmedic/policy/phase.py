@@ -43,12 +43,15 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True)
 class Next:
     """The phase passed: on to the next one. ``notes`` go into the attempt's history;
-    ``annotations`` and ``events`` are written with the move."""
+    ``annotations`` and ``events`` are written with the move; ``boot_id`` is the node's
+    boot id the phase read (the diagnose phase), kept for the step's booting phase
+    (steps.into)."""
 
     notes: tuple[str, ...] = ()
     run_id: str | None = None
     annotations: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
     events: tuple[Event, ...] = ()
+    boot_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

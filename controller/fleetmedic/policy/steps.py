@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from fleetmedic.model import keys
 from fleetmedic.model.config import Config, StepConfig
+from fleetmedic.model.config.ladder import BOOTING_PHASES
 from fleetmedic.model.nodestate import NodeView
 from fleetmedic.policy import foreign, quarantine
 from fleetmedic.policy.actions import HEALTHY, Action, Event, Kind, Outcome, Update
@@ -213,16 +214,27 @@ def fail_step(
 
 # -- what the phases share (policy/phases/) ---------------------------------------------
 def into(n: NodeCtx, fl: InFlight, phase: str, notes: tuple[str, ...] | None = None) -> InFlight:
-    """``fl`` moved into ``phase``, pending, from now (its own run id and boot id to come)."""
+    """``fl`` moved into ``phase``, pending, from now (its own run id to come). The boot id
+    the attempt's diagnose phase read stays until the step's booting phase has run, which
+    then needs no probe of its own (phases/probe.py); otherwise it is dropped."""
     return fl.with_(
         phase=phase,
         status=PENDING,
         since=stamp(n.now),
         run_id=None,
-        boot_id=None,
+        boot_id=fl.boot_id if boots_later(n, fl, phase) else None,
         retry_at=None,
         notes=fl.notes if notes is None else notes,
     )
+
+
+def boots_later(n: NodeCtx, fl: InFlight, phase: str) -> bool:
+    """Whether ``phase`` or one after it in the attempt's step boots the node, and the phase
+    ``fl`` is leaving did not (a boot id read before a boot says nothing after it)."""
+    if fl.phase in BOOTING_PHASES or fl.step == MANUAL:
+        return False
+    phases = n.step_cfg(fl.step).phases
+    return phase in phases and any(p in BOOTING_PHASES for p in phases[phases.index(phase) :])
 
 
 def again(resumed: bool) -> str:

@@ -22,6 +22,7 @@ from fleetmedic.model.nodestate import ForeignSignal, view
 from fleetmedic.policy import budget, ladder, plan, replacements
 from fleetmedic.policy.actions import Action, Kind, Outcome, Stale, Update
 from fleetmedic.policy.history import decode, stamp
+from fleetmedic.policy.phases import probe
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 FOREIGN_TAINT = {"key": "example.com/other-team", "value": "x", "effect": "NoSchedule"}
@@ -128,6 +129,9 @@ class World:
         self.reserved: dict[tuple[str, int], datetime] = {}  # when each hand-off was admitted
         self.log: list[tuple[str, str]] = []  # (what, node): email, notice, terminate
         self.handoff_fail_rate = 0.0
+        # the diagnose playbook publishes the node's boot id, as the diagnostics role does
+        # (then the booting phase needs no probe of its own: phases/probe.py)
+        self.diagnose_publishes_boot_id = True
 
     # -- building -----------------------------------------------------------
     def add(self, name: str, fault: str = "none", state: str | None = None, **kw: Any) -> None:
@@ -222,7 +226,7 @@ class World:
             t.resets += 1
         if action.phase in ("reset", "reboot", "power_cycle", "reinstall"):
             t.fixed_by.add(action.phase)
-        # reboot.yml always reboots (the policy's boot_id probe guards it); reimage.yml
+        # reboot.yml always reboots (the policy's boot_id record guards it); reimage.yml
         # reboots once per request id, as the real reboot role does
         request = action.hostvars["fleetmedic_request_id"]
         boots = action.phase in ("reboot", "power_cycle")
@@ -235,6 +239,8 @@ class World:
             t.fixed_by.add("reboot")
         if action.phase == "verify" and not t.healthy:
             return Outcome("failed", run_id="run-x", task="gpu checks", message="Xid 79")
+        if action.phase == "diagnose" and self.diagnose_publishes_boot_id:
+            return Outcome("ok", run_id="run-x", data={probe.PUBLISHED: {action.node: t.boot_id}})
         return Outcome("ok", run_id="run-x")
 
     def reserve(self, action: Action) -> Outcome | None:

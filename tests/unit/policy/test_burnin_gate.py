@@ -67,7 +67,6 @@ def test_off_by_default_the_rung_runs_what_it_did():
         (Kind.WRITE, None),
         (Kind.RUN, "diagnose"),
         (Kind.DRAIN, "drain"),
-        (Kind.PROBE, "reboot"),
         (Kind.RUN, "reboot"),
         (Kind.RUN, "verify"),
     ]

@@ -37,7 +37,8 @@ def test_healthy_node_gets_no_action():
     assert ladder.decide(w.view("n1"), w.now, w.cfg).kind == Kind.NONE
 
 
-def test_reboot_step_runs_diagnose_drain_probe_reboot_verify_then_clears():
+def test_reboot_step_runs_diagnose_drain_reboot_verify_then_clears():
+    """The diagnose run published the boot id: the reboot needs no probe run of its own."""
     w = World(config())
     w.add("n1", fault="reboot", state="reboot", taints=[FOREIGN_TAINT])
     kinds = []
@@ -47,7 +48,6 @@ def test_reboot_step_runs_diagnose_drain_probe_reboot_verify_then_clears():
         (Kind.WRITE, None),
         (Kind.RUN, "diagnose"),
         (Kind.DRAIN, "drain"),
-        (Kind.PROBE, "reboot"),
         (Kind.RUN, "reboot"),
         (Kind.RUN, "verify"),
     ]
@@ -81,6 +81,43 @@ def test_failed_verify_climbs_to_reimage_then_manual_with_one_email():
     assert json.loads(v.annotations[keys.ANN_ESCALATED])["sent"]
     assert v.unschedulable, "a manual node stays cordoned until a human releases it"
     assert ladder.decide(v, w.now, w.cfg).kind == Kind.NONE
+
+
+def test_a_diagnose_that_published_no_boot_id_leaves_the_reboot_its_probe():
+    w = World(config())
+    w.diagnose_publishes_boot_id = False
+    w.add("n1", fault="reboot", state="reboot")
+    kinds = []
+    for _ in range(8):
+        kinds += [(a.kind, a.phase) for a in w.cycle()]
+    assert kinds == [
+        (Kind.WRITE, None),
+        (Kind.RUN, "diagnose"),
+        (Kind.DRAIN, "drain"),
+        (Kind.PROBE, "reboot"),
+        (Kind.RUN, "reboot"),
+        (Kind.RUN, "verify"),
+    ]
+    assert w.view("n1").state == "healthy" and w.truth["n1"].boots == 1
+
+
+def test_the_diagnose_boot_id_is_kept_until_the_boot_and_dropped_after_it():
+    w = World(config())
+    w.add("n1", fault="reboot", state="reboot")
+    step_until(w, "n1", Kind.DRAIN, "drain")
+    assert in_flight(w, "n1")["boot_id"] == "boot-0", "the diagnose's read, through the drain"
+    step_until(w, "n1", Kind.RUN, "reboot")
+    assert in_flight(w, "n1")["boot_id"] == "boot-0"
+    step_until(w, "n1", Kind.RUN, "verify")
+    assert w.truth["n1"].boot_id == "boot-1"
+    assert "boot_id" not in in_flight(w, "n1"), "read before the boot: nothing after it"
+
+
+def test_a_step_that_boots_nothing_keeps_no_boot_id():
+    w = World(config())
+    w.add("n1", fault="reset", state="reset")
+    step_until(w, "n1", Kind.DRAIN, "drain_gpu")
+    assert "boot_id" not in in_flight(w, "n1")
 
 
 def test_reimage_picks_the_playbook_by_vendor():
@@ -240,7 +277,7 @@ def test_taint_moved_by_a_human_is_followed():
 def test_removed_taint_ends_the_repair_and_undoes_only_our_cordon():
     w = World(config())
     w.add("n1", state="reboot")
-    step_until(w, "n1", Kind.PROBE)  # drained: cordoned by us
+    step_until(w, "n1", Kind.RUN, "reboot")  # drained: cordoned by us
     assert w.view("n1").unschedulable
     w.nodes["n1"]["spec"]["taints"] = []
     w.run(1)
@@ -563,18 +600,24 @@ def test_power_cycle_rung_confirms_its_boot_like_a_reboot():
         ("power_cycle", "pass"),
     ]
     assert w.truth["n1"].boots == 2
-    # the power-cycle's boot was guarded by a boot_id probe, as a reboot's is
+    # the power-cycle's boot is guarded by the boot id its diagnose read, as a reboot's is
     w2 = World(config(ladder__order=["power_cycle", "reimage", "manual"]))
     w2.add("n1", fault="power_cycle", state="power_cycle")
-    assert step_until(w2, "n1", Kind.PROBE, "power_cycle").timeout == w2.cfg.ladder.probe_timeout
+    step_until(w2, "n1", Kind.RUN, "power_cycle")
+    assert in_flight(w2, "n1")["boot_id"] == w2.truth["n1"].boot_id
+    # or, when the diagnose published none, by a boot_id probe
+    w3 = World(config(ladder__order=["power_cycle", "reimage", "manual"]))
+    w3.diagnose_publishes_boot_id = False
+    w3.add("n1", fault="power_cycle", state="power_cycle")
+    assert step_until(w3, "n1", Kind.PROBE, "power_cycle").timeout == w3.cfg.ladder.probe_timeout
 
 
 def test_power_cycle_of_a_node_that_does_not_answer_goes_ahead_without_its_boot_id():
     """A hung node is what a power cycle is for: the BMC reaches what SSH cannot."""
     w = World(config(ladder__order=["power_cycle", "reimage", "manual"]))
     w.add("n1", fault="power_cycle", state="power_cycle")
+    w.truth["n1"].reachable = False  # hung: its diagnose gets no answer, so no boot id
     probe = step_until(w, "n1", Kind.PROBE, "power_cycle")
-    w.truth["n1"].reachable = False
     w.execute(probe)
     assert in_flight(w, "n1")["boot_id"] == "unknown"
     run = ladder.decide(w.view("n1"), w.now, w.cfg)

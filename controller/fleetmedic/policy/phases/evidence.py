@@ -15,6 +15,7 @@ from fleetmedic.policy.actions import Action, Outcome
 from fleetmedic.policy.history import stamp
 from fleetmedic.policy.inflight import InFlight
 from fleetmedic.policy.phase import Next, Phase, Verdict
+from fleetmedic.policy.phases import probe
 from fleetmedic.policy.phases.playbook import run_playbook, run_verdict
 from fleetmedic.policy.steps import NodeCtx
 
@@ -29,7 +30,10 @@ def complete(n: NodeCtx, fl: InFlight, action: Action, outcome: Outcome) -> Verd
     # the layout before the repair, kept on the Node for the restore phase
     record = partition.record_from(n.view, fl.ep, outcome.stdout, stamp(n.now))
     # the GPUs by identity (the lemon rule): an RMA candidate goes to its case instead
-    return rmaflow.after_diagnose(n, fl, outcome, Next(note, outcome.run_id or fl.run_id, record))
+    # the boot id before any boot of this attempt: its booting phase needs no probe run
+    boot_id = probe.published(outcome, n.view.name)
+    passed = Next(note, outcome.run_id or fl.run_id, record, boot_id=boot_id)
+    return rmaflow.after_diagnose(n, fl, outcome, passed)
 
 
 PHASES = (

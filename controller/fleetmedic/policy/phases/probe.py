@@ -1,8 +1,16 @@
 """The boot-id probe of the phases that boot the node (reboot, power_cycle: phases/repair.py):
 the boot_id is read before the phase runs, and read again when a restart interrupted it,
-so a restart mid-way can tell whether the boot happened (a reboot is never run twice)."""
+so a restart mid-way can tell whether the boot happened (a reboot is never run twice).
+
+The read before costs no run of its own when the attempt's diagnose phase published the
+boot id (the diagnostics role, :data:`PUBLISHED`): it is kept in the in-flight record
+through the phases between (steps.into). Any boot after that read, ours or the node's
+own, is a boot after the fault, which is what the rung is for; a diagnose that published
+none (it failed, or the step has no diagnose phase) leaves the probe to run as before."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from fleetmedic.model import keys
 from fleetmedic.policy.actions import Action, Kind, Outcome, Update
@@ -12,6 +20,15 @@ from fleetmedic.policy.phase import Fail, Next, Verdict
 from fleetmedic.policy.steps import RESULT_OF, UNKNOWN_BOOT, NodeCtx, ctx, still_rebooting
 
 POWER_CYCLE = "power_cycle"
+PUBLISHED = "fleetmedic_boot_id"
+"""The diagnostics role publishes the node's boot id under this name (set_stats)."""
+
+
+def published(outcome: Outcome, node: str) -> str | None:
+    """The boot id a run published for ``node`` (None: it published none)."""
+    by_host = outcome.data.get(PUBLISHED)
+    boot_id = by_host.get(node) if isinstance(by_host, Mapping) else None
+    return boot_id if isinstance(boot_id, str) and boot_id else None
 
 
 def wanted(fl: InFlight, resumed: bool) -> bool:
