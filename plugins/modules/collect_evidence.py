@@ -104,6 +104,12 @@ published:
   description: The output of each command named in O(publish) that ran, by name (JSON decoded).
   returned: always
   type: dict
+boot_id:
+  description:
+    - The node's kernel boot id when the evidence was collected (null when unreadable).
+    - The controller checks a later reboot against it.
+  returned: always
+  type: str
 """
 
 import json
@@ -279,6 +285,7 @@ def main():
         size=os.path.getsize(p["dest"]),
         manifest=flat,
         published=published,
+        boot_id=manifest["boot_id"],
     )
 
 
