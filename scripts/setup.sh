@@ -16,12 +16,13 @@
 #               here under load, 1,115 CPU-s with the kubelet's below), the fake GPU
 #               tools; then the demo itself (70 s). Not Loki, Receptor, the kubelet node,
 #               the agent image nor ansible-test's virtualenvs. Warm: 35 s, then the demo.
-#   make test   all of it: the demo's parts plus the kubelet node's binaries (9 min),
-#               Loki and promtool (18 min, 725 CPU-s), Receptor stock and patched, the
-#               agent's OCI image and ansible-test's virtualenvs (3 min each, in the
+#   make test   all of it: the demo's parts plus the kubelet node's binaries (3 min),
+#               Loki and promtool (8 min, 782 CPU-s), Receptor stock and patched (79 s), the
+#               agent's OCI image and ansible-test's virtualenvs (3-4 min each, in the
 #               background), the Debian 13 and 14 trees for Slurm 24.11 and 26.05 (one
-#               after the other in the background: 5-16 min cold each; 5 min each at load
-#               5-7, 2026-11-29), with fleetmedic[test]: 54 min cold here; then the stages.
+#               after the other in the background: 6 min for both), with fleetmedic[test]:
+#               28.7 min cold on a fresh, quiet machine (2026-11-29: kube 17 min, 1,299
+#               CPU-s; the whole `.ci/run` 89.8 min); then the stages.
 # Both reuse the content-keyed caches in /var/cache/fleetmedic: with them built, a fresh
 # checkout's setup is the pip install (about 3 min), a second run about a second.
 set -euo pipefail
