@@ -166,6 +166,13 @@ class World:
     def crashed(self) -> bool:
         return self.rng.random() < self.crash_rate
 
+    def phases_run(self, cycles: int = 12) -> list[tuple[Kind, str | None]]:
+        """What ``cycles`` whole cycles did, as (kind, phase) in order."""
+        out: list[tuple[Kind, str | None]] = []
+        for _ in range(cycles):
+            out += [(a.kind, a.phase) for a in self.cycle()]
+        return out
+
     def cycle(self, step: float = 30.0, paused: str | None = None) -> list[Action]:
         views = self.views()
         decisions = plan.decide_all(views, self.now, self.cfg)

@@ -53,17 +53,10 @@ class BurnInWorld(World):
         return super().act(action)
 
 
-def phases_run(w: World, cycles: int = 12) -> list[tuple[Kind, str | None]]:
-    out = []
-    for _ in range(cycles):
-        out += [(a.kind, a.phase) for a in w.cycle()]
-    return out
-
-
 def test_off_by_default_the_rung_runs_what_it_did():
     w = BurnInWorld(config())
     w.add("n1", fault="reboot", state="reboot")
-    assert phases_run(w) == [
+    assert w.phases_run() == [
         (Kind.WRITE, None),
         (Kind.RUN, "diagnose"),
         (Kind.DRAIN, "drain"),
@@ -77,7 +70,7 @@ def test_on_a_burnin_follows_verify_on_every_rung_and_a_pass_untaints():
     for rung, fault in (("reset", "reset"), ("reboot", "reboot"), ("reimage", "reimage")):
         w = BurnInWorld(config(ladder__burnin=ON))
         w.add("n1", fault=fault, state=rung)
-        done = phases_run(w)
+        done = w.phases_run()
         assert done[-2:] == [(Kind.RUN, "verify"), (Kind.RUN, "burnin")], (rung, done)
         v = w.view("n1")
         assert v.state == "healthy" and not v.unschedulable
@@ -95,7 +88,7 @@ def test_the_profile_figure_is_picked_by_the_nodes_label():
     w = BurnInWorld(config(ladder__burnin={**ON, "hardware_profile": "p5"}))
     w.add("n1", fault="reboot", state="reboot",
           labels={"node.kubernetes.io/instance-type": "p5.48xlarge"})  # fmt: skip
-    phases_run(w)
+    w.phases_run()
     [run] = w.burnins
     assert run.hostvars["burnin_hardware_profile"] == "p5"
     assert run.hostvars["burnin_labels"] == ["node.kubernetes.io/instance-type=p5.48xlarge"]

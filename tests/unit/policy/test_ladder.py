@@ -41,10 +41,7 @@ def test_reboot_step_runs_diagnose_drain_reboot_verify_then_clears():
     """The diagnose run published the boot id: the reboot needs no probe run of its own."""
     w = World(config())
     w.add("n1", fault="reboot", state="reboot", taints=[FOREIGN_TAINT])
-    kinds = []
-    for _ in range(8):
-        kinds += [(a.kind, a.phase) for a in w.cycle()]
-    assert kinds == [
+    assert w.phases_run(8) == [
         (Kind.WRITE, None),
         (Kind.RUN, "diagnose"),
         (Kind.DRAIN, "drain"),
@@ -87,10 +84,7 @@ def test_a_diagnose_that_published_no_boot_id_leaves_the_reboot_its_probe():
     w = World(config())
     w.diagnose_publishes_boot_id = False
     w.add("n1", fault="reboot", state="reboot")
-    kinds = []
-    for _ in range(8):
-        kinds += [(a.kind, a.phase) for a in w.cycle()]
-    assert kinds == [
+    assert w.phases_run(8) == [
         (Kind.WRITE, None),
         (Kind.RUN, "diagnose"),
         (Kind.DRAIN, "drain"),
