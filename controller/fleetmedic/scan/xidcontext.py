@@ -40,15 +40,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fleetmedic.errors import ConfigError
 from fleetmedic.model.actions import ACTIONS
-from fleetmedic.scan import regexcache
+from fleetmedic.scan import catalog, regexcache
+from fleetmedic.scan.catalogfiles import read_files
 
 _SM = regexcache.compile(r"\(GPC (\d{1,3})(?:, TPC (\d{1,3}))?(?:, SM (\d{1,3}))?\)")
 _MMU = regexcache.compile(
@@ -229,17 +227,14 @@ WORKFLOW_FILES = ("xid_catalog.yaml", "amdgpu_catalog.yaml")
 @cache
 def load_workflows(directory: str | None = None) -> dict[str, WorkflowSpec]:
     """The catalogs' ``workflows`` (Xid 13/31/45, amdgpu page faults), from
-    ``fleetmedic/data`` unless ``directory``."""
+    ``fleetmedic/data`` unless ``directory``. The packaged catalog is read as
+    :func:`fleetmedic.scan.catalog.load` reads it, all its files at once, so both share one
+    kept parse (:mod:`.catalogcache`) and an agent's start-up parses no YAML."""
+    names = WORKFLOW_FILES if directory else catalog.FILES + catalog.SOURCE_LISTS
+    read = read_files(Path(directory) if directory else None, names)
     out: dict[str, WorkflowSpec] = {}
     for name in WORKFLOW_FILES:
-        try:
-            if directory is None:
-                text = resources.files("fleetmedic.data").joinpath(name).read_text(encoding="utf-8")
-            else:
-                text = (Path(directory) / name).read_text(encoding="utf-8")
-            data = yaml.safe_load(text)
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"fault catalog {name}: cannot be read: {exc}") from None
+        data = read[name]
         if not isinstance(data, Mapping):
             raise ConfigError(f"fault catalog {name}: is not a mapping")
         out.update(

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fleetmedic.errors import ConfigError
-from fleetmedic.scan import catalog, catalogcache, catalogfiles
+from fleetmedic.scan import catalog, catalogcache, catalogfiles, xidcontext
 
 NAMES = catalog.FILES + catalog.SOURCE_LISTS
 
@@ -57,6 +58,21 @@ def test_a_second_load_reads_the_kept_parse(packaged: Path, monkeypatch: pytest.
     assert second is not first
     assert second.xids == first.xids and second.sxids == first.sxids
     assert [r.id for r in second.rules] == [r.id for r in first.rules]
+
+
+def test_the_xid_workflows_share_the_kept_parse(packaged: Path, monkeypatch: pytest.MonkeyPatch):
+    """An agent's start-up reads the Xid 13/31/45 workflows (agent/config.py): from the
+    same kept parse as the catalog, not by parsing two YAML files again each start."""
+    xidcontext.load_workflows.cache_clear()
+    catalog.load()
+    _forbid_parsing(monkeypatch)
+    for parse in ("load", "safe_load"):  # nor any other way of reading YAML
+        monkeypatch.setattr(yaml, parse, _never)
+    try:
+        flows = xidcontext.load_workflows()
+    finally:
+        xidcontext.load_workflows.cache_clear()
+    assert {"xid.13", "xid.31", "xid.45"} <= set(flows)
 
 
 def test_an_edited_catalog_is_parsed_again_even_with_its_size_and_mtime_kept(packaged: Path):
