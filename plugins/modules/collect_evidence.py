@@ -15,14 +15,23 @@ description:
   - A command whose program is not installed is recorded as missing, not as an error, so one
     list serves NVIDIA nodes (C(nvidia-smi), C(nvidia-bug-report.sh)) and AMD nodes (C(amd-smi),
     C(rocm-smi), C(rocminfo)).
-  - It only reads the node; the one file it writes is O(dest).
+  - It only reads the node; the one file it writes is O(dest) (and, with O(dest_dir), the private
+    directory that holds it).
 version_added: 0.1.0
 author: fleetmedic developers (!UNKNOWN)
 options:
   dest:
-    description: Path of the bundle to write on the node (a C(.tar.gz)). Its directory must exist.
+    description:
+      - Path of the bundle to write on the node (a C(.tar.gz)). Its directory must exist.
+      - One of O(dest) and O(dest_dir) is required.
     type: path
-    required: true
+  dest_dir:
+    description:
+      - Make a private directory (mode 0700) under this one and write the bundle there, as
+        C(<name>.tar.gz); RV(dest) says where. The caller removes that directory once it has the
+        bundle (C(dirname) of RV(dest)); when collecting fails, the module removes it itself.
+      - Saves the caller a C(tempfile) task, one module run on the node.
+    type: path
   name:
     description: Name of the top directory inside the bundle.
     type: str
@@ -214,7 +223,8 @@ def boot_id():
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            dest=dict(type="path", required=True),
+            dest=dict(type="path"),
+            dest_dir=dict(type="path"),
             name=dict(type="str", default="evidence"),
             commands=dict(type="list", elements="dict", default=[]),
             files=dict(type="list", elements="raw", default=[]),
@@ -223,6 +233,8 @@ def main():
             timeout=dict(type="int", default=120),
             publish=dict(type="list", elements="str", default=[]),
         ),
+        mutually_exclusive=[("dest", "dest_dir")],
+        required_one_of=[("dest", "dest_dir")],
         supports_check_mode=False,
     )
     p = module.params
@@ -235,10 +247,15 @@ def main():
         if not isinstance(spec, dict) or not spec.get("path"):
             module.fail_json(msg="each file needs a path: %r" % (spec,))
         files.append(dict({"lines": p["file_lines"]}, **spec))
-    if not os.path.isdir(os.path.dirname(p["dest"]) or "."):
-        module.fail_json(msg="directory of dest %s does not exist" % p["dest"])
-
     top = safe_name(p["name"])
+    private = None
+    if p["dest_dir"]:
+        if not os.path.isdir(p["dest_dir"]):
+            module.fail_json(msg="dest_dir %s does not exist" % p["dest_dir"])
+        private = tempfile.mkdtemp(prefix="fleetmedic-evidence.", dir=p["dest_dir"])
+        p["dest"] = os.path.join(private, top + ".tar.gz")
+    elif not os.path.isdir(os.path.dirname(p["dest"]) or "."):
+        module.fail_json(msg="directory of dest %s does not exist" % p["dest"])
     started = time.time()
     tmp = tempfile.mkdtemp(prefix="fleetmedic-evidence-", dir=os.path.dirname(p["dest"]) or None)
     try:
@@ -273,6 +290,8 @@ def main():
         os.chmod(partial, 0o600)
         os.replace(partial, p["dest"])
     except OSError as exc:
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
         module.fail_json(msg="collecting evidence failed: %s" % exc)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
