@@ -37,6 +37,15 @@ options:
     description: Seconds between retries.
     type: int
     default: 10
+  report_command:
+    description:
+      - After a check that passed (V(ok)), run this command too (an argument list, same timeout)
+        and return its output in RV(report), decoded as JSON. The verify playbook reads the GPUs'
+        identities this way (C(fleetmedic gpus --json)) in the same module run as the check.
+      - Empty, nothing more runs.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -98,8 +107,16 @@ attempts:
   description: How many times the check ran.
   returned: always
   type: int
+report:
+  description:
+    - The output of O(report_command), JSON decoded, after a check that passed.
+    - Null when none was asked, the check did not pass, or the command failed (an exit code other
+      than 0 or 2), timed out, is not installed or printed no JSON object.
+  returned: always
+  type: dict
 """
 
+import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -142,6 +159,21 @@ def check_once(argv, timeout):
     )
 
 
+def read_report(argv, timeout):
+    """``argv``'s JSON object (exit 0, or 2: a report with unreadable parts), else None."""
+    exe = fc.which(argv[0])
+    if exe is None:
+        return None
+    rc, out, _err, _seconds, timed_out = fc.run([exe] + argv[1:], timeout)
+    if timed_out or rc not in (0, 2):
+        return None
+    try:
+        value = json.loads((out or b"").decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -149,6 +181,7 @@ def main():
             timeout=dict(type="int", default=300),
             retries=dict(type="int", default=0),
             delay=dict(type="int", default=10),
+            report_command=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -162,7 +195,10 @@ def main():
         if result["healthy"] or attempts > max(0, module.params["retries"]):
             break
         time.sleep(max(0, module.params["delay"]))
-    module.exit_json(changed=False, attempts=attempts, **result)
+    report = None
+    if result["healthy"] and module.params["report_command"]:
+        report = read_report(list(module.params["report_command"]), module.params["timeout"])
+    module.exit_json(changed=False, attempts=attempts, report=report, **result)
 
 
 if __name__ == "__main__":
