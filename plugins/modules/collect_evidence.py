@@ -131,6 +131,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetmedic.fleet.plugins.module_utils import fleetmedic_checks as fc
+from ansible_collections.fleetmedic.fleet.plugins.module_utils.boot import boot_id
 
 
 def safe_name(name):
@@ -210,14 +211,6 @@ def read_output(path):
         return json.loads(text)
     except ValueError:
         return text
-
-
-def boot_id():
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def main():

@@ -75,8 +75,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
+from ansible_collections.fleetmedic.fleet.plugins.module_utils.boot import BOOT_ID, boot_id
 
 
 def read_marker(path):
@@ -114,11 +113,9 @@ def main():
         supports_check_mode=True,
     )
     path, record = module.params["path"], module.params["record"]
-    try:
-        with open(BOOT_ID, encoding="ascii") as f:
-            boot_id = f.read().strip()
-    except OSError as exc:
-        module.fail_json(msg="cannot read this boot's id from %s: %s" % (BOOT_ID, exc))
+    boot = boot_id()
+    if boot is None:
+        module.fail_json(msg="cannot read this boot's id from %s" % BOOT_ID)
     previous = read_marker(path)
     changed = record is not None and record != previous
     if changed and not module.check_mode:
@@ -126,7 +123,7 @@ def main():
             write_marker(path, record)
         except OSError as exc:
             module.fail_json(msg="cannot record %s: %s" % (path, exc), previous=previous)
-    module.exit_json(changed=changed, previous=previous, boot_id=boot_id)
+    module.exit_json(changed=changed, previous=previous, boot_id=boot)
 
 
 if __name__ == "__main__":
