@@ -12,6 +12,7 @@ from policysim import World, config
 from fleetmedic.model import keys
 from fleetmedic.policy import ladder, partition
 from fleetmedic.policy.actions import Action, Kind, Outcome
+from fleetmedic.policy.phases import probe
 
 MIG = {
     "vendor": "nvidia",
@@ -44,7 +45,9 @@ class PartitionWorld(World):
         if action.kind == Kind.RUN and action.phase == "diagnose":
             have = self.layout.get(action.node, PLAIN)
             line = json.dumps({"request_id": "x", "summary": "s", "layout": have})
-            return Outcome("ok", run_id="run-x", stdout=f"evidence: ok\n{line}")
+            # and the boot id, as the diagnostics role publishes it (no probe before a reboot)
+            boot = {probe.PUBLISHED: {action.node: self.truth[action.node].boot_id}}
+            return Outcome("ok", run_id="run-x", stdout=f"evidence: ok\n{line}", data=boot)
         if action.kind == Kind.RUN and action.phase == partition.PHASE:
             want = action.hostvars["fleetmedic_partition_layout"]
             request = action.hostvars["fleetmedic_request_id"]
@@ -116,7 +119,6 @@ def test_a_node_without_partitions_runs_no_restore_playbook():
         (Kind.WRITE, None),
         (Kind.RUN, "diagnose"),
         (Kind.DRAIN, "drain"),
-        (Kind.PROBE, "reboot"),
         (Kind.RUN, "reboot"),
         (Kind.RUN, "verify"),
     ]
