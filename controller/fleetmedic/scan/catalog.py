@@ -94,6 +94,10 @@ FILES = (
 )
 SOURCE_LISTS = ("source_nvidia.yaml", "source_amdgpu.yaml", "source_nvswitch.yaml")
 """The lists derived from the driver sources (scripts/derive_families.py) the catalog reads."""
+PACKAGED = FILES + SOURCE_LISTS
+"""Every file :func:`load` reads: one kept parse of exactly these (scan/catalogcache.py), so
+a reader of some of them asks for all (scan/xidcontext.py) and shares it, instead of
+rewriting the cache with a parse of its own."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +204,7 @@ def load(directory: str | None = None) -> Catalog:
     The result is cached per directory. Raises :class:`ConfigError` (one
     line) on any invalid entry.
     """
-    read = read_files(Path(directory) if directory else None, FILES + SOURCE_LISTS)
+    read = read_files(Path(directory) if directory else None, PACKAGED)
     files = {name: catalog_file(read, name) for name in FILES}
     sources: dict[str, str] = {}
     for name, data in files.items():

@@ -230,7 +230,7 @@ def load_workflows(directory: str | None = None) -> dict[str, WorkflowSpec]:
     ``fleetmedic/data`` unless ``directory``. The packaged catalog is read as
     :func:`fleetmedic.scan.catalog.load` reads it, all its files at once, so both share one
     kept parse (:mod:`.catalogcache`) and an agent's start-up parses no YAML."""
-    names = WORKFLOW_FILES if directory else catalog.FILES + catalog.SOURCE_LISTS
+    names = WORKFLOW_FILES if directory else catalog.PACKAGED
     read = read_files(Path(directory) if directory else None, names)
     out: dict[str, WorkflowSpec] = {}
     for name in WORKFLOW_FILES:

@@ -246,9 +246,16 @@ class World:
             t.fixed_by.add("reboot")
         if action.phase == "verify" and not t.healthy:
             return Outcome("failed", run_id="run-x", task="gpu checks", message="Xid 79")
-        if action.phase == "diagnose" and self.diagnose_publishes_boot_id:
-            return Outcome("ok", run_id="run-x", data={probe.PUBLISHED: {action.node: t.boot_id}})
+        if action.phase == "diagnose":
+            return Outcome("ok", run_id="run-x", data=self.diagnose_data(action.node))
         return Outcome("ok", run_id="run-x")
+
+    def diagnose_data(self, node: str) -> dict:
+        """What a diagnose run publishes: the node's boot id, as the diagnostics role does
+        (unless ``diagnose_publishes_boot_id`` is off)."""
+        if not self.diagnose_publishes_boot_id:
+            return {}
+        return {probe.PUBLISHED: {node: self.truth[node].boot_id}}
 
     def reserve(self, action: Action) -> Outcome | None:
         """As the executor: a slot in the day's record (None), or held."""

@@ -12,7 +12,6 @@ from policysim import World, config
 from fleetmedic.model import keys
 from fleetmedic.policy import ladder, partition
 from fleetmedic.policy.actions import Action, Kind, Outcome
-from fleetmedic.policy.phases import probe
 
 MIG = {
     "vendor": "nvidia",
@@ -45,9 +44,8 @@ class PartitionWorld(World):
         if action.kind == Kind.RUN and action.phase == "diagnose":
             have = self.layout.get(action.node, PLAIN)
             line = json.dumps({"request_id": "x", "summary": "s", "layout": have})
-            # and the boot id, as the diagnostics role publishes it (no probe before a reboot)
-            boot = {probe.PUBLISHED: {action.node: self.truth[action.node].boot_id}}
-            return Outcome("ok", run_id="run-x", stdout=f"evidence: ok\n{line}", data=boot)
+            data = self.diagnose_data(action.node)  # the boot id, as the base World
+            return Outcome("ok", run_id="run-x", stdout=f"evidence: ok\n{line}", data=data)
         if action.kind == Kind.RUN and action.phase == partition.PHASE:
             want = action.hostvars["fleetmedic_partition_layout"]
             request = action.hostvars["fleetmedic_request_id"]

@@ -18,7 +18,7 @@ import yaml
 from fleetmedic.errors import ConfigError
 from fleetmedic.scan import catalog, catalogcache, catalogfiles, xidcontext
 
-NAMES = catalog.FILES + catalog.SOURCE_LISTS
+NAMES = catalog.PACKAGED
 
 
 @pytest.fixture
