@@ -169,6 +169,32 @@ class Root:
     def mounted(self) -> bool:
         return str(self.merged) in mounts_under(self.merged)
 
+    def binds(self) -> tuple[tuple[Path, Path, bool], ...]:
+        """Each host path bound into the root: (host path, its place inside, read-only)."""
+        m = self.merged
+        return (
+            (CLUSTERS, m / str(CLUSTERS).lstrip("/"), False),
+            (Path("/tmp"), m / "tmp", False),
+            (fl.ROOT, m / str(fl.ROOT).lstrip("/"), True),
+            # writable: the tree's Python keeps its bytecode beside the sources (shared())
+            (fl.ROOT / "controller", m / "opt" / "fleetmedic" / "src", False),
+            (Path("/etc/hosts"), m / "etc" / "hosts", True),
+        )
+
+    def current(self) -> bool:
+        """Whether every bind of this mounted root shows what its host path is now. A root
+        outlives the run that mounted it (it is /run's, kept for the next run), and a
+        checkout cloned again at the same path (as CI does) is a new directory: the old
+        root's binds still show the deleted one, where the tree's fleetmedic finds no
+        package (seen in CI: every prolog exited 1, "No module named fleetmedic")."""
+        try:
+            return all(
+                (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+                for a, b in ((os.stat(host), os.stat(inside)) for host, inside, _ in self.binds())
+            )
+        except OSError:
+            return False
+
     def mount(self, lower: str) -> None:
         for sub in ("upper", "work", "merged"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -179,25 +205,16 @@ class Root:
                 f"lowerdir={lower},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
                 str(m),
             )  # fmt: skip
-            for path in (CLUSTERS, Path("/tmp")):
-                path.mkdir(parents=True, exist_ok=True)
-                inside = m / str(path).lstrip("/")
-                inside.mkdir(parents=True, exist_ok=True)
-                _run("mount", "--bind", str(path), str(inside))
-                _run("mount", "--make-private", str(inside))
-            for path, inside, ro in (
-                (fl.ROOT, m / str(fl.ROOT).lstrip("/"), True),
-                # writable: the tree's Python keeps its bytecode beside the sources (shared())
-                (fl.ROOT / "controller", m / "opt" / "fleetmedic" / "src", False),
-            ):
-                inside.mkdir(parents=True, exist_ok=True)
-                _run("mount", "--bind", str(path), str(inside))
+            for host, inside, ro in self.binds():
+                if host.is_file():  # /etc/hosts
+                    inside.touch()
+                else:
+                    host.mkdir(parents=True, exist_ok=True)  # (the clusters' directory)
+                    inside.mkdir(parents=True, exist_ok=True)
+                _run("mount", "--bind", str(host), str(inside))
                 if ro:
                     _run("mount", "-o", "remount,bind,ro", str(inside))
                 _run("mount", "--make-private", str(inside))
-            hosts = m / "etc" / "hosts"
-            hosts.touch()
-            _run("mount", "--bind", "-o", "ro", "/etc/hosts", str(hosts))
             _run("mount", "-t", "proc", "proc", str(m / "proc"))
             _run("mount", "--rbind", "/sys", str(m / "sys"))
             _run("mount", "--make-rslave", str(m / "sys"))
@@ -220,8 +237,8 @@ def shared_root(version: str = "24.11") -> Root:
     key = hashlib.sha256(f"{lower}\n{fl.ROOT}".encode()).hexdigest()[:12]  # (per checkout)
     root = Root(ROOTS / key)
     with procs.exclusive(ROOTS, "slurm24.lock"):
-        if not root.mounted:
-            unmount_root(root.dir)  # (a half-made one from a crash)
+        if not root.mounted or not root.current():
+            unmount_root(root.dir)  # (a half-made one from a crash, or an earlier checkout's)
             root.mount(lower)
     return root
 

@@ -3,12 +3,16 @@ slurmd, a state that survives a slurmctld crash once saved, and nothing left beh
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 from tests.harness import fleet_net as net
 from tests.harness import slurm as slurm_harness
+from tests.harness import slurm24
 from tests.harness.slurm import SLURMD_PORT
 
 
@@ -141,3 +145,34 @@ def test_a_cut_link_makes_the_node_not_responding_and_mending_it_brings_it_back(
     assert "NOT_RESPONDING" not in c.nodes()["n1"]["state_flags"]
     c.set_link("n2", up=True)
     c.wait_ready(timeout=120)
+
+
+def test_a_tree_root_an_earlier_checkout_at_this_path_left_is_mounted_again(monkeypatch):
+    """CI clones main to one path on a machine whose /run keeps the last run's root of a
+    tree's release (24.11): that root's binds show the deleted checkout, where the tree's
+    fleetmedic found no package and every prolog failed (CI, twice). shared_root() mounts
+    such a root again over the checkout that is there now."""
+    checkout = Path("/run/fleetmedic") / f"slurm24-test-checkout-{os.getpid()}"
+    shutil.rmtree(checkout, ignore_errors=True)
+
+    def clone(mark: str) -> None:
+        (checkout / "controller").mkdir(parents=True)
+        (checkout / "controller" / "mark").write_text(mark)
+
+    clone("first")
+    monkeypatch.setattr(slurm24.fl, "ROOT", checkout)  # the key and the binds are its
+    root = slurm24.shared_root("24.11")
+    src = root.merged / "opt" / "fleetmedic" / "src"
+    try:
+        assert root.current() and (src / "mark").read_text() == "first"
+        shutil.rmtree(checkout)
+        clone("second")  # the same path, a new directory
+        assert root.mounted and not root.current()
+        assert not (src / "mark").exists()  # what the tree's fleetmedic saw in CI
+        again = slurm24.shared_root("24.11")
+        assert again.dir == root.dir and again.current()
+        assert (src / "mark").read_text() == "second"
+    finally:
+        slurm24.unmount_root(root.dir)  # (raises while anything is still mounted there)
+        shutil.rmtree(root.dir)
+        shutil.rmtree(checkout)
