@@ -89,7 +89,7 @@ class LazyGroup(click.Group):
     epilog=clikit.epilog(
         "fleetmedic config check --config /etc/fleetmedic/controller.yaml",
         "fleetmedic status --all",
-        codes=(0, 1, 2, 3),
+        codes=(0, 1, 2, 3, 4),
     ),
 )
 @click.version_option(

@@ -3,7 +3,9 @@
 - Exit codes: 0 ok; 1 the checked thing is unhealthy or has findings (``check``, ``diag``,
   ``scan``); 2 usage or config error (also click's own usage errors, and a refusal:
   401/403 is credentials or RBAC to set right); 3 could not reach a dependency (the
-  API server, Loki). :func:`exit_code_of` maps the error
+  API server, Loki); 4 the node carries our fence (``agent --once --exit-fenced``, for a
+  Slurm prolog: a code of its own, because Python exits 1 on any crash, and a crash
+  must never read as a fence). :func:`exit_code_of` maps the error
   taxonomy (fleetmedic/errors.py) onto them, so no command picks its own.
 - Durations: :data:`DURATION` takes ``90s``, ``10m``, ``1h`` or plain seconds, through the
   parser the config files use (model/config/types.py), so a flag and a key read alike.
@@ -42,12 +44,13 @@ from fleetmedic.errors import (
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FENCED = 0, 1, 2, 3, 4
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "ok",
     EXIT_FINDINGS: "the checked thing is unhealthy or has findings (check, diag, scan)",
     EXIT_USAGE: "usage or config error",
     EXIT_UNREACHABLE: "could not reach a dependency (the API server, Loki)",
+    EXIT_FENCED: "the node carries our fence (agent --once --exit-fenced)",
 }
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "show_default": True}
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -123,9 +123,9 @@ def _logging(level: str) -> None:
         "fleetmedic agent --node-name gpu-node-7 --interval 1m",
         "fleetmedic agent --node-name gpu-node-7 --once --once-timeout 10s",
         "fleetmedic agent --node-name n7 --slurm-conf /etc/slurm/slurm.conf",
-        codes=(0, 1, 2, 3),
+        codes=(0, 2, 3, 4),
     )
-    + "\n  (1 only with --once --exit-fenced: the node carries our fence)",
+    + "\n  (4 only with --once --exit-fenced)",
 )
 @click.option(
     "--node-name",
@@ -264,9 +264,10 @@ def _logging(level: str) -> None:
 @click.option(
     "--exit-fenced",
     is_flag=True,
-    help="With --once: exit 1 when the node carries our fence after the run (fenced now or "
-    "before), else 0. For a Slurm Prolog: slurmctld then requeues the job and keeps our drain "
-    "reason (docs/slurm.md).",
+    help="With --once: exit 4 when the node carries our fence after the run (fenced now or "
+    "before), else 0. For a Slurm Prolog, whose script turns 4 into its own exit 1: slurmctld "
+    "then requeues the job and keeps our drain reason (docs/slurm.md). Not 1: Python exits 1 "
+    "on any crash, and a crash must not fail the prolog.",
 )
 @clikit.log_level_option
 def agent(
@@ -338,7 +339,7 @@ def agent(
             )
         )
         if exit_fenced and not out.held and (out.fenced or out.before_repair):
-            sys.exit(clikit.EXIT_FINDINGS)
+            sys.exit(clikit.EXIT_FENCED)
         return
     # The loop runs in a thread so SIGTERM is noticed at once, even mid-round.
     thread = threading.Thread(target=worker.run, name="fleetmedic-agent", daemon=True)
