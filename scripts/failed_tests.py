@@ -6,8 +6,11 @@
 CI keeps only the tail of a run's output, and pytest's own summary sits far above the
 time table: scripts/test.sh prints these lines just before ``FAILED stages``, so the
 tail names what failed. Each line: ``failed|error  TEST  first line of the message``
-(cut to 200 characters). At most 40 lines, then how many more. A report that cannot be
-read is named; the exit status is 0 either way (the stage's own status says it failed).
+(cut to 200 characters). At most 40 lines, then how many more. Then the next lines of the
+first failure's message (at most 14): a test that timed out says there what it saw (a
+job's state, a daemon's last log lines), and a flake seen once in CI is otherwise a
+name and no clue. A report that cannot be read is named; the exit status is 0 either way
+(the stage's own status says it failed).
 """
 
 from __future__ import annotations
@@ -20,36 +23,43 @@ from pathlib import Path
 
 SHOWN = 40
 WIDTH = 200
+DETAIL = 14  # lines of the first failure's message after its first
 
 
-def failures(reports: Sequence[Path]) -> Iterator[str]:
+def failures(reports: Sequence[Path]) -> Iterator[tuple[str, list[str]]]:
+    """Each failure's line, and the rest of its message's lines."""
     for report in reports:
         try:
             root = ET.parse(report).getroot()
         except (OSError, ET.ParseError) as e:
-            yield f"unreadable report {report}: {e}"
+            yield f"unreadable report {report}: {e}", []
             continue
         for case in root.iter("testcase"):
             for kind in ("failure", "error"):
                 for bad in case.findall(kind):
-                    message = (bad.get("message") or "").strip().splitlines()
-                    first = message[0] if message else ""
+                    message = (bad.get("message") or "").strip().splitlines() or [""]
                     name = f"{case.get('classname')}::{case.get('name')}"
                     kind_word = "failed" if kind == "failure" else "error"
-                    yield f"{kind_word:6}  {name}  {first}"[:WIDTH]
+                    rest = [line.strip() for line in message[1:] if line.strip()]  # unindented
+                    yield f"{kind_word:6}  {name}  {message[0]}"[:WIDTH], rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("reports", nargs="*", type=Path, help="pytest's --junitxml reports")
     args = ap.parse_args(argv)
-    lines = list(failures([r for r in args.reports if r.exists()]))
-    if lines:
-        print(f"== failed tests ({len(lines)})")
-    for line in lines[:SHOWN]:
+    found = list(failures([r for r in args.reports if r.exists()]))
+    if found:
+        print(f"== failed tests ({len(found)})")
+    for line, _ in found[:SHOWN]:
         print(f"   {line}")
-    if len(lines) > SHOWN:
-        print(f"   ... and {len(lines) - SHOWN} more (build/test-reports/pytest-*.xml)")
+    if len(found) > SHOWN:
+        print(f"   ... and {len(found) - SHOWN} more (build/test-reports/pytest-*.xml)")
+    detail = next((rest for _, rest in found if rest), [])
+    if detail:
+        print("== the first failure's message goes on")
+        for line in detail[:DETAIL]:
+            print(f"   {line}"[:WIDTH])
     return 0
 
 

@@ -109,6 +109,11 @@ def veth_name(octet: int, index: int) -> str:
     return f"fmsl{octet}v{index}"
 
 
+JOB_SUMMARY = ("JobState", "Reason", "Restarts", "NodeList", "SubmitTime", "StartTime",
+               "LastSchedEval")  # fmt: skip
+"""The fields of ``scontrol show job`` that :meth:`SlurmCluster.job_story` puts first."""
+
+
 def is_ours(name: str) -> bool:
     """A network object of this harness's shape (netns, veth or bridge)."""
     return name.startswith(("fmsl", "fmsb")) and name[4:7].isdigit()
@@ -458,16 +463,22 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
         return p.stdout
 
     def job_story(self, job: str, lines: int = 12) -> str:
-        """What a test prints when a job did not run in time: the job as slurmctld has it
-        (state, reason, node), the nodes' states, and the last lines of slurmctld's and
-        the slurmd logs (the prolog's or a launch's error is there, not in the job)."""
-        out = [self.run("scontrol", "show", "job", job, check=False).strip() or f"job {job}: ?"]
+        """What a test prints when a job did not run in time, most telling first (CI keeps
+        a failure's first lines): the job's state in one line (``JOB_SUMMARY`` fields of
+        ``scontrol show job``), the nodes' states, the last lines of every slurmd log (a
+        prolog's or a launch's error is there, not in the job), slurmctld's, and the job
+        whole."""
+        whole = self.run("scontrol", "show", "job", job, check=False).strip()
+        fields = dict(m.groups() for m in re.finditer(r"\b([A-Za-z]+)=(\S*)", whole))
+        out = [f"job {job}: " + (" ".join(f"{k}={fields[k]}" for k in JOB_SUMMARY if k in fields)
+                                or "unknown to slurmctld")]  # fmt: skip
         try:
             out += [f"{n}: {v['state']}+{'+'.join(v['state_flags'])} {v['reason']!r}"
                     for n, v in self.nodes().items()]  # fmt: skip
         except (SlurmError, subprocess.TimeoutExpired, ValueError, KeyError) as exc:
             out.append(f"nodes: {net.one_line(str(exc))}")
-        for key, p in self.daemons.items():
+        daemons = sorted(self.daemons.items(), key=lambda kv: kv[0] == "slurmctld")
+        for key, p in daemons:
             if key == "munged":
                 continue
             try:
@@ -475,7 +486,7 @@ PartitionName=gpu Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE
             except OSError:
                 tail = ["(no log)"]
             out += [f"-- {p.log}", *tail]
-        return "\n".join(out)
+        return "\n".join([*out, "-- scontrol show job", whole])
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         """The nodes by name, in 22.05's ``sinfo --json`` fields (``state``,

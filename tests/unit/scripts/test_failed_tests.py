@@ -70,7 +70,21 @@ def test_each_failure_and_error_is_one_line_with_its_first_message_line(tmp_path
     assert lines[1].split()[:2] == ["failed", "test_mixed::test_fails"]
     assert lines[1].endswith("AssertionError: the node stayed cordoned")
     assert lines[2].split()[:2] == ["error", "test_mixed::test_setup_errors"]
-    assert "test_passes" not in r.stdout and "second line" not in r.stdout
+    assert "test_passes" not in r.stdout
+    # the first failure's message goes on below the list, and nowhere else
+    assert lines[3:5] == ["== the first failure's message goes on", "   and a second line"]
+    assert r.stdout.count("second line") == 1
+
+
+def test_only_the_first_failures_message_goes_on_and_is_cut(tmp_path):
+    story = "\\n".join(f"line {i}" for i in range(1, 40))
+    source = (
+        f'def test_a():\n    assert False, "{story}"\ndef test_b():\n    assert False, "b1\\nb2"\n'
+    )
+    lines = run(junit_of(tmp_path, source, "story")).stdout.splitlines()
+    at = lines.index("== the first failure's message goes on")
+    assert lines[at + 1 :] == [f"   line {i}" for i in range(2, 16)]
+    assert "b2" not in "\n".join(lines)
 
 
 def test_a_green_report_prints_nothing(tmp_path):
