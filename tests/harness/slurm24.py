@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tomllib
 from dataclasses import dataclass
@@ -186,16 +187,28 @@ class Root:
         outlives the run that mounted it (it is /run's, kept for the next run), and a
         checkout cloned again at the same path (as CI does) is a new directory: the old
         root's binds still show the deleted one, where the tree's fleetmedic finds no
-        package (seen in CI: every prolog exited 1, "No module named fleetmedic")."""
+        package (seen in CI: every prolog exited 1, "No module named fleetmedic"). The
+        directories only: a host's /etc/hosts rewritten by a rename must not remount a root
+        another worker's clusters run in."""
         try:
             return all(
                 (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-                for a, b in ((os.stat(host), os.stat(inside)) for host, inside, _ in self.binds())
+                for a, b in (
+                    (os.stat(host), os.stat(inside))
+                    for host, inside, _ in self.binds()
+                    if host.is_dir()
+                )
             )
         except OSError:
             return False
 
     def mount(self, lower: str) -> None:
+        """Mount the root over a fresh writable layer (call with nothing mounted under
+        ``dir``: :func:`unmount_root` checks). Fresh, because a root left by a crashed run
+        may have been unmounted lazily, and overlayfs refuses an upper or work directory
+        another overlay still holds."""
+        for sub in ("upper", "work"):
+            shutil.rmtree(self.dir / sub, ignore_errors=True)
         for sub in ("upper", "work", "merged"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         m = self.merged
