@@ -27,7 +27,10 @@ installed has them; the fixtures do it for every test of the release's parameter
 hands to ``Slurm(bin_dir=...)``. Each cluster keeps its own files in its own directory,
 as on the host; a release's root is shared so that one PATH reaches every cluster of it,
 and it stays mounted (``python -m tests.harness.slurm cleanup`` unmounts the roots when
-no cluster of a tree's release lives).
+no cluster of a tree's release lives), across runs too: /run outlives them, and CI runs
+on the same machine from a checkout cloned again at one path (``/check/work/main``), so
+:func:`shared_root` mounts a root again when its binds show a directory that is no
+longer this checkout's (:meth:`Root.current`).
 
 /sys is a recursive bind made a slave at once, so an unmount there never propagates to the
 host's. :func:`unmount_root` unmounts everything and checks before anything below the
