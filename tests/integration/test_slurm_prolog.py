@@ -19,9 +19,9 @@ from tests.harness.agentenv import FAKES, FLEETMEDIC, ROOT, banner, h100, wait_u
 from tests.harness.slurm import SlurmCluster
 
 SCRIPT = ROOT / "deploy" / "slurm" / "fleetmedic-slurm-check"
-# slurmd logs each prolog's start and end at debug, slurmctld each scheduling pass: what
-# a job that does not run in time is read from (it happened twice in CI on 24.11, never
-# here: first a 60-104 s wait for the first job, then the job story lacked these lines)
+# At debug slurmd logs each prolog's time and slurmctld each scheduling pass: what the job
+# story of a job that does not run in time is read from (CI's two 24.11 failures here were
+# a prolog failing in a stale tree root, tests/harness/slurm24.py's Root.current)
 DEBUG_LOGS = "SlurmctldDebug=debug\nSlurmdDebug=debug\n"
 
 
