@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"   {line}")
     if len(found) > SHOWN:
         print(f"   ... and {len(found) - SHOWN} more (build/test-reports/pytest-*.xml)")
-    detail = next((rest for _, rest in found if rest), [])
+    detail = found[0][1] if found else []  # (what the heading below says: the first's)
     if detail:
         print("== the first failure's message goes on")
         for line in detail[:DETAIL]:

@@ -128,7 +128,7 @@ BROKEN = {
     "config-error": "SLURM_CONFIG=/nonexistent/slurm.conf\n",
     # an install whose package is gone (what a stale chroot gave every prolog in CI):
     # Python's "No module named fleetmedic", exit 1, the status a crash has too
-    "crash": "FLEETMEDIC=${FLEETMEDIC_GONE}\n",
+    "crash": "FLEETMEDIC={gone}\n",
 }
 
 
@@ -144,7 +144,7 @@ def test_a_broken_fleetmedic_never_fails_the_prolog(slurm_factory, tmp_path, bro
     gone.write_text('#!/bin/sh\nexec python3 -I -m fleetmedic "$@"\n')
     gone.chmod(0o755)
     with open(d / "fleetmedic-slurm.env", "a") as f:
-        f.write(f"FLEETMEDIC_GONE={gone}\n" + BROKEN[broken])
+        f.write(BROKEN[broken].format(gone=gone))
     out = tmp_path / "job.out"
     job = c.run("sbatch", "--parsable", "-o", str(out), "--wrap", "echo ran").strip()
     _wait_ran(c, job, out)

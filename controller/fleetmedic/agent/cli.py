@@ -124,8 +124,7 @@ def _logging(level: str) -> None:
         "fleetmedic agent --node-name gpu-node-7 --once --once-timeout 10s",
         "fleetmedic agent --node-name n7 --slurm-conf /etc/slurm/slurm.conf",
         codes=(0, 2, 3, 4),
-    )
-    + "\n  (4 only with --once --exit-fenced)",
+    ),
 )
 @click.option(
     "--node-name",
