@@ -27,14 +27,21 @@ costs. (The bench used to poll ``sinfo`` every 10 ms for the end, which added it
 poll to the fence and not to the baseline.) The bare update's round trip, as a client
 sees it, is printed too.
 
-Also printed, not a target: the floor of a fence decided on a fresh read, a bare ``sinfo
--n`` (the agent's single-node read) and then the bare update, timed the same way. The agent
-decides every write on such a read (adapters/slurmdoc.py: never on a kept view, so a drain
-another tool set since the agent's last read is never written over), so its fence cannot
-go below that floor, which is itself about 2x the bare update. Printed beside it, also
-not a target: the same fence with the read made inside the deciding process through the
-Slurm library (bench/_slurmlib.py, which says why fleetmedic does not read that way), the
-floor an in-process read could reach.
+Both sides start from the same idle: every drain, the baseline's as every trial's, comes
+after a pause of 50 to 150 ms (:func:`pause`). A client tool started on an idle CPU takes
+longer than one started right after another (measured on this machine: ``sinfo -n`` 3.9 ms
+back to back, 6.0 ms after 100 ms idle), and until 2026-11-30 the baseline's drains ran
+back to back while each trial waited for its line: the fence was timed cold against a
+warm baseline. The warm figure is still printed, not a target.
+
+The agent reads its node through the Slurm library, in a child process
+(adapters/slurmlib.py, ``slurm.node_read: auto``, the default). Printed beside it, not
+targets: the same agent reading with ``sinfo -n`` (``node_read: sinfo``, the path before
+2026-11-30), in the same run; the floor of a fence decided on a ``sinfo -n`` read (a bare
+``sinfo -n``, then the bare update); and the floor of the agent's own path (a read through
+the library's child process, then the bare update). Every write is decided on a fresh
+read (adapters/slurmdoc.py: never on a kept view, so a drain another tool set since the
+agent's last read is never written over), so a fence cannot go below its read's floor.
 
 Between trials the node is resumed (as the controller does after a repair); the agent's
 kept view of the node (``slurm.read_every``) still says our drain, which only decides
@@ -59,9 +66,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
-from _slurmlib import inprocess_reader  # noqa: E402
 from _taint import percentile, report  # noqa: E402
 
+from fleetmedic.adapters import slurmlib  # noqa: E402
 from fleetmedic.adapters.slurmread import sinfo_single_argv  # noqa: E402
 from tests.harness.agentenv import FLEETMEDIC, AgentProcess, append, banner, xid_line  # noqa: E402
 from tests.harness.slurm import start_cluster  # noqa: E402
@@ -70,6 +77,11 @@ PREFIX = "fleetmedic: reboot: xid.79"
 
 
 LOG_LINE = re.compile(r"^\[(?P<ts>[0-9T:.-]+)\] update_node: node n1 reason set to: (?P<r>.*)$")
+
+
+def pause(i: int) -> None:
+    """The idle before the ``i``-th drain or trial: 50 to 150 ms, the same for both."""
+    time.sleep(0.05 + 0.1 * (i % 7) / 7)
 
 
 class CtldLog:
@@ -119,16 +131,21 @@ def main() -> int:
     def tool(*argv: str) -> str:
         return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
 
+    def tool_run(tool_name: str, *argv: str, env: dict[str, str] | None = None) -> str:
+        return tool(tool_name, *argv)  # (slurmread.Run; sinfo_single's env is ours already)
+
     def reason() -> str:
         text = tool("sinfo", "-h", "-n", "n1", "-o", "%E").strip()
         return "" if text == "none" else text  # (sinfo's word for no reason)
 
-    def drains(label: str, read_first: Callable[[], object] = lambda: None):
-        """20 drains of n1, each after ``read_first()``: the seconds from just before the
-        read to slurmctld's log line for the drain, and to the update's return; the node
-        resumed after each."""
+    def drains(label: str, read_first: Callable[[], object] = lambda: None, idle: bool = True):
+        """20 drains of n1, each after ``read_first()`` (and after :func:`pause` unless
+        ``idle`` is False): the seconds from just before the read to slurmctld's log line
+        for the drain, and to the update's return; the node resumed after each."""
         to_log, to_return = [], []
         for i in range(20):
+            if idle:
+                pause(i)
             t0 = time.time()
             read_first()
             tool("scontrol", "update", "nodename=n1", "state=drain", f"reason=bench {label} {i}")
@@ -137,18 +154,12 @@ def main() -> int:
             tool("scontrol", "update", "nodename=n1", "state=resume")
         return to_log, to_return
 
-    try:
-        base, trips = drains("baseline")
-        baseline = statistics.median(base)
-        # The floor of a fence decided on a fresh read (adapters/slurmdoc.py: no write on
-        # a kept view, so another tool's drain is never written over): the single-node
-        # read the agent makes, then the same bare update, timed to the same log line.
-        checked, _ = drains("floor", lambda: tool("sinfo", *sinfo_single_argv("n1")))
-        floor = statistics.median(checked)
-        read, why_not = inprocess_reader(cluster.env, "n1")
-        reads: list[float] = []
-        inproc = drains("inproc", lambda: reads.append(read("n1")))[0] if read else []
-        agent = AgentProcess("n1", work / "unused", work / "agent.log")
+    def agent_trials(node_read: str, gpu0: int) -> list[float] | None:
+        """``args.trials`` Xid 79 lines, each to our drain, through an agent process that
+        reads its node with ``node_read``; None when the agent failed (its log printed)."""
+        config = work / f"agent-{node_read}.yaml"
+        config.write_text(f"slurm:\n  node_read: {node_read}\n")
+        agent = AgentProcess("n1", work / "unused", work / f"agent-{node_read}.log")
         agent.argv = [
             str(FLEETMEDIC),
             "agent",
@@ -157,7 +168,7 @@ def main() -> int:
             "--slurm-conf",
             str(cluster.conf),
             "--config",
-            "/dev/null",
+            str(config),
             "--kernel-log",
             str(kern),
             "--boot-id-file",
@@ -175,7 +186,7 @@ def main() -> int:
             while ": following (" not in agent.output():
                 if time.monotonic() > deadline or not agent.alive():
                     print(f"agent did not start:\n{agent.tail()}", file=sys.stderr)
-                    return 2
+                    return None
                 time.sleep(0.05)
             time.sleep(1.0)  # the agent's first round is written
             for i in range(args.trials):
@@ -183,17 +194,41 @@ def main() -> int:
                     tool("scontrol", "update", "nodename=n1", "state=resume")
                 while reason():
                     time.sleep(0.01)
-                time.sleep(0.05 + 0.1 * (i % 7) / 7)  # spread the writes over the poll phase
+                pause(i)  # (also spreads the writes over the agent's poll phase)
                 t0 = time.time()
-                append(kern, xid_line(bus=0x10 + i % 0xE0, uptime=100.0 + i))
+                n = gpu0 + i
+                append(kern, xid_line(bus=0x10 + n % 0xE0, uptime=100.0 + n))
                 try:
                     latencies.append(log.wait_reason(PREFIX) - t0)
                 except TimeoutError as exc:
                     print(f"{exc}:\n{agent.tail()}", file=sys.stderr)
-                    return 2
+                    return None
         finally:
             agent.stop()
+        return latencies
+
+    library = slurmlib.library_of()
+    reader = slurmlib.LibraryReader(library, env, 30.0) if library else None
+    try:
+        base, trips = drains("baseline")
+        baseline = statistics.median(base)
+        warm = statistics.median(drains("warm", idle=False)[0])
+        # The floor of a fence decided on a fresh read (adapters/slurmdoc.py: no write on
+        # a kept view, so another tool's drain is never written over): the single-node
+        # read the agent makes, then the same bare update, timed to the same log line.
+        checked, _ = drains("floor", lambda: tool("sinfo", *sinfo_single_argv("n1")))
+        floor = statistics.median(checked)
+        through_lib: list[float] = []
+        if reader is not None:
+            reader(tool_run, "n1")  # (starts the child and checks it against sinfo)
+            through_lib = drains("lib", lambda: reader(tool_run, "n1"))[0]
+        old = agent_trials("sinfo", 0)
+        latencies = agent_trials("auto", args.trials)
+        if old is None or latencies is None:
+            return 2
     finally:
+        if reader is not None:
+            reader.close()
         cluster.stop()
     p99 = report(
         "Xid 79 line -> slurmctld applies our drain",
@@ -205,18 +240,29 @@ def main() -> int:
     trip = statistics.median(trips) * 1000
     print(f"  a bare scontrol update's round trip (client side): {trip:.1f} ms")
     print(
+        f"  the bare update back to back, no pause (a warm CPU; the baseline before "
+        f"2026-11-30, not a target): {warm * 1000:.1f} ms; p50 against it "
+        f"{percentile(latencies, 50) / warm:.2f}x"
+    )
+    print(
         f"  the floor of a checked fence (sinfo -n, then the update; median of 20): "
         f"{floor * 1000:.1f} ms; p50 against it {percentile(latencies, 50) / floor:.2f}x"
     )
-    if inproc:
+    print(
+        f"  the same agent reading its node with sinfo -n (slurm.node_read: sinfo, the path "
+        f"before 2026-11-30): p50 {percentile(old, 50) * 1000:.1f} ms, p99 "
+        f"{percentile(old, 99) * 1000:.1f} ms; {percentile(old, 50) / baseline:.2f}x the bare "
+        "update"
+    )
+    if through_lib:
         print(
-            f"  the same with the read in-process (libslurm, bench/_slurmlib.py; median of "
-            f"20): {statistics.median(inproc) * 1000:.1f} ms, "
-            f"{statistics.median(inproc) / baseline:.2f}x the bare update; the read alone "
-            f"{statistics.median(reads) * 1000:.2f} ms"
+            f"  the floor of the agent's read (through the library's process, "
+            f"adapters/slurmlib.py, then the bare update; median of 20): "
+            f"{statistics.median(through_lib) * 1000:.1f} ms, "
+            f"{statistics.median(through_lib) / baseline:.2f}x the bare update"
         )
     else:
-        print(f"  the same with the read in-process: not measured ({why_not})")
+        print("  the library's read: not measured (sinfo links no Slurm library here)")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.keep:
         print(f"  work dir: {work}")

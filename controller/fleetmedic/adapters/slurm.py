@@ -194,6 +194,7 @@ class Slurm:
         self.timeout = timeout
         self.bin_dir = Path(bin_dir) if bin_dir else None
         self._reader = reader  # None: chosen by the tools' version at the first read
+        self._preferred: slurmread.Reader | None = None  # use_reader's, after that check
         self.calls: Counter[str] = Counter()  # tool runs, for the benches and tests
         self.env = dict(os.environ)
         if slurm_conf is not None:
@@ -209,6 +210,11 @@ class Slurm:
         """The data_parser version the node list is read with, once found (None before the
         first whole read, and on 22.05, which has none)."""
         return self._parser
+
+    def use_reader(self, reader: slurmread.Reader) -> None:
+        """Read single nodes with ``reader`` (adapters/slurmlib.py), once the release is
+        known to be one :func:`slurmread.reader_for` reads."""
+        self._preferred = reader
 
     # -- running the tools ----------------------------------------------------------
     def _run(self, tool: str, *args: str, env: Mapping[str, str] | None = None) -> str:
@@ -285,7 +291,7 @@ class Slurm:
             except slurmread.UnreadableNode as exc:
                 raise ConfigError(str(exc)) from None
         try:
-            return SlurmNode.from_json(self._reader(self._run, name))
+            return SlurmNode.from_json((self._preferred or self._reader)(self._run, name))
         except slurmread.UnreadableNode as exc:
             raise TemporaryError(f"{exc}", delay=5) from None
         except LookupError:

@@ -59,6 +59,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fleetmedic.adapters import slurmlib
 from fleetmedic.adapters.slurm import ForeignDrain, Slurm, SlurmNode, check_node_name
 from fleetmedic.adapters.slurmcache import NodeCache
 from fleetmedic.errors import PermanentError
@@ -275,8 +276,14 @@ def connect(
     timeout: float = 30.0,
     read_every: float = 0.0,
     cache_dir: Path | None = None,
+    node_read: str = "sinfo",
 ) -> SlurmNodeDocs:
     """The Slurm cluster's nodes as the writers' node documents. One instance serves every
-    writer of a process: it serializes their writes, as Slurm has no resourceVersion."""
+    writer of a process: it serializes their writes, as Slurm has no resourceVersion.
+    ``node_read`` ``auto`` reads a node through the Slurm library the tools link, where
+    one is found (adapters/slurmlib.py), else with ``sinfo -n``."""
     slurm = Slurm(conf, prefix=prefix, timeout=timeout)
+    library = slurmlib.library_of() if node_read == "auto" else ""
+    if library:
+        slurm.use_reader(slurmlib.LibraryReader(library, slurm.env, timeout))
     return SlurmNodeDocs(slurm, vocab, read_every=read_every, cache_dir=cache_dir)

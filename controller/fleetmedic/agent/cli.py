@@ -299,6 +299,8 @@ def agent(
         else:
             base = AgentConfig()
         cfg = _merge(base, opts)
+        if once and cfg.slurm is not None:  # (a library reader's start costs more than it saves)
+            cfg = dataclasses.replace(cfg, slurm=dataclasses.replace(cfg.slurm, node_read="sinfo"))
         if not cfg.node_name:
             raise ConfigError("no node name: pass --node-name or set NODE_NAME")
         kube, kernel_kube = _connect(cfg, opts)

@@ -34,6 +34,7 @@ Example file (every key optional)::
       reason_prefix: "fleetmedic:"
       read_every: 5m           # ask slurmctld about the node at least this often
       cache_dir: /run/fleetmedic   # share that view with the health check and prolog
+      node_read: auto          # auto: through the Slurm library when found | sinfo
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from fleetmedic.scan.catalog import parse_threshold
 from fleetmedic.scan.xidcontext import load_workflows
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+NODE_READS = ("auto", "sinfo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +167,12 @@ class SlurmAgentConfig:
     """Keep the last view of the node in a file here too, so the node's agent processes
     (the daemon, slurmd's health check and prolog) share it; ``fleetmedic-slurm-check``
     passes ``/run/fleetmedic`` (tmpfs: a reboot forgets it). None: in memory only."""
+    node_read: str = "auto"
+    """How the agent reads its node before a write. ``auto``: through the Slurm library
+    the client tools link, in a child process, checked against ``sinfo -n`` first and
+    falling back to it (adapters/slurmlib.py; a fence about 5 ms sooner, one RPC instead
+    of two); ``sinfo -n`` where no library is found, and always in ``--once`` runs, where
+    starting the child would cost more than it saves. ``sinfo``: always ``sinfo -n``."""
 
     def __post_init__(self) -> None:
         try:
@@ -175,6 +183,10 @@ class SlurmAgentConfig:
             raise ConfigError(f"slurm.timeout: must be > 0, got {self.timeout}")
         if self.read_every < 0:
             raise ConfigError(f"slurm.read_every: must be >= 0, got {self.read_every}")
+        if self.node_read not in NODE_READS:
+            raise ConfigError(
+                f"slurm.node_read: must be {' or '.join(NODE_READS)}, got {self.node_read!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

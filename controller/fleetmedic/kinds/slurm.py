@@ -176,6 +176,7 @@ class _Slurm:
             timeout=s.timeout,
             read_every=s.read_every,
             cache_dir=s.cache_dir,
+            node_read=s.node_read,
         )
         return lambda: docs
 
