@@ -97,7 +97,12 @@ def library_of(sinfo: str = "sinfo") -> str:
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    m = re.search(r"=>\s*(\S*libslurm(?:full)?\.so\S*)", out)
+    return library_in(out)
+
+
+def library_in(ldd_output: str) -> str:
+    """The Slurm library in ``ldd``'s output (``libslurmfull.so`` or ``libslurm.so.N``)."""
+    m = re.search(r"=>\s*(\S*libslurm(?:full)?\.so\S*)", ldd_output)
     return m[1] if m else ""
 
 
