@@ -26,9 +26,11 @@ Measured per phase, from sdiag's RPC counts by type (tests/harness/slurmbig.py p
 them; the bench's own sdiag calls are taken out) and slurmctld's CPU time
 (``/proc/<pid>/stat``, utime + stime, 10 ms ticks):
 
-- ``new, healthy``: the new path (the single-node read, adapters/slurmread.py; the
-  agent's kept view, ``slurm.read_every`` 300 s), every node healthy, after one warm-up
-  round (each agent's first read);
+- ``new, healthy``: the new path (the single-node read, through the Slurm library as
+  the agent makes it by default, adapters/slurmlib.py, where ``sinfo`` links one, else
+  ``sinfo -n``, adapters/slurmread.py; the agent's kept view, ``slurm.read_every``
+  300 s), every node healthy, after one warm-up round (each agent's first read). One
+  library process serves every agent here: each read is the same RPC as on a node;
 - ``new, 1 % failing``: the same with 1 % of the nodes failing a GPU check every round
   (three strikes, a fence, then rounds under our drain);
 - ``old, healthy``: the old path (``sinfo --json`` of the whole cluster twice a round,
@@ -63,7 +65,7 @@ sys.path.insert(0, str(ROOT / "controller"))
 
 import _common  # noqa: E402
 
-from fleetmedic.adapters import slurmread  # noqa: E402
+from fleetmedic.adapters import slurmlib, slurmread  # noqa: E402
 from fleetmedic.adapters.slurm import Slurm  # noqa: E402
 from fleetmedic.adapters.slurmdoc import SlurmNodeDocs  # noqa: E402
 from fleetmedic.agent import loop  # noqa: E402
@@ -144,7 +146,13 @@ class Fleet:
     """One agent per node, built as ``fleetmedic agent --slurm-conf`` builds it."""
 
     def __init__(
-        self, cluster: BigSlurmCluster, names: list[str], *, old: bool, failing: set[str]
+        self,
+        cluster: BigSlurmCluster,
+        names: list[str],
+        *,
+        old: bool,
+        failing: set[str],
+        reader: slurmlib.LibraryReader | None = None,
     ) -> None:
         self.agents = []
         base = AgentConfig(slurm=SlurmAgentConfig(read_every=0 if old else READ_EVERY))
@@ -152,6 +160,8 @@ class Fleet:
         spread = max(1, int(READ_EVERY // ROUND))
         for i, name in enumerate(names):
             slurm = Slurm(str(cluster.conf), reader=slurmread.sinfo_json_whole if old else None)
+            if reader is not None:
+                slurm.use_reader(reader)  # (one child serves them all: the same RPCs a read)
             # each agent's first read falls on another minute of the read_every cycle
             clock = Clock(T0 - (i % spread) * ROUND)
             assert base.slurm is not None
@@ -178,7 +188,9 @@ class Fleet:
             clock.t = now
 
 
-def candidates(cluster: BigSlurmCluster, meter: Meter, calls: int) -> list[tuple[str, Window]]:
+def candidates(
+    cluster: BigSlurmCluster, meter: Meter, calls: int, reader: slurmlib.LibraryReader | None
+) -> list[tuple[str, Window]]:
     """What one call of each candidate single-node read costs (see the module doc)."""
     node = cluster.defined_names()[len(cluster.defined_names()) // 2]
     env = {**os.environ, **cluster.env, "SLURM_TIME_FORMAT": "%s"}
@@ -194,6 +206,13 @@ def candidates(cluster: BigSlurmCluster, meter: Meter, calls: int) -> list[tuple
         for _ in range(calls):
             subprocess.run(argv, env=env, check=True, capture_output=True)
         out.append((what, meter.stop(started)))
+    if reader is not None:
+        run = Slurm(str(cluster.conf))._run  # (sinfo, for the reader's first-read check)
+        reader(run, node)
+        started = meter.start()
+        for _ in range(calls):
+            reader(run, node)
+        out.append(("the library's read (agents' default)", meter.stop(started)))
     return out
 
 
@@ -226,8 +245,19 @@ def _run(cluster: BigSlurmCluster, args, load: tuple[float, float, float]) -> in
     print(f"slurmctld 22.05 with {n} CLOUD nodes; {args.rounds} fleet-rounds of {ROUND:.0f} s")
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
+    library = slurmlib.library_of()
+    reader = slurmlib.LibraryReader(library, cluster.env, 30.0) if library else None
+    try:
+        return _measure(cluster, args, meter, names, reader)
+    finally:
+        if reader is not None:
+            reader.close()
+
+
+def _measure(cluster, args, meter: Meter, names: list[str], reader) -> int:
+    n = len(names)
     print("\nwhat one call costs (per call, at this node count):")
-    for what, w in candidates(cluster, meter, args.calls):
+    for what, w in candidates(cluster, meter, args.calls, reader):
         rpcs = ", ".join(f"{k} {v / args.calls:g}" for k, v in sorted(w.rpcs.items()))
         served = sum(w.micros.values()) / args.calls / 1000
         print(
@@ -237,7 +267,11 @@ def _run(cluster: BigSlurmCluster, args, load: tuple[float, float, float]) -> in
         )
 
     # -- new path, healthy -------------------------------------------------------------
-    fleet = Fleet(cluster, names, old=False, failing=set())
+    print(
+        "\nthe new path reads through "
+        + (f"the Slurm library ({reader.library}, adapters/slurmlib.py)" if reader else "sinfo -n")
+    )
+    fleet = Fleet(cluster, names, old=False, failing=set(), reader=reader)
     fleet.warm_up()
     started = meter.start()
     for _ in range(args.rounds):
@@ -247,7 +281,7 @@ def _run(cluster: BigSlurmCluster, args, load: tuple[float, float, float]) -> in
     # -- new path, 1 % failing ---------------------------------------------------------
     cluster.reset_nodes()
     failing_nodes = set(names[:: max(1, n // max(1, n // 100))][: max(1, n // 100)])
-    fleet = Fleet(cluster, names, old=False, failing=failing_nodes)
+    fleet = Fleet(cluster, names, old=False, failing=failing_nodes, reader=reader)
     fleet.warm_up()
     started = meter.start()
     for _ in range(args.rounds):
