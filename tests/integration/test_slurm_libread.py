@@ -16,13 +16,14 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fleetmedic.adapters import slurmlib
 from fleetmedic.adapters.slurm import Slurm, SlurmNode
-from fleetmedic.errors import NotFoundError
+from fleetmedic.errors import NotFoundError, TemporaryError
 
 pytestmark = [pytest.mark.slurm_contract]
 OURS = "fleetmedic: reboot: xid.79 0000:3b:00: GPU has fallen off the bus."
@@ -52,9 +53,16 @@ def library_reader(slurm, tmp_path: Path, library: str | None = None):
 
 def same(a: SlurmNode, b: SlurmNode) -> dict:
     """The fields in which two reads of a node differ, but the partitions (the library's
-    read has none) and the boot time (sinfo -n has none)."""
+    read has none), the boot time (sinfo -n has none) and which base state of a node in
+    service it is (24.11's sinfo -n says mixed where the library says allocated, for a
+    node running a one-CPU job: measured; nothing decides on it, adapters/slurmread.py)."""
     x, y = dataclasses.asdict(a), dataclasses.asdict(b)
+    for d in (x, y):
+        d["state"] = "in service" if d["state"] in IN_SERVICE else d["state"]
     return {k: (x[k], y[k]) for k in x if k not in ("partitions", "boot_time") and x[k] != y[k]}
+
+
+IN_SERVICE = ("idle", "mixed", "allocated", "completing")
 
 
 @pytest.fixture
@@ -64,13 +72,20 @@ def reset(slurm):
 
 
 def test_the_library_reads_each_node_as_sinfo_does(slurm, tmp_path, reset):
+    """n1 drained by us with a record, n2 down by someone else, n3 running a job."""
     run = slurm.run
     run("scontrol", "update", "nodename=n1", "state=drain", f"reason={OURS}")
     run("scontrol", "update", "nodename=n1", 'extra={"fleetmedic":{"phase":"reboot"}}')
     run("scontrol", "update", "nodename=n1", "comment=rack 12, row B")
     run("scontrol", "update", "nodename=n2", "state=down", "reason=NHC: ib0 down [x@1]")
+    job = run("sbatch", "--parsable", "-w", "n3", "-o", "/dev/null", "--wrap", "sleep 300")
+    job = job.strip()
     reader, lib_side, tools = library_reader(slurm, tmp_path)
     try:
+        deadline = time.monotonic() + 60
+        while run("squeue", "-h", "-j", job, "-o", "%T").strip() != "RUNNING":
+            assert time.monotonic() < deadline, slurm.job_story(job)
+            time.sleep(0.2)
         whole = slurm.nodes()
         for name in ("n1", "n2", "n3", "n1"):
             ours = lib_side.node(name)
@@ -82,6 +97,7 @@ def test_the_library_reads_each_node_as_sinfo_does(slurm, tmp_path, reset):
         assert (n2.state, n2.reason) == ("down", "NHC: ib0 down [x@1]")
         # the first read was made both ways (the check), every later one by the library
         assert reader.reads == {"library": 5, "sinfo": 1} and not reader.off
+        run("scancel", job)
 
         run("scontrol", "update", "nodename=n3", "state=drain", "reason=line one\nline two")
         assert lib_side.node("n3").reason == "line one\nline two"  # (by sinfo -n)
@@ -90,6 +106,7 @@ def test_the_library_reads_each_node_as_sinfo_does(slurm, tmp_path, reset):
         assert reader.reads == {"library": 5, "sinfo": 3} and not reader.off
     finally:
         reader.close()
+        run("scancel", job, check=False)
 
 
 @pytest.mark.slurm_releases("22.05", reason="the child's handling is one code on every release")
@@ -124,3 +141,23 @@ def test_a_library_that_does_not_load_leaves_every_read_to_sinfo(slurm, tmp_path
     assert reader.reads == {"library": 0, "sinfo": slurmlib.MAX_STARTS + 2}
     assert "libslurm.so" in reader.off and f"{slurmlib.MAX_STARTS} times in a row" in reader.off
     assert caplog.text.count("reading Slurm nodes with sinfo from now on") == 1
+
+
+@pytest.mark.slurm_releases("22.05", reason="the child's handling is one code on every release")
+def test_an_unreachable_slurmctld_is_said_once_not_asked_again_with_sinfo(
+    slurm_factory, tmp_path
+):
+    cluster = slurm_factory(nodes=1)
+    reader, lib_side, _ = library_reader(cluster, tmp_path)
+    try:
+        assert lib_side.node("n1").name == "n1"  # (the child started and checked)
+        cluster.stop_proc("slurmctld")
+        t0 = time.monotonic()
+        with pytest.raises(TemporaryError, match="libslurm read of n1: .*"):
+            lib_side.node("n1")
+        took = time.monotonic() - t0
+        # the library's own answer, not sinfo's after it: the library stays on
+        assert reader.reads == {"library": 0, "sinfo": 1} and not reader.off, reader.reads
+        print(f"an unreachable slurmctld said by the library in {took:.1f} s")
+    finally:
+        reader.close()

@@ -236,7 +236,7 @@ class Slurm:
             raise TemporaryError(f"{what}: no answer in {self.timeout:.0f}s", delay=5) from None
         if p.returncode == 0:
             return p.stdout
-        raise _error(what, p.stderr.strip() or p.stdout.strip() or f"rc {p.returncode}")
+        raise tool_error(what, p.stderr.strip() or p.stdout.strip() or f"rc {p.returncode}")
 
     # -- reading ----------------------------------------------------------------------
     def version(self) -> tuple[int, int]:
@@ -459,7 +459,9 @@ class Slurm:
         )
 
 
-def _error(what: str, stderr: str) -> Exception:
+def tool_error(what: str, stderr: str) -> Exception:
+    """The error a Slurm client (a tool, or the library: adapters/slurmlib.py) reported,
+    as the fleetmedic error it means."""
     msg = f"{what}: {one_line(stderr, 200)}"
     low = stderr.lower()
     if "invalid node name" in low:

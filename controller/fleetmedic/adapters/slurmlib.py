@@ -51,8 +51,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from fleetmedic.adapters.slurmjson import in_service
+from fleetmedic.adapters.slurm import tool_error
+from fleetmedic.adapters.slurmjson import IN_SERVICE, in_service
 from fleetmedic.adapters.slurmread import Run, UnreadableNode, sinfo_single
+from fleetmedic.errors import TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +165,16 @@ def _unset(value: str) -> str:
 
 
 def differences(ours: Mapping[str, Any], tools: Mapping[str, Any]) -> list[str]:
-    """The :data:`COMPARED` fields in which the library's read and sinfo's differ."""
-    return [k for k in COMPARED if ours.get(k) != tools.get(k)]
+    """The :data:`COMPARED` fields in which the library's read and sinfo's differ. Base
+    states of a node in service (idle, mixed, allocated, completing) count as one: the
+    single-node read's allocation is stale anyway, and nothing decides on it
+    (adapters/slurmread.py)."""
+    return [k for k in COMPARED if _compared(k, ours) != _compared(k, tools)]
+
+
+def _compared(key: str, node: Mapping[str, Any]) -> Any:
+    value = node.get(key)
+    return "in service" if key == "state" and value in IN_SERVICE else value
 
 
 class ChildFailed(RuntimeError):
@@ -221,8 +231,11 @@ class LibraryReader:
         except OSError as exc:
             raise ChildFailed(f"the library's process took no request: {exc}") from None
         answer = self._answer(self.timeout)
-        if "error" in answer:  # slurmctld's own answer: sinfo says it in its words
-            raise UnreadableNode(f"libslurm {name}: {answer['error']}")
+        if "error" in answer:
+            err = tool_error(f"libslurm read of {name}", str(answer["error"]))
+            if isinstance(err, TemporaryError):
+                raise err  # (slurmctld unreachable: sinfo would wait as long again)
+            raise UnreadableNode(f"libslurm {name}: {answer['error']}")  # sinfo says it
         if answer.get("text") is None:
             raise UnreadableNode(f"libslurm {name}: no such node")
         return parse_node_text(str(answer["text"]), name)
@@ -271,8 +284,11 @@ class LibraryReader:
         child.kill()
         child.wait()
         for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                pipe.close()
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:  # (a request left in the buffer of a pipe to a dead child)
+                pass
 
     def _failed(self, why: str) -> None:
         self._stop()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import sys
 
 SHOW_ALL = 1  # slurm.h show_flags: hidden nodes too, as sinfo -n N shows them
@@ -96,6 +97,9 @@ def main(argv: list[str]) -> int:
     except (OSError, AttributeError) as exc:
         _say(out, {"error": f"{argv[0]}: {exc}"})
         return 2
+    # Ctrl-C in the agent's terminal reaches this process group too: the agent decides
+    # when this ends (end of input, or it kills it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _say(out, {"ready": version, "pid": os.getpid()})
     for line in sys.stdin:
         _say(out, read_node(lib, line.strip()))

@@ -108,3 +108,11 @@ def test_the_library_is_found_in_ldd_output():
     assert library_in(out) == "/usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so"
     assert library_in("\tlibslurm.so.41 => /usr/lib64/libslurm.so.41 (0x7f)\n").endswith(".41")
     assert library_in("\tnot a dynamic executable\n") == ""
+
+
+def test_base_states_of_a_node_in_service_count_as_one():
+    # 24.11: sinfo -n says mixed where the library says allocated (a one-CPU job)
+    a = parse_node_text(text("22.05", "idle"), "n2")
+    assert differences({**a, "state": "allocated"}, {**a, "state": "mixed"}) == []
+    assert differences({**a, "state": "down"}, {**a, "state": "idle"}) == ["state"]
+    assert differences(a, {**a, "state_flags": ["DRAIN"]}) == ["state_flags"]
