@@ -144,16 +144,14 @@ def test_a_library_that_does_not_load_leaves_every_read_to_sinfo(slurm, tmp_path
 
 
 @pytest.mark.slurm_releases("22.05", reason="the child's handling is one code on every release")
-def test_an_unreachable_slurmctld_is_said_once_not_asked_again_with_sinfo(
-    slurm_factory, tmp_path
-):
+def test_an_unreachable_slurmctld_is_said_once_not_asked_again_with_sinfo(slurm_factory, tmp_path):
     cluster = slurm_factory(nodes=1)
     reader, lib_side, _ = library_reader(cluster, tmp_path)
     try:
         assert lib_side.node("n1").name == "n1"  # (the child started and checked)
         cluster.stop_proc("slurmctld")
         t0 = time.monotonic()
-        with pytest.raises(TemporaryError, match="libslurm read of n1: .*"):
+        with pytest.raises(TemporaryError, match="libslurm read of n1: "):
             lib_side.node("n1")
         took = time.monotonic() - t0
         # the library's own answer, not sinfo's after it: the library stays on
