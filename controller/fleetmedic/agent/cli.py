@@ -94,14 +94,14 @@ def _merge(cfg, opts: dict[str, Any]):
     )
 
 
-def _connect(cfg, opts: dict[str, Any]) -> tuple[NodeDocs, NodeDocs]:
+def _connect(cfg, opts: dict[str, Any], lasting: bool) -> tuple[NodeDocs, NodeDocs]:
     """Where the agent writes, through its node's kind (fleetmedic/kinds/): one writer for
     the check rounds and one for the kernel log's thread (a kind may hand both the same
-    adapter, to serialize their writes)."""
+    adapter, to serialize their writes). ``lasting``: the daemon, not ``--once``."""
     from fleetmedic import kinds
 
     named_by = "--kubeconfig" if opts["kubeconfig"] else "kubeconfig in the config"
-    make = kinds.node_docs(cfg, cfg.vocabulary(), named_by)
+    make = kinds.node_docs(cfg, cfg.vocabulary(), named_by, lasting=lasting)
     return make(), make()
 
 
@@ -299,11 +299,9 @@ def agent(
         else:
             base = AgentConfig()
         cfg = _merge(base, opts)
-        if once and cfg.slurm is not None:  # (a library reader's start costs more than it saves)
-            cfg = dataclasses.replace(cfg, slurm=dataclasses.replace(cfg.slurm, node_read="sinfo"))
         if not cfg.node_name:
             raise ConfigError("no node name: pass --node-name or set NODE_NAME")
-        kube, kernel_kube = _connect(cfg, opts)
+        kube, kernel_kube = _connect(cfg, opts, lasting=not once)
         stop = threading.Event()
         if once:  # a bounded wait, then one line naming the server (exit 3)
             clikit.wait_reachable(

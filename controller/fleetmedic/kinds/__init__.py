@@ -54,10 +54,11 @@ class Kind(Protocol):
         ...
 
     def node_docs(
-        self, side: NodeSide, vocab: Any, named_by: str, one_node: bool
+        self, side: NodeSide, vocab: Any, named_by: str, one_node: bool, lasting: bool
     ) -> Callable[[], NodeDocs]:
         """Where a node-side process writes: each call a writer for one of its threads
-        (``one_node``: the agent's own node, whose name is checked first)."""
+        (``one_node``: the agent's own node, whose name is checked first; ``lasting``:
+        a daemon, not a ``--once`` run, so a reader that pays its start once may be used)."""
         ...
 
     def preflight(self, cfg: Config) -> tuple[list[str], list[Path]]:
@@ -102,9 +103,13 @@ def for_node_side(side: NodeSide) -> Kind:
 
 
 def node_docs(
-    side: NodeSide, vocab: Any, named_by: str = "--kubeconfig", one_node: bool = True
+    side: NodeSide,
+    vocab: Any,
+    named_by: str = "--kubeconfig",
+    one_node: bool = True,
+    lasting: bool = True,
 ) -> Callable[[], NodeDocs]:
-    return for_node_side(side).node_docs(side, vocab, named_by, one_node)
+    return for_node_side(side).node_docs(side, vocab, named_by, one_node, lasting)
 
 
 def where(docs: NodeDocs) -> str:

@@ -73,7 +73,7 @@ class _Kubernetes:
         return _connect(str(path) if path else None, cfg.kube.context, False)
 
     def node_docs(
-        self, side: Any, vocab: Any, named_by: str, one_node: bool
+        self, side: Any, vocab: Any, named_by: str, one_node: bool, lasting: bool
     ) -> Callable[[], NodeDocs]:
         if one_node:
             why = clikit.check_node_name(side.node_name)

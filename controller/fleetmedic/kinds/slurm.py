@@ -164,7 +164,7 @@ class _Slurm:
         )
 
     def node_docs(
-        self, side: Any, vocab: Any, named_by: str, one_node: bool
+        self, side: Any, vocab: Any, named_by: str, one_node: bool, lasting: bool
     ) -> Callable[[], NodeDocs]:
         if one_node:
             check_node_name(side.node_name)
@@ -176,7 +176,7 @@ class _Slurm:
             timeout=s.timeout,
             read_every=s.read_every,
             cache_dir=s.cache_dir,
-            node_read=s.node_read,
+            node_read=s.node_read if lasting else "sinfo",  # (its child costs more than it saves)
         )
         return lambda: docs
 

@@ -9,8 +9,8 @@ from fleetmedic.adapters.slurm import (
     JOB_ID,
     BadNodeName,
     SlurmNode,
-    _error,
     check_node_name,
+    tool_error,
 )
 from fleetmedic.adapters.slurmrecord import extra_doc
 from fleetmedic.errors import ConfigError, NotFoundError, PermanentError, TemporaryError
@@ -84,7 +84,7 @@ def test_unreadable_records_read_as_empty():
     ],
 )
 def test_errors_map_into_ours(stderr, kind):
-    err = _error("scontrol update", stderr + "\nmore")
+    err = tool_error("scontrol update", stderr + "\nmore")
     assert type(err) is kind and "\n" not in str(err)
 
 
