@@ -16,6 +16,7 @@ How, and why it is safe:
   a child process (adapters/slurmlibchild.py), never in the agent: a crash or a hang in C
   costs one read, which ``sinfo`` then makes, and the child is started again at the next
   read. Three failed starts in a row and the agent reads with ``sinfo`` until it restarts.
+  The child holds 13.5 MB resident (22.05; the same after 200 and 2,200 reads).
 - **No release-matched structure is read.** The child uses four calls of slurm.h's public
   API and the first three members of ``node_info_msg_t``, unchanged from 22.05 to 26.05.
   The library formats the node as ``scontrol show node`` prints it, and
