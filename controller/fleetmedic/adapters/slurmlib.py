@@ -17,8 +17,9 @@ How, and why it is safe:
   costs one read, which ``sinfo`` then makes, and the child is started again at the next
   read. Three failed starts in a row and the agent reads with ``sinfo`` until it restarts.
   The child holds 13.5 MB resident (22.05; the same after 200 and 2,200 reads).
-- **No release-matched structure is read.** The child uses four calls of slurm.h's public
-  API and the first three members of ``node_info_msg_t``, unchanged from 22.05 to 26.05.
+- **No release-matched structure is read.** The child uses seven functions of slurm.h's
+  public API and the first three members of ``node_info_msg_t``, unchanged from 22.05 to
+  26.05.
   The library formats the node as ``scontrol show node`` prints it, and
   :func:`parse_node_text` reads that text, which has the same shape on 22.05, 24.11 and
   26.05 (tests/integration/test_slurm_libread.py compares it with ``sinfo -n`` on each).

@@ -12,7 +12,8 @@ JSON line: ``{"text": ...}`` (the node as ``scontrol show node`` prints it:
 ``slurm_sprint_node_table``), ``{"text": null}`` (slurmctld knows no such node), or
 ``{"error": ...}`` (slurmctld's error, by ``slurm_strerror``).
 
-Four calls of the public API (slurm.h), the same from 22.05 to 26.05, and one structure,
+Seven functions of the public API (slurm.h: :func:`open_library` lists them), the same
+from 22.05 to 26.05 (in the libraries of all three, checked with nm), and one structure,
 of which only the first three members are read: ``node_info_msg_t``'s ``last_update``,
 ``record_count`` and ``node_array``. Those are unchanged from 22.05 to 26.05. The node
 record itself (``node_info_t``, five layouts over those releases) is never read here. The
