@@ -87,6 +87,18 @@ def _wait_done(mesh, unit: str, timeout: float = 120) -> dict:
         time.sleep(0.2)
 
 
+def _wait_released(mesh, unit: str, timeout: float = 30) -> None:
+    """The unit gone from the controller's list. Receptor releases a remote unit that
+    started in the background: ``work release`` sends the release to the execution node
+    and returns, and a goroutine drops the local unit once the remote one is gone
+    (remoteUnit.cancelOrRelease and runAndMonitor, pkg/workceptor/remote_work.go, 1.4.4).
+    A CI run at load 7 listed the unit right after the command returned."""
+    deadline = Deadline(timeout)
+    while unit in mesh.work_units():
+        assert not deadline.passed(), f"unit {unit} still listed {deadline} after its release"
+        time.sleep(0.1)
+
+
 def _run_through_mesh(mesh, fleet, tmp_path: Path, exec_id: str, hosts: list[str]):
     pdd = _job_dir(tmp_path, fleet, hosts)
     job = tmp_path / "job.stream"
@@ -156,7 +168,7 @@ def test_runner_job_through_the_mesh(mesh, fleet, tmp_path):
     # Released: no unit left in the controller's or the execution node's list, no unit
     # directory on disk, and the worker removed its private data dir.
     mesh.receptorctl("work", "release", unit)
-    assert unit not in mesh.work_units()
+    _wait_released(mesh, unit)
     assert mesh.node("exec-1").work_units() == {}
     assert mesh.unit_dirs() == {"controller": [], "exec-1": [], "exec-2": []}
     assert list((mesh.node("exec-1").dir / "tmp").iterdir()) == []
