@@ -170,7 +170,7 @@ class SlurmAgentConfig:
     node_read: str = "auto"
     """How the agent reads its node before a write. ``auto``: through the Slurm library
     the client tools link, in a child process, checked against ``sinfo -n`` first and
-    falling back to it (adapters/slurmlib.py; a fence about 5 ms sooner, one RPC instead
+    falling back to it (adapters/slurmlib.py; a fence about 3 ms sooner, one RPC instead
     of two); ``sinfo -n`` where no library is found, and always in ``--once`` runs, where
     starting the child would cost more than it saves. ``sinfo``: always ``sinfo -n``."""
 

@@ -207,7 +207,7 @@ def loki(
         side = AgentConfig.of_flags(
             kubeconfig=kubeconfig, slurm_conf=slurm_conf, slurm_reason_prefix=slurm_reason_prefix
         )
-        kube = kinds.node_docs(side, vocab, one_node=False)()
+        kube = kinds.node_docs(side, vocab, one_node=False, lasting=not once)()
         store: CursorStore
         if cursor_configmap:
             if not isinstance(kube, Store):
