@@ -128,11 +128,14 @@ def main() -> int:
     env = {**os.environ, **cluster.env}
     log = CtldLog(ctld_log)
 
-    def tool(*argv: str) -> str:
-        return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    def tool(*argv: str, extra: dict[str, str] | None = None) -> str:
+        run_env = {**env, **extra} if extra else env
+        return subprocess.run(argv, env=run_env, capture_output=True, text=True, check=True).stdout
 
     def tool_run(tool_name: str, *argv: str, env: dict[str, str] | None = None) -> str:
-        return tool(tool_name, *argv)  # (slurmread.Run; sinfo_single's env is ours already)
+        """A :data:`slurmread.Run` for the library reader's sinfo reads (its first-read
+        check): ``env`` is what sinfo_single adds (``SLURM_TIME_FORMAT=%s``)."""
+        return tool(tool_name, *argv, extra=env)
 
     def reason() -> str:
         text = tool("sinfo", "-h", "-n", "n1", "-o", "%E").strip()

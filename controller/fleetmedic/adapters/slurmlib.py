@@ -19,8 +19,7 @@ How, and why it is safe:
   The child holds 13.5 MB resident (22.05; the same after 200 and 2,200 reads).
 - **No release-matched structure is read.** The child uses seven functions of slurm.h's
   public API and the first three members of ``node_info_msg_t``, unchanged from 22.05 to
-  26.05.
-  The library formats the node as ``scontrol show node`` prints it, and
+  26.05. The library formats the node as ``scontrol show node`` prints it, and
   :func:`parse_node_text` reads that text, which has the same shape on 22.05, 24.11 and
   26.05 (tests/integration/test_slurm_libread.py compares it with ``sinfo -n`` on each).
 - **Checked against sinfo before it is trusted.** The first read of each child is made
