@@ -144,7 +144,9 @@ def test_a_library_that_does_not_load_leaves_every_read_to_sinfo(slurm, tmp_path
 
 
 @pytest.mark.slurm_releases("22.05", reason="the child's handling is one code on every release")
-def test_an_unreachable_slurmctld_is_said_once_not_asked_again_with_sinfo(slurm_factory, tmp_path):
+def test_an_unreachable_slurmctld_is_said_once_and_the_child_reads_again_after(
+    slurm_factory, tmp_path
+):
     cluster = slurm_factory(nodes=1)
     reader, lib_side, _ = library_reader(cluster, tmp_path)
     try:
@@ -157,5 +159,10 @@ def test_an_unreachable_slurmctld_is_said_once_not_asked_again_with_sinfo(slurm_
         # the library's own answer, not sinfo's after it: the library stays on
         assert reader.reads == {"library": 0, "sinfo": 1} and not reader.off, reader.reads
         print(f"an unreachable slurmctld said by the library in {took:.1f} s")
+        # slurmctld back (same state): the same child reads again, not checked again
+        cluster.start_ctld()
+        cluster.wait_ready()
+        assert lib_side.node("n1").name == "n1"
+        assert reader.reads == {"library": 1, "sinfo": 1} and not reader.off, reader.reads
     finally:
         reader.close()
