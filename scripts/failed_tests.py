@@ -6,10 +6,11 @@
 CI keeps only the tail of a run's output, and pytest's own summary sits far above the
 time table: scripts/test.sh prints these lines just before ``FAILED stages``, so the
 tail names what failed. Each line: ``failed|error  TEST  first line of the message``
-(cut to 200 characters). At most 40 lines, then how many more. Then the next lines of the
-first failure's message (at most 14): a test that timed out says there what it saw (a
-job's state, a daemon's last log lines), and a flake seen once in CI is otherwise a
-name and no clue. A report that cannot be read is named; the exit status is 0 either way
+(cut to 200 characters). At most 40 lines, then how many more. Then the rest of the
+first failure's message (at most 14 lines): what its first line had past the cut, then
+its next lines. A test that timed out says there what it saw (a job's state, a daemon's
+last log lines, often at the end of one long line), and a flake seen once in CI is
+otherwise a name and no clue. A report that cannot be read is named; the exit status is 0 either way
 (the stage's own status says it failed).
 """
 
@@ -41,7 +42,7 @@ def failures(reports: Sequence[Path]) -> Iterator[tuple[str, list[str]]]:
                     name = f"{case.get('classname')}::{case.get('name')}"
                     kind_word = "failed" if kind == "failure" else "error"
                     rest = [line.strip() for line in message[1:] if line.strip()]  # unindented
-                    yield f"{kind_word:6}  {name}  {message[0]}"[:WIDTH], rest
+                    yield f"{kind_word:6}  {name}  {message[0]}", rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,10 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if found:
         print(f"== failed tests ({len(found)})")
     for line, _ in found[:SHOWN]:
-        print(f"   {line}")
+        print(f"   {line[:WIDTH]}")
     if len(found) > SHOWN:
         print(f"   ... and {len(found) - SHOWN} more (build/test-reports/pytest-*.xml)")
-    detail = found[0][1] if found else []  # (what the heading below says: the first's)
+    detail: list[str] = []  # (what the heading below says: the first's)
+    if found:
+        first, rest = found[0]
+        past_cut = first[WIDTH:]
+        detail = [past_cut[i : i + WIDTH - 3] for i in range(0, len(past_cut), WIDTH - 3)]
+        detail += rest
     if detail:
         print("== the first failure's message goes on")
         for line in detail[:DETAIL]:

@@ -83,6 +83,7 @@ REBOOT_PROGRAM = "/usr/sbin/reboot"
 # fleet_supervisor.FRESH_BOOT_GAP (3 s) or more.
 BOOT_TIME_JITTER = 1
 SLURMD_LOG = "/var/log/slurm/slurmd.log"
+SEEN_SHOWN = 6  # the last states a failed wait names
 
 __all__ = [
     "BOOT_TIME_JITTER",
@@ -217,21 +218,25 @@ class SlurmFleet:
         self, node: str, ok: Callable[[dict[str, Any]], bool], what: str, timeout: float = 180
     ) -> float:
         """Wait until ``ok(sinfo's node)``; returns the seconds waited. One-line error with
-        the node's last state (a loaded CI machine: deadlines well above the seconds a
-        node takes here)."""
+        what the node went through meanwhile: each state it showed, from the second it was
+        first seen (a flake seen once in CI is otherwise a name and no clue). A loaded CI
+        machine: deadlines well above the seconds a node takes here."""
         t0 = time.monotonic()
-        last: Any = "no answer"
+        seen: list[tuple[float, Any]] = []
         while True:
             try:
                 n = self.sinfo(node)
                 if ok(n):
                     return time.monotonic() - t0
-                last = {k: n.get(k) for k in ("state", "state_flags", "reason", "boot_time")}
+                now: Any = {k: n.get(k) for k in ("state", "state_flags", "reason", "boot_time")}
             except (SlurmError, SlurmFleetError, subprocess.TimeoutExpired, ValueError) as exc:
-                last = fl.net.one_line(str(exc))
+                now = fl.net.one_line(str(exc))
+            if not seen or seen[-1][1] != now:
+                seen.append((time.monotonic() - t0, now))
             if time.monotonic() - t0 > timeout:
+                went = "; ".join(f"+{t:.0f}s {state}" for t, state in seen[-SEEN_SHOWN:])
                 raise SlurmFleetError(
-                    f"{node}: not {what} after {timeout:.0f} s (last: {last}); "
+                    f"{node}: not {what} after {timeout:.0f} s (seen: {went}); "
                     f"console {self.node(node).console_log}"
                 )
             time.sleep(0.2)
@@ -239,7 +244,9 @@ class SlurmFleet:
     def wait_rebooted(self, node: str, after: int, timeout: float = 180) -> float:
         """Wait until slurmd on ``node`` has registered with the boot time of a later boot
         than the one whose boot time was ``after`` (:func:`new_boot`), and slurmctld hears
-        it (not DOWN, not NOT_RESPONDING). Returns the seconds waited."""
+        it (not DOWN, not NOT_RESPONDING). Returns the seconds waited. Not for a reboot
+        through Slurm with ``nextstate=down``: that node stays DOWN until slurmctld next
+        hears slurmd, up to 200 s here (test_slurm_steps.py says why)."""
         return self.wait_node(
             node,
             lambda n: (

@@ -104,3 +104,16 @@ def test_an_unreadable_report_is_named(tmp_path):
     bad.write_text("<testsuites><testsuite>")
     r = run(bad)
     assert r.returncode == 0 and "unreadable report" in r.stdout and "cut.xml" in r.stdout
+
+
+def test_a_long_first_line_goes_on_past_the_cut_before_the_next_lines(tmp_path):
+    """Seen in CI: a wait's one-line error ended in the node's last state, and the cut
+    at 200 characters left only ``node-2: not back with a boot ti``."""
+    head = "x" * 300
+    source = f'def test_a():\n    assert False, "{head} last: down\\nsecond"\n'
+    lines = run(junit_of(tmp_path, source, "long")).stdout.splitlines()
+    assert len(lines[1]) == 3 + 200
+    at = lines.index("== the first failure's message goes on")
+    second = lines.index("   second")  # (pytest's "assert False" follows)
+    shown = lines[1][3:] + "".join(line[3:] for line in lines[at + 1 : second])
+    assert shown.endswith(f"{head} last: down") and second > at + 1
