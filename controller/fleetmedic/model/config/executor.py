@@ -83,7 +83,9 @@ class ReceptorConfig(Section):
     route at 8 did not in 150 s (478 units), nor did a patched build with direct reads
     at 8. So reading one unit per node direct and the rest the usual way would not help;
     the cap is the guard, and its throughput is the price the operator weighs against
-    the time saved per run."""
+    the time saved per run. The cap makes the wedge rarer, not impossible: in CI on
+    2026-11-30 one unit alone on a fresh test mesh wedged its link within 3 s of its
+    submit. Only a patched Receptor is free of it."""
     patched_receptor: bool = False
     """The controller's Receptor node carries the fix for 1.4.4's dialed-connection wedge
     (tests/receptor/patches/0001-close-dialed-packetconn.patch; no release has it yet,
