@@ -10,8 +10,8 @@ tail names what failed. Each line: ``failed|error  TEST  first line of the messa
 first failure's message (at most 14 lines): what its first line had past the cut, then
 its next lines. A test that timed out says there what it saw (a job's state, a daemon's
 last log lines, often at the end of one long line), and a flake seen once in CI is
-otherwise a name and no clue. A report that cannot be read is named; the exit status is 0 either way
-(the stage's own status says it failed).
+otherwise a name and no clue. A report that cannot be read is named; the exit status is
+0 either way (the stage's own status says it failed).
 """
 
 from __future__ import annotations

@@ -234,8 +234,8 @@ def test_lost_execution_node_is_an_unknown_outcome_naming_it(
     """The loss is ours to make: direct_results on the patched build. Seen in CI
     (2026-11-30): on stock Receptor 1.4.4 at one unit in flight, the direct read wedged
     the controller's link to exec-1 by itself (the dialed-connection race of
-    tests/receptor/patches/UPSTREAM.md) before the unit was seen Running. The run then
-    ended lost, as it should, but the fault under test was never made."""
+    tests/receptor/patches/UPSTREAM.md) before the unit was seen Running, so the fault
+    under test was never made."""
     shares = {"exec-1": [fleet.node(1)], "exec-2": [fleet.node(2), fleet.node(3)]}
     mesh = mesh_factory(shares, **({"binaries": patched_mesh_binaries} if direct else {}))
     how = _direct if direct else _via
