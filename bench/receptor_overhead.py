@@ -47,7 +47,7 @@ from fleetmedic.adapters import receptor, runner  # noqa: E402
 from fleetmedic.errors import TemporaryError  # noqa: E402
 from fleetmedic.model.config import AnsibleConfig, ReceptorConfig  # noqa: E402
 from tests.harness.fleet import start_fleet  # noqa: E402
-from tests.harness.mesh import Mesh, find_binaries, start_mesh  # noqa: E402
+from tests.harness.mesh import Mesh, find_binaries, start_mesh, two_shares  # noqa: E402
 
 PLAY = [
     {
@@ -214,7 +214,7 @@ def main() -> int:
     rlog.addHandler(phases)
     with start_fleet(3, prefix="rcpt") as fleet:
         mesh = start_mesh(
-            {"exec-1": [fleet.node(1)], "exec-2": [fleet.node(2), fleet.node(3)]},
+            two_shares(fleet),
             binaries=find_binaries(patched=args.receptor == "patched"),
         )
         print(f"receptor_overhead: mesh logs in {mesh.dir}", flush=True)

@@ -65,7 +65,17 @@ from tests.harness.fleet_sys import kill_and_wait, me
 from tests.harness.mesh_net import MESH_ROOT, Link, MeshError, log
 from tests.harness.mesh_pki import MeshPki
 
-__all__ = ["MESH_ROOT", "Binaries", "ExecNode", "Link", "Mesh", "MeshError", "Tls", "start_mesh"]
+__all__ = [
+    "MESH_ROOT",
+    "Binaries",
+    "ExecNode",
+    "Link",
+    "Mesh",
+    "MeshError",
+    "Tls",
+    "start_mesh",
+    "two_shares",
+]
 
 RECEPTOR_SRC = procs.ROOT / "tests" / "receptor"
 # Keep in sync with scripts/setup.d/34-receptor.sh: the files that define the build.
@@ -574,6 +584,11 @@ def _wait_socket(path: Path, proc: subprocess.Popen, logf: Path, what: str) -> N
 
 
 _serial = iter(range(1, 10**6))
+
+
+def two_shares(fleet: Any) -> dict[str, list[Any]]:
+    """The usual split of a 3-node fleet: exec-1 reaches node-1, exec-2 node-2 and node-3."""
+    return {"exec-1": [fleet.node(1)], "exec-2": [fleet.node(2), fleet.node(3)]}
 
 
 def start_mesh(

@@ -24,7 +24,7 @@ import os
 
 import pytest
 
-from tests.harness.mesh import Binaries, Mesh, MeshError, find_binaries, start_mesh
+from tests.harness.mesh import Binaries, Mesh, MeshError, find_binaries, start_mesh, two_shares
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +64,7 @@ def mesh_factory(mesh_binaries: Binaries):
 
 @pytest.fixture
 def mesh(mesh_factory, fleet) -> Mesh:
-    return mesh_factory({"exec-1": [fleet.node(1)], "exec-2": [fleet.node(2), fleet.node(3)]})
+    return mesh_factory(two_shares(fleet))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

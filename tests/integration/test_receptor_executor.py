@@ -21,6 +21,7 @@ from fleetmedic.adapters import runner
 from fleetmedic.model.config import AnsibleConfig, ReceptorConfig
 from tests.harness import loadscale
 from tests.harness.fleet import ROOT
+from tests.harness.mesh import two_shares
 
 pytestmark = [pytest.mark.slow]
 
@@ -177,9 +178,8 @@ def test_many_units_in_flight_keep_the_mesh_up(
     direct_results on stock, the cap the config insists on (1 per node; 8 runs) holds
     it, every run read direct (at 2 per node a 100-run batch of bench/receptor_overhead.py
     wedged a link)."""
-    shares = {"exec-1": [fleet.node(1)], "exec-2": [fleet.node(2), fleet.node(3)]}
     extra = {"binaries": patched_mesh_binaries} if build == "patched" else {}
-    mesh = mesh_factory(shares, **extra)
+    mesh = mesh_factory(two_shares(fleet), **extra)
     want = runner.run_playbook(PLAY, _targets(fleet, 1, 2, 3), settings, timeout=120).hosts
 
     cap = {"max_in_flight": 8} if build == "patched" else {}  # stock: the default cap
@@ -236,8 +236,9 @@ def test_lost_execution_node_is_an_unknown_outcome_naming_it(
     the controller's link to exec-1 by itself (the dialed-connection race of
     tests/receptor/patches/UPSTREAM.md) before the unit was seen Running, so the fault
     under test was never made."""
-    shares = {"exec-1": [fleet.node(1)], "exec-2": [fleet.node(2), fleet.node(3)]}
-    mesh = mesh_factory(shares, **({"binaries": patched_mesh_binaries} if direct else {}))
+    mesh = mesh_factory(
+        two_shares(fleet), **({"binaries": patched_mesh_binaries} if direct else {})
+    )
     how = _direct if direct else _via
     via = how(mesh, "exec-1", lost_after=2, grace=3, poll_interval=0.1)
     t0 = time.monotonic()
